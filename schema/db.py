@@ -1,0 +1,172 @@
+"""Connections and transactions, the same on PostgreSQL and SQLite.
+
+Every write goes through :meth:`Database.write`: on SQLite the transaction starts with
+``BEGIN IMMEDIATE`` (WAL mode, a busy timeout, ``secure_delete``), on PostgreSQL it runs at
+READ COMMITTED and the triggers lock what they depend on. Deadlocks, serialization failures
+and a locked SQLite database are retried a few times, then raise ``InfrastructureError``.
+Driver errors become domain errors here, through :func:`schema.errors.translate_db_error`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+from tenacity import (
+    RetryError,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from schema.errors import InfrastructureError, ValidationError, is_retryable, translate_db_error
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+WRITE_ATTEMPTS = 5
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+RETRY_WAIT_MAX_S = 0.5
+
+
+def normalise_url(url: str) -> str:
+    """Use psycopg 3 for a plain ``postgresql://`` URL."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def redacted(url: str) -> str:
+    """The URL with its password masked, for messages and logs."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+class Database:
+    """One database: an engine, write and read transactions, and error translation."""
+
+    def __init__(self, url: str, *, write_attempts: int = WRITE_ATTEMPTS) -> None:
+        try:
+            self.url = normalise_url(url)
+        except sa_exc.ArgumentError as exc:
+            raise ValidationError(f"not a database URL: {redacted_or_raw(url)}") from exc
+        self.dialect = make_url(self.url).get_backend_name()
+        if self.dialect not in ("postgresql", "sqlite"):
+            raise ValidationError(f"unsupported database {self.dialect!r}: use postgresql or sqlite")
+        self.write_attempts = write_attempts
+        self.engine = _create_engine(self.url, self.dialect)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Connection]:
+        """One write transaction (no retry); domain errors come out translated."""
+        with _translated(), self.engine.connect() as conn:
+            conn.execution_options(pk_begin="IMMEDIATE")
+            with conn.begin():
+                yield conn
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Connection]:
+        """One read transaction; on SQLite a deferred one, so readers never wait on writers."""
+        with _translated(), self.engine.connect() as conn:
+            conn.execution_options(pk_begin="DEFERRED")
+            with conn.begin():
+                yield conn
+
+    def transact(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` in a write transaction, again on a deadlock or a busy database."""
+        retrying = Retrying(
+            retry=retry_if_exception(_is_retryable_here),
+            stop=stop_after_attempt(self.write_attempts),
+            wait=wait_random_exponential(multiplier=0.01, max=RETRY_WAIT_MAX_S),
+            reraise=False,
+        )
+        try:
+            for attempt in retrying:
+                with attempt, self.write() as conn:
+                    return work(conn)
+        except RetryError as exc:
+            last = exc.last_attempt.exception()
+            raise InfrastructureError(
+                f"the database stayed busy after {self.write_attempts} attempts"
+            ) from last
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def run_read(self, work: Callable[[Connection], T]) -> T:
+        with self.read() as conn:
+            return work(conn)
+
+
+class _Retryable(InfrastructureError):
+    """A deadlock, a serialization failure or a locked database; the transaction reruns."""
+
+
+def _is_retryable_here(exc: BaseException) -> bool:
+    return isinstance(exc, _Retryable)
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except sa_exc.DBAPIError as exc:
+        if is_retryable(exc):
+            raise _Retryable(str(exc.orig).splitlines()[0]) from exc
+        domain = translate_db_error(exc)
+        if domain is None:
+            raise
+        raise domain from exc
+
+
+def redacted_or_raw(url: str) -> str:
+    try:
+        return redacted(url)
+    except sa_exc.ArgumentError:
+        return "<unparseable>"
+
+
+def _create_engine(url: str, dialect: str) -> Engine:
+    if dialect == "sqlite":
+        # One connection per use: SQLite connections are cheap and NullPool keeps no file
+        # handle open across tests, threads or a restore.
+        engine = create_engine(url, poolclass=NullPool, connect_args={"check_same_thread": False})
+        event.listen(engine, "connect", _sqlite_on_connect)
+    else:
+        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    event.listen(engine, "begin", _on_begin)
+    return engine
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # Let the driver issue no BEGIN of its own: _on_begin issues the right one.
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    for pragma in (
+        f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}",
+        "PRAGMA journal_mode = WAL",
+        "PRAGMA foreign_keys = ON",
+        "PRAGMA secure_delete = ON",
+        "PRAGMA synchronous = FULL",
+    ):
+        cursor.execute(pragma)
+    cursor.close()
+
+
+def _on_begin(conn: Connection) -> None:
+    if conn.dialect.name != "sqlite":
+        return
+    mode = conn.get_execution_options().get("pk_begin", "IMMEDIATE")
+    conn.exec_driver_sql(f"BEGIN {mode}")

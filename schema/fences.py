@@ -1,0 +1,104 @@
+"""The database-enforced purge fences: trigger names and their SQL, per dialect.
+
+The SQL lives in ``schema/sql/<dialect>/NNNN_*.sql``; a migration installs the file of its
+revision, so a later change to the fences is a new file and a new migration, never an edit.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+STATEMENT_SEPARATOR = "-- ;;"
+
+POSTGRESQL_TRIGGERS = frozenset(
+    {
+        "pk_conversations_before_insert",
+        "pk_conversations_before_update",
+        "pk_events_before_insert",
+        "pk_events_before_update",
+        "pk_events_after_update",
+        "pk_placements_before_write",
+        "pk_placements_after_write",
+        "pk_runs_before_insert",
+        "pk_runs_before_update",
+        "pk_runs_after_write",
+        "pk_admissions_before_write",
+        "pk_admissions_after_insert",
+        "pk_derivatives_before_write",
+        "pk_derivatives_after_write",
+        "pk_derivative_sources_before_write",
+        "pk_attachments_before_write",
+        "pk_attachments_after_insert",
+        "pk_blobs_before_update",
+        "pk_bots_before_insert",
+        "pk_bots_before_update",
+        "pk_tombstones_before_insert",
+        "pk_tombstones_after_insert",
+        "pk_tombstones_permanent",
+        "pk_tombstones_no_truncate",
+        "pk_purge_ledger_append_only",
+        "pk_purge_ledger_no_truncate",
+    }
+)
+
+SQLITE_TRIGGERS = frozenset(
+    {
+        "pk_conversations_before_insert",
+        "pk_conversations_before_update",
+        "pk_conversations_bump_version",
+        "pk_events_before_insert",
+        "pk_events_before_update",
+        "pk_events_before_content_update",
+        "pk_events_after_update",
+        "pk_placements_before_insert",
+        "pk_placements_before_update",
+        "pk_placements_after_insert",
+        "pk_placements_after_delete",
+        "pk_runs_before_insert",
+        "pk_runs_before_update",
+        "pk_runs_after_insert",
+        "pk_runs_after_update",
+        "pk_admissions_before_insert",
+        "pk_admissions_before_update",
+        "pk_admissions_after_insert",
+        "pk_derivatives_before_insert",
+        "pk_derivatives_before_update",
+        "pk_derivatives_before_content_update",
+        "pk_derivatives_after_insert",
+        "pk_derivatives_after_update",
+        "pk_derivative_sources_before_insert",
+        "pk_derivative_sources_before_update",
+        "pk_attachments_before_insert",
+        "pk_attachments_before_update",
+        "pk_attachments_after_insert",
+        "pk_blobs_before_update",
+        "pk_bots_before_insert",
+        "pk_bots_before_update",
+        "pk_tombstones_after_insert",
+        "pk_tombstones_no_update",
+        "pk_tombstones_no_delete",
+        "pk_purge_ledger_no_update",
+        "pk_purge_ledger_no_delete",
+    }
+)
+
+TRIGGERS = {"postgresql": POSTGRESQL_TRIGGERS, "sqlite": SQLITE_TRIGGERS}
+
+
+def statements(dialect: str, revision_file: str) -> list[str]:
+    """The SQL statements of one fences file, e.g. ``statements("sqlite", "0001_fences.sql")``."""
+    if dialect not in TRIGGERS:
+        raise ValueError(f"unsupported dialect {dialect!r}")
+    text = resources.files("schema").joinpath("sql", dialect, revision_file).read_text("utf-8")
+    parts: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if line.strip() == STATEMENT_SEPARATOR:
+            parts.append([])
+        else:
+            parts[-1].append(line)
+    statements = ("\n".join(lines).strip() for lines in parts)
+    return [statement for statement in statements if _has_sql(statement)]
+
+
+def _has_sql(part: str) -> bool:
+    return any(line.strip() and not line.strip().startswith("--") for line in part.splitlines())

@@ -1,0 +1,79 @@
+"""Forward-only migrations: bring a database to this code's schema, or refuse a newer one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, text
+
+from schema.db import Database
+from schema.errors import SchemaMismatch
+
+# Any constant will do; it keeps two processes from migrating one PostgreSQL at once.
+MIGRATION_LOCK_KEY = 0x70757267656B6565  # "purgekee"
+
+
+@dataclass(frozen=True)
+class MigrationResult:
+    before: str | None
+    after: str
+    changed: bool
+
+
+def alembic_config() -> Config:
+    config = Config()
+    location = resources.files("schema").joinpath("migrations")
+    config.set_main_option("script_location", str(location))
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:  # pragma: no cover - the package always ships migrations
+        raise SchemaMismatch("purgekeeper ships no migrations")
+    return head
+
+
+def current_revision(conn: Connection) -> str | None:
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(db: Database) -> MigrationResult:
+    """Migrate to head. A no-op on an up-to-date database; refuses a newer one."""
+    config = alembic_config()
+    with db.write() as conn:
+        if not db.is_sqlite:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+        before = current_revision(conn)
+        check_not_newer(before)
+        head = head_revision()
+        if before != head:
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+    return MigrationResult(before=before, after=head, changed=before != head)
+
+
+def check_current(db: Database) -> str | None:
+    """The database's revision, after refusing a schema newer than this code."""
+    with db.read() as conn:
+        revision = current_revision(conn)
+    check_not_newer(revision)
+    return revision
+
+
+def check_not_newer(revision: str | None) -> None:
+    if revision is None:
+        return
+    script = ScriptDirectory.from_config(alembic_config())
+    known = {rev.revision for rev in script.walk_revisions()}
+    if revision not in known:
+        raise SchemaMismatch(
+            f"the database schema is at revision {revision!r}, which this purgekeeper "
+            f"(head {head_revision()!r}) does not know: it is newer than this code. "
+            "Upgrade purgekeeper; never run an older version against a newer database."
+        )

@@ -1,0 +1,307 @@
+"""The whole purgekeeper schema as SQLAlchemy Core tables.
+
+The content tables (conversations .. attachments) are the host's store; the purge tables
+(purge_ledger .. cleanup_steps) are the machinery that fences and cleans it. The triggers
+that enforce the purge invariants live in ``schema/sql/<dialect>/``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+ID_LENGTH = 200
+# Server-side "now" in UTC with microseconds, on each dialect (SQLite's %f has milliseconds).
+SQLITE_NOW = "(strftime('%Y-%m-%d %H:%M:%f000', 'now'))"
+
+
+class UtcDateTime(TypeDecorator[dt.datetime]):
+    """Timezone-aware UTC datetimes on both dialects (SQLite stores naive UTC text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: dt.datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: purgekeeper stores timezone-aware UTC only")
+        value = value.astimezone(dt.UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> dt.datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = dt.datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC)
+
+
+def now_default() -> Any:
+    """A server default of the database clock's current UTC time."""
+    return text("CURRENT_TIMESTAMP")
+
+
+def _created_at() -> Column[Any]:
+    return Column("created_at", UtcDateTime(), nullable=False, server_default=now_default())
+
+
+def _enum_check(column: str, values: tuple[str, ...], name: str) -> CheckConstraint:
+    listed = ", ".join(f"'{v}'" for v in values)
+    return CheckConstraint(f"{column} IN ({listed})", name=name)
+
+
+CONVERSATION_KINDS = ("conversation", "channel")
+CONVERSATION_STATES = ("active", "deleted", "purged")
+RUN_STATUSES = ("queued", "running", "waiting", "succeeded", "failed", "cancelled", "abandoned")
+BLOB_KINDS = ("cas", "file")
+BLOB_STATES = ("present", "deleting", "deleted")
+BINDINGS = ("legacy_cas", "real_file")
+BOT_STATES = ("active", "deleted")
+PURGE_KINDS = ("content", "conversation", "channel", "bot")
+TOMBSTONE_KINDS = ("conversation", "channel", "bot", "event", "provider_event")
+STEP_KINDS = ("bodies", "attachments", "memory")
+STEP_STATUSES = ("pending", "running", "retrying", "done", "incomplete")
+
+bots = Table(
+    "bots",
+    metadata,
+    Column("id", String(ID_LENGTH), primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("state", String(16), nullable=False, server_default="active"),
+    Column("memory_path", Text),
+    Column("marker_id", String(64)),
+    _created_at(),
+    Column("deleted_at", UtcDateTime()),
+    _enum_check("state", BOT_STATES, "state"),
+)
+
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("id", String(ID_LENGTH), primary_key=True),
+    Column("kind", String(16), nullable=False, server_default="conversation"),
+    Column("bot_id", String(ID_LENGTH), ForeignKey("bots.id")),
+    Column("state", String(16), nullable=False, server_default="active"),
+    Column("version", BigInteger, nullable=False, server_default="1"),
+    _created_at(),
+    _enum_check("kind", CONVERSATION_KINDS, "kind"),
+    _enum_check("state", CONVERSATION_STATES, "state"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", String(ID_LENGTH), primary_key=True),
+    Column("provider_event_id", String(ID_LENGTH)),
+    Column("author", Text, nullable=False),
+    Column("occurred_at", UtcDateTime(), nullable=False),
+    Column("body", Text),
+    _created_at(),
+    UniqueConstraint("provider_event_id"),
+)
+
+placements = Table(
+    "placements",
+    metadata,
+    Column("event_id", String(ID_LENGTH), ForeignKey("events.id"), nullable=False),
+    Column(
+        "conversation_id", String(ID_LENGTH), ForeignKey("conversations.id"), nullable=False
+    ),
+    _created_at(),
+    PrimaryKeyConstraint("event_id", "conversation_id"),
+    Index("ix_placements_conversation_id", "conversation_id", "event_id"),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", String(ID_LENGTH), primary_key=True),
+    Column(
+        "conversation_id", String(ID_LENGTH), ForeignKey("conversations.id"), nullable=False
+    ),
+    Column("bot_id", String(ID_LENGTH), ForeignKey("bots.id"), nullable=False),
+    Column("status", String(16), nullable=False, server_default="running"),
+    Column("output", Text),
+    _created_at(),
+    Column("finished_at", UtcDateTime()),
+    _enum_check("status", RUN_STATUSES, "status"),
+    Index("ix_runs_conversation_id", "conversation_id"),
+    Index("ix_runs_bot_id", "bot_id"),
+)
+
+admissions = Table(
+    "admissions",
+    metadata,
+    Column("id", String(ID_LENGTH), primary_key=True),
+    Column("event_id", String(ID_LENGTH), ForeignKey("events.id"), nullable=False),
+    Column("run_id", String(ID_LENGTH), ForeignKey("runs.id"), nullable=False),
+    Column("payload", Text),
+    _created_at(),
+    Index("ix_admissions_event_id", "event_id"),
+    Index("ix_admissions_run_id", "run_id"),
+)
+
+derivatives = Table(
+    "derivatives",
+    metadata,
+    Column("id", String(ID_LENGTH), primary_key=True),
+    Column(
+        "conversation_id", String(ID_LENGTH), ForeignKey("conversations.id"), nullable=False
+    ),
+    Column("kind", String(64), nullable=False),
+    Column("payload", Text),
+    _created_at(),
+    Index("ix_derivatives_conversation_id", "conversation_id"),
+)
+
+derivative_sources = Table(
+    "derivative_sources",
+    metadata,
+    Column("derivative_id", String(ID_LENGTH), ForeignKey("derivatives.id"), nullable=False),
+    Column("event_id", String(ID_LENGTH), ForeignKey("events.id"), nullable=False),
+    PrimaryKeyConstraint("derivative_id", "event_id"),
+    Index("ix_derivative_sources_event_id", "event_id"),
+)
+
+blobs = Table(
+    "blobs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("kind", String(8), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("state", String(16), nullable=False, server_default="present"),
+    _created_at(),
+    UniqueConstraint("path"),
+    Index("ix_blobs_sha256_state", "sha256", "state"),
+    _enum_check("kind", BLOB_KINDS, "kind"),
+    _enum_check("state", BLOB_STATES, "state"),
+)
+
+attachments = Table(
+    "attachments",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("event_id", String(ID_LENGTH), ForeignKey("events.id"), nullable=False),
+    Column("blob_id", String(64), ForeignKey("blobs.id"), nullable=False),
+    Column("binding", String(16), nullable=False),
+    Column("name", Text, nullable=False),
+    _created_at(),
+    Index("ix_attachments_event_id", "event_id"),
+    Index("ix_attachments_blob_id", "blob_id"),
+    _enum_check("binding", BINDINGS, "binding"),
+)
+
+purge_ledger = Table(
+    "purge_ledger",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("purge_id", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("selectors", Text, nullable=False),
+    Column("scope_digest", String(64), nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("request_id", String(ID_LENGTH)),
+    Column("idempotency_key", String(ID_LENGTH)),
+    Column("origin", Text),
+    Column("accepted_at", UtcDateTime(), nullable=False),
+    Column("prev_hash", String(64), nullable=False),
+    Column("row_hash", String(64), nullable=False),
+    UniqueConstraint("purge_id"),
+    Index("ix_purge_ledger_idempotency_key", "idempotency_key"),
+    _enum_check("kind", PURGE_KINDS, "kind"),
+)
+
+ledger_head = Table(
+    "ledger_head",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("seq", BigInteger, nullable=False, server_default="0"),
+    Column("head_hash", String(64), nullable=False),
+    Column("database_id", String(64), nullable=False),
+    CheckConstraint("id = 1", name="single_row"),
+)
+
+tombstones = Table(
+    "tombstones",
+    metadata,
+    Column("kind", String(16), nullable=False),
+    Column("id", String(ID_LENGTH), nullable=False),
+    Column("purge_id", String(64), nullable=False),
+    _created_at(),
+    PrimaryKeyConstraint("kind", "id"),
+    _enum_check("kind", TOMBSTONE_KINDS, "kind"),
+)
+
+cleanup_steps = Table(
+    "cleanup_steps",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("purge_id", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("status", String(16), nullable=False, server_default="pending"),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("max_attempts", Integer, nullable=False),
+    Column("next_attempt_at", UtcDateTime(), nullable=False, server_default=now_default()),
+    Column("lease_owner", String(128)),
+    Column("lease_expires_at", UtcDateTime()),
+    Column("last_error", Text),
+    Column("removed", BigInteger, nullable=False, server_default="0"),
+    Column("retained_shared", BigInteger, nullable=False, server_default="0"),
+    Column("retained_reasons", Text),
+    Column("remaining", BigInteger),
+    _created_at(),
+    Column("updated_at", UtcDateTime(), nullable=False, server_default=now_default()),
+    UniqueConstraint("purge_id", "kind"),
+    Index("ix_cleanup_steps_due", "status", "next_attempt_at"),
+    _enum_check("kind", STEP_KINDS, "kind"),
+    _enum_check("status", STEP_STATUSES, "status"),
+)
+
+CONTENT_TABLES = (
+    bots,
+    conversations,
+    events,
+    placements,
+    runs,
+    admissions,
+    derivatives,
+    derivative_sources,
+    blobs,
+    attachments,
+)
+PURGE_TABLES = (purge_ledger, ledger_head, tombstones, cleanup_steps)
