@@ -100,9 +100,7 @@ class Database:
                     return work(conn)
         except RetryError as exc:
             last = exc.last_attempt.exception()
-            raise InfrastructureError(
-                f"the database stayed busy after {self.write_attempts} attempts"
-            ) from last
+            raise InfrastructureError(f"the database stayed busy after {self.write_attempts} attempts") from last
         raise AssertionError("unreachable")  # pragma: no cover
 
     def run_read(self, work: Callable[[Connection], T]) -> T:

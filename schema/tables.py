@@ -29,6 +29,9 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
+from schema import states
+from schema.states import values
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -82,17 +85,17 @@ def _enum_check(column: str, values: tuple[str, ...], name: str) -> CheckConstra
     return CheckConstraint(f"{column} IN ({listed})", name=name)
 
 
-CONVERSATION_KINDS = ("conversation", "channel")
-CONVERSATION_STATES = ("active", "deleted", "purged")
-RUN_STATUSES = ("queued", "running", "waiting", "succeeded", "failed", "cancelled", "abandoned")
-BLOB_KINDS = ("cas", "file")
-BLOB_STATES = ("present", "deleting", "deleted")
-BINDINGS = ("legacy_cas", "real_file")
-BOT_STATES = ("active", "deleted")
-PURGE_KINDS = ("content", "conversation", "channel", "bot")
-TOMBSTONE_KINDS = ("conversation", "channel", "bot", "event", "provider_event")
-STEP_KINDS = ("bodies", "attachments", "memory")
-STEP_STATUSES = ("pending", "running", "retrying", "done", "incomplete")
+CONVERSATION_KINDS = values(states.ConversationKind)
+CONVERSATION_STATES = values(states.ConversationState)
+RUN_STATUSES = values(states.RunStatus)
+BLOB_KINDS = values(states.BlobKind)
+BLOB_STATES = values(states.BlobState)
+BINDINGS = values(states.Binding)
+BOT_STATES = values(states.BotState)
+PURGE_KINDS = values(states.PurgeKind)
+TOMBSTONE_KINDS = values(states.TombstoneKind)
+STEP_KINDS = values(states.StepKind)
+STEP_STATUSES = values(states.StepStatus)
 
 bots = Table(
     "bots",
@@ -136,9 +139,7 @@ placements = Table(
     "placements",
     metadata,
     Column("event_id", String(ID_LENGTH), ForeignKey("events.id"), nullable=False),
-    Column(
-        "conversation_id", String(ID_LENGTH), ForeignKey("conversations.id"), nullable=False
-    ),
+    Column("conversation_id", String(ID_LENGTH), ForeignKey("conversations.id"), nullable=False),
     _created_at(),
     PrimaryKeyConstraint("event_id", "conversation_id"),
     Index("ix_placements_conversation_id", "conversation_id", "event_id"),
@@ -148,9 +149,7 @@ runs = Table(
     "runs",
     metadata,
     Column("id", String(ID_LENGTH), primary_key=True),
-    Column(
-        "conversation_id", String(ID_LENGTH), ForeignKey("conversations.id"), nullable=False
-    ),
+    Column("conversation_id", String(ID_LENGTH), ForeignKey("conversations.id"), nullable=False),
     Column("bot_id", String(ID_LENGTH), ForeignKey("bots.id"), nullable=False),
     Column("status", String(16), nullable=False, server_default="running"),
     Column("output", Text),
@@ -177,9 +176,7 @@ derivatives = Table(
     "derivatives",
     metadata,
     Column("id", String(ID_LENGTH), primary_key=True),
-    Column(
-        "conversation_id", String(ID_LENGTH), ForeignKey("conversations.id"), nullable=False
-    ),
+    Column("conversation_id", String(ID_LENGTH), ForeignKey("conversations.id"), nullable=False),
     Column("kind", String(64), nullable=False),
     Column("payload", Text),
     _created_at(),
@@ -219,6 +216,7 @@ attachments = Table(
     Column("blob_id", String(64), ForeignKey("blobs.id"), nullable=False),
     Column("binding", String(16), nullable=False),
     Column("name", Text, nullable=False),
+    Column("position", Integer, nullable=False, server_default="0"),
     _created_at(),
     Index("ix_attachments_event_id", "event_id"),
     Index("ix_attachments_blob_id", "blob_id"),

@@ -36,9 +36,7 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.CheckConstraint("kind IN ('cas', 'file')", name=op.f("ck_blobs_kind")),
-        sa.CheckConstraint(
-            "state IN ('present', 'deleting', 'deleted')", name=op.f("ck_blobs_state")
-        ),
+        sa.CheckConstraint("state IN ('present', 'deleting', 'deleted')", name=op.f("ck_blobs_state")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_blobs")),
         sa.UniqueConstraint("path", name=op.f("uq_blobs_path")),
     )
@@ -94,9 +92,7 @@ def upgrade() -> None:
             server_default=sa.text("(CURRENT_TIMESTAMP)"),
             nullable=False,
         ),
-        sa.CheckConstraint(
-            "kind IN ('bodies', 'attachments', 'memory')", name=op.f("ck_cleanup_steps_kind")
-        ),
+        sa.CheckConstraint("kind IN ('bodies', 'attachments', 'memory')", name=op.f("ck_cleanup_steps_kind")),
         sa.CheckConstraint(
             "status IN ('pending', 'running', 'retrying', 'done', 'incomplete')",
             name=op.f("ck_cleanup_steps_status"),
@@ -104,9 +100,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_cleanup_steps")),
         sa.UniqueConstraint("purge_id", "kind", name=op.f("uq_cleanup_steps_purge_id_kind")),
     )
-    op.create_index(
-        "ix_cleanup_steps_due", "cleanup_steps", ["status", "next_attempt_at"], unique=False
-    )
+    op.create_index("ix_cleanup_steps_due", "cleanup_steps", ["status", "next_attempt_at"], unique=False)
 
     op.create_table(
         "events",
@@ -155,9 +149,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("seq", name=op.f("pk_purge_ledger")),
         sa.UniqueConstraint("purge_id", name=op.f("uq_purge_ledger_purge_id")),
     )
-    op.create_index(
-        "ix_purge_ledger_idempotency_key", "purge_ledger", ["idempotency_key"], unique=False
-    )
+    op.create_index("ix_purge_ledger_idempotency_key", "purge_ledger", ["idempotency_key"], unique=False)
 
     op.create_table(
         "tombstones",
@@ -183,21 +175,16 @@ def upgrade() -> None:
         sa.Column("blob_id", sa.String(length=64), nullable=False),
         sa.Column("binding", sa.String(length=16), nullable=False),
         sa.Column("name", sa.Text(), nullable=False),
+        sa.Column("position", sa.Integer(), server_default="0", nullable=False),
         sa.Column(
             "created_at",
             sa.DateTime(timezone=True),
             server_default=sa.text("(CURRENT_TIMESTAMP)"),
             nullable=False,
         ),
-        sa.CheckConstraint(
-            "binding IN ('legacy_cas', 'real_file')", name=op.f("ck_attachments_binding")
-        ),
-        sa.ForeignKeyConstraint(
-            ["blob_id"], ["blobs.id"], name=op.f("fk_attachments_blob_id_blobs")
-        ),
-        sa.ForeignKeyConstraint(
-            ["event_id"], ["events.id"], name=op.f("fk_attachments_event_id_events")
-        ),
+        sa.CheckConstraint("binding IN ('legacy_cas', 'real_file')", name=op.f("ck_attachments_binding")),
+        sa.ForeignKeyConstraint(["blob_id"], ["blobs.id"], name=op.f("fk_attachments_blob_id_blobs")),
+        sa.ForeignKeyConstraint(["event_id"], ["events.id"], name=op.f("fk_attachments_event_id_events")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_attachments")),
     )
     op.create_index("ix_attachments_blob_id", "attachments", ["blob_id"], unique=False)
@@ -216,12 +203,8 @@ def upgrade() -> None:
             server_default=sa.text("(CURRENT_TIMESTAMP)"),
             nullable=False,
         ),
-        sa.CheckConstraint(
-            "kind IN ('conversation', 'channel')", name=op.f("ck_conversations_kind")
-        ),
-        sa.CheckConstraint(
-            "state IN ('active', 'deleted', 'purged')", name=op.f("ck_conversations_state")
-        ),
+        sa.CheckConstraint("kind IN ('conversation', 'channel')", name=op.f("ck_conversations_kind")),
+        sa.CheckConstraint("state IN ('active', 'deleted', 'purged')", name=op.f("ck_conversations_state")),
         sa.ForeignKeyConstraint(["bot_id"], ["bots.id"], name=op.f("fk_conversations_bot_id_bots")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_conversations")),
     )
@@ -244,9 +227,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_derivatives")),
     )
-    op.create_index(
-        "ix_derivatives_conversation_id", "derivatives", ["conversation_id"], unique=False
-    )
+    op.create_index("ix_derivatives_conversation_id", "derivatives", ["conversation_id"], unique=False)
 
     op.create_table(
         "placements",
@@ -263,14 +244,10 @@ def upgrade() -> None:
             ["conversations.id"],
             name=op.f("fk_placements_conversation_id_conversations"),
         ),
-        sa.ForeignKeyConstraint(
-            ["event_id"], ["events.id"], name=op.f("fk_placements_event_id_events")
-        ),
+        sa.ForeignKeyConstraint(["event_id"], ["events.id"], name=op.f("fk_placements_event_id_events")),
         sa.PrimaryKeyConstraint("event_id", "conversation_id", name=op.f("pk_placements")),
     )
-    op.create_index(
-        "ix_placements_conversation_id", "placements", ["conversation_id", "event_id"], unique=False
-    )
+    op.create_index("ix_placements_conversation_id", "placements", ["conversation_id", "event_id"], unique=False)
 
     op.create_table(
         "runs",
@@ -313,9 +290,7 @@ def upgrade() -> None:
             server_default=sa.text("(CURRENT_TIMESTAMP)"),
             nullable=False,
         ),
-        sa.ForeignKeyConstraint(
-            ["event_id"], ["events.id"], name=op.f("fk_admissions_event_id_events")
-        ),
+        sa.ForeignKeyConstraint(["event_id"], ["events.id"], name=op.f("fk_admissions_event_id_events")),
         sa.ForeignKeyConstraint(["run_id"], ["runs.id"], name=op.f("fk_admissions_run_id_runs")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_admissions")),
     )
@@ -331,14 +306,10 @@ def upgrade() -> None:
             ["derivatives.id"],
             name=op.f("fk_derivative_sources_derivative_id_derivatives"),
         ),
-        sa.ForeignKeyConstraint(
-            ["event_id"], ["events.id"], name=op.f("fk_derivative_sources_event_id_events")
-        ),
+        sa.ForeignKeyConstraint(["event_id"], ["events.id"], name=op.f("fk_derivative_sources_event_id_events")),
         sa.PrimaryKeyConstraint("derivative_id", "event_id", name=op.f("pk_derivative_sources")),
     )
-    op.create_index(
-        "ix_derivative_sources_event_id", "derivative_sources", ["event_id"], unique=False
-    )
+    op.create_index("ix_derivative_sources_event_id", "derivative_sources", ["event_id"], unique=False)
     install_fences()
     seed_ledger_head()
 
@@ -346,7 +317,9 @@ def upgrade() -> None:
 def install_fences() -> None:
     bind = op.get_bind()
     # A raw cursor with no parameters: the PL/pgSQL bodies hold % and : as written.
-    cursor = bind.connection.dbapi_connection.cursor()
+    dbapi_connection = bind.connection.dbapi_connection
+    assert dbapi_connection is not None
+    cursor = dbapi_connection.cursor()
     try:
         for statement in fences.statements(bind.dialect.name, "0001_fences.sql"):
             cursor.execute(statement)
@@ -358,8 +331,7 @@ def seed_ledger_head() -> None:
     # The random database id names this database's checkpoints; a restored dump keeps it.
     op.execute(
         sa.text(
-            "INSERT INTO ledger_head (id, seq, head_hash, database_id) "
-            "VALUES (1, 0, :genesis, :database_id)"
+            "INSERT INTO ledger_head (id, seq, head_hash, database_id) VALUES (1, 0, :genesis, :database_id)"
         ).bindparams(genesis="0" * 64, database_id=uuid.uuid4().hex)
     )
 

@@ -1,0 +1,435 @@
+"""The host's content commands: write conversations, bots, events and runs; read them fenced."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from sqlalchemy import Connection
+
+from commands import validation
+from commands.attachments import NewAttachment, StagedBlob, stage
+from commands.records import (
+    Admission,
+    Attachment,
+    Bot,
+    Conversation,
+    Derivative,
+    Event,
+    Placement,
+    Run,
+)
+from schema import content as q
+from schema.db import Database
+from schema.errors import (
+    ContentPurged,
+    IdReserved,
+    InfrastructureError,
+    NotFound,
+    ValidationError,
+)
+from schema.states import (
+    BlobState,
+    ConversationKind,
+    ConversationState,
+    RunStatus,
+    TombstoneKind,
+)
+from workers import memory
+from workers.blobstore import BlobStore
+
+CONVERSATION_IDS = (TombstoneKind.CONVERSATION, TombstoneKind.CHANNEL)
+
+
+class ContentCommands:
+    """Mixed into :class:`commands.Purgekeeper`; needs ``db`` and ``blobs``."""
+
+    db: Database
+    blobs: BlobStore
+
+    # -- conversations and bots -----------------------------------------------------------
+
+    def create_conversation(
+        self, conversation_id: str, *, kind: str = "conversation", bot_id: str | None = None
+    ) -> Conversation:
+        """Create a conversation or channel; repeating an identical create returns it."""
+        validation.check_id(conversation_id, "conversation_id")
+        kind = validation.check_choice(kind, "kind", [k.value for k in ConversationKind])
+        validation.check_optional_id(bot_id, "bot_id")
+
+        def work(conn: Connection) -> Conversation:
+            if q.is_tombstoned(conn, CONVERSATION_IDS, conversation_id):
+                raise IdReserved(f"conversation id {conversation_id} belongs to a purge or deletion")
+            existing = q.conversation_row(conn, conversation_id)
+            if existing is not None:
+                return _same_conversation(existing, kind, bot_id)
+            if bot_id is not None:
+                _require(q.bot_row(conn, bot_id), f"no bot {bot_id}")
+            q.insert_conversation(conn, conversation_id, kind, bot_id)
+            return Conversation.from_row(_require(q.conversation_row(conn, conversation_id), ""))
+
+        return self.db.transact(work)
+
+    def register_bot(self, bot_id: str, *, name: str, memory_path: str | Path | None = None) -> Bot:
+        """Register a bot; with a Memory repository, write its ownership marker in ``.git/``."""
+        validation.check_id(bot_id, "bot_id")
+        validation.check_text(name, "name", max_length=validation.MAX_BOT_NAME_LENGTH)
+        repository = _check_memory_path(memory_path, bot_id)
+        with self.db.read() as conn:
+            _require_new_bot(conn, bot_id)
+        marker = memory.write_marker(repository, bot_id) if repository else None
+
+        def work(conn: Connection) -> Bot:
+            q.insert_bot(
+                conn,
+                bot_id,
+                name=name,
+                memory_path=str(repository) if repository else None,
+                marker_id=marker.marker_id if marker else None,
+            )
+            return Bot.from_row(_require(q.bot_row(conn, bot_id), ""))
+
+        try:
+            return self.db.transact(work)
+        except BaseException:
+            if repository and marker:
+                memory.remove_marker(repository, marker)
+            raise
+
+    def get_conversation(self, conversation_id: str) -> Conversation | None:
+        """The conversation, or None when it is unknown or purged."""
+        validation.check_id(conversation_id, "conversation_id")
+        with self.db.read() as conn:
+            if q.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
+                return None
+            row = q.conversation_row(conn, conversation_id)
+        if row is None or row.state == ConversationState.PURGED:
+            return None
+        return Conversation.from_row(row)
+
+    def list_conversations(self) -> list[Conversation]:
+        """The catalog: every conversation and channel that is not purged, by id."""
+        with self.db.read() as conn:
+            return [Conversation.from_row(row) for row in q.catalog(conn)]
+
+    # -- events ---------------------------------------------------------------------------
+
+    def ingest_event(
+        self,
+        conversation_id: str,
+        *,
+        author: str,
+        body: str | None,
+        provider_event_id: str | None = None,
+        event_id: str | None = None,
+        occurred_at: dt.datetime | None = None,
+        attachments: Sequence[NewAttachment] = (),
+    ) -> Event:
+        """Add an event to a conversation. Idempotent on ``provider_event_id``: a duplicate
+        delivery returns the event already ingested and writes nothing."""
+        validation.check_id(conversation_id, "conversation_id")
+        validation.check_text(author, "author", max_length=validation.MAX_AUTHOR_LENGTH)
+        body = validation.check_body(body)
+        validation.check_optional_id(provider_event_id, "provider_event_id")
+        event_id = validation.check_optional_id(event_id, "event_id") or uuid.uuid4().hex
+        when = validation.check_occurred_at(occurred_at) or dt.datetime.now(dt.UTC)
+        new = _check_attachments(attachments)
+        staged = [stage(a) for a in new]
+        used: set[str] = set()
+
+        def work(conn: Connection) -> Event:
+            used.clear()
+            if provider_event_id is not None:
+                duplicate = _duplicate_delivery(conn, provider_event_id)
+                if duplicate is not None:
+                    return _event_with_attachments(conn, duplicate)
+            _require_conversation(conn, conversation_id)
+            inserted = q.insert_event(
+                conn,
+                event_id=event_id,
+                provider_event_id=provider_event_id,
+                author=author,
+                occurred_at=when,
+                body=body,
+            )
+            if not inserted:  # a concurrent delivery of the same provider event won
+                return _event_with_attachments(conn, _require(_duplicate_delivery(conn, provider_event_id or ""), ""))
+            q.insert_placement(conn, event_id, conversation_id)
+            for position, (attachment, blob) in enumerate(zip(new, staged, strict=True)):
+                _bind(conn, event_id, attachment, blob, used, position)
+            return _event_with_attachments(conn, _require(q.event_row(conn, event_id), ""))
+
+        self._write_staged(new, staged)
+        try:
+            return self.db.transact(work)
+        finally:
+            self._discard_staged(blob for blob in staged if blob and blob.blob_id not in used)
+
+    def place_event(self, event_id: str, conversation_id: str) -> Placement:
+        """Place a live event in another conversation too; it stays one piece of content."""
+        validation.check_id(event_id, "event_id")
+        validation.check_id(conversation_id, "conversation_id")
+
+        def work(conn: Connection) -> Placement:
+            _require_live_event(conn, event_id)
+            _require_conversation(conn, conversation_id)
+            if not q.placement_exists(conn, event_id, conversation_id):
+                q.insert_placement(conn, event_id, conversation_id)
+            return Placement(event_id=event_id, conversation_id=conversation_id)
+
+        return self.db.transact(work)
+
+    def read_conversation(self, conversation_id: str) -> list[Event]:
+        """The conversation's events that no purge fences; ``[]`` for a purged one."""
+        validation.check_id(conversation_id, "conversation_id")
+        with self.db.read() as conn:
+            rows = q.readable_events(conn, conversation_id)
+            by_event = _attachments_by_event(conn, [row.id for row in rows])
+        return [Event.from_row(row, by_event.get(row.id, ())) for row in rows]
+
+    def open_attachment(self, attachment_id: str) -> BinaryIO:
+        """The attachment's bytes as a binary file; ``ContentPurged`` once it is fenced."""
+        validation.check_id(attachment_id, "attachment_id")
+        with self.db.read() as conn:
+            row = _require(q.attachment_with_blob(conn, attachment_id), f"no attachment {attachment_id}")
+            if not q.is_event_live(conn, row.event_id):
+                raise ContentPurged(f"attachment {attachment_id} belongs to purged content")
+            if row.blob_state != BlobState.PRESENT:
+                raise ContentPurged(f"attachment {attachment_id} bytes are {row.blob_state}")
+            try:
+                return self.blobs.open(row.blob_kind, row.path)
+            except FileNotFoundError as exc:
+                raise ContentPurged(f"attachment {attachment_id} bytes are gone") from exc
+
+    # -- runs, admissions, derivatives ----------------------------------------------------
+
+    def start_run(self, conversation_id: str, *, bot_id: str, run_id: str | None = None) -> Run:
+        """Start an agent run of ``bot_id`` in the conversation (status ``running``)."""
+        validation.check_id(conversation_id, "conversation_id")
+        validation.check_id(bot_id, "bot_id")
+        run_id = validation.check_optional_id(run_id, "run_id") or uuid.uuid4().hex
+
+        def work(conn: Connection) -> Run:
+            _require_conversation(conn, conversation_id)
+            _require(q.bot_row(conn, bot_id), f"no bot {bot_id}")
+            q.insert_run(conn, run_id=run_id, conversation_id=conversation_id, bot_id=bot_id)
+            return Run.from_row(_require(q.run_row(conn, run_id), ""))
+
+        return self.db.transact(work)
+
+    def finish_run(self, run_id: str, *, status: str, output: Any = None) -> Run:
+        """Settle a run with a terminal status, keeping its assistant ``output``."""
+        validation.check_id(run_id, "run_id")
+        terminal = sorted(s.value for s in RunStatus if s.is_terminal)
+        status = validation.check_choice(status, "status", terminal)
+        text = validation.check_optional_json(output, "output", max_bytes=validation.MAX_OUTPUT_BYTES)
+
+        def work(conn: Connection) -> Run:
+            run = _require(q.run_row(conn, run_id), f"no run {run_id}")
+            if RunStatus(run.status).is_terminal:
+                raise ValidationError(f"run {run_id} is already {run.status}")
+            q.finish_run(conn, run_id, status=status, output=text)
+            return Run.from_row(_require(q.run_row(conn, run_id), ""))
+
+        return self.db.transact(work)
+
+    def admit(self, event_id: str, run_id: str, *, payload: Any) -> Admission:
+        """Record that a live event was admitted to a non-terminal run, with its input."""
+        validation.check_id(event_id, "event_id")
+        validation.check_id(run_id, "run_id")
+        text = validation.check_json(payload, "payload", max_bytes=validation.MAX_PAYLOAD_BYTES)
+        admission_id = uuid.uuid4().hex
+
+        def work(conn: Connection) -> Admission:
+            run = _require(q.run_row(conn, run_id), f"no run {run_id}")
+            if RunStatus(run.status).is_terminal:
+                raise ValidationError(f"run {run_id} is already {run.status}; it admits nothing")
+            _require_live_event(conn, event_id)
+            q.insert_admission(conn, admission_id=admission_id, event_id=event_id, run_id=run_id, payload=text)
+            return Admission(id=admission_id, event_id=event_id, run_id=run_id, payload=payload)
+
+        return self.db.transact(work)
+
+    def add_derivative(
+        self,
+        conversation_id: str,
+        *,
+        kind: str,
+        payload: Any,
+        source_event_ids: Sequence[str] = (),
+    ) -> Derivative:
+        """Record data derived from events: a summary, an inactive history row, an index entry."""
+        validation.check_id(conversation_id, "conversation_id")
+        validation.check_text(kind, "kind", max_length=validation.MAX_DERIVATIVE_KIND_LENGTH)
+        text = validation.check_json(payload, "payload", max_bytes=validation.MAX_PAYLOAD_BYTES)
+        sources = validation.check_id_list(
+            source_event_ids, "source_event_ids", max_count=validation.MAX_DERIVATIVE_SOURCES
+        )
+        derivative_id = uuid.uuid4().hex
+
+        def work(conn: Connection) -> Derivative:
+            _require_conversation(conn, conversation_id)
+            missing = set(sources) - q.existing_event_ids(conn, sources)
+            if missing:
+                raise NotFound(f"no event {sorted(missing)[0]}")
+            q.insert_derivative(
+                conn,
+                derivative_id=derivative_id,
+                conversation_id=conversation_id,
+                kind=kind,
+                payload=text,
+                source_event_ids=sources,
+            )
+            return Derivative(derivative_id, conversation_id, kind, payload, tuple(sources))
+
+        return self.db.transact(work)
+
+    # -- staged bytes ---------------------------------------------------------------------
+
+    def _write_staged(self, new: Sequence[NewAttachment], staged: Sequence[StagedBlob | None]) -> None:
+        written: list[StagedBlob] = []
+        try:
+            for attachment, blob in zip(new, staged, strict=True):
+                if blob is not None and attachment.data is not None:
+                    self.blobs.write(blob.kind, blob.path, attachment.data)
+                    written.append(blob)
+        except OSError as exc:
+            self._discard_staged(written)
+            raise _filesystem_error(exc) from exc
+
+    def _discard_staged(self, staged: Iterable[StagedBlob | None]) -> None:
+        for blob in staged:
+            if blob is not None:
+                with contextlib.suppress(OSError):
+                    self.blobs.discard(blob.kind, blob.path)
+
+
+def _filesystem_error(exc: OSError) -> Exception:
+    return InfrastructureError(f"could not write attachment bytes: {exc.strerror}")
+
+
+def _require(row: Any, message: str) -> Any:
+    if row is None:
+        raise NotFound(message or "not found")
+    return row
+
+
+def _same_conversation(existing: Any, kind: str, bot_id: str | None) -> Conversation:
+    if existing.kind != kind or existing.bot_id != bot_id:
+        raise ValidationError(
+            f"conversation {existing.id} already exists as a {existing.kind} with bot {existing.bot_id}"
+        )
+    return Conversation.from_row(existing)
+
+
+def _require_conversation(conn: Connection, conversation_id: str) -> None:
+    """NotFound for an unknown id; the triggers refuse a purged or deleted one."""
+    if q.conversation_row(conn, conversation_id) is None and not q.is_tombstoned(
+        conn, CONVERSATION_IDS, conversation_id
+    ):
+        raise NotFound(f"no conversation {conversation_id}")
+
+
+def _require_new_bot(conn: Connection, bot_id: str) -> None:
+    if q.is_tombstoned(conn, [TombstoneKind.BOT], bot_id):
+        raise IdReserved(f"bot id {bot_id} belongs to a deleted bot")
+    if q.bot_row(conn, bot_id) is not None:
+        raise ValidationError(f"a bot with id {bot_id} already exists")
+
+
+def _require_live_event(conn: Connection, event_id: str) -> None:
+    _require(q.event_row(conn, event_id), f"no event {event_id}")
+    if not q.is_event_live(conn, event_id):
+        raise ContentPurged(f"event {event_id} is purged or no longer live")
+
+
+def _duplicate_delivery(conn: Connection, provider_event_id: str) -> Any:
+    if q.is_tombstoned(conn, [TombstoneKind.PROVIDER_EVENT], provider_event_id):
+        raise ContentPurged(f"provider event {provider_event_id} was purged; it is never ingested again")
+    return q.event_by_provider_id(conn, provider_event_id)
+
+
+def _bind(
+    conn: Connection,
+    event_id: str,
+    attachment: NewAttachment,
+    blob: StagedBlob | None,
+    used: set[str],
+    position: int,
+) -> None:
+    blob_id = _blob_for(conn, attachment, blob, used)
+    q.insert_attachment(
+        conn,
+        attachment_id=uuid.uuid4().hex,
+        event_id=event_id,
+        blob_id=blob_id,
+        binding=attachment.binding.value,
+        name=attachment.name,
+        position=position,
+    )
+
+
+def _blob_for(conn: Connection, attachment: NewAttachment, blob: StagedBlob | None, used: set[str]) -> str:
+    """The blob to bind: a reused one, a present CAS twin, or the newly staged bytes."""
+    if blob is None:
+        row = _require(q.blob_row(conn, attachment.blob_id or "", lock_shared=True), f"no blob {attachment.blob_id}")
+        if row.state != BlobState.PRESENT:
+            raise ContentPurged(f"blob {row.id} is {row.state}; it cannot be bound again")
+        return str(row.id)
+    if attachment.source == "cas":
+        twin = q.present_cas_blob(conn, blob.sha256)
+        if twin is not None:
+            return str(twin.id)
+    q.insert_blob(conn, blob_id=blob.blob_id, kind=blob.kind.value, sha256=blob.sha256, size=blob.size, path=blob.path)
+    used.add(blob.blob_id)
+    return blob.blob_id
+
+
+def _event_with_attachments(conn: Connection, row: Any) -> Event:
+    by_event = _attachments_by_event(conn, [row.id])
+    return Event.from_row(row, by_event.get(row.id, ()))
+
+
+def _attachments_by_event(conn: Connection, event_ids: Sequence[str]) -> dict[str, list[Attachment]]:
+    grouped: dict[str, list[Attachment]] = defaultdict(list)
+    for row in q.attachments_of(conn, event_ids):
+        grouped[row.event_id].append(Attachment.from_row(row))
+    return grouped
+
+
+def _check_attachments(attachments: Any) -> list[NewAttachment]:
+    if isinstance(attachments, NewAttachment) or not isinstance(attachments, Sequence | tuple):
+        raise ValidationError("attachments must be a list of NewAttachment")
+    items = list(attachments)
+    if len(items) > validation.MAX_ATTACHMENTS_PER_EVENT:
+        raise ValidationError(f"an event holds at most {validation.MAX_ATTACHMENTS_PER_EVENT} attachments")
+    for item in items:
+        if not isinstance(item, NewAttachment):
+            raise ValidationError("attachments must be NewAttachment.cas/.file/.reuse values")
+    return items
+
+
+def _check_memory_path(memory_path: str | Path | None, bot_id: str) -> Path | None:
+    """The repository as an absolute path (symlinks kept, so a later proof can see them)."""
+    if memory_path is None:
+        return None
+    if not isinstance(memory_path, str | Path) or not str(memory_path).strip():
+        raise ValidationError("memory_path must be a path")
+    if "\x00" in str(memory_path):
+        raise ValidationError("memory_path must not contain NUL")
+    repository = Path(memory_path).expanduser().absolute()
+    if not repository.exists():
+        raise ValidationError(f"memory_path {repository} does not exist")
+    if not repository.is_dir():
+        raise ValidationError(f"memory_path {repository} is not a directory")
+    if not memory.git_dir(repository).is_dir():
+        raise ValidationError(f"memory_path {repository} is not a Git working tree (no .git/ directory)")
+    owner = memory.read_marker(repository)
+    if owner is not None and owner.bot_id != bot_id:
+        raise ValidationError(f"memory_path {repository} is already owned by bot {owner.bot_id}")
+    return repository

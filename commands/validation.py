@@ -1,0 +1,158 @@
+"""Input checks: bad input raises ``ValidationError`` before anything is written.
+
+The limits are part of the contract and are listed in the README:
+
+=============================  ==========================================================
+value                          limit
+=============================  ==========================================================
+ids (conversation, event, …)   1 to 200 characters of ``A-Z a-z 0-9 . _ : @ + -``, starting
+                               with a letter or digit
+author, bot name               1 to 200 characters, no NUL
+body                           ``None``, or 1 byte to 256 KiB of UTF-8 text, no NUL
+attachment name                1 to 255 characters; no ``/``, ``\\``, ``..``, NUL or control
+attachment bytes               at most 64 MiB each, at most 32 attachments per event
+payload, run output            JSON-serialisable, at most 256 KiB once serialised
+derivative kind                1 to 64 characters; at most 1,000 source events
+=============================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from schema.errors import ValidationError
+
+MAX_ID_LENGTH = 200
+MAX_AUTHOR_LENGTH = 200
+MAX_BOT_NAME_LENGTH = 200
+MAX_BODY_BYTES = 256 * 1024
+MAX_NAME_LENGTH = 255
+MAX_ATTACHMENT_BYTES = 64 * 1024 * 1024
+MAX_ATTACHMENTS_PER_EVENT = 32
+MAX_PAYLOAD_BYTES = 256 * 1024
+MAX_OUTPUT_BYTES = 256 * 1024
+MAX_DERIVATIVE_KIND_LENGTH = 64
+MAX_DERIVATIVE_SOURCES = 1000
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_id(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string, not {type(value).__name__}")
+    if not value:
+        raise ValidationError(f"{field} must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise ValidationError(f"{field} is longer than {MAX_ID_LENGTH} characters")
+    if not _ID.fullmatch(value):
+        raise ValidationError(
+            f"{field} may hold only letters, digits and . _ : @ + -, and must start with a letter or digit"
+        )
+    return value
+
+
+def check_optional_id(value: Any, field: str) -> str | None:
+    return None if value is None else check_id(value, field)
+
+
+def check_text(value: Any, field: str, *, max_length: int) -> str:
+    """A required short text: not empty, no NUL, at most ``max_length`` characters."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string, not {type(value).__name__}")
+    if not value.strip():
+        raise ValidationError(f"{field} must not be empty")
+    if len(value) > max_length:
+        raise ValidationError(f"{field} is longer than {max_length} characters")
+    if "\x00" in value:
+        raise ValidationError(f"{field} must not contain NUL")
+    return value
+
+
+def check_body(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(f"body must be a string or None, not {type(value).__name__}")
+    if not value:
+        raise ValidationError("body must not be empty; pass None for an event without a body")
+    if "\x00" in value:
+        raise ValidationError("body must not contain NUL")
+    if len(value.encode("utf-8")) > MAX_BODY_BYTES:
+        raise ValidationError(f"body is larger than {MAX_BODY_BYTES} bytes")
+    return value
+
+
+def check_name(value: Any) -> str:
+    """An attachment name: a single path component a file system can hold."""
+    name = check_text(value, "attachment name", max_length=MAX_NAME_LENGTH)
+    if "/" in name or "\\" in name:
+        raise ValidationError("attachment name must not contain a path separator")
+    if ".." in name or name in (".",):
+        raise ValidationError("attachment name must not contain '..' or be '.'")
+    if _CONTROL.search(name):
+        raise ValidationError("attachment name must not contain control characters")
+    if name != name.strip():
+        raise ValidationError("attachment name must not start or end with whitespace")
+    return name
+
+
+def check_data(value: Any) -> bytes:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise ValidationError(f"attachment data must be bytes, not {type(value).__name__}")
+    data = bytes(value)
+    if not data:
+        raise ValidationError("attachment data must not be empty")
+    if len(data) > MAX_ATTACHMENT_BYTES:
+        raise ValidationError(f"attachment is larger than {MAX_ATTACHMENT_BYTES} bytes")
+    return data
+
+
+def check_occurred_at(value: Any) -> dt.datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime):
+        raise ValidationError(f"occurred_at must be a datetime, not {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValidationError("occurred_at must be timezone-aware")
+    return value.astimezone(dt.UTC)
+
+
+def check_json(value: Any, field: str, *, max_bytes: int) -> str:
+    """A JSON-serialisable value, returned as its compact JSON text."""
+    if value is None:
+        raise ValidationError(f"{field} must not be None")
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"{field} must be JSON-serialisable: {exc}") from exc
+    if text in ('""', "{}", "[]"):
+        raise ValidationError(f"{field} must not be empty")
+    if "\\u0000" in text:
+        raise ValidationError(f"{field} must not contain NUL")
+    if len(text.encode("utf-8")) > max_bytes:
+        raise ValidationError(f"{field} is larger than {max_bytes} bytes once serialised")
+    return text
+
+
+def check_optional_json(value: Any, field: str, *, max_bytes: int) -> str | None:
+    return None if value is None else check_json(value, field, max_bytes=max_bytes)
+
+
+def check_id_list(values: Any, field: str, *, max_count: int) -> list[str]:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | set | frozenset):
+        raise ValidationError(f"{field} must be a list of ids")
+    ids = [check_id(v, field) for v in values]
+    if len(ids) > max_count:
+        raise ValidationError(f"{field} holds more than {max_count} ids")
+    return list(dict.fromkeys(ids))
+
+
+def check_choice(value: Any, field: str, choices: Sequence[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ValidationError(f"{field} must be one of {', '.join(choices)}; got {value!r}")
+    return value

@@ -1,0 +1,272 @@
+"""Queries over the host's content: writes and fenced reads.
+
+Writes rely on the triggers in schema/sql/ for every fence; the checks here only give a
+clearer error first. Reads apply the fences themselves: a fenced event, a purged
+conversation and a non-live event are never returned, whether or not cleanup has run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, exists, func, insert, not_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from schema.states import BlobState, ConversationState, TombstoneKind
+from schema.tables import (
+    admissions,
+    attachments,
+    blobs,
+    bots,
+    conversations,
+    derivative_sources,
+    derivatives,
+    events,
+    placements,
+    runs,
+    tombstones,
+)
+
+
+def is_tombstoned(conn: Connection, kinds: Iterable[TombstoneKind], the_id: str) -> bool:
+    query = select(tombstones.c.kind).where(tombstones.c.kind.in_([k.value for k in kinds]), tombstones.c.id == the_id)
+    return conn.execute(query.limit(1)).first() is not None
+
+
+def fenced_event_ids(conn: Connection, event_ids: Sequence[str]) -> set[str]:
+    query = select(tombstones.c.id).where(
+        tombstones.c.kind == TombstoneKind.EVENT.value, tombstones.c.id.in_(list(event_ids))
+    )
+    return set(conn.scalars(query))
+
+
+# -- conversations and bots ---------------------------------------------------------------
+
+
+def conversation_row(conn: Connection, conversation_id: str) -> Row[Any] | None:
+    query = select(conversations).where(conversations.c.id == conversation_id)
+    return conn.execute(query).first()
+
+
+def insert_conversation(conn: Connection, conversation_id: str, kind: str, bot_id: str | None) -> None:
+    conn.execute(insert(conversations).values(id=conversation_id, kind=kind, bot_id=bot_id))
+
+
+def catalog(conn: Connection) -> list[Row[Any]]:
+    """Every conversation that is not purged, by id."""
+    query = (
+        select(conversations)
+        .where(conversations.c.state != ConversationState.PURGED.value)
+        .where(not_(_tombstone_exists(TombstoneKind.CONVERSATION, conversations.c.id)))
+        .order_by(conversations.c.id)
+    )
+    return list(conn.execute(query))
+
+
+def bot_row(conn: Connection, bot_id: str) -> Row[Any] | None:
+    return conn.execute(select(bots).where(bots.c.id == bot_id)).first()
+
+
+def insert_bot(conn: Connection, bot_id: str, *, name: str, memory_path: str | None, marker_id: str | None) -> None:
+    conn.execute(insert(bots).values(id=bot_id, name=name, memory_path=memory_path, marker_id=marker_id))
+
+
+def bots_with_memory(conn: Connection) -> list[Row[Any]]:
+    query = select(bots).where(bots.c.memory_path.is_not(None)).order_by(bots.c.id)
+    return list(conn.execute(query))
+
+
+# -- events -------------------------------------------------------------------------------
+
+
+def event_row(conn: Connection, event_id: str) -> Row[Any] | None:
+    return conn.execute(select(events).where(events.c.id == event_id)).first()
+
+
+def event_by_provider_id(conn: Connection, provider_event_id: str) -> Row[Any] | None:
+    query = select(events).where(events.c.provider_event_id == provider_event_id)
+    return conn.execute(query).first()
+
+
+def insert_event(
+    conn: Connection,
+    *,
+    event_id: str,
+    provider_event_id: str | None,
+    author: str,
+    occurred_at: dt.datetime,
+    body: str | None,
+) -> bool:
+    """Insert the event; False when its provider_event_id was already ingested."""
+    values = {
+        "id": event_id,
+        "provider_event_id": provider_event_id,
+        "author": author,
+        "occurred_at": occurred_at,
+        "body": body,
+    }
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    statement = dialect_insert(events).values(**values)
+    if provider_event_id is not None:
+        statement = statement.on_conflict_do_nothing(index_elements=["provider_event_id"])
+    return conn.execute(statement.returning(events.c.id)).first() is not None
+
+
+def insert_placement(conn: Connection, event_id: str, conversation_id: str) -> None:
+    conn.execute(insert(placements).values(event_id=event_id, conversation_id=conversation_id))
+
+
+def placement_exists(conn: Connection, event_id: str, conversation_id: str) -> bool:
+    query = select(placements.c.event_id).where(
+        placements.c.event_id == event_id, placements.c.conversation_id == conversation_id
+    )
+    return conn.execute(query).first() is not None
+
+
+def readable_events(conn: Connection, conversation_id: str) -> list[Row[Any]]:
+    """The conversation's events that no purge fences, in time order."""
+    query = (
+        select(events)
+        .join(placements, placements.c.event_id == events.c.id)
+        .join(conversations, conversations.c.id == placements.c.conversation_id)
+        .where(placements.c.conversation_id == conversation_id)
+        .where(conversations.c.state != ConversationState.PURGED.value)
+        .where(not_(_tombstone_exists(TombstoneKind.CONVERSATION, conversations.c.id)))
+        .where(not_(_tombstone_exists(TombstoneKind.EVENT, events.c.id)))
+        .order_by(events.c.occurred_at, events.c.id)
+    )
+    return list(conn.execute(query))
+
+
+def is_event_live(conn: Connection, event_id: str) -> bool:
+    """No fence, and a placement in a conversation that is not purged (DESIGN.md)."""
+    query = select(
+        and_(
+            not_(_tombstone_exists(TombstoneKind.EVENT, event_id)),
+            exists()
+            .where(placements.c.event_id == event_id)
+            .where(conversations.c.id == placements.c.conversation_id)
+            .where(conversations.c.state != ConversationState.PURGED.value),
+        )
+    )
+    return bool(conn.scalar(query))
+
+
+def _tombstone_exists(kind: TombstoneKind, id_expr: Any) -> Any:
+    return exists().where(tombstones.c.kind == kind.value).where(tombstones.c.id == id_expr)
+
+
+# -- blobs and attachments ----------------------------------------------------------------
+
+
+def present_cas_blob(conn: Connection, sha256: str) -> Row[Any] | None:
+    """A present CAS blob with these bytes, locked shared so deletion cannot pass it."""
+    query = (
+        select(blobs)
+        .where(blobs.c.kind == "cas", blobs.c.sha256 == sha256)
+        .where(blobs.c.state == BlobState.PRESENT.value)
+        .order_by(blobs.c.created_at, blobs.c.id)
+        .limit(1)
+        .with_for_update(read=True)
+    )
+    return conn.execute(query).first()
+
+
+def blob_row(conn: Connection, blob_id: str, *, lock_shared: bool = False) -> Row[Any] | None:
+    query = select(blobs).where(blobs.c.id == blob_id)
+    if lock_shared:
+        query = query.with_for_update(read=True)
+    return conn.execute(query).first()
+
+
+def insert_blob(conn: Connection, *, blob_id: str, kind: str, sha256: str, size: int, path: str) -> None:
+    conn.execute(insert(blobs).values(id=blob_id, kind=kind, sha256=sha256, size=size, path=path))
+
+
+def insert_attachment(
+    conn: Connection, *, attachment_id: str, event_id: str, blob_id: str, binding: str, name: str, position: int
+) -> None:
+    conn.execute(
+        insert(attachments).values(
+            id=attachment_id, event_id=event_id, blob_id=blob_id, binding=binding, name=name, position=position
+        )
+    )
+
+
+def attachments_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
+    """The attachments of these events whose bytes are present, with their blob's size."""
+    if not event_ids:
+        return []
+    query = (
+        select(attachments, blobs.c.size)
+        .join(blobs, blobs.c.id == attachments.c.blob_id)
+        .where(attachments.c.event_id.in_(list(event_ids)))
+        .where(blobs.c.state == BlobState.PRESENT.value)
+        .order_by(attachments.c.event_id, attachments.c.position)
+    )
+    return list(conn.execute(query))
+
+
+def attachment_with_blob(conn: Connection, attachment_id: str) -> Any:
+    query = (
+        select(
+            attachments.c.id,
+            attachments.c.event_id,
+            attachments.c.name,
+            blobs.c.id.label("blob_id"),
+            blobs.c.kind.label("blob_kind"),
+            blobs.c.path,
+            blobs.c.state.label("blob_state"),
+        )
+        .join(blobs, blobs.c.id == attachments.c.blob_id)
+        .where(attachments.c.id == attachment_id)
+    )
+    return conn.execute(query).first()
+
+
+# -- runs, admissions, derivatives --------------------------------------------------------
+
+
+def run_row(conn: Connection, run_id: str) -> Row[Any] | None:
+    return conn.execute(select(runs).where(runs.c.id == run_id)).first()
+
+
+def insert_run(conn: Connection, *, run_id: str, conversation_id: str, bot_id: str) -> None:
+    conn.execute(insert(runs).values(id=run_id, conversation_id=conversation_id, bot_id=bot_id, status="running"))
+
+
+def finish_run(conn: Connection, run_id: str, *, status: str, output: str | None) -> None:
+    conn.execute(
+        update(runs)
+        .where(runs.c.id == run_id)
+        .values(status=status, output=output, finished_at=func.current_timestamp())
+    )
+
+
+def insert_admission(conn: Connection, *, admission_id: str, event_id: str, run_id: str, payload: str) -> None:
+    conn.execute(insert(admissions).values(id=admission_id, event_id=event_id, run_id=run_id, payload=payload))
+
+
+def insert_derivative(
+    conn: Connection,
+    *,
+    derivative_id: str,
+    conversation_id: str,
+    kind: str,
+    payload: str,
+    source_event_ids: Sequence[str],
+) -> None:
+    conn.execute(
+        insert(derivatives).values(id=derivative_id, conversation_id=conversation_id, kind=kind, payload=payload)
+    )
+    if source_event_ids:
+        conn.execute(
+            insert(derivative_sources),
+            [{"derivative_id": derivative_id, "event_id": e} for e in source_event_ids],
+        )
+
+
+def existing_event_ids(conn: Connection, event_ids: Sequence[str]) -> set[str]:
+    return set(conn.scalars(select(events.c.id).where(events.c.id.in_(list(event_ids)))))

@@ -1,0 +1,91 @@
+"""Where attachment bytes live on disk: CAS blobs under the blob root, real files under the
+file root. Every blob row has its own path, so a re-upload of the same bytes never lands on
+the path of a blob that is being deleted.
+
+Reading files straight from the roots bypasses the purge fences; hosts read attachments
+through ``open_attachment``, which checks them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from schema.states import BlobKind
+
+
+@dataclass(frozen=True)
+class BlobStore:
+    blob_root: Path
+    file_root: Path
+
+    def ensure_roots(self) -> None:
+        for root in (self.blob_root, self.file_root):
+            root.mkdir(parents=True, exist_ok=True)
+
+    def root(self, kind: BlobKind | str) -> Path:
+        return self.blob_root if BlobKind(kind) is BlobKind.CAS else self.file_root
+
+    def absolute(self, kind: BlobKind | str, relative: str) -> Path:
+        root = self.root(kind).resolve()
+        path = (root / relative).resolve()
+        if root not in path.parents:
+            raise ValueError(f"blob path {relative!r} escapes its root")
+        return path
+
+    def write(self, kind: BlobKind | str, relative: str, data: bytes) -> None:
+        """Write the bytes durably and atomically: a reader sees all of them or none."""
+        path = self.absolute(kind, relative)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(path.parent)
+
+    def discard(self, kind: BlobKind | str, relative: str) -> bool:
+        """Unlink a blob's file; True if it was there. An already missing file is fine."""
+        path = self.absolute(kind, relative)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        if BlobKind(kind) is BlobKind.FILE:
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # the per-blob directory, when empty
+        return True
+
+    def open(self, kind: BlobKind | str, relative: str) -> BinaryIO:
+        return self.absolute(kind, relative).open("rb")
+
+    def exists(self, kind: BlobKind | str, relative: str) -> bool:
+        return self.absolute(kind, relative).is_file()
+
+
+def cas_path(sha256: str, blob_id: str) -> str:
+    """``ab/cd/<sha256>-<blob id>``: sharded by hash, unique by blob."""
+    return f"{sha256[:2]}/{sha256[2:4]}/{sha256}-{blob_id}"
+
+
+def file_path(blob_id: str, name: str) -> str:
+    """``<id[:2]>/<blob id>/<name>``: a real file keeps its name, in its own directory."""
+    return f"{blob_id[:2]}/{blob_id}/{name}"
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
