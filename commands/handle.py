@@ -84,7 +84,7 @@ def open(
         checkpoint_dir=checkpoint_dir,
         broker_url=broker_url,
     )
-    _make_directories(settings)
+    settings.make_directories()
     db = Database(settings.database_url)
     try:
         if migrate_schema:
@@ -109,11 +109,6 @@ def _settings(base: Settings, **given: Any) -> Settings:
         else:
             changes[name] = Path(value).expanduser().absolute()
     return replace(base, **changes)
-
-
-def _make_directories(settings: Settings) -> None:
-    for directory in (settings.data_dir, settings.blob_root, settings.file_root, settings.checkpoint_dir):
-        directory.mkdir(parents=True, exist_ok=True)
 
 
 def _no_enqueue(step_ids: Sequence[str]) -> None:

@@ -63,6 +63,12 @@ class Settings:
         )
 
 
+    def make_directories(self) -> None:
+        """Create the data directory and the roots purgekeeper writes to."""
+        for directory in (self.data_dir, self.blob_root, self.file_root, self.checkpoint_dir):
+            directory.mkdir(parents=True, exist_ok=True)
+
+
 def default_data_dir(env: Mapping[str, str]) -> Path:
     base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "purgekeeper"

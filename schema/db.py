@@ -10,6 +10,7 @@ Driver errors become domain errors here, through :func:`schema.errors.translate_
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -52,7 +53,13 @@ def redacted(url: str) -> str:
 class Database:
     """One database: an engine, write and read transactions, and error translation."""
 
-    def __init__(self, url: str, *, write_attempts: int = WRITE_ATTEMPTS) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        write_attempts: int = WRITE_ATTEMPTS,
+        sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS,
+    ) -> None:
         try:
             self.url = normalise_url(url)
         except sa_exc.ArgumentError as exc:
@@ -61,7 +68,7 @@ class Database:
         if self.dialect not in ("postgresql", "sqlite"):
             raise ValidationError(f"unsupported database {self.dialect!r}: use postgresql or sqlite")
         self.write_attempts = write_attempts
-        self.engine = _create_engine(self.url, self.dialect)
+        self.engine = _create_engine(self.url, self.dialect, sqlite_busy_timeout_ms)
 
     @property
     def is_sqlite(self) -> bool:
@@ -136,24 +143,24 @@ def redacted_or_raw(url: str) -> str:
         return "<unparseable>"
 
 
-def _create_engine(url: str, dialect: str) -> Engine:
+def _create_engine(url: str, dialect: str, busy_timeout_ms: int) -> Engine:
     if dialect == "sqlite":
         # One connection per use: SQLite connections are cheap and NullPool keeps no file
         # handle open across tests, threads or a restore.
         engine = create_engine(url, poolclass=NullPool, connect_args={"check_same_thread": False})
-        event.listen(engine, "connect", _sqlite_on_connect)
+        event.listen(engine, "connect", functools.partial(_sqlite_on_connect, busy_timeout_ms=busy_timeout_ms))
     else:
         engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
     event.listen(engine, "begin", _on_begin)
     return engine
 
 
-def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any, *, busy_timeout_ms: int) -> None:
     # Let the driver issue no BEGIN of its own: _on_begin issues the right one.
     dbapi_conn.isolation_level = None
     cursor = dbapi_conn.cursor()
     for pragma in (
-        f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}",
+        f"PRAGMA busy_timeout = {int(busy_timeout_ms)}",
         "PRAGMA journal_mode = WAL",
         "PRAGMA foreign_keys = ON",
         "PRAGMA secure_delete = ON",

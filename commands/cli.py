@@ -1,0 +1,116 @@
+"""``purgectl``: the operator's command line, a thin layer over ``commands``.
+
+Exit codes (DESIGN.md's error table):
+
+    0  success
+    1  NotFound
+    2  ValidationError (and bad command-line usage)
+    3  a conflict, a fence, IdReserved or MemoryErasureUnavailable
+    4  MessagingUnavailable or InfrastructureError (including SchemaMismatch)
+
+With ``--json`` a command prints exactly one JSON document, on success and on error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+
+from commands.settings import Settings
+from schema import migrate
+from schema.db import Database, redacted
+from schema.errors import (
+    Conflict,
+    Fenced,
+    InfrastructureError,
+    MemoryErasureUnavailable,
+    MessagingUnavailable,
+    NotFound,
+    PurgekeeperError,
+    ValidationError,
+)
+
+EXIT_CODES: tuple[tuple[type[PurgekeeperError], int], ...] = (
+    (NotFound, 1),
+    (ValidationError, 2),
+    (Conflict, 3),
+    (Fenced, 3),
+    (MemoryErasureUnavailable, 3),
+    (MessagingUnavailable, 4),
+    (InfrastructureError, 4),
+)
+
+
+def exit_code(error: PurgekeeperError) -> int:
+    for cls, code in EXIT_CODES:
+        if isinstance(error, cls):
+            return code
+    return 4
+
+
+def fail(error: PurgekeeperError, *, as_json: bool) -> NoReturn:
+    if as_json:
+        click.echo(json.dumps({"error": error.code, "detail": error.detail}))
+    else:
+        click.echo(f"error: {error.detail} ({error.code})", err=True)
+    sys.exit(exit_code(error))
+
+
+def run_command(as_json: bool, action: Callable[[], Any], render: Callable[[Any], str]) -> None:
+    """Run one command: print its result as JSON or text, or its error with its exit code."""
+    try:
+        result = action()
+    except PurgekeeperError as error:
+        fail(error, as_json=as_json)
+    click.echo(json.dumps(result, default=str) if as_json else render(result))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document.")
+
+
+@click.group(
+    help=__doc__,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+def main() -> None:
+    pass
+
+
+@main.command()
+@json_option
+def init(as_json: bool) -> None:
+    """Create or migrate the configured database. Safe to run again: an up-to-date database
+    is left as it is, and a database newer than this code is refused (exit 4)."""
+    settings = Settings.from_env()
+
+    def action() -> dict[str, Any]:
+        settings.make_directories()
+        db = Database(settings.database_url)
+        try:
+            result = migrate.upgrade(db)
+        finally:
+            db.dispose()
+        return {
+            "database_url": redacted(db.url),
+            "data_dir": str(settings.data_dir),
+            "revision": result.after,
+            "previous_revision": result.before,
+            "migrated": result.changed,
+        }
+
+    def render(result: dict[str, Any]) -> str:
+        verb = "migrated to" if result["migrated"] else "already at"
+        return (
+            f"database {result['database_url']} {verb} revision {result['revision']}\n"
+            f"data directory {result['data_dir']}"
+        )
+
+    run_command(as_json, action, render)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

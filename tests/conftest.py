@@ -1,0 +1,208 @@
+"""Shared fixtures: the two backends, cloned databases, and a clean environment.
+
+Every backend-neutral test takes ``database_url`` (or ``pk``, or ``raw``) and so runs on
+SQLite and on PostgreSQL. PostgreSQL tests clone a template database that is migrated once
+per session (``synchronous_commit=off``); SQLite tests copy a migrated template file.
+A missing PostgreSQL fails the run on CI (``CI`` set) and skips those tests locally.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Connection, CursorResult, text
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+
+import commands
+from schema import migrate
+from schema.db import Database
+from schema.errors import PurgekeeperError, translate_db_error
+
+POSTGRES_ADMIN_URL = os.environ.get("PK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+REDIS_URL = os.environ.get("PK_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+BACKENDS = ("sqlite", "postgresql")
+ON_CI = bool(os.environ.get("CI"))
+
+
+def service_missing(what: str, error: Exception) -> None:
+    message = f"{what} is not reachable: {error}"
+    if ON_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No PURGEKEEPER_* variable leaks in; the default data directory is the test's own."""
+    for name in list(os.environ):
+        if name.startswith("PURGEKEEPER_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
+
+def _admin_connect(dbname: str = "postgres") -> psycopg.Connection:
+    url = make_url(POSTGRES_ADMIN_URL).set(database=dbname)
+    return psycopg.connect(url.render_as_string(hide_password=False).replace("+psycopg", ""), autocommit=True)
+
+
+def postgres_url(dbname: str) -> str:
+    return make_url(POSTGRES_ADMIN_URL).set(database=dbname).render_as_string(hide_password=False)
+
+
+def create_database(name: str, *, template: str | None = None) -> None:
+    with _admin_connect() as conn:
+        clause = f" TEMPLATE {template}" if template else ""
+        conn.execute(f'CREATE DATABASE "{name}"{clause}')
+
+
+def drop_database(name: str) -> None:
+    with _admin_connect() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    try:
+        with _admin_connect() as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        service_missing("PostgreSQL", exc)
+    name = f"pk_template_{os.getpid()}"
+    drop_database(name)
+    create_database(name)
+    with _admin_connect() as conn:
+        conn.execute(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+    db = Database(postgres_url(name))
+    migrate.upgrade(db)
+    db.dispose()
+    yield name
+    drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    db = Database(f"sqlite:///{path}")
+    migrate.upgrade(db)
+    with db.write() as conn:  # fold the WAL into the file so a plain copy is complete
+        conn.exec_driver_sql("SELECT 1")
+    db.dispose()
+    return path
+
+
+@pytest.fixture
+def postgres_clone(postgres_template: str) -> Iterator[str]:
+    """A fresh PostgreSQL database cloned from the migrated template."""
+    name = f"pk_t_{uuid.uuid4().hex[:16]}"
+    create_database(name, template=postgres_template)
+    yield postgres_url(name)
+    drop_database(name)
+
+
+@pytest.fixture
+def sqlite_clone(sqlite_template: Path, tmp_path: Path) -> str:
+    path = tmp_path / "purgekeeper.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    marks = {m.name for m in request.node.iter_markers()}
+    if request.param == "sqlite" and "postgres_only" in marks:
+        pytest.skip("PostgreSQL only")
+    if request.param == "postgresql" and "sqlite_only" in marks:
+        pytest.skip("SQLite only")
+    return str(request.param)
+
+
+@pytest.fixture
+def database_url(backend: str, request: pytest.FixtureRequest) -> str:
+    fixture = "sqlite_clone" if backend == "sqlite" else "postgres_clone"
+    return str(request.getfixturevalue(fixture))
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> dict[str, Path]:
+    return {
+        "blob_root": tmp_path / "blobs",
+        "file_root": tmp_path / "files",
+        "checkpoint_dir": tmp_path / "ledger",
+        "memory_root": tmp_path / "memory",
+    }
+
+
+@pytest.fixture
+def pk(database_url: str, roots: dict[str, Path]) -> Iterator[commands.Purgekeeper]:
+    handle = commands.open(
+        database_url,
+        blob_root=roots["blob_root"],
+        file_root=roots["file_root"],
+        checkpoint_dir=roots["checkpoint_dir"],
+        memory_roots=[roots["memory_root"]],
+    )
+    yield handle
+    handle.close()
+
+
+@pytest.fixture
+def db(database_url: str) -> Iterator[Database]:
+    database = Database(database_url)
+    yield database
+    database.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_shared(postgres_template: str) -> Iterator[str]:
+    """One clone for the tests that roll back everything they do."""
+    name = f"pk_shared_{os.getpid()}"
+    drop_database(name)
+    create_database(name, template=postgres_template)
+    yield postgres_url(name)
+    drop_database(name)
+
+
+class RawSQL:
+    """A client that bypasses the library: one connection, one transaction that the test
+    rolls back, and each statement in its own savepoint so a refusal leaves the rest usable."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.dialect = conn.dialect.name
+
+    def run(self, sql: str, **params: object) -> CursorResult[Any]:
+        with self.conn.begin_nested():
+            return self.conn.execute(text(sql), params)
+
+    def scalar(self, sql: str, **params: object) -> Any:
+        return self.conn.execute(text(sql), params).scalar()
+
+    def refused(self, sql: str, expected: type[PurgekeeperError], **params: object) -> PurgekeeperError:
+        with pytest.raises(sa_exc.DBAPIError) as info, self.conn.begin_nested():
+            self.conn.execute(text(sql), params)
+        domain = translate_db_error(info.value)
+        assert isinstance(domain, expected), f"{sql!r} raised {info.value.orig!r}, which maps to {domain!r}"
+        return domain
+
+
+@pytest.fixture
+def raw(backend: str, request: pytest.FixtureRequest) -> Iterator[RawSQL]:
+    fixture = "postgres_shared" if backend == "postgresql" else "sqlite_clone"
+    url = request.getfixturevalue(fixture)
+    database = Database(url)
+    conn = database.engine.connect()
+    transaction = conn.begin()
+    try:
+        yield RawSQL(conn)
+    finally:
+        transaction.rollback()
+        conn.close()
+        database.dispose()

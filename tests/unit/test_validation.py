@@ -1,0 +1,428 @@
+"""Every input check in commands/validation.py: bad values raise ValidationError, values at
+exactly the documented limit pass. No database and no files."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+
+import pytest
+
+from commands import validation as v
+from commands.attachments import NewAttachment
+from schema.errors import ValidationError
+
+UTC_PLUS_2 = dt.timezone(dt.timedelta(hours=2))
+
+
+class NoOffset(dt.tzinfo):
+    """An aware-looking tzinfo whose utcoffset is None: still naive for Python."""
+
+    def utcoffset(self, _when: dt.datetime | None) -> None:
+        return None
+
+    def dst(self, _when: dt.datetime | None) -> None:
+        return None
+
+    def tzname(self, _when: dt.datetime | None) -> str:
+        return "none"
+
+
+def rejects(check, *args, match: str | None = None, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValidationError, match=match):
+        check(*args, **kwargs)
+
+
+# -- ids ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["a", "A9", "0", "a" * v.MAX_ID_LENGTH, "conv.1_x:y@z+w-v", "9-" + "b" * (v.MAX_ID_LENGTH - 2)],
+    ids=["one-letter", "mixed-case", "one-digit", "exactly-200", "all-allowed-punctuation", "digit-start-200"],
+)
+def test_check_id_accepts_good_ids(value: str) -> None:
+    assert v.check_id(value, "conversation_id") == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(None, id="none"),
+        pytest.param(123, id="int"),
+        pytest.param(b"abc", id="bytes"),
+        pytest.param(["a"], id="list"),
+        pytest.param("", id="empty"),
+        pytest.param("a" * (v.MAX_ID_LENGTH + 1), id="201-chars"),
+        pytest.param("-abc", id="starts-with-dash"),
+        pytest.param(".abc", id="starts-with-dot"),
+        pytest.param("_abc", id="starts-with-underscore"),
+        pytest.param("a b", id="space"),
+        pytest.param("a/b", id="slash"),
+        pytest.param("a\\b", id="backslash"),
+        pytest.param("a\x00b", id="nul"),
+        pytest.param("a\nb", id="newline"),
+        pytest.param("abc\n", id="trailing-newline"),
+        pytest.param("a\tb", id="tab"),
+        pytest.param("é", id="non-ascii"),
+        pytest.param("a'b", id="quote"),
+        pytest.param("a%b", id="percent"),
+    ],
+)
+def test_check_id_rejects(value: object) -> None:
+    rejects(v.check_id, value, "conversation_id")
+
+
+def test_check_id_names_the_field_in_its_message() -> None:
+    rejects(v.check_id, "", "run_id", match="run_id")
+
+
+def test_check_optional_id() -> None:
+    assert v.check_optional_id(None, "event_id") is None
+    assert v.check_optional_id("e1", "event_id") == "e1"
+    rejects(v.check_optional_id, "", "event_id")
+    rejects(v.check_optional_id, "x" * (v.MAX_ID_LENGTH + 1), "event_id")
+
+
+# -- short texts: author, bot name, derivative kind ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("limit", "field"),
+    [(v.MAX_AUTHOR_LENGTH, "author"), (v.MAX_BOT_NAME_LENGTH, "name"), (v.MAX_DERIVATIVE_KIND_LENGTH, "kind")],
+    ids=["author-200", "bot-name-200", "derivative-kind-64"],
+)
+def test_check_text_limit(limit: int, field: str) -> None:
+    at_limit = "é" * limit  # characters, not bytes
+    assert v.check_text(at_limit, field, max_length=limit) == at_limit
+    rejects(v.check_text, "é" * (limit + 1), field, max_length=limit, match="longer")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(None, id="none"),
+        pytest.param(7, id="int"),
+        pytest.param(b"ada", id="bytes"),
+        pytest.param("", id="empty"),
+        pytest.param("   ", id="only-spaces"),
+        pytest.param("\t\n", id="only-whitespace"),
+        pytest.param("ad\x00a", id="nul"),
+    ],
+)
+def test_check_text_rejects(value: object) -> None:
+    rejects(v.check_text, value, "author", max_length=v.MAX_AUTHOR_LENGTH)
+
+
+def test_check_text_keeps_the_value_as_given() -> None:
+    assert v.check_text(" ada lovelace ", "author", max_length=20) == " ada lovelace "
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: check_text accepts a lone surrogate, which no database can store")
+def test_check_text_rejects_a_lone_surrogate() -> None:
+    rejects(v.check_text, "ada\ud800", "author", max_length=v.MAX_AUTHOR_LENGTH)
+
+
+# -- body ---------------------------------------------------------------------------------
+
+
+def test_check_body_none_means_no_body() -> None:
+    assert v.check_body(None) is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["x" * v.MAX_BODY_BYTES, "é" * (v.MAX_BODY_BYTES // 2), "hello\nworld\t!"],
+    ids=["ascii-exactly-256KiB", "two-byte-chars-exactly-256KiB", "newlines-and-tabs"],
+)
+def test_check_body_accepts(body: str) -> None:
+    assert v.check_body(body) == body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(123, id="int"),
+        pytest.param(b"bytes", id="bytes"),
+        pytest.param(["a"], id="list"),
+        pytest.param("", id="empty"),
+        pytest.param("a\x00b", id="nul"),
+        pytest.param("x" * (v.MAX_BODY_BYTES + 1), id="ascii-one-byte-past"),
+        pytest.param("é" * (v.MAX_BODY_BYTES // 2) + "x", id="two-byte-chars-one-byte-past"),
+        pytest.param("x" * (v.MAX_BODY_BYTES - 1) + "é", id="limit-counted-in-bytes-not-chars"),
+    ],
+)
+def test_check_body_rejects(body: object) -> None:
+    rejects(v.check_body, body)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="BUG: check_body raises UnicodeEncodeError, not ValidationError, on a lone surrogate"
+)
+def test_check_body_rejects_a_lone_surrogate_with_a_validation_error() -> None:
+    rejects(v.check_body, "hello \ud800")
+
+
+# -- attachment names ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a", "report.pdf", "x" * v.MAX_NAME_LENGTH, "é" * v.MAX_NAME_LENGTH, "a.b.c", "na me.txt", ".hidden"],
+    ids=["one-char", "plain", "exactly-255", "exactly-255-non-ascii", "single-dots", "inner-space", "leading-dot"],
+)
+def test_check_name_accepts(name: str) -> None:
+    assert v.check_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(None, id="none"),
+        pytest.param(5, id="int"),
+        pytest.param(b"a.txt", id="bytes"),
+        pytest.param("", id="empty"),
+        pytest.param("x" * (v.MAX_NAME_LENGTH + 1), id="256-chars"),
+        pytest.param("a/b", id="slash"),
+        pytest.param("/etc", id="leading-slash"),
+        pytest.param("a\\b", id="backslash"),
+        pytest.param("..", id="dotdot"),
+        pytest.param("a..b", id="inner-dotdot"),
+        pytest.param("../x", id="parent-traversal"),
+        pytest.param(".", id="dot"),
+        pytest.param("a\x00b", id="nul"),
+        pytest.param("a\nb", id="newline"),
+        pytest.param("a\rb", id="carriage-return"),
+        pytest.param("a\tb", id="tab"),
+        pytest.param("a\x1bb", id="escape"),
+        pytest.param("a\x7fb", id="delete"),
+        pytest.param(" a", id="leading-space"),
+        pytest.param("a ", id="trailing-space"),
+    ],
+)
+def test_check_name_rejects(name: object) -> None:
+    rejects(v.check_name, name)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: check_name's control-character pattern covers only C0 and DEL; C1 controls (U+0080-U+009F) pass",
+)
+@pytest.mark.parametrize("name", ["a\x85b", "a\x9b31mb"], ids=["next-line-U+0085", "csi-U+009B"])
+def test_check_name_rejects_c1_control_characters(name: str) -> None:
+    rejects(v.check_name, name)
+
+
+# -- attachment bytes and NewAttachment ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"x", bytearray(b"xy"), memoryview(b"xyz"), bytes(v.MAX_ATTACHMENT_BYTES)],
+    ids=["one-byte", "bytearray", "memoryview", "exactly-64MiB"],
+)
+def test_check_data_accepts_bytes_like(data: bytes) -> None:
+    out = v.check_data(data)
+    assert isinstance(out, bytes)
+    assert out == bytes(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(None, id="none"),
+        pytest.param("text", id="str"),
+        pytest.param([1, 2], id="list"),
+        pytest.param(b"", id="empty"),
+        pytest.param(bytes(v.MAX_ATTACHMENT_BYTES + 1), id="one-byte-past-64MiB"),
+    ],
+)
+def test_check_data_rejects(data: object) -> None:
+    rejects(v.check_data, data)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(lambda: NewAttachment.cas(b"x", name="a/b"), id="cas-slash"),
+        pytest.param(lambda: NewAttachment.file(b"x", name=".."), id="file-dotdot"),
+        pytest.param(lambda: NewAttachment.file(b"x", name="a\x00"), id="file-nul"),
+        pytest.param(lambda: NewAttachment.cas(b"", name="a"), id="cas-empty-bytes"),
+        pytest.param(lambda: NewAttachment.file("text", name="a"), id="file-str-data"),  # type: ignore[arg-type]
+        pytest.param(lambda: NewAttachment.reuse("", name="a"), id="reuse-empty-id"),
+        pytest.param(lambda: NewAttachment.reuse("b" * 201, name="a"), id="reuse-201-char-id"),
+        pytest.param(lambda: NewAttachment.reuse("b1", name="a", binding="symlink"), id="reuse-unknown-binding"),
+        pytest.param(lambda: NewAttachment(source="url", name="a", binding="real_file"), id="unknown-source"),  # type: ignore[arg-type]
+    ],
+)
+def test_new_attachment_validates_at_construction(build) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValidationError):
+        build()
+
+
+def test_new_attachment_good_values() -> None:
+    cas = NewAttachment.cas(b"abc", name="a.txt")
+    assert (cas.source, cas.binding.value, cas.data) == ("cas", "legacy_cas", b"abc")
+    real = NewAttachment.file(b"abc", name="x" * v.MAX_NAME_LENGTH)
+    assert (real.source, real.binding.value) == ("file", "real_file")
+    forward = NewAttachment.reuse("blob-1", name="fwd", binding="legacy_cas")
+    assert (forward.source, forward.binding.value, forward.data, forward.blob_id) == (
+        "reuse",
+        "legacy_cas",
+        None,
+        "blob-1",
+    )
+    assert NewAttachment.reuse("blob-1", name="fwd").binding.value == "real_file"
+
+
+# -- occurred_at --------------------------------------------------------------------------
+
+
+def test_check_occurred_at_none_means_now_later() -> None:
+    assert v.check_occurred_at(None) is None
+
+
+def test_check_occurred_at_returns_the_same_instant_in_utc() -> None:
+    local = dt.datetime(2024, 5, 1, 14, 30, 15, 123456, tzinfo=UTC_PLUS_2)
+    out = v.check_occurred_at(local)
+    assert out == local
+    assert out is not None and out.utcoffset() == dt.timedelta(0)
+    assert (out.hour, out.minute, out.microsecond) == (12, 30, 123456)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(dt.datetime(2024, 5, 1, 12, 0), id="naive-datetime"),
+        pytest.param(dt.datetime(2024, 5, 1, 12, 0, tzinfo=NoOffset()), id="tzinfo-without-offset"),
+        pytest.param("2024-05-01T12:00:00Z", id="iso-string"),
+        pytest.param(dt.date(2024, 5, 1), id="date"),
+        pytest.param(1714564800, id="epoch-int"),
+    ],
+)
+def test_check_occurred_at_rejects(value: object) -> None:
+    rejects(v.check_occurred_at, value)
+
+
+# -- JSON payloads and run output ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ({"b": 1, "a": [1, 2]}, '{"b":1,"a":[1,2]}'),
+        ("hello", '"hello"'),
+        (0, "0"),
+        (False, "false"),
+        ({"text": "é"}, '{"text":"é"}'),
+    ],
+    ids=["object", "string", "zero", "false", "non-ascii-kept"],
+)
+def test_check_json_returns_compact_text(value: object, text: str) -> None:
+    assert v.check_json(value, "payload", max_bytes=v.MAX_PAYLOAD_BYTES) == text
+    assert json.loads(text) == value
+
+
+@pytest.mark.parametrize("limit", [v.MAX_PAYLOAD_BYTES, v.MAX_OUTPUT_BYTES], ids=["payload", "output"])
+def test_check_json_size_limit_is_on_the_serialised_bytes(limit: int) -> None:
+    at_limit = "x" * (limit - 2)  # the two quotes make it exactly `limit`
+    assert len(v.check_json(at_limit, "payload", max_bytes=limit).encode()) == limit
+    rejects(v.check_json, at_limit + "x", "payload", max_bytes=limit, match="larger")
+    rejects(v.check_json, "é" * ((limit - 2) // 2) + "x", "payload", max_bytes=limit, match="larger")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(None, id="none"),
+        pytest.param(math.nan, id="nan"),
+        pytest.param({"score": math.inf}, id="inf-inside"),
+        pytest.param([-math.inf], id="minus-inf"),
+        pytest.param(object(), id="object"),
+        pytest.param({1, 2}, id="set"),
+        pytest.param(b"bytes", id="bytes"),
+        pytest.param({"when": dt.datetime(2024, 1, 1, tzinfo=dt.UTC)}, id="datetime-inside"),
+        pytest.param({("a", "b"): 1}, id="tuple-key"),
+        pytest.param("", id="empty-string"),
+        pytest.param({}, id="empty-object"),
+        pytest.param([], id="empty-list"),
+        pytest.param({"t": "a\x00b"}, id="nul-inside"),
+    ],
+)
+def test_check_json_rejects(value: object) -> None:
+    rejects(v.check_json, value, "payload", max_bytes=v.MAX_PAYLOAD_BYTES)
+
+
+def test_check_json_rejects_a_cycle() -> None:
+    cyclic: list[object] = []
+    cyclic.append(cyclic)
+    rejects(v.check_json, cyclic, "payload", max_bytes=v.MAX_PAYLOAD_BYTES)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: check_json looks for the 6 characters \\u0000 in the JSON text, so a literal backslash-u0000 "
+    "in a string (no NUL at all) is refused as NUL",
+)
+def test_check_json_accepts_a_literal_backslash_u0000_text() -> None:
+    value = {"path": "C:\\u0000\\file"}  # a backslash followed by 'u0000': no NUL character
+    assert "\x00" not in value["path"]
+    assert json.loads(v.check_json(value, "payload", max_bytes=v.MAX_PAYLOAD_BYTES)) == value
+
+
+@pytest.mark.xfail(
+    strict=True, reason="BUG: check_json raises UnicodeEncodeError, not ValidationError, on a lone surrogate"
+)
+def test_check_json_rejects_a_lone_surrogate_with_a_validation_error() -> None:
+    rejects(v.check_json, {"t": "\ud800"}, "payload", max_bytes=v.MAX_PAYLOAD_BYTES)
+
+
+def test_check_optional_json() -> None:
+    assert v.check_optional_json(None, "output", max_bytes=v.MAX_OUTPUT_BYTES) is None
+    assert v.check_optional_json({"a": 1}, "output", max_bytes=v.MAX_OUTPUT_BYTES) == '{"a":1}'
+    rejects(v.check_optional_json, math.nan, "output", max_bytes=v.MAX_OUTPUT_BYTES)
+
+
+# -- id lists and choices -----------------------------------------------------------------
+
+
+def test_check_id_list_keeps_order_and_drops_repeats() -> None:
+    assert v.check_id_list(["b", "a", "b"], "source_event_ids", max_count=5) == ["b", "a"]
+    assert v.check_id_list((), "source_event_ids", max_count=5) == []
+
+
+def test_check_id_list_at_the_limit() -> None:
+    ids = [f"e{i}" for i in range(v.MAX_DERIVATIVE_SOURCES)]
+    assert v.check_id_list(ids, "source_event_ids", max_count=v.MAX_DERIVATIVE_SOURCES) == ids
+    rejects(v.check_id_list, [*ids, "one-more"], "source_event_ids", max_count=v.MAX_DERIVATIVE_SOURCES)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param("e1", id="a-string"),
+        pytest.param(b"e1", id="bytes"),
+        pytest.param(None, id="none"),
+        pytest.param(7, id="int"),
+        pytest.param({"e1": 1}, id="dict"),
+        pytest.param(["e1", ""], id="an-empty-id"),
+        pytest.param(["e1", 2], id="an-int-id"),
+        pytest.param(["a/b"], id="a-bad-id"),
+    ],
+)
+def test_check_id_list_rejects(values: object) -> None:
+    rejects(v.check_id_list, values, "source_event_ids", max_count=v.MAX_DERIVATIVE_SOURCES)
+
+
+def test_check_choice() -> None:
+    assert v.check_choice("channel", "kind", ["conversation", "channel"]) == "channel"
+    for bad in ("Channel", "", None, 1, "channel "):
+        rejects(v.check_choice, bad, "kind", ["conversation", "channel"])
+
+
+def test_limits_are_the_documented_ones() -> None:
+    assert (v.MAX_ID_LENGTH, v.MAX_AUTHOR_LENGTH, v.MAX_BOT_NAME_LENGTH) == (200, 200, 200)
+    assert (v.MAX_BODY_BYTES, v.MAX_PAYLOAD_BYTES, v.MAX_OUTPUT_BYTES) == (256 * 1024,) * 3
+    assert (v.MAX_NAME_LENGTH, v.MAX_ATTACHMENT_BYTES, v.MAX_ATTACHMENTS_PER_EVENT) == (255, 64 * 1024 * 1024, 32)
+    assert (v.MAX_DERIVATIVE_KIND_LENGTH, v.MAX_DERIVATIVE_SOURCES) == (64, 1000)
