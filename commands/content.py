@@ -140,35 +140,32 @@ class ContentCommands:
         when = validation.check_occurred_at(occurred_at) or dt.datetime.now(dt.UTC)
         new = _check_attachments(attachments)
         staged = [stage(a) for a in new]
-        used: set[str] = set()
 
-        def work(conn: Connection) -> Event:
-            used.clear()
+        def work(conn: Connection) -> tuple[Event, set[str]]:
+            used: set[str] = set()  # fresh on every attempt: a rolled-back attempt bound nothing
             if provider_event_id is not None:
                 duplicate = _duplicate_delivery(conn, provider_event_id)
                 if duplicate is not None:
-                    return _event_with_attachments(conn, duplicate)
+                    return _event_with_attachments(conn, duplicate), used
             _require_conversation(conn, conversation_id)
             inserted = q.insert_event(
-                conn,
-                event_id=event_id,
-                provider_event_id=provider_event_id,
-                author=author,
-                occurred_at=when,
-                body=body,
+                conn, event_id=event_id, provider_event_id=provider_event_id, author=author, occurred_at=when, body=body
             )
             if not inserted:  # a concurrent delivery of the same provider event won
-                return _event_with_attachments(conn, _require(_duplicate_delivery(conn, provider_event_id or ""), ""))
+                return _event_with_attachments(conn, _duplicate_delivery(conn, provider_event_id or "")), used
             q.insert_placement(conn, event_id, conversation_id)
             for position, (attachment, blob) in enumerate(zip(new, staged, strict=True)):
                 _bind(conn, event_id, attachment, blob, used, position)
-            return _event_with_attachments(conn, _require(q.event_row(conn, event_id), ""))
+            return _event_with_attachments(conn, q.event_row(conn, event_id)), used
 
         self._write_staged(new, staged)
         try:
-            return self.db.transact(work)
-        finally:
-            self._discard_staged(blob for blob in staged if blob and blob.blob_id not in used)
+            event, used = self.db.transact(work)
+        except BaseException:
+            self._discard_staged(staged)
+            raise
+        self._discard_staged(blob for blob in staged if blob and blob.blob_id not in used)
+        return event
 
     def place_event(self, event_id: str, conversation_id: str) -> Placement:
         """Place a live event in another conversation too; it stays one piece of content."""
@@ -296,11 +293,13 @@ class ContentCommands:
         try:
             for attachment, blob in zip(new, staged, strict=True):
                 if blob is not None and attachment.data is not None:
-                    self.blobs.write(blob.kind, blob.path, attachment.data)
                     written.append(blob)
-        except OSError as exc:
+                    self.blobs.write(blob.kind, blob.path, attachment.data)
+        except BaseException as exc:
             self._discard_staged(written)
-            raise _filesystem_error(exc) from exc
+            if isinstance(exc, OSError):
+                raise _filesystem_error(exc) from exc
+            raise
 
     def _discard_staged(self, staged: Iterable[StagedBlob | None]) -> None:
         for blob in staged:

@@ -62,7 +62,6 @@ class Settings:
             operator_token=get("OPERATOR_TOKEN"),
         )
 
-
     def make_directories(self) -> None:
         """Create the data directory and the roots purgekeeper writes to."""
         for directory in (self.data_dir, self.blob_root, self.file_root, self.checkpoint_dir):

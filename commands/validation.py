@@ -9,7 +9,8 @@ ids (conversation, event, …)   1 to 200 characters of ``A-Z a-z 0-9 . _ : @ + 
                                with a letter or digit
 author, bot name               1 to 200 characters, no NUL
 body                           ``None``, or 1 byte to 256 KiB of UTF-8 text, no NUL
-attachment name                1 to 255 characters; no ``/``, ``\\``, ``..``, NUL or control
+attachment name                1 to 255 characters (and bytes of UTF-8); no ``/``, ``\\``, ``..``,
+                               NUL or control characters
 attachment bytes               at most 64 MiB each, at most 32 attachments per event
 payload, run output            JSON-serialisable, at most 256 KiB once serialised
 derivative kind                1 to 64 characters; at most 1,000 source events
@@ -39,7 +40,7 @@ MAX_DERIVATIVE_KIND_LENGTH = 64
 MAX_DERIVATIVE_SOURCES = 1000
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]*")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
 
 
 def check_id(value: Any, field: str) -> str:
@@ -64,6 +65,7 @@ def check_text(value: Any, field: str, *, max_length: int) -> str:
     """A required short text: not empty, no NUL, at most ``max_length`` characters."""
     if not isinstance(value, str):
         raise ValidationError(f"{field} must be a string, not {type(value).__name__}")
+    _check_encodable(value, field)
     if not value.strip():
         raise ValidationError(f"{field} must not be empty")
     if len(value) > max_length:
@@ -80,6 +82,7 @@ def check_body(value: Any) -> str | None:
         raise ValidationError(f"body must be a string or None, not {type(value).__name__}")
     if not value:
         raise ValidationError("body must not be empty; pass None for an event without a body")
+    _check_encodable(value, "body")
     if "\x00" in value:
         raise ValidationError("body must not contain NUL")
     if len(value.encode("utf-8")) > MAX_BODY_BYTES:
@@ -98,6 +101,8 @@ def check_name(value: Any) -> str:
         raise ValidationError("attachment name must not contain control characters")
     if name != name.strip():
         raise ValidationError("attachment name must not start or end with whitespace")
+    if len(name.encode("utf-8")) > MAX_NAME_LENGTH:
+        raise ValidationError(f"attachment name is longer than {MAX_NAME_LENGTH} bytes of UTF-8")
     return name
 
 
@@ -132,8 +137,8 @@ def check_json(value: Any, field: str, *, max_bytes: int) -> str:
         raise ValidationError(f"{field} must be JSON-serialisable: {exc}") from exc
     if text in ('""', "{}", "[]"):
         raise ValidationError(f"{field} must not be empty")
-    if "\\u0000" in text:
-        raise ValidationError(f"{field} must not contain NUL")
+    _check_encodable(text, field)
+    # A NUL inside a string is stored escaped (\u0000) in the JSON text, which both backends hold.
     if len(text.encode("utf-8")) > max_bytes:
         raise ValidationError(f"{field} is larger than {max_bytes} bytes once serialised")
     return text
@@ -150,6 +155,13 @@ def check_id_list(values: Any, field: str, *, max_count: int) -> list[str]:
     if len(ids) > max_count:
         raise ValidationError(f"{field} holds more than {max_count} ids")
     return list(dict.fromkeys(ids))
+
+
+def _check_encodable(value: str, field: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"{field} is not valid Unicode text (a lone surrogate?)") from exc
 
 
 def check_choice(value: Any, field: str, choices: Sequence[str]) -> str:

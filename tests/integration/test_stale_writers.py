@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import pytest
 from sqlalchemy import Connection, text
+from sqlalchemy.exc import OperationalError
 
 from schema.db import Database
 from schema.errors import ContentPurged, ConversationPurged, InfrastructureError, PurgekeeperError
@@ -225,3 +226,22 @@ def test_transient_failures_end_in_infrastructure_error(db: Database, database_u
         retrying.dispose()
     # SQLite's BEGIN IMMEDIATE fails before the work runs; PostgreSQL's work ran each time.
     assert len(calls) == (0 if db.is_sqlite else 3)
+
+
+@pytest.mark.postgres_only
+def test_binding_locks_the_blob_row_shared(db: Database) -> None:
+    """While a binding is uncommitted, the attachments step cannot lock the blob to delete it."""
+    setup(db)
+    with db.engine.connect() as binder, binder.begin():
+        binder.execute(
+            text(
+                "INSERT INTO attachments (id, event_id, blob_id, binding, name) "
+                "VALUES ('a1', 'e1', 'bl1', 'real_file', 'f')"
+            )
+        )
+        with db.engine.connect() as deleter, deleter.begin():
+            with pytest.raises(OperationalError, match="could not obtain lock"):
+                deleter.execute(text("SELECT id FROM blobs WHERE id = 'bl1' FOR UPDATE NOWAIT"))
+            deleter.rollback()
+        with db.engine.connect() as reader, reader.begin():  # other bindings share the lock
+            reader.execute(text("SELECT id FROM blobs WHERE id = 'bl1' FOR SHARE NOWAIT"))
