@@ -9,13 +9,12 @@ through ``open_attachment``, which checks them.
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from schema.states import BlobKind
+from workers.files import atomic_write
 
 
 @dataclass(frozen=True)
@@ -39,20 +38,7 @@ class BlobStore:
 
     def write(self, kind: BlobKind | str, relative: str, data: bytes) -> None:
         """Write the bytes durably and atomically: a reader sees all of them or none."""
-        path = self.absolute(kind, relative)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        _fsync_dir(path.parent)
+        atomic_write(self.absolute(kind, relative), data)
 
     def discard(self, kind: BlobKind | str, relative: str) -> bool:
         """Unlink a blob's file; True if it was there. An already missing file is fine."""
@@ -81,11 +67,3 @@ def cas_path(sha256: str, blob_id: str) -> str:
 def file_path(blob_id: str, name: str) -> str:
     """``<id[:2]>/<blob id>/<name>``: a real file keeps its name, in its own directory."""
     return f"{blob_id[:2]}/{blob_id}/{name}"
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import secrets
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from workers.files import atomic_write
 
 MARKER_NAME = "purgekeeper-owner.json"
 MARKER_FORMAT = 1
@@ -44,19 +44,8 @@ def read_marker(repository: Path) -> Marker | None:
 def write_marker(repository: Path, bot_id: str) -> Marker:
     """Write a fresh marker for ``bot_id`` atomically; returns it."""
     marker = Marker(bot_id=bot_id, marker_id=secrets.token_hex(16))
-    target = marker_path(repository)
     payload = {"format": MARKER_FORMAT, "bot_id": marker.bot_id, "marker_id": marker.marker_id}
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".purgekeeper-owner-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    atomic_write(marker_path(repository), json.dumps(payload).encode("utf-8"), prefix=".purgekeeper-owner-")
     return marker
 
 
