@@ -11,15 +11,25 @@ The CLI (``purgectl``) and the HTTP app are thin layers over the same methods.
 from commands.attachments import NewAttachment
 from commands.handle import Purgekeeper, open
 from commands.records import (
+    Acceptance,
     Admission,
     Attachment,
     Bot,
+    BotDeletionPreview,
     Conversation,
     Derivative,
     Event,
+    LedgerReport,
+    MemoryPreview,
     Placement,
+    PurgePage,
+    PurgeStatus,
+    RepositoryIdentity,
     Run,
+    StepProgress,
+    StepState,
 )
+from commands.scope import EventScope, PurgePreview
 from commands.settings import Settings
 from schema.errors import (
     ActiveRuns,
@@ -51,6 +61,7 @@ from schema.states import (
 )
 
 __all__ = [
+    "Acceptance",
     "ActiveRuns",
     "Admission",
     "Attachment",
@@ -58,6 +69,7 @@ __all__ = [
     "BlobState",
     "Bot",
     "BotDeleted",
+    "BotDeletionPreview",
     "BotState",
     "Conflict",
     "ContentPurged",
@@ -68,22 +80,31 @@ __all__ = [
     "ConversationState",
     "Derivative",
     "Event",
+    "EventScope",
     "Fenced",
     "IdReserved",
     "IdempotencyConflict",
     "InfrastructureError",
+    "LedgerReport",
     "MemoryErasureUnavailable",
+    "MemoryPreview",
     "MessagingUnavailable",
     "NewAttachment",
     "NotFound",
     "Placement",
+    "PurgePage",
+    "PurgePreview",
+    "PurgeStatus",
     "Purgekeeper",
     "PurgekeeperError",
+    "RepositoryIdentity",
     "Run",
     "RunStatus",
     "SchemaMismatch",
     "Settings",
     "StaleConfirmation",
+    "StepProgress",
+    "StepState",
     "ValidationError",
     "VersionConflict",
     "open",

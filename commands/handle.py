@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from commands.content import ContentCommands
+from commands.operations import STALL_AFTER, OperatorCommands
+from commands.purges import EnqueueHook, PurgeCommands
 from commands.settings import Settings
 from schema import migrate
 from schema.db import Database
@@ -19,10 +22,9 @@ from workers.blobstore import BlobStore
 log = logging.getLogger(__name__)
 
 WORKER_MODES = ("auto", "none")
-EnqueueHook = Callable[[Sequence[str]], None]
 
 
-class Purgekeeper(ContentCommands):
+class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands):
     """One database and its roots. Use ``commands.open()`` to get one; ``close()`` it after."""
 
     def __init__(
@@ -32,8 +34,10 @@ class Purgekeeper(ContentCommands):
         db: Database,
         workers: str = "auto",
         enqueue: EnqueueHook | None = None,
+        stall_after: dt.timedelta = STALL_AFTER,
     ) -> None:
         self.settings = settings
+        self.stall_after = stall_after
         self.db = db
         self.blobs = BlobStore(blob_root=settings.blob_root, file_root=settings.file_root)
         self.workers = workers

@@ -143,3 +143,114 @@ class Derivative:
 
 def _from_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+# -- purges -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """A purge durably accepted (``outcome="accepted"``), or one that was already in force
+    (``"already_purged"``, naming the purge that covers it)."""
+
+    purge_id: str
+    ledger_seq: int
+    outcome: str
+
+
+@dataclass(frozen=True)
+class StepProgress:
+    removed: int
+    retained_shared: int
+    retained_reasons: dict[str, Any]
+    remaining: int | None
+
+
+@dataclass(frozen=True)
+class StepState:
+    id: str
+    kind: str
+    status: str
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    next_attempt_at: dt.datetime
+    progress: StepProgress
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> StepState:
+        return cls(
+            id=row.id,
+            kind=row.kind,
+            status=row.status,
+            attempts=int(row.attempts),
+            max_attempts=int(row.max_attempts),
+            last_error=row.last_error,
+            next_attempt_at=row.next_attempt_at,
+            progress=StepProgress(
+                removed=int(row.removed),
+                retained_shared=int(row.retained_shared),
+                retained_reasons=json.loads(row.retained_reasons) if row.retained_reasons else {},
+                remaining=None if row.remaining is None else int(row.remaining),
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class PurgeStatus:
+    """A purge's status, derived from its steps: ``complete`` (no steps, or all done),
+    ``incomplete`` (any step incomplete), ``cleaning`` (any step attempted), else ``accepted``.
+    ``stalled`` flags a step that has been due for longer than the stall threshold."""
+
+    purge_id: str
+    kind: str
+    status: str
+    stalled: bool
+    ledger_seq: int
+    accepted_at: dt.datetime
+    actor: str
+    reason: str
+    steps: tuple[StepState, ...]
+
+
+@dataclass(frozen=True)
+class PurgePage:
+    """One page of ``list_purges``, newest first; pass ``next_after`` to get the next page."""
+
+    purges: tuple[PurgeStatus, ...]
+    next_after: int | None
+
+
+@dataclass(frozen=True)
+class LedgerReport:
+    ok: bool
+    rows: int
+    head_hash: str
+    problems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RepositoryIdentity:
+    """The Memory repository a person reviewed: its path and the marker id inside it."""
+
+    path: str
+    marker_id: str
+
+
+@dataclass(frozen=True)
+class MemoryPreview:
+    path: str | None
+    erasable: bool
+    reason: str | None
+    detail: str | None
+    identity: RepositoryIdentity | None
+
+
+@dataclass(frozen=True)
+class BotDeletionPreview:
+    bot_id: str
+    name: str
+    state: str
+    blocking_runs: tuple[str, ...]
+    memory: MemoryPreview
+    disclosures: tuple[str, ...]

@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, exists, func, insert, not_, select, update
+from sqlalchemy import Connection, Row, Table, and_, exists, func, insert, not_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.states import BlobState, ConversationState, TombstoneKind
@@ -107,11 +107,15 @@ def insert_event(
         "occurred_at": occurred_at,
         "body": body,
     }
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    statement = dialect_insert(events).values(**values)
+    statement = upsert_insert(conn, events).values(**values)
     if provider_event_id is not None:
         statement = statement.on_conflict_do_nothing(index_elements=["provider_event_id"])
     return conn.execute(statement.returning(events.c.id)).first() is not None
+
+
+def upsert_insert(conn: Connection, table: Table) -> Any:
+    """The dialect's INSERT, which has ON CONFLICT DO NOTHING on both backends."""
+    return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
 
 
 def insert_placement(conn: Connection, event_id: str, conversation_id: str) -> None:
@@ -140,18 +144,20 @@ def readable_events(conn: Connection, conversation_id: str) -> list[Row[Any]]:
     return list(conn.execute(query))
 
 
-def is_event_live(conn: Connection, event_id: str) -> bool:
-    """No fence, and a placement in a conversation that is not purged (DESIGN.md)."""
-    query = select(
-        and_(
-            not_(_tombstone_exists(TombstoneKind.EVENT, event_id)),
-            exists()
-            .where(placements.c.event_id == event_id)
-            .where(conversations.c.id == placements.c.conversation_id)
-            .where(conversations.c.state != ConversationState.PURGED.value),
-        )
+def live_event(event_id: Any) -> Any:
+    """An event is live while it has no fence and a placement in a conversation that is not
+    purged (DESIGN.md). ``event_id`` is a value or a column."""
+    return and_(
+        not_(_tombstone_exists(TombstoneKind.EVENT, event_id)),
+        exists()
+        .where(placements.c.event_id == event_id)
+        .where(conversations.c.id == placements.c.conversation_id)
+        .where(conversations.c.state != ConversationState.PURGED.value),
     )
-    return bool(conn.scalar(query))
+
+
+def is_event_live(conn: Connection, event_id: str) -> bool:
+    return bool(conn.scalar(select(live_event(event_id))))
 
 
 def _tombstone_exists(kind: TombstoneKind, id_expr: Any) -> Any:

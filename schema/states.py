@@ -40,6 +40,9 @@ class RunStatus(StrEnum):
 TERMINAL_RUN_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.ABANDONED})
 
 
+ACTIVE_RUN_STATUSES = (RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.WAITING.value)
+
+
 class BotState(StrEnum):
     ACTIVE = "active"
     DELETED = "deleted"

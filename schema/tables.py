@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
@@ -24,6 +25,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -97,6 +99,8 @@ TOMBSTONE_KINDS = values(states.TombstoneKind)
 STEP_KINDS = values(states.StepKind)
 STEP_STATUSES = values(states.StepStatus)
 
+ACTIVE_RUNS_PREDICATE = "status IN ({})".format(", ".join(f"'{s}'" for s in states.ACTIVE_RUN_STATUSES))
+
 bots = Table(
     "bots",
     metadata,
@@ -105,6 +109,7 @@ bots = Table(
     Column("state", String(16), nullable=False, server_default="active"),
     Column("memory_path", Text),
     Column("marker_id", String(64)),
+    Column("erase_memory", Boolean, nullable=False, server_default=false()),
     _created_at(),
     Column("deleted_at", UtcDateTime()),
     _enum_check("state", BOT_STATES, "state"),
@@ -158,6 +163,19 @@ runs = Table(
     _enum_check("status", RUN_STATUSES, "status"),
     Index("ix_runs_conversation_id", "conversation_id"),
     Index("ix_runs_bot_id", "bot_id"),
+    # Acceptance checks for non-terminal runs; this index keeps that cost off the run history.
+    Index(
+        "ix_runs_active_conversation",
+        "conversation_id",
+        postgresql_where=text(ACTIVE_RUNS_PREDICATE),
+        sqlite_where=text(ACTIVE_RUNS_PREDICATE),
+    ),
+    Index(
+        "ix_runs_active_bot",
+        "bot_id",
+        postgresql_where=text(ACTIVE_RUNS_PREDICATE),
+        sqlite_where=text(ACTIVE_RUNS_PREDICATE),
+    ),
 )
 
 admissions = Table(
@@ -290,6 +308,16 @@ cleanup_steps = Table(
     _enum_check("status", STEP_STATUSES, "status"),
 )
 
+# What a preview showed, as ids only (no content), so a stale confirmation can name what changed.
+purge_previews = Table(
+    "purge_previews",
+    metadata,
+    Column("scope_digest", String(64), primary_key=True),
+    Column("report", Text, nullable=False),
+    _created_at(),
+    Index("ix_purge_previews_created_at", "created_at"),
+)
+
 CONTENT_TABLES = (
     bots,
     conversations,
@@ -302,4 +330,4 @@ CONTENT_TABLES = (
     blobs,
     attachments,
 )
-PURGE_TABLES = (purge_ledger, ledger_head, tombstones, cleanup_steps)
+PURGE_TABLES = (purge_ledger, ledger_head, tombstones, cleanup_steps, purge_previews)

@@ -14,6 +14,8 @@ from alembic import op
 
 from schema import fences
 
+ACTIVE_RUNS = "status IN ('queued', 'running', 'waiting')"
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -49,6 +51,7 @@ def upgrade() -> None:
         sa.Column("state", sa.String(length=16), server_default="active", nullable=False),
         sa.Column("memory_path", sa.Text(), nullable=True),
         sa.Column("marker_id", sa.String(length=64), nullable=True),
+        sa.Column("erase_memory", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column(
             "created_at",
             sa.DateTime(timezone=True),
@@ -276,6 +279,22 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_runs")),
     )
     op.create_index("ix_runs_bot_id", "runs", ["bot_id"], unique=False)
+    op.create_index(
+        "ix_runs_active_conversation",
+        "runs",
+        ["conversation_id"],
+        unique=False,
+        postgresql_where=sa.text(ACTIVE_RUNS),
+        sqlite_where=sa.text(ACTIVE_RUNS),
+    )
+    op.create_index(
+        "ix_runs_active_bot",
+        "runs",
+        ["bot_id"],
+        unique=False,
+        postgresql_where=sa.text(ACTIVE_RUNS),
+        sqlite_where=sa.text(ACTIVE_RUNS),
+    )
     op.create_index("ix_runs_conversation_id", "runs", ["conversation_id"], unique=False)
 
     op.create_table(
@@ -310,6 +329,19 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("derivative_id", "event_id", name=op.f("pk_derivative_sources")),
     )
     op.create_index("ix_derivative_sources_event_id", "derivative_sources", ["event_id"], unique=False)
+    op.create_table(
+        "purge_previews",
+        sa.Column("scope_digest", sa.String(length=64), nullable=False),
+        sa.Column("report", sa.Text(), nullable=False),
+        sa.Column(
+            "created_at",
+            sa.DateTime(timezone=True),
+            server_default=sa.text("(CURRENT_TIMESTAMP)"),
+            nullable=False,
+        ),
+        sa.PrimaryKeyConstraint("scope_digest", name=op.f("pk_purge_previews")),
+    )
+    op.create_index("ix_purge_previews_created_at", "purge_previews", ["created_at"], unique=False)
     install_fences()
     seed_ledger_head()
 

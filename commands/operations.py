@@ -1,0 +1,106 @@
+"""The operator's read commands: purge status, the paginated purge list, ledger verification."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands import validation
+from commands.records import LedgerReport, PurgePage, PurgeStatus, StepState
+from schema import ledger
+from schema import purges as pq
+from schema.db import Database
+from schema.errors import NotFound, ValidationError
+from schema.states import StepStatus
+
+STALL_AFTER = dt.timedelta(minutes=10)
+MAX_PAGE = 1000
+PURGE_STATUSES = ("accepted", "cleaning", "complete", "incomplete")
+
+
+def derive_status(steps: Sequence[StepState]) -> str:
+    """complete: no steps or all done; incomplete: any incomplete; cleaning: any attempted."""
+    if all(step.status == StepStatus.DONE for step in steps):
+        return "complete"
+    if any(step.status == StepStatus.INCOMPLETE for step in steps):
+        return "incomplete"
+    if any(step.attempts > 0 for step in steps):
+        return "cleaning"
+    return "accepted"
+
+
+def is_stalled(steps: Sequence[StepState], rows: Sequence[Any], *, now: dt.datetime, stall_after: dt.timedelta) -> bool:
+    """A step due (or whose lease expired) for longer than ``stall_after``."""
+    for row in rows:
+        if row.status in (StepStatus.PENDING, StepStatus.RETRYING):
+            due_since = row.next_attempt_at
+        elif row.status == StepStatus.RUNNING and row.lease_expires_at is not None:
+            due_since = row.lease_expires_at
+        else:
+            continue
+        if now - due_since > stall_after:
+            return True
+    return False
+
+
+class OperatorCommands:
+    """Mixed into :class:`commands.Purgekeeper`; needs ``db`` and ``stall_after``."""
+
+    db: Database
+    stall_after: dt.timedelta
+
+    def status(self, purge_id: str) -> PurgeStatus:
+        """A purge's derived status, with each step's attempts, progress and last error."""
+        validation.check_id(purge_id, "purge_id")
+        with self.db.read() as conn:
+            entry = ledger.entry_by_purge_id(conn, purge_id)
+            if entry is None:
+                raise NotFound(f"no purge {purge_id}")
+            return self._statuses(conn, [entry])[0]
+
+    def list_purges(self, status: str | None = None, *, limit: int = 100, after: int | None = None) -> PurgePage:
+        """Purges newest first, optionally only those with a derived ``status``. ``after`` is
+        the ``next_after`` of the previous page."""
+        if status is not None:
+            validation.check_choice(status, "status", PURGE_STATUSES)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+            raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
+        if after is not None and (not isinstance(after, int) or isinstance(after, bool) or after < 1):
+            raise ValidationError("after must be a positive ledger seq (the next_after of a page)")
+        with self.db.read() as conn:
+            rows = pq.list_ledger(conn, status=status, limit=limit + 1, before_seq=after)
+            entries = [ledger.LedgerEntry.from_row(row) for row in rows[:limit]]
+            statuses = self._statuses(conn, entries)
+        next_after = entries[-1].seq if len(rows) > limit else None
+        return PurgePage(purges=tuple(statuses), next_after=next_after)
+
+    def verify_ledger(self) -> LedgerReport:
+        """Walk the hash chain; report at most a bounded number of problems."""
+        with self.db.read() as conn:
+            result = ledger.verify(conn)
+        return LedgerReport(ok=result.ok, rows=result.rows, head_hash=result.head_hash, problems=result.problems)
+
+    def _statuses(self, conn: Connection, entries: Sequence[ledger.LedgerEntry]) -> list[PurgeStatus]:
+        by_purge: dict[str, list[Any]] = defaultdict(list)
+        for row in pq.steps_of(conn, [e.purge_id for e in entries]):
+            by_purge[row.purge_id].append(row)
+        now = ledger.database_now(conn)
+        return [self._status(entry, by_purge[entry.purge_id], now) for entry in entries]
+
+    def _status(self, entry: ledger.LedgerEntry, rows: Sequence[Any], now: dt.datetime) -> PurgeStatus:
+        steps = tuple(StepState.from_row(row) for row in rows)
+        return PurgeStatus(
+            purge_id=entry.purge_id,
+            kind=entry.kind,
+            status=derive_status(steps),
+            stalled=is_stalled(steps, rows, now=now, stall_after=self.stall_after),
+            ledger_seq=entry.seq,
+            accepted_at=entry.accepted_at,
+            actor=entry.actor,
+            reason=entry.reason,
+            steps=steps,
+        )

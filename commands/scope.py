@@ -1,0 +1,321 @@
+"""A content purge's scope and its dependency report (the preview).
+
+``scope_digest`` is the SHA-256 of the canonical JSON of exactly what the report shows,
+except the marks on events that are already fenced: a purge that fences some of them in the
+meantime does not make a confirmation stale, it only leaves less to fence.
+
+A scope selects at most ``MAX_SCOPE_EVENTS`` events; a larger selection is refused with a
+``ValidationError`` that asks for a narrower scope.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands import validation
+from schema import content as q
+from schema import purges as pq
+from schema.errors import ConversationPurged, NotFound, ValidationError
+from schema.ledger import canonical_json, sha256_hex
+from schema.states import ConversationState, RunStatus, TombstoneKind
+
+MAX_SCOPE_EVENTS = 10_000
+DIGEST_VERSION = 1
+
+DISCLOSURES = (
+    "Database backups, dumps and replicas made before the purge still hold the content; restore them "
+    "only through `purgectl ledger merge`, which re-applies every purge before content is readable.",
+    "PostgreSQL keeps removed rows in its data files until the space is reused (VACUUM FULL of the "
+    "affected tables is the operator's option); SQLite overwrites removed rows (secure_delete), but its "
+    "WAL may hold copies until the next checkpoint.",
+    "Copies held by providers (the chat platform, model providers) are not recalled.",
+    "Logs, exports and files outside purgekeeper's roots are not wiped.",
+    "Attachment bytes shared with content outside the scope are kept, and the other references are named.",
+)
+
+
+@dataclass(frozen=True)
+class EventScope:
+    """What a content purge selects: ``event_ids``, or a ``conversation_id`` with an optional
+    ``after <= occurred_at < before`` window or an ``author``. Time range and author are
+    metadata of the resolved ids; the ledger records the ids."""
+
+    event_ids: tuple[str, ...] | None = None
+    conversation_id: str | None = None
+    after: dt.datetime | None = None
+    before: dt.datetime | None = None
+    author: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.event_ids is not None:
+            ids = validation.check_id_list(self.event_ids, "event_ids", max_count=MAX_SCOPE_EVENTS)
+            if not ids:
+                raise ValidationError("event_ids must name at least one event")
+            object.__setattr__(self, "event_ids", tuple(ids))
+            if any(v is not None for v in (self.conversation_id, self.after, self.before, self.author)):
+                raise ValidationError("a scope selects either event_ids or a conversation, not both")
+            return
+        if self.conversation_id is None:
+            raise ValidationError("a scope needs event_ids or a conversation_id")
+        validation.check_id(self.conversation_id, "conversation_id")
+        object.__setattr__(self, "after", _aware(self.after, "after"))
+        object.__setattr__(self, "before", _aware(self.before, "before"))
+        if self.after and self.before and self.after >= self.before:
+            raise ValidationError("after must be earlier than before")
+        if self.author is not None:
+            validation.check_text(self.author, "author", max_length=validation.MAX_AUTHOR_LENGTH)
+
+    def canonical(self) -> dict[str, Any]:
+        """The scope as the ledger records it (metadata beside the resolved ids)."""
+        if self.event_ids is not None:
+            return {"event_ids": sorted(self.event_ids)}
+        return {
+            "conversation_id": self.conversation_id,
+            "after": self.after,
+            "before": self.before,
+            "author": self.author,
+        }
+
+
+def _aware(value: Any, name: str) -> dt.datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        raise ValidationError(f"{name} must be a timezone-aware datetime")
+    return value.astimezone(dt.UTC)
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PreviewEvent:
+    id: str
+    provider_event_id: str | None
+    author: str
+    occurred_at: dt.datetime
+    placements: tuple[str, ...]
+    already_fenced: bool = field(default=False, compare=False)
+
+
+@dataclass(frozen=True)
+class PreviewAdmission:
+    id: str
+    event_id: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class PreviewRun:
+    id: str
+    conversation_id: str
+    bot_id: str
+    status: str
+    has_output: bool
+
+
+@dataclass(frozen=True)
+class PreviewDerivative:
+    id: str
+    conversation_id: str
+    kind: str
+    source_event_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Reference:
+    attachment_id: str
+    event_id: str
+    binding: str
+
+
+@dataclass(frozen=True)
+class PreviewAttachment:
+    id: str
+    event_id: str
+    blob_id: str
+    binding: str
+    name: str
+    size: int
+    other_references: tuple[Reference, ...] = ()
+
+
+@dataclass(frozen=True)
+class PurgePreview:
+    """The dependency report of a content purge. ``runs`` are the runs that admitted a
+    selected event (their outputs are NULLed too); ``blocking_runs`` are the non-terminal
+    runs that refuse the purge (in a conversation of a selected event, or admitting one)."""
+
+    scope: EventScope
+    events: tuple[PreviewEvent, ...]
+    admissions: tuple[PreviewAdmission, ...]
+    runs: tuple[PreviewRun, ...]
+    derivatives: tuple[PreviewDerivative, ...]
+    exclusive_attachments: tuple[PreviewAttachment, ...]
+    shared_attachments: tuple[PreviewAttachment, ...]
+    blocking_runs: tuple[PreviewRun, ...]
+    disclosures: tuple[str, ...]
+    scope_digest: str
+
+    @property
+    def event_ids(self) -> tuple[str, ...]:
+        return tuple(e.id for e in self.events)
+
+    @property
+    def already_fenced(self) -> tuple[str, ...]:
+        return tuple(e.id for e in self.events if e.already_fenced)
+
+    @property
+    def conversation_ids(self) -> tuple[str, ...]:
+        return tuple(sorted({c for e in self.events for c in e.placements}))
+
+    def id_summary(self) -> dict[str, list[str]]:
+        """What the preview showed, as ids only: kept to name what changed when stale."""
+        return {
+            "events": list(self.event_ids),
+            "placements": sorted(f"{e.id}@{c}" for e in self.events for c in e.placements),
+            "admissions": [a.id for a in self.admissions],
+            "runs with outputs": [r.id for r in self.runs],
+            "derivatives": [d.id for d in self.derivatives],
+            "exclusive attachments": [a.id for a in self.exclusive_attachments],
+            "shared attachments": [a.id for a in self.shared_attachments],
+            "blocking runs": [r.id for r in self.blocking_runs],
+        }
+
+
+def build_report(conn: Connection, scope: EventScope) -> PurgePreview:
+    """Resolve the scope now and report everything the purge would touch."""
+    event_ids = resolve(conn, scope)
+    placements = _group(pq.placements_of(conn, event_ids), "event_id", "conversation_id")
+    events = tuple(
+        PreviewEvent(r.id, r.provider_event_id, r.author, r.occurred_at, tuple(placements[r.id]), bool(r.fenced))
+        for r in pq.event_rows(conn, event_ids)
+    )
+    admissions = tuple(PreviewAdmission(r.id, r.event_id, r.run_id) for r in pq.admissions_of(conn, event_ids))
+    admitted_runs = tuple(_run(r) for r in pq.runs_by_id(conn, sorted({a.run_id for a in admissions})))
+    conversation_ids = sorted({c for e in events for c in e.placements})
+    active = set(pq.active_run_ids(conn, conversation_ids=conversation_ids))
+    active |= {r.id for r in admitted_runs if not RunStatus(r.status).is_terminal}
+    exclusive, shared = _attachments(conn, event_ids)
+    return _with_digest(
+        scope=scope,
+        events=events,
+        admissions=admissions,
+        runs=admitted_runs,
+        derivatives=_derivatives(conn, event_ids),
+        exclusive_attachments=exclusive,
+        shared_attachments=shared,
+        blocking_runs=tuple(_run(r) for r in pq.runs_by_id(conn, sorted(active))),
+        disclosures=DISCLOSURES,
+    )
+
+
+def resolve(conn: Connection, scope: EventScope) -> list[str]:
+    """The selected event ids; unknown ids are NotFound, and an empty selection is refused."""
+    if scope.event_ids is not None:
+        known = {r.id for r in pq.event_rows(conn, scope.event_ids)}
+        missing = sorted(set(scope.event_ids) - known)
+        if missing:
+            raise NotFound(f"no event {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        return sorted(known)
+    conversation_id = scope.conversation_id or ""
+    _require_purgeable_conversation(conn, conversation_id)
+    ids = pq.events_in_conversation(
+        conn, conversation_id, after=scope.after, before=scope.before, author=scope.author, limit=MAX_SCOPE_EVENTS + 1
+    )
+    if len(ids) > MAX_SCOPE_EVENTS:
+        raise ValidationError(
+            f"the scope selects more than {MAX_SCOPE_EVENTS} events; narrow the time range, "
+            "or purge the whole conversation"
+        )
+    if not ids:
+        raise ValidationError("the scope selects no events")
+    return sorted(ids)
+
+
+def _require_purgeable_conversation(conn: Connection, conversation_id: str) -> None:
+    if q.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
+        raise ConversationPurged(f"conversation {conversation_id} is already purged")
+    row = q.conversation_row(conn, conversation_id)
+    if row is None:
+        raise NotFound(f"no conversation {conversation_id}")
+    if row.state == ConversationState.PURGED:
+        raise ConversationPurged(f"conversation {conversation_id} is already purged")
+
+
+def _run(row: Any) -> PreviewRun:
+    return PreviewRun(row.id, row.conversation_id, row.bot_id, row.status, bool(row.has_output))
+
+
+def _group(rows: Sequence[Any], key: str, value: str) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for row in rows:
+        grouped[getattr(row, key)].append(getattr(row, value))
+    return grouped
+
+
+def _derivatives(conn: Connection, event_ids: Sequence[str]) -> tuple[PreviewDerivative, ...]:
+    rows = pq.derivatives_of(conn, event_ids)
+    sources = _group(rows, "id", "event_id")
+    found = {row.id: row for row in rows}
+    return tuple(PreviewDerivative(d.id, d.conversation_id, d.kind, tuple(sources[d.id])) for d in found.values())
+
+
+def _attachments(
+    conn: Connection, event_ids: Sequence[str]
+) -> tuple[tuple[PreviewAttachment, ...], tuple[PreviewAttachment, ...]]:
+    """Split into exclusive (bytes deleted) and shared (bytes kept, other references named)."""
+    rows = pq.attachments_of(conn, event_ids)
+    others: dict[str, list[Reference]] = defaultdict(list)
+    for ref in pq.other_live_references(conn, sorted({r.blob_id for r in rows}), event_ids):
+        others[ref.blob_id].append(Reference(ref.id, ref.event_id, ref.binding))
+    exclusive: list[PreviewAttachment] = []
+    shared: list[PreviewAttachment] = []
+    for r in rows:
+        item = PreviewAttachment(r.id, r.event_id, r.blob_id, r.binding, r.name, int(r.size), tuple(others[r.blob_id]))
+        (shared if item.other_references else exclusive).append(item)
+    return tuple(exclusive), tuple(shared)
+
+
+def _with_digest(**sections: Any) -> PurgePreview:
+    hashed = {name: _hashable(value) for name, value in sections.items() if name != "scope"}
+    hashed["scope"] = sections["scope"].canonical()
+    hashed["digest_version"] = DIGEST_VERSION
+    return PurgePreview(**sections, scope_digest=sha256_hex(canonical_json(hashed)))
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_hashable(v) for v in value]
+    if hasattr(value, "__dataclass_fields__"):
+        fields = asdict(value)
+        fields.pop("already_fenced", None)  # the mark is shown, never hashed
+        return fields
+    return value
+
+
+def describe_changes(before: dict[str, list[str]] | None, now: PurgePreview) -> str:
+    """Name what changed between a saved preview and the scope as it is now."""
+    if before is None:
+        return "the scope no longer matches the reviewed digest (the preview is unknown or expired); preview it again"
+    changes = []
+    for section, ids in now.id_summary().items():
+        added = sorted(set(ids) - set(before.get(section, [])))
+        removed = sorted(set(before.get(section, [])) - set(ids))
+        if added:
+            changes.append(f"{section} added: {_few(added)}")
+        if removed:
+            changes.append(f"{section} removed: {_few(removed)}")
+    detail = "; ".join(changes) or "the report's details changed"
+    return f"the scope changed since the preview ({detail}); preview it again"
+
+
+def _few(ids: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")

@@ -1,0 +1,227 @@
+"""The purge ledger: an append-only, gapless, hash-chained list of accepted purges.
+
+``row_hash = SHA-256(prev_hash ‖ canonical JSON)``. The canonical JSON holds every field of
+the row except ``prev_hash`` and ``row_hash``, with sorted keys, compact separators and UTC
+timestamps with microseconds and a ``Z``. The genesis ``prev_hash`` is 64 zeros. ``seq`` is
+handed out under the one-row ``ledger_head`` lock, so concurrent acceptances never fork or
+reorder the chain. No row ever holds a body, a payload or file content.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Row, func, insert, literal_column, select, update
+
+from schema.tables import ledger_head, purge_ledger
+
+GENESIS_HASH = "0" * 64
+HASHED_FIELDS = (
+    "seq",
+    "purge_id",
+    "kind",
+    "selectors",
+    "scope_digest",
+    "actor",
+    "reason",
+    "request_id",
+    "idempotency_key",
+    "origin",
+    "accepted_at",
+)
+VERIFY_BATCH = 1000
+MAX_PROBLEMS = 20
+
+
+def utc_text(moment: dt.datetime) -> str:
+    """``2026-11-30T06:18:18.123456Z``: the one timestamp form the chain hashes."""
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return utc_text(value)
+    raise TypeError(f"{type(value).__name__} is not canonical JSON")
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One ledger row, as hashed."""
+
+    seq: int
+    purge_id: str
+    kind: str
+    selectors: Mapping[str, Any]
+    scope_digest: str
+    actor: str
+    reason: str
+    request_id: str | None
+    idempotency_key: str | None
+    origin: str | None
+    accepted_at: dt.datetime
+    prev_hash: str
+    row_hash: str
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> LedgerEntry:
+        return cls(
+            seq=int(row.seq),
+            purge_id=row.purge_id,
+            kind=row.kind,
+            selectors=json.loads(row.selectors),
+            scope_digest=row.scope_digest,
+            actor=row.actor,
+            reason=row.reason,
+            request_id=row.request_id,
+            idempotency_key=row.idempotency_key,
+            origin=row.origin,
+            accepted_at=row.accepted_at,
+            prev_hash=row.prev_hash,
+            row_hash=row.row_hash,
+        )
+
+    def hashed_fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in HASHED_FIELDS}
+
+    def expected_hash(self) -> str:
+        return row_hash(self.prev_hash, self.hashed_fields())
+
+
+def row_hash(prev_hash: str, fields: Mapping[str, Any]) -> str:
+    return sha256_hex(prev_hash + canonical_json(dict(fields)))
+
+
+@dataclass(frozen=True)
+class Head:
+    seq: int
+    head_hash: str
+    database_id: str
+
+
+def lock_head(conn: Connection) -> Head:
+    """The ledger head, locked until the transaction ends (taken last by acceptances)."""
+    query = select(ledger_head).where(ledger_head.c.id == 1).with_for_update()
+    row = conn.execute(query).one()
+    return Head(seq=int(row.seq), head_hash=row.head_hash, database_id=row.database_id)
+
+
+def read_head(conn: Connection) -> Head:
+    row = conn.execute(select(ledger_head).where(ledger_head.c.id == 1)).one()
+    return Head(seq=int(row.seq), head_hash=row.head_hash, database_id=row.database_id)
+
+
+def database_now(conn: Connection) -> dt.datetime:
+    """The database clock, to the microsecond where the database keeps them."""
+    if conn.dialect.name == "sqlite":
+        text = conn.scalar(select(literal_column("strftime('%Y-%m-%d %H:%M:%f000', 'now')")))
+        return dt.datetime.fromisoformat(str(text)).replace(tzinfo=dt.UTC)
+    moment: dt.datetime = conn.execute(select(func.clock_timestamp())).scalar_one()
+    return moment.astimezone(dt.UTC)
+
+
+def append(
+    conn: Connection,
+    head: Head,
+    *,
+    purge_id: str,
+    kind: str,
+    selectors: Mapping[str, Any],
+    scope_digest: str,
+    actor: str,
+    reason: str,
+    request_id: str | None,
+    idempotency_key: str | None,
+    origin: str | None,
+    accepted_at: dt.datetime | None = None,
+) -> LedgerEntry:
+    """Append one row after ``head`` (which the caller locked) and move the head to it."""
+    fields: dict[str, Any] = {
+        "seq": head.seq + 1,
+        "purge_id": purge_id,
+        "kind": kind,
+        "selectors": json.loads(canonical_json(selectors)),
+        "scope_digest": scope_digest,
+        "actor": actor,
+        "reason": reason,
+        "request_id": request_id,
+        "idempotency_key": idempotency_key,
+        "origin": origin,
+        "accepted_at": accepted_at or database_now(conn),
+    }
+    entry = LedgerEntry(**fields, prev_hash=head.head_hash, row_hash=row_hash(head.head_hash, fields))
+    conn.execute(
+        insert(purge_ledger).values(
+            **{**fields, "selectors": canonical_json(fields["selectors"])},
+            prev_hash=entry.prev_hash,
+            row_hash=entry.row_hash,
+        )
+    )
+    conn.execute(update(ledger_head).where(ledger_head.c.id == 1).values(seq=entry.seq, head_hash=entry.row_hash))
+    return entry
+
+
+def entry_by_purge_id(conn: Connection, purge_id: str) -> LedgerEntry | None:
+    row = conn.execute(select(purge_ledger).where(purge_ledger.c.purge_id == purge_id)).first()
+    return LedgerEntry.from_row(row) if row else None
+
+
+def entry_by_idempotency_key(conn: Connection, key: str) -> LedgerEntry | None:
+    query = select(purge_ledger).where(purge_ledger.c.idempotency_key == key).order_by(purge_ledger.c.seq).limit(1)
+    row = conn.execute(query).first()
+    return LedgerEntry.from_row(row) if row else None
+
+
+def entries(conn: Connection, *, batch: int = VERIFY_BATCH) -> Iterator[LedgerEntry]:
+    """Every row in seq order, read in batches so memory does not grow with the ledger."""
+    last = None
+    while True:
+        query = select(purge_ledger).order_by(purge_ledger.c.seq).limit(batch)
+        if last is not None:
+            query = query.where(purge_ledger.c.seq > last)
+        rows = list(conn.execute(query))
+        for row in rows:
+            yield LedgerEntry.from_row(row)
+        if len(rows) < batch:
+            return
+        last = rows[-1].seq
+
+
+@dataclass(frozen=True)
+class Verification:
+    ok: bool
+    rows: int
+    head_hash: str
+    problems: tuple[str, ...]
+
+
+def verify(conn: Connection, *, max_problems: int = MAX_PROBLEMS) -> Verification:
+    """Walk the chain: gapless seq from 1, each prev_hash the previous row_hash, each row_hash
+    recomputed, and the head on the last row. Reports at most ``max_problems`` problems."""
+    problems: list[str] = []
+    expected_seq, prev_hash, rows = 1, GENESIS_HASH, 0
+    for entry in entries(conn):
+        rows += 1
+        if entry.seq != expected_seq:
+            problems.append(f"gap: expected seq {expected_seq}, found {entry.seq}")
+        if entry.prev_hash != prev_hash:
+            problems.append(f"broken link at seq {entry.seq}: prev_hash does not match the row before")
+        if entry.expected_hash() != entry.row_hash:
+            problems.append(f"tampered row at seq {entry.seq} (purge {entry.purge_id}): row_hash does not match")
+        expected_seq, prev_hash = entry.seq + 1, entry.row_hash
+    head = read_head(conn)
+    if head.seq != rows or head.head_hash != prev_hash:
+        problems.append(f"head at seq {head.seq} does not match the last row (seq {expected_seq - 1})")
+    return Verification(ok=not problems, rows=rows, head_hash=prev_hash, problems=tuple(problems[:max_problems]))

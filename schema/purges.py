@@ -1,0 +1,328 @@
+"""Queries of the purge machinery: resolving a scope, its dependency report, locking,
+fencing, cleanup steps and purge status.
+
+Every query here is bounded by the scope (an indexed id list) or by one id, never by the size
+of a conversation: acceptance of a conversation purge does not read its events.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Row,
+    and_,
+    exists,
+    func,
+    insert,
+    not_,
+    select,
+    update,
+)
+
+from schema.content import live_event, upsert_insert
+from schema.states import ACTIVE_RUN_STATUSES, StepKind, StepStatus, TombstoneKind
+from schema.tables import (
+    admissions,
+    attachments,
+    blobs,
+    bots,
+    cleanup_steps,
+    conversations,
+    derivative_sources,
+    derivatives,
+    events,
+    placements,
+    purge_ledger,
+    purge_previews,
+    runs,
+    tombstones,
+)
+
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+def ids_list(values: Iterable[str]) -> list[str]:
+    return sorted(set(values))
+
+
+# -- resolving a scope --------------------------------------------------------------------
+
+
+def events_in_conversation(
+    conn: Connection,
+    conversation_id: str,
+    *,
+    after: dt.datetime | None,
+    before: dt.datetime | None,
+    author: str | None,
+    limit: int,
+) -> list[str]:
+    """Event ids placed in the conversation, filtered, in time order, at most ``limit``."""
+    query = (
+        select(events.c.id)
+        .join(placements, placements.c.event_id == events.c.id)
+        .where(placements.c.conversation_id == conversation_id)
+        .order_by(events.c.occurred_at, events.c.id)
+        .limit(limit)
+    )
+    if after is not None:
+        query = query.where(events.c.occurred_at >= after)
+    if before is not None:
+        query = query.where(events.c.occurred_at < before)
+    if author is not None:
+        query = query.where(events.c.author == author)
+    return list(conn.scalars(query))
+
+
+def event_rows(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
+    """The events with a flag for an existing fence, by id."""
+    fenced = exists().where(tombstones.c.kind == TombstoneKind.EVENT.value, tombstones.c.id == events.c.id)
+    query = (
+        select(events.c.id, events.c.provider_event_id, events.c.author, events.c.occurred_at, fenced.label("fenced"))
+        .where(events.c.id.in_(list(event_ids)))
+        .order_by(events.c.id)
+    )
+    return list(conn.execute(query))
+
+
+def placements_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
+    query = (
+        select(placements.c.event_id, placements.c.conversation_id)
+        .where(placements.c.event_id.in_(list(event_ids)))
+        .order_by(placements.c.event_id, placements.c.conversation_id)
+    )
+    return list(conn.execute(query))
+
+
+def admissions_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
+    query = (
+        select(admissions.c.id, admissions.c.event_id, admissions.c.run_id)
+        .where(admissions.c.event_id.in_(list(event_ids)))
+        .order_by(admissions.c.id)
+    )
+    return list(conn.execute(query))
+
+
+def runs_by_id(conn: Connection, run_ids: Sequence[str]) -> list[Row[Any]]:
+    query = (
+        select(
+            runs.c.id,
+            runs.c.conversation_id,
+            runs.c.bot_id,
+            runs.c.status,
+            runs.c.output.is_not(None).label("has_output"),
+        )
+        .where(runs.c.id.in_(list(run_ids)))
+        .order_by(runs.c.id)
+    )
+    return list(conn.execute(query))
+
+
+def active_run_ids(conn: Connection, *, conversation_ids: Sequence[str] = (), bot_id: str | None = None) -> list[str]:
+    """Non-terminal runs in these conversations, or of this bot (partial indexes)."""
+    condition = runs.c.conversation_id.in_(list(conversation_ids)) if bot_id is None else runs.c.bot_id == bot_id
+    query = select(runs.c.id).where(condition, runs.c.status.in_(ACTIVE_RUN_STATUSES)).order_by(runs.c.id)
+    return list(conn.scalars(query))
+
+
+def derivatives_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
+    """Derivatives with a selected source event, each with all of its source ids."""
+    selected = select(derivative_sources.c.derivative_id).where(derivative_sources.c.event_id.in_(list(event_ids)))
+    query = (
+        select(derivatives.c.id, derivatives.c.conversation_id, derivatives.c.kind, derivative_sources.c.event_id)
+        .join(derivative_sources, derivative_sources.c.derivative_id == derivatives.c.id)
+        .where(derivatives.c.id.in_(selected))
+        .order_by(derivatives.c.id, derivative_sources.c.event_id)
+    )
+    return list(conn.execute(query))
+
+
+def attachments_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
+    query = (
+        select(
+            attachments.c.id,
+            attachments.c.event_id,
+            attachments.c.blob_id,
+            attachments.c.binding,
+            attachments.c.name,
+            blobs.c.size,
+        )
+        .join(blobs, blobs.c.id == attachments.c.blob_id)
+        .where(attachments.c.event_id.in_(list(event_ids)))
+        .order_by(attachments.c.id)
+    )
+    return list(conn.execute(query))
+
+
+def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: Sequence[str]) -> list[Row[Any]]:
+    """References to these blobs from live events outside the selection, of both binding kinds."""
+    query = (
+        select(attachments.c.blob_id, attachments.c.id, attachments.c.event_id, attachments.c.binding)
+        .where(attachments.c.blob_id.in_(list(blob_ids)))
+        .where(attachments.c.event_id.not_in(list(event_ids)))
+        .where(live_event(attachments.c.event_id))
+        .order_by(attachments.c.blob_id, attachments.c.id)
+    )
+    return list(conn.execute(query))
+
+
+# -- locks -----------------------------------------------------------------------------------
+
+
+def lock_for_purge(conn: Connection, *, conversation_ids: Iterable[str], event_ids: Iterable[str]) -> None:
+    """Exclusive locks in id order: conversations, then events (the ledger head comes last).
+    Writers take FOR NO KEY UPDATE on the same rows, so a writer that began before this
+    acceptance waits for it and then sees the fences. (SQLite: BEGIN IMMEDIATE already.)"""
+    conv_ids, ev_ids = ids_list(conversation_ids), ids_list(event_ids)
+    if conv_ids:
+        conn.execute(
+            select(conversations.c.id)
+            .where(conversations.c.id.in_(conv_ids))
+            .order_by(conversations.c.id)
+            .with_for_update()
+        )
+    if ev_ids:
+        conn.execute(select(events.c.id).where(events.c.id.in_(ev_ids)).order_by(events.c.id).with_for_update())
+
+
+def lock_conversation(conn: Connection, conversation_id: str) -> Row[Any] | None:
+    query = select(conversations).where(conversations.c.id == conversation_id).with_for_update()
+    return conn.execute(query).first()
+
+
+def lock_bot(conn: Connection, bot_id: str) -> Row[Any] | None:
+    return conn.execute(select(bots).where(bots.c.id == bot_id).with_for_update()).first()
+
+
+# -- fences and tombstones ----------------------------------------------------------------
+
+
+def tombstone_of(conn: Connection, kind: TombstoneKind, the_id: str) -> Any:
+    """The tombstone with the seq of the purge that wrote it."""
+    query = (
+        select(tombstones.c.purge_id, purge_ledger.c.seq)
+        .join(purge_ledger, purge_ledger.c.purge_id == tombstones.c.purge_id, isouter=True)
+        .where(tombstones.c.kind == kind.value, tombstones.c.id == the_id)
+    )
+    return conn.execute(query).first()
+
+
+def latest_covering_purge(conn: Connection, event_ids: Sequence[str]) -> Any:
+    """The newest purge whose fence covers one of these events."""
+    query = (
+        select(tombstones.c.purge_id, purge_ledger.c.seq)
+        .join(purge_ledger, purge_ledger.c.purge_id == tombstones.c.purge_id, isouter=True)
+        .where(tombstones.c.kind == TombstoneKind.EVENT.value, tombstones.c.id.in_(list(event_ids)))
+        .order_by(func.coalesce(purge_ledger.c.seq, 0).desc())
+        .limit(1)
+    )
+    return conn.execute(query).first()
+
+
+def insert_tombstones(conn: Connection, kind: TombstoneKind, ids: Iterable[str], purge_id: str) -> list[str]:
+    """Tombstone the ids that are not tombstoned yet; returns those newly written."""
+    wanted = ids_list(ids)
+    if not wanted:
+        return []
+    existing = set(
+        conn.scalars(select(tombstones.c.id).where(tombstones.c.kind == kind.value, tombstones.c.id.in_(wanted)))
+    )
+    fresh = [the_id for the_id in wanted if the_id not in existing]
+    if fresh:
+        conn.execute(insert(tombstones), [{"kind": kind.value, "id": the_id, "purge_id": purge_id} for the_id in fresh])
+    return fresh
+
+
+def bump_versions(conn: Connection, conversation_ids: Iterable[str]) -> None:
+    ids = ids_list(conversation_ids)
+    if ids:
+        conn.execute(
+            update(conversations)
+            .where(conversations.c.id.in_(ids), conversations.c.state == "active")
+            .values(version=conversations.c.version + 1)
+        )
+
+
+def mark_memory_erasure(conn: Connection, bot_id: str) -> None:
+    conn.execute(update(bots).where(bots.c.id == bot_id).values(erase_memory=True))
+
+
+def kept_repositories(conn: Connection, *, except_bot: str) -> list[str]:
+    """Memory repositories of every other bot whose Memory is kept (deleted bots included)."""
+    query = select(bots.c.memory_path).where(
+        bots.c.memory_path.is_not(None), bots.c.id != except_bot, not_(bots.c.erase_memory)
+    )
+    return list(conn.scalars(query))
+
+
+# -- cleanup steps --------------------------------------------------------------------------
+
+
+def create_steps(
+    conn: Connection, purge_id: str, kinds: Sequence[StepKind], *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
+) -> list[str]:
+    rows: list[dict[str, Any]] = [
+        {"id": uuid.uuid4().hex, "purge_id": purge_id, "kind": kind.value, "max_attempts": max_attempts}
+        for kind in kinds
+    ]
+    if rows:
+        conn.execute(insert(cleanup_steps), rows)
+    return [str(row["id"]) for row in rows]
+
+
+def steps_of(conn: Connection, purge_ids: Sequence[str]) -> list[Row[Any]]:
+    query = (
+        select(cleanup_steps)
+        .where(cleanup_steps.c.purge_id.in_(list(purge_ids)))
+        .order_by(cleanup_steps.c.purge_id, cleanup_steps.c.kind)
+    )
+    return list(conn.execute(query))
+
+
+def derived_status_filter(status: str) -> Any:
+    """A WHERE clause on purge_ledger for a derived purge status (DESIGN.md)."""
+    step = cleanup_steps.c
+    mine = step.purge_id == purge_ledger.c.purge_id
+    any_incomplete = exists().where(mine, step.status == StepStatus.INCOMPLETE.value)
+    any_unfinished = exists().where(mine, step.status != StepStatus.DONE.value)
+    any_attempted = exists().where(mine, step.attempts > 0)
+    return {
+        "complete": not_(any_unfinished),
+        "incomplete": any_incomplete,
+        "cleaning": and_(not_(any_incomplete), any_unfinished, any_attempted),
+        "accepted": and_(any_unfinished, not_(any_attempted)),
+    }[status]
+
+
+def list_ledger(conn: Connection, *, status: str | None, limit: int, before_seq: int | None) -> list[Row[Any]]:
+    """Ledger rows newest first, optionally of one derived status, before a seq cursor."""
+    query = select(purge_ledger).order_by(purge_ledger.c.seq.desc()).limit(limit)
+    if status is not None:
+        query = query.where(derived_status_filter(status))
+    if before_seq is not None:
+        query = query.where(purge_ledger.c.seq < before_seq)
+    return list(conn.execute(query))
+
+
+# -- previews ---------------------------------------------------------------------------------
+
+
+def save_preview(conn: Connection, scope_digest: str, report: dict[str, Any], *, keep_for: dt.timedelta) -> None:
+    """Remember what a preview showed (ids only), and forget previews older than ``keep_for``."""
+    now = dt.datetime.now(dt.UTC)
+    conn.execute(purge_previews.delete().where(purge_previews.c.created_at < now - keep_for))
+    statement = upsert_insert(conn, purge_previews).values(
+        scope_digest=scope_digest, report=json.dumps(report), created_at=now
+    )
+    conn.execute(statement.on_conflict_do_nothing(index_elements=["scope_digest"]))
+
+
+def saved_preview(conn: Connection, scope_digest: str) -> dict[str, Any] | None:
+    text = conn.scalar(select(purge_previews.c.report).where(purge_previews.c.scope_digest == scope_digest))
+    return json.loads(text) if text else None
