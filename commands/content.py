@@ -82,7 +82,7 @@ class ContentCommands:
         repository = _check_memory_path(memory_path, bot_id)
         with self.db.read() as conn:
             _require_new_bot(conn, bot_id)
-        marker = memory.write_marker(repository, bot_id) if repository else None
+        marker = _write_marker(repository, bot_id) if repository else None
 
         def work(conn: Connection) -> Bot:
             q.insert_bot(
@@ -413,6 +413,13 @@ def _check_attachments(attachments: Any) -> list[NewAttachment]:
     return items
 
 
+def _write_marker(repository: Path, bot_id: str) -> memory.Marker:
+    try:
+        return memory.write_marker(repository, bot_id)
+    except OSError as exc:
+        raise ValidationError(f"cannot write the ownership marker in {repository}/.git: {exc.strerror}") from exc
+
+
 def _check_memory_path(memory_path: str | Path | None, bot_id: str) -> Path | None:
     """The repository as an absolute path (symlinks kept, so a later proof can see them)."""
     if memory_path is None:
@@ -422,6 +429,8 @@ def _check_memory_path(memory_path: str | Path | None, bot_id: str) -> Path | No
     if "\x00" in str(memory_path):
         raise ValidationError("memory_path must not contain NUL")
     repository = Path(memory_path).expanduser().absolute()
+    if ".." in repository.parts:
+        raise ValidationError("memory_path must not contain '..'; give the repository's own path")
     if not repository.exists():
         raise ValidationError(f"memory_path {repository} does not exist")
     if not repository.is_dir():

@@ -105,10 +105,11 @@ def prove_ownership(
     home_directories: Iterable[str | Path] | None = None,
 ) -> Ownership:
     """Prove that ``path`` is ``bot_id``'s dedicated repository, or say why it cannot be."""
-    repository = Path(os.path.normpath(os.path.abspath(path)))
+    literal = Path(os.getcwd()) / path  # no lexical normalisation: `link/..` must meet `link`
+    repository = _normal(literal)
     checks = (
-        lambda: _check_path_is_plain(repository),
         lambda: _check_not_special(repository, memory_roots, home_directories),
+        lambda: _check_path_is_plain(literal, repository),
         lambda: _check_no_overlap(repository, other_repositories),
         lambda: _check_marker(repository, bot_id, marker_id),
     )
@@ -119,9 +120,11 @@ def prove_ownership(
     return PROVEN
 
 
-def _check_path_is_plain(repository: Path) -> Ownership | None:
-    """Every component from / down, and .git, exists and none is a symlink."""
-    for component in [*reversed(repository.parents), repository, git_dir(repository)]:
+def _check_path_is_plain(literal: Path, repository: Path) -> Ownership | None:
+    """Every component of the path as written, from / down, and .git, exists and none is a
+    symlink; the path then resolves to itself."""
+    components = [Path(*literal.parts[:n]) for n in range(1, len(literal.parts) + 1)]
+    for component in [*components, git_dir(literal)]:
         try:
             mode = os.lstat(component).st_mode
         except OSError:
@@ -130,20 +133,28 @@ def _check_path_is_plain(repository: Path) -> Ownership | None:
             return Ownership.refused("symlink_on_path", f"{component} is a symlink")
     if not repository.is_dir() or not git_dir(repository).is_dir():
         return Ownership.refused("unresolved", f"{repository} is not a Git working tree")
+    if Path(os.path.realpath(literal)) != repository:
+        return Ownership.refused("unresolved", f"{literal} does not resolve to {repository}")
     return None
 
 
 def _check_not_special(
     repository: Path, memory_roots: Iterable[str | Path], home_directories: Iterable[str | Path] | None
 ) -> Ownership | None:
-    if repository == Path(repository.anchor):
+    spellings = {repository, Path(os.path.realpath(repository))}
+    if any(path == Path(path.anchor) for path in spellings):
         return Ownership.refused("filesystem_root")
-    homes = _home_directories() if home_directories is None else {_normal(h) for h in home_directories}
-    if repository in homes:
+    homes = _home_directories() if home_directories is None else set(home_directories)
+    if spellings & _both_spellings(homes):
         return Ownership.refused("home_directory", f"{repository} is a home directory")
-    if repository in {_normal(root) for root in memory_roots}:
+    if spellings & _both_spellings(memory_roots):
         return Ownership.refused("memory_root", f"{repository} is a Memory root")
     return None
+
+
+def _both_spellings(paths: Iterable[str | Path]) -> set[Path]:
+    """Each path as written (normalised) and as it resolves through symlinks."""
+    return {spelling for path in paths for spelling in (_normal(path), Path(os.path.realpath(path)))}
 
 
 def _check_no_overlap(repository: Path, other_repositories: Iterable[str | Path]) -> Ownership | None:
@@ -174,8 +185,8 @@ def _normal(path: str | Path) -> Path:
     return Path(os.path.normpath(os.path.abspath(path)))
 
 
-def _home_directories() -> set[Path]:
-    homes = {_normal(Path.home())}
+def _home_directories() -> set[str | Path]:
+    homes: set[str | Path] = {Path.home()}
     with contextlib.suppress(OSError):
-        homes |= {_normal(entry.pw_dir) for entry in pwd.getpwall() if entry.pw_dir not in ("", "/")}
+        homes |= {entry.pw_dir for entry in pwd.getpwall() if entry.pw_dir not in ("", "/")}
     return homes
