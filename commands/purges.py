@@ -305,8 +305,10 @@ class PurgeCommands:
         )
 
     def _require_erasable(self, conn: Connection, bot: Any, reviewed: RepositoryIdentity | None) -> None:
-        current = RepositoryIdentity(bot.memory_path, bot.marker_id) if bot.memory_path else None
-        if reviewed is None or current is None or _normal(reviewed) != _normal(current):
+        if not bot.memory_path:
+            raise MemoryErasureUnavailable(memory.OWNERSHIP_REASONS["no_repository"], reason="no_repository")
+        current = RepositoryIdentity(bot.memory_path, bot.marker_id or "")
+        if reviewed is None or _normal(reviewed) != _normal(current):
             detail = memory.OWNERSHIP_REASONS["identity_changed"]
             raise MemoryErasureUnavailable(detail, reason="identity_changed")
         verdict = self._ownership(conn, bot)

@@ -151,6 +151,11 @@ def test_preview_of_a_bot_without_memory_has_no_repository(pk: Pk) -> None:
     pk.register_bot("b1", name="Plain")
     memory = pk.preview_bot_deletion("b1").memory
     assert (memory.path, memory.erasable, memory.reason, memory.identity) == (None, False, "no_repository", None)
+    made_up = RepositoryIdentity("/srv/memory/b1", "0" * 32)
+    with pytest.raises(commands.MemoryErasureUnavailable) as refused:
+        pk.delete_bot("b1", actor="op", reason="r", erase_memory=True, reviewed_repository=made_up)
+    assert refused.value.reason == "no_repository"
+    assert pk.delete_bot("b1", actor="op", reason="r").outcome == "accepted"
 
 
 def test_preview_and_delete_of_an_unknown_bot_are_not_found(pk: Pk) -> None:
