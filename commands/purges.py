@@ -21,7 +21,7 @@ from sqlalchemy import Connection
 
 from commands import validation
 from commands.records import Acceptance, BotDeletionPreview, MemoryPreview, RepositoryIdentity
-from commands.scope import EventScope, PurgePreview, build_report, describe_changes, resolve
+from commands.scope import EventScope, PurgePreview, build_report, describe_changes
 from commands.settings import Settings
 from schema import content as q
 from schema import ledger
@@ -112,8 +112,7 @@ class PurgeCommands:
             replay = _replay(conn, causal, PurgeKind.CONTENT, request)
             if replay:
                 return replay, []
-            _lock_scope(conn, scope)
-            report = build_report(conn, scope)
+            report = build_report(conn, scope, lock=True)
             if report.scope_digest != scope_digest:
                 raise StaleConfirmation(describe_changes(pq.saved_preview(conn, scope_digest), report))
             _refuse_active_runs([r.id for r in report.blocking_runs])
@@ -167,7 +166,7 @@ class PurgeCommands:
                 "request": request,
             }
             entry = _append(conn, head, PurgeKind.CONVERSATION, selectors, causal)
-            pq.insert_tombstones(conn, TombstoneKind.CONVERSATION, [conversation_id], entry.purge_id)
+            pq.insert_tombstones(conn, entry.purge_id, {TombstoneKind.CONVERSATION: [conversation_id]})
             kinds = [StepKind.BODIES, StepKind.ATTACHMENTS] if row is not None else []
             return _accepted(entry), pq.create_steps(conn, entry.purge_id, kinds)
 
@@ -205,7 +204,7 @@ class PurgeCommands:
             if done:
                 return _already_purged(done), []
             entry = _append(conn, head, PurgeKind.CHANNEL, {"channel_id": channel_id, "request": request}, causal)
-            pq.insert_tombstones(conn, TombstoneKind.CHANNEL, [channel_id], entry.purge_id)
+            pq.insert_tombstones(conn, entry.purge_id, {TombstoneKind.CHANNEL: [channel_id]})
             return _accepted(entry), []
 
         return self._accept(work)
@@ -270,7 +269,7 @@ class PurgeCommands:
                 "request": request,
             }
             entry = _append(conn, head, PurgeKind.BOT, selectors, causal)
-            pq.insert_tombstones(conn, TombstoneKind.BOT, [bot_id], entry.purge_id)
+            pq.insert_tombstones(conn, entry.purge_id, {TombstoneKind.BOT: [bot_id]})
             kinds = [StepKind.MEMORY] if erase_memory else []
             return _accepted(entry), pq.create_steps(conn, entry.purge_id, kinds)
 
@@ -343,15 +342,6 @@ def _check_version(version: Any) -> None:
         raise ValidationError("expected_version must be a positive integer")
 
 
-def _lock_scope(conn: Connection, scope: EventScope) -> None:
-    """Lock the rows the scope resolves to now; the report is then re-resolved under them."""
-    event_ids = resolve(conn, scope)
-    conversation_ids = {row.conversation_id for row in pq.placements_of(conn, event_ids)}
-    if scope.conversation_id:
-        conversation_ids.add(scope.conversation_id)
-    pq.lock_for_purge(conn, conversation_ids=conversation_ids, event_ids=event_ids)
-
-
 def _refuse_active_runs(run_ids: Sequence[str]) -> None:
     if run_ids:
         shown = ", ".join(run_ids[:10])
@@ -371,12 +361,19 @@ def _replay(conn: Connection, causal: Causal, kind: PurgeKind, request: dict[str
 
 
 def _append(
-    conn: Connection, head: ledger.Head, kind: PurgeKind, selectors: dict[str, Any], causal: Causal, digest: str = ""
+    conn: Connection,
+    head: ledger.Head,
+    kind: PurgeKind,
+    selectors: dict[str, Any],
+    causal: Causal,
+    *,
+    digest: str = "",
+    purge_id: str | None = None,
 ) -> ledger.LedgerEntry:
     return ledger.append(
         conn,
         head,
-        purge_id=uuid.uuid4().hex,
+        purge_id=purge_id or uuid.uuid4().hex,
         kind=kind.value,
         selectors=selectors,
         scope_digest=digest or ledger.sha256_hex(ledger.canonical_json(selectors)),
@@ -391,20 +388,24 @@ def _append(
 def _accept_content(
     conn: Connection, report: PurgePreview, fresh: Sequence[Any], causal: Causal, request: dict[str, Any]
 ) -> tuple[Acceptance, list[str]]:
+    """Fences, steps and versions first; the ledger head is locked last, for the least time."""
+    purge_id = uuid.uuid4().hex
+    event_ids = sorted(e.id for e in fresh)
+    provider_ids = sorted(e.provider_event_id for e in fresh if e.provider_event_id)
+    pq.insert_tombstones(conn, purge_id, {TombstoneKind.EVENT: event_ids, TombstoneKind.PROVIDER_EVENT: provider_ids})
+    fresh_ids = set(event_ids)
+    attachments = report.exclusive_attachments + report.shared_attachments
+    kinds = [StepKind.BODIES] + ([StepKind.ATTACHMENTS] if any(a.event_id in fresh_ids for a in attachments) else [])
+    steps = pq.create_steps(conn, purge_id, kinds)
+    pq.bump_versions(conn, report.conversation_ids)
     selectors = {
-        "event_ids": sorted(e.id for e in fresh),
-        "provider_event_ids": sorted(e.provider_event_id for e in fresh if e.provider_event_id),
+        "event_ids": event_ids,
+        "provider_event_ids": provider_ids,
         "already_fenced": sorted(report.already_fenced),
         "request": request,
     }
-    entry = _append(conn, ledger.lock_head(conn), PurgeKind.CONTENT, selectors, causal, report.scope_digest)
-    pq.insert_tombstones(conn, TombstoneKind.EVENT, selectors["event_ids"], entry.purge_id)
-    pq.insert_tombstones(conn, TombstoneKind.PROVIDER_EVENT, selectors["provider_event_ids"], entry.purge_id)
-    fresh_ids = set(selectors["event_ids"])
-    attachments = report.exclusive_attachments + report.shared_attachments
-    kinds = [StepKind.BODIES] + ([StepKind.ATTACHMENTS] if any(a.event_id in fresh_ids for a in attachments) else [])
-    steps = pq.create_steps(conn, entry.purge_id, kinds)
-    pq.bump_versions(conn, report.conversation_ids)
+    head = ledger.lock_head(conn)
+    entry = _append(conn, head, PurgeKind.CONTENT, selectors, causal, digest=report.scope_digest, purge_id=purge_id)
     return _accepted(entry), steps
 
 

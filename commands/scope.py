@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection
@@ -189,45 +189,68 @@ class PurgePreview:
         }
 
 
-def build_report(conn: Connection, scope: EventScope) -> PurgePreview:
-    """Resolve the scope now and report everything the purge would touch."""
-    event_ids = resolve(conn, scope)
+def build_report(conn: Connection, scope: EventScope, *, lock: bool = False) -> PurgePreview:
+    """Resolve the scope now and report everything the purge would touch. With ``lock``
+    (confirmation), the conversations and then the events are locked exclusively first, in id
+    order, and the report is read under those locks."""
+    event_ids, rows = _select_events(conn, scope, lock=lock)
     placements = _group(pq.placements_of(conn, event_ids), "event_id", "conversation_id")
     events = tuple(
         PreviewEvent(r.id, r.provider_event_id, r.author, r.occurred_at, tuple(placements[r.id]), bool(r.fenced))
-        for r in pq.event_rows(conn, event_ids)
+        for r in rows
     )
-    admissions = tuple(PreviewAdmission(r.id, r.event_id, r.run_id) for r in pq.admissions_of(conn, event_ids))
-    admitted_runs = tuple(_run(r) for r in pq.runs_by_id(conn, sorted({a.run_id for a in admissions})))
+    admitted = pq.admissions_of(conn, event_ids)
+    admissions = tuple(PreviewAdmission(r.id, r.event_id, r.run_id) for r in admitted)
+    runs = {r.run_id: PreviewRun(r.run_id, r.conversation_id, r.bot_id, r.status, bool(r.has_output)) for r in admitted}
     conversation_ids = sorted({c for e in events for c in e.placements})
-    active = set(pq.active_run_ids(conn, conversation_ids=conversation_ids))
-    active |= {r.id for r in admitted_runs if not RunStatus(r.status).is_terminal}
+    blocking = {r.id: _run(r) for r in pq.active_runs(conn, conversation_ids=conversation_ids)}
+    blocking.update({run.id: run for run in runs.values() if not RunStatus(run.status).is_terminal})
     exclusive, shared = _attachments(conn, event_ids)
     return _with_digest(
         scope=scope,
         events=events,
         admissions=admissions,
-        runs=admitted_runs,
+        runs=tuple(runs[run_id] for run_id in sorted(runs)),
         derivatives=_derivatives(conn, event_ids),
         exclusive_attachments=exclusive,
         shared_attachments=shared,
-        blocking_runs=tuple(_run(r) for r in pq.runs_by_id(conn, sorted(active))),
+        blocking_runs=tuple(blocking[run_id] for run_id in sorted(blocking)),
         disclosures=DISCLOSURES,
     )
 
 
 def resolve(conn: Connection, scope: EventScope) -> list[str]:
     """The selected event ids; unknown ids are NotFound, and an empty selection is refused."""
+    return _select_events(conn, scope, lock=False)[0]
+
+
+def _select_events(conn: Connection, scope: EventScope, *, lock: bool) -> tuple[list[str], list[Any]]:
     if scope.event_ids is not None:
-        known = {r.id for r in pq.event_rows(conn, scope.event_ids)}
-        missing = sorted(set(scope.event_ids) - known)
+        ids = sorted(scope.event_ids)
+        if lock:
+            pq.lock_conversations(conn, pq.conversations_of(conn, ids))
+        rows = pq.event_rows(conn, ids, lock=lock)
+        missing = sorted(set(ids) - {r.id for r in rows})
         if missing:
             raise NotFound(f"no event {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-        return sorted(known)
+        return ids, rows
     conversation_id = scope.conversation_id or ""
     _require_purgeable_conversation(conn, conversation_id)
+    ids = _events_in_scope(conn, scope)
+    if lock:  # events placed before the lock are re-read under it
+        pq.lock_conversations(conn, [conversation_id, *pq.conversations_of(conn, ids)])
+        ids = _events_in_scope(conn, scope)
+    return ids, pq.event_rows(conn, ids, lock=lock)
+
+
+def _events_in_scope(conn: Connection, scope: EventScope) -> list[str]:
     ids = pq.events_in_conversation(
-        conn, conversation_id, after=scope.after, before=scope.before, author=scope.author, limit=MAX_SCOPE_EVENTS + 1
+        conn,
+        scope.conversation_id or "",
+        after=scope.after,
+        before=scope.before,
+        author=scope.author,
+        limit=MAX_SCOPE_EVENTS + 1,
     )
     if len(ids) > MAX_SCOPE_EVENTS:
         raise ValidationError(
@@ -273,7 +296,8 @@ def _attachments(
     """Split into exclusive (bytes deleted) and shared (bytes kept, other references named)."""
     rows = pq.attachments_of(conn, event_ids)
     others: dict[str, list[Reference]] = defaultdict(list)
-    for ref in pq.other_live_references(conn, sorted({r.blob_id for r in rows}), event_ids):
+    blob_ids = sorted({r.blob_id for r in rows})
+    for ref in pq.other_live_references(conn, blob_ids, event_ids) if blob_ids else ():
         others[ref.blob_id].append(Reference(ref.id, ref.event_id, ref.binding))
     exclusive: list[PreviewAttachment] = []
     shared: list[PreviewAttachment] = []
@@ -294,9 +318,10 @@ def _hashable(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_hashable(v) for v in value]
     if hasattr(value, "__dataclass_fields__"):
-        fields = asdict(value)
-        fields.pop("already_fenced", None)  # the mark is shown, never hashed
-        return fields
+        # the already-fenced mark is shown, never hashed
+        return {
+            name: _hashable(getattr(value, name)) for name in value.__dataclass_fields__ if name != "already_fenced"
+        }
     return value
 
 

@@ -38,6 +38,7 @@ POSTGRESQL_TRIGGERS = frozenset(
         "pk_tombstones_no_truncate",
         "pk_purge_ledger_append_only",
         "pk_purge_ledger_no_truncate",
+        "pk_purge_ledger_chain",
     }
 )
 
@@ -79,6 +80,8 @@ SQLITE_TRIGGERS = frozenset(
         "pk_tombstones_no_delete",
         "pk_purge_ledger_no_update",
         "pk_purge_ledger_no_delete",
+        "pk_purge_ledger_chain",
+        "pk_purge_ledger_moves_head",
     }
 )
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, literal_column, select, update
+from sqlalchemy import Connection, Row, func, insert, literal_column, select
 
 from schema.tables import ledger_head, purge_ledger
 
@@ -109,27 +109,44 @@ class Head:
     seq: int
     head_hash: str
     database_id: str
+    now: dt.datetime
 
 
 def lock_head(conn: Connection) -> Head:
-    """The ledger head, locked until the transaction ends (taken last by acceptances)."""
-    query = select(ledger_head).where(ledger_head.c.id == 1).with_for_update()
-    row = conn.execute(query).one()
-    return Head(seq=int(row.seq), head_hash=row.head_hash, database_id=row.database_id)
+    """The ledger head and the database clock, the head locked until the transaction ends
+    (taken last by acceptances, for the least time)."""
+    return _head(conn, lock=True)
 
 
 def read_head(conn: Connection) -> Head:
-    row = conn.execute(select(ledger_head).where(ledger_head.c.id == 1)).one()
-    return Head(seq=int(row.seq), head_hash=row.head_hash, database_id=row.database_id)
+    return _head(conn, lock=False)
+
+
+_HEAD = {
+    dialect: select(ledger_head, clock.label("now")).where(ledger_head.c.id == 1)
+    for dialect, clock in (
+        ("sqlite", literal_column("strftime('%Y-%m-%d %H:%M:%f000', 'now')")),
+        ("postgresql", func.clock_timestamp()),
+    )
+}
+_HEAD_LOCKED = {dialect: query.with_for_update() for dialect, query in _HEAD.items()}
+_INSERT = insert(purge_ledger)
+
+
+def _head(conn: Connection, *, lock: bool) -> Head:
+    row = conn.execute((_HEAD_LOCKED if lock else _HEAD)[conn.dialect.name]).one()
+    return Head(seq=int(row.seq), head_hash=row.head_hash, database_id=row.database_id, now=_utc(row.now))
 
 
 def database_now(conn: Connection) -> dt.datetime:
     """The database clock, to the microsecond where the database keeps them."""
-    if conn.dialect.name == "sqlite":
-        text = conn.scalar(select(literal_column("strftime('%Y-%m-%d %H:%M:%f000', 'now')")))
-        return dt.datetime.fromisoformat(str(text)).replace(tzinfo=dt.UTC)
-    moment: dt.datetime = conn.execute(select(func.clock_timestamp())).scalar_one()
-    return moment.astimezone(dt.UTC)
+    return read_head(conn).now
+
+
+def _utc(value: Any) -> dt.datetime:
+    if isinstance(value, str):
+        return dt.datetime.fromisoformat(value).replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
 
 
 def append(
@@ -147,7 +164,8 @@ def append(
     origin: str | None,
     accepted_at: dt.datetime | None = None,
 ) -> LedgerEntry:
-    """Append one row after ``head`` (which the caller locked) and move the head to it."""
+    """Append one row after ``head`` (which the caller locked); the database checks that it
+    extends the head and moves the head to it (trigger ``pk_purge_ledger_chain``)."""
     fields: dict[str, Any] = {
         "seq": head.seq + 1,
         "purge_id": purge_id,
@@ -159,17 +177,18 @@ def append(
         "request_id": request_id,
         "idempotency_key": idempotency_key,
         "origin": origin,
-        "accepted_at": accepted_at or database_now(conn),
+        "accepted_at": accepted_at or head.now,
     }
     entry = LedgerEntry(**fields, prev_hash=head.head_hash, row_hash=row_hash(head.head_hash, fields))
     conn.execute(
-        insert(purge_ledger).values(
-            **{**fields, "selectors": canonical_json(fields["selectors"])},
-            prev_hash=entry.prev_hash,
-            row_hash=entry.row_hash,
-        )
+        _INSERT,
+        {
+            **fields,
+            "selectors": canonical_json(fields["selectors"]),
+            "prev_hash": entry.prev_hash,
+            "row_hash": entry.row_hash,
+        },
     )
-    conn.execute(update(ledger_head).where(ledger_head.c.id == 1).values(seq=entry.seq, head_hash=entry.row_hash))
     return entry
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
     Connection,
     Row,
     and_,
+    bindparam,
     exists,
     func,
     insert,
@@ -80,84 +81,99 @@ def events_in_conversation(
     return list(conn.scalars(query))
 
 
-def event_rows(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
-    """The events with a flag for an existing fence, by id."""
-    fenced = exists().where(tombstones.c.kind == TombstoneKind.EVENT.value, tombstones.c.id == events.c.id)
-    query = (
-        select(events.c.id, events.c.provider_event_id, events.c.author, events.c.occurred_at, fenced.label("fenced"))
-        .where(events.c.id.in_(list(event_ids)))
-        .order_by(events.c.id)
+# Statements on the confirmation path are built once, with expanding parameters: building a
+# statement costs more than running it.
+EVENT_IDS: Any = bindparam("event_ids", expanding=True)
+_fence = tombstones.alias("fence")
+_EVENT_ROWS = (
+    select(
+        events.c.id,
+        events.c.provider_event_id,
+        events.c.author,
+        events.c.occurred_at,
+        _fence.c.id.is_not(None).label("fenced"),
     )
-    return list(conn.execute(query))
+    # An outer join on the tombstone key: bounded by the scope whatever the statistics say.
+    .outerjoin(_fence, and_(_fence.c.kind == TombstoneKind.EVENT.value, _fence.c.id == events.c.id))
+    .where(events.c.id.in_(EVENT_IDS))
+    .order_by(events.c.id)
+)
+_EVENT_ROWS_LOCKED = _EVENT_ROWS.with_for_update(of=events)
+_PLACEMENTS = (
+    select(placements.c.event_id, placements.c.conversation_id)
+    .where(placements.c.event_id.in_(EVENT_IDS))
+    .order_by(placements.c.event_id, placements.c.conversation_id)
+)
+_CONVERSATIONS_OF = select(placements.c.conversation_id).where(placements.c.event_id.in_(EVENT_IDS)).distinct()
+_RUN_COLUMNS = (runs.c.conversation_id, runs.c.bot_id, runs.c.status, runs.c.output.is_not(None).label("has_output"))
+_ADMISSIONS = (
+    select(admissions.c.id, admissions.c.event_id, admissions.c.run_id, *_RUN_COLUMNS)
+    .join(runs, runs.c.id == admissions.c.run_id)
+    .where(admissions.c.event_id.in_(EVENT_IDS))
+    .order_by(admissions.c.id)
+)
+_ACTIVE_RUNS = select(runs.c.id, *_RUN_COLUMNS).where(runs.c.status.in_(ACTIVE_RUN_STATUSES)).order_by(runs.c.id)
+_ACTIVE_RUNS_IN = _ACTIVE_RUNS.where(runs.c.conversation_id.in_(bindparam("conversation_ids", expanding=True)))
+_ACTIVE_RUNS_OF_BOT = _ACTIVE_RUNS.where(runs.c.bot_id == bindparam("bot_id"))
+_DERIVATIVES = (
+    select(derivatives.c.id, derivatives.c.conversation_id, derivatives.c.kind, derivative_sources.c.event_id)
+    .join(derivative_sources, derivative_sources.c.derivative_id == derivatives.c.id)
+    .where(
+        derivatives.c.id.in_(
+            select(derivative_sources.c.derivative_id).where(derivative_sources.c.event_id.in_(EVENT_IDS))
+        )
+    )
+    .order_by(derivatives.c.id, derivative_sources.c.event_id)
+)
+_ATTACHMENTS = (
+    select(
+        attachments.c.id,
+        attachments.c.event_id,
+        attachments.c.blob_id,
+        attachments.c.binding,
+        attachments.c.name,
+        blobs.c.size,
+    )
+    .join(blobs, blobs.c.id == attachments.c.blob_id)
+    .where(attachments.c.event_id.in_(EVENT_IDS))
+    .order_by(attachments.c.id)
+)
+
+
+def event_rows(conn: Connection, event_ids: Sequence[str], *, lock: bool = False) -> list[Row[Any]]:
+    """The events with a flag for an existing fence, by id; with ``lock``, locked FOR UPDATE."""
+    return list(conn.execute(_EVENT_ROWS_LOCKED if lock else _EVENT_ROWS, {"event_ids": list(event_ids)}))
 
 
 def placements_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
-    query = (
-        select(placements.c.event_id, placements.c.conversation_id)
-        .where(placements.c.event_id.in_(list(event_ids)))
-        .order_by(placements.c.event_id, placements.c.conversation_id)
-    )
-    return list(conn.execute(query))
+    return list(conn.execute(_PLACEMENTS, {"event_ids": list(event_ids)}))
 
 
 def admissions_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
-    query = (
-        select(admissions.c.id, admissions.c.event_id, admissions.c.run_id)
-        .where(admissions.c.event_id.in_(list(event_ids)))
-        .order_by(admissions.c.id)
-    )
-    return list(conn.execute(query))
+    """The admissions of these events, each with its run."""
+    return list(conn.execute(_ADMISSIONS, {"event_ids": list(event_ids)}))
 
 
-def runs_by_id(conn: Connection, run_ids: Sequence[str]) -> list[Row[Any]]:
-    query = (
-        select(
-            runs.c.id,
-            runs.c.conversation_id,
-            runs.c.bot_id,
-            runs.c.status,
-            runs.c.output.is_not(None).label("has_output"),
-        )
-        .where(runs.c.id.in_(list(run_ids)))
-        .order_by(runs.c.id)
-    )
-    return list(conn.execute(query))
+def active_runs(conn: Connection, *, conversation_ids: Sequence[str] = (), bot_id: str | None = None) -> list[Row[Any]]:
+    """Non-terminal runs in these conversations, or of this bot (partial indexes)."""
+    if bot_id is not None:
+        return list(conn.execute(_ACTIVE_RUNS_OF_BOT, {"bot_id": bot_id}))
+    if not conversation_ids:
+        return []
+    return list(conn.execute(_ACTIVE_RUNS_IN, {"conversation_ids": list(conversation_ids)}))
 
 
 def active_run_ids(conn: Connection, *, conversation_ids: Sequence[str] = (), bot_id: str | None = None) -> list[str]:
-    """Non-terminal runs in these conversations, or of this bot (partial indexes)."""
-    condition = runs.c.conversation_id.in_(list(conversation_ids)) if bot_id is None else runs.c.bot_id == bot_id
-    query = select(runs.c.id).where(condition, runs.c.status.in_(ACTIVE_RUN_STATUSES)).order_by(runs.c.id)
-    return list(conn.scalars(query))
+    return [row.id for row in active_runs(conn, conversation_ids=conversation_ids, bot_id=bot_id)]
 
 
 def derivatives_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
     """Derivatives with a selected source event, each with all of its source ids."""
-    selected = select(derivative_sources.c.derivative_id).where(derivative_sources.c.event_id.in_(list(event_ids)))
-    query = (
-        select(derivatives.c.id, derivatives.c.conversation_id, derivatives.c.kind, derivative_sources.c.event_id)
-        .join(derivative_sources, derivative_sources.c.derivative_id == derivatives.c.id)
-        .where(derivatives.c.id.in_(selected))
-        .order_by(derivatives.c.id, derivative_sources.c.event_id)
-    )
-    return list(conn.execute(query))
+    return list(conn.execute(_DERIVATIVES, {"event_ids": list(event_ids)}))
 
 
 def attachments_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
-    query = (
-        select(
-            attachments.c.id,
-            attachments.c.event_id,
-            attachments.c.blob_id,
-            attachments.c.binding,
-            attachments.c.name,
-            blobs.c.size,
-        )
-        .join(blobs, blobs.c.id == attachments.c.blob_id)
-        .where(attachments.c.event_id.in_(list(event_ids)))
-        .order_by(attachments.c.id)
-    )
-    return list(conn.execute(query))
+    return list(conn.execute(_ATTACHMENTS, {"event_ids": list(event_ids)}))
 
 
 def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: Sequence[str]) -> list[Row[Any]]:
@@ -175,20 +191,25 @@ def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: 
 # -- locks -----------------------------------------------------------------------------------
 
 
-def lock_for_purge(conn: Connection, *, conversation_ids: Iterable[str], event_ids: Iterable[str]) -> None:
-    """Exclusive locks in id order: conversations, then events (the ledger head comes last).
+_LOCK_CONVERSATIONS = (
+    select(conversations.c.id)
+    .where(conversations.c.id.in_(bindparam("conversation_ids", expanding=True)))
+    .order_by(conversations.c.id)
+    .with_for_update()
+)
+
+
+def lock_conversations(conn: Connection, conversation_ids: Iterable[str]) -> None:
+    """Exclusive locks in id order, taken before the events' (the ledger head comes last).
     Writers take FOR NO KEY UPDATE on the same rows, so a writer that began before this
     acceptance waits for it and then sees the fences. (SQLite: BEGIN IMMEDIATE already.)"""
-    conv_ids, ev_ids = ids_list(conversation_ids), ids_list(event_ids)
-    if conv_ids:
-        conn.execute(
-            select(conversations.c.id)
-            .where(conversations.c.id.in_(conv_ids))
-            .order_by(conversations.c.id)
-            .with_for_update()
-        )
-    if ev_ids:
-        conn.execute(select(events.c.id).where(events.c.id.in_(ev_ids)).order_by(events.c.id).with_for_update())
+    ids = ids_list(conversation_ids)
+    if ids:
+        conn.execute(_LOCK_CONVERSATIONS, {"conversation_ids": ids})
+
+
+def conversations_of(conn: Connection, event_ids: Sequence[str]) -> list[str]:
+    return list(conn.scalars(_CONVERSATIONS_OF, {"event_ids": list(event_ids)}))
 
 
 def lock_conversation(conn: Connection, conversation_id: str) -> Row[Any] | None:
@@ -225,28 +246,24 @@ def latest_covering_purge(conn: Connection, event_ids: Sequence[str]) -> Any:
     return conn.execute(query).first()
 
 
-def insert_tombstones(conn: Connection, kind: TombstoneKind, ids: Iterable[str], purge_id: str) -> list[str]:
-    """Tombstone the ids that are not tombstoned yet; returns those newly written."""
-    wanted = ids_list(ids)
-    if not wanted:
-        return []
-    existing = set(
-        conn.scalars(select(tombstones.c.id).where(tombstones.c.kind == kind.value, tombstones.c.id.in_(wanted)))
-    )
-    fresh = [the_id for the_id in wanted if the_id not in existing]
-    if fresh:
-        conn.execute(insert(tombstones), [{"kind": kind.value, "id": the_id, "purge_id": purge_id} for the_id in fresh])
-    return fresh
+def insert_tombstones(conn: Connection, purge_id: str, by_kind: Mapping[TombstoneKind, Iterable[str]]) -> None:
+    """Tombstone the ids in one statement; an id that already has its tombstone keeps it."""
+    rows = [{"kind": kind.value, "id": the_id, "purge_id": purge_id} for kind, ids in by_kind.items() for the_id in ids]
+    if rows:  # executemany: one cached statement, sent in one batch
+        conn.execute(upsert_insert(conn, tombstones).on_conflict_do_nothing(index_elements=["kind", "id"]), rows)
+
+
+_BUMP_VERSIONS = (
+    update(conversations)
+    .where(conversations.c.id.in_(bindparam("conversation_ids", expanding=True)), conversations.c.state == "active")
+    .values(version=conversations.c.version + 1)
+)
 
 
 def bump_versions(conn: Connection, conversation_ids: Iterable[str]) -> None:
     ids = ids_list(conversation_ids)
     if ids:
-        conn.execute(
-            update(conversations)
-            .where(conversations.c.id.in_(ids), conversations.c.state == "active")
-            .values(version=conversations.c.version + 1)
-        )
+        conn.execute(_BUMP_VERSIONS, {"conversation_ids": ids})
 
 
 def mark_memory_erasure(conn: Connection, bot_id: str) -> None:

@@ -8,6 +8,7 @@ Runs on SQLite and PostgreSQL; everything is rolled back at the end.
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import text
 
 from schema.errors import (
     BotDeleted,
@@ -76,6 +77,19 @@ def test_purge_ledger_rejects_update_and_delete(raw: RawSQL) -> None:
     raw.refused("DELETE FROM purge_ledger WHERE seq = 1", ValidationError)
     raw.refused("DELETE FROM purge_ledger", ValidationError)
     assert raw.scalar("SELECT reason FROM purge_ledger WHERE seq = 1") == "why"
+
+
+def test_purge_ledger_rows_must_extend_the_head(raw: RawSQL) -> None:
+    """The chain is enforced by the database too: a row out of sequence, or one that does not
+    link to the head's hash, is refused; a row that extends the head moves it."""
+    columns = "seq, purge_id, kind, selectors, scope_digest, actor, reason, accepted_at, prev_hash, row_hash"
+    row = "(:seq, :pid, 'content', '{}', 'd', 'op', 'why', CURRENT_TIMESTAMP, :prev, :hash)"
+    insert = f"INSERT INTO purge_ledger ({columns}) VALUES {row}"
+    raw.refused(insert, ValidationError, seq=2, pid="skip", prev=GENESIS, hash="2" * 64)
+    raw.refused(insert, ValidationError, seq=1, pid="fork", prev="f" * 64, hash="2" * 64)
+    raw.run(insert, seq=1, pid="first", prev=GENESIS, hash="1" * 64)
+    assert raw.conn.execute(text("SELECT seq, head_hash FROM ledger_head")).one() == (1, "1" * 64)
+    raw.refused(insert, ValidationError, seq=2, pid="fork", prev=GENESIS, hash="2" * 64)
 
 
 @pytest.mark.postgres_only

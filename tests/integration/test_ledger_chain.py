@@ -84,6 +84,7 @@ def tamper(chain: Pk) -> Any:
             if db.is_sqlite:
                 conn.execute(text("DROP TRIGGER IF EXISTS pk_purge_ledger_no_update"))
                 conn.execute(text("DROP TRIGGER IF EXISTS pk_purge_ledger_no_delete"))
+                conn.execute(text("DROP TRIGGER IF EXISTS pk_purge_ledger_chain"))
             else:
                 conn.execute(text("ALTER TABLE purge_ledger DISABLE TRIGGER USER"))
             conn.execute(text(sql))

@@ -424,3 +424,20 @@ FOR EACH ROW EXECUTE FUNCTION pk_ledger_append_only();
 -- ;;
 CREATE TRIGGER pk_purge_ledger_no_truncate BEFORE TRUNCATE ON purge_ledger
 FOR EACH STATEMENT EXECUTE FUNCTION pk_ledger_append_only();
+-- ;;
+CREATE FUNCTION pk_purge_ledger_chain() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    head_seq bigint;
+    head_hash text;
+BEGIN
+    -- The chain is enforced here too: a row must extend the head, which then moves to it.
+    SELECT seq, ledger_head.head_hash INTO head_seq, head_hash FROM ledger_head WHERE id = 1 FOR UPDATE;
+    IF NEW.seq <> head_seq + 1 OR NEW.prev_hash <> head_hash THEN
+        RAISE EXCEPTION 'purgekeeper:ledger_append_only: row % does not extend the ledger head (seq %)', NEW.seq, head_seq;
+    END IF;
+    UPDATE ledger_head SET seq = NEW.seq, head_hash = NEW.row_hash WHERE id = 1;
+    RETURN NEW;
+END $$;
+-- ;;
+CREATE TRIGGER pk_purge_ledger_chain BEFORE INSERT ON purge_ledger
+FOR EACH ROW EXECUTE FUNCTION pk_purge_ledger_chain();

@@ -289,3 +289,15 @@ CREATE TRIGGER pk_purge_ledger_no_delete BEFORE DELETE ON purge_ledger
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:ledger_append_only: the purge ledger is append-only');
 END;
+-- ;;
+CREATE TRIGGER pk_purge_ledger_chain BEFORE INSERT ON purge_ledger
+BEGIN
+    -- The chain is enforced here too: a row must extend the head, which then moves to it.
+    SELECT RAISE(ABORT, 'purgekeeper:ledger_append_only: the row does not extend the ledger head')
+     WHERE NOT EXISTS (SELECT 1 FROM ledger_head WHERE id = 1 AND seq + 1 = NEW.seq AND head_hash = NEW.prev_hash);
+END;
+-- ;;
+CREATE TRIGGER pk_purge_ledger_moves_head AFTER INSERT ON purge_ledger
+BEGIN
+    UPDATE ledger_head SET seq = NEW.seq, head_hash = NEW.row_hash WHERE id = 1;
+END;
