@@ -228,7 +228,7 @@ def _select_events(conn: Connection, scope: EventScope, *, lock: bool) -> tuple[
     if scope.event_ids is not None:
         ids = sorted(scope.event_ids)
         if lock:
-            pq.lock_conversations(conn, pq.conversations_of(conn, ids))
+            pq.lock_conversations_of(conn, ids)
         rows = pq.event_rows(conn, ids, lock=lock)
         missing = sorted(set(ids) - {r.id for r in rows})
         if missing:

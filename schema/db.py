@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -35,6 +36,7 @@ T = TypeVar("T")
 WRITE_ATTEMPTS = 5
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 RETRY_WAIT_MAX_S = 0.5
+PING_AFTER_IDLE_S = 2.0
 
 
 def normalise_url(url: str) -> str:
@@ -95,9 +97,15 @@ class Database:
 
     def transact(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in a write transaction, again on a deadlock or a busy database."""
+        try:  # the common case: one attempt, no retry machinery
+            with self.write() as conn:
+                return work(conn)
+        except _Retryable:
+            if self.write_attempts <= 1:
+                raise InfrastructureError("the database stayed busy after 1 attempt") from None
         retrying = Retrying(
             retry=retry_if_exception(_is_retryable_here),
-            stop=stop_after_attempt(self.write_attempts),
+            stop=stop_after_attempt(self.write_attempts - 1),
             wait=wait_random_exponential(multiplier=0.01, max=RETRY_WAIT_MAX_S),
             reraise=False,
         )
@@ -150,7 +158,9 @@ def _create_engine(url: str, dialect: str, busy_timeout_ms: int) -> Engine:
         engine = create_engine(url, poolclass=NullPool, connect_args={"check_same_thread": False})
         event.listen(engine, "connect", functools.partial(_sqlite_on_connect, busy_timeout_ms=busy_timeout_ms))
     else:
-        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        engine = create_engine(url, pool_size=10, max_overflow=20)
+        event.listen(engine, "checkout", _ping_if_idle)
+        event.listen(engine, "checkin", _note_checkin)
     event.listen(engine, "begin", _on_begin)
     return engine
 
@@ -168,6 +178,24 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any, *, busy_timeout_ms: int) -
     ):
         cursor.execute(pragma)
     cursor.close()
+
+
+def _note_checkin(_dbapi_conn: Any, record: Any) -> None:
+    record.info["checked_in_at"] = time.monotonic()
+
+
+def _ping_if_idle(dbapi_conn: Any, record: Any, proxy: Any) -> None:
+    """Ping a pooled connection that sat idle, so a restarted server costs no failed request;
+    a connection in steady use is not pinged (a ping is one more round trip per transaction)."""
+    idle_since = record.info.get("checked_in_at")
+    if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_S:
+        return
+    try:
+        cursor = dbapi_conn.cursor()
+        cursor.execute("SELECT 1")
+        cursor.close()
+    except Exception as exc:
+        raise sa_exc.DisconnectionError("the pooled connection is gone") from exc
 
 
 def _on_begin(conn: Connection) -> None:

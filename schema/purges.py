@@ -25,6 +25,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.content import live_event, upsert_insert
 from schema.states import ACTIVE_RUN_STATUSES, StepKind, StepStatus, TombstoneKind
@@ -197,6 +198,12 @@ _LOCK_CONVERSATIONS = (
     .order_by(conversations.c.id)
     .with_for_update()
 )
+_LOCK_CONVERSATIONS_OF_EVENTS = (
+    select(conversations.c.id)
+    .where(conversations.c.id.in_(select(placements.c.conversation_id).where(placements.c.event_id.in_(EVENT_IDS))))
+    .order_by(conversations.c.id)
+    .with_for_update()
+)
 
 
 def lock_conversations(conn: Connection, conversation_ids: Iterable[str]) -> None:
@@ -206,6 +213,11 @@ def lock_conversations(conn: Connection, conversation_ids: Iterable[str]) -> Non
     ids = ids_list(conversation_ids)
     if ids:
         conn.execute(_LOCK_CONVERSATIONS, {"conversation_ids": ids})
+
+
+def lock_conversations_of(conn: Connection, event_ids: Sequence[str]) -> None:
+    """Lock the conversations the events are placed in, the same way, in one statement."""
+    conn.execute(_LOCK_CONVERSATIONS_OF_EVENTS, {"event_ids": list(event_ids)})
 
 
 def conversations_of(conn: Connection, event_ids: Sequence[str]) -> list[str]:
@@ -246,11 +258,18 @@ def latest_covering_purge(conn: Connection, event_ids: Sequence[str]) -> Any:
     return conn.execute(query).first()
 
 
+_INSERT_TOMBSTONES = {
+    dialect: insert_of(tombstones).on_conflict_do_nothing(index_elements=["kind", "id"])
+    for dialect, insert_of in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+}
+_INSERT_STEPS = insert(cleanup_steps)
+
+
 def insert_tombstones(conn: Connection, purge_id: str, by_kind: Mapping[TombstoneKind, Iterable[str]]) -> None:
     """Tombstone the ids in one statement; an id that already has its tombstone keeps it."""
     rows = [{"kind": kind.value, "id": the_id, "purge_id": purge_id} for kind, ids in by_kind.items() for the_id in ids]
     if rows:  # executemany: one cached statement, sent in one batch
-        conn.execute(upsert_insert(conn, tombstones).on_conflict_do_nothing(index_elements=["kind", "id"]), rows)
+        conn.execute(_INSERT_TOMBSTONES[conn.dialect.name], rows)
 
 
 _BUMP_VERSIONS = (
@@ -289,7 +308,7 @@ def create_steps(
         for kind in kinds
     ]
     if rows:
-        conn.execute(insert(cleanup_steps), rows)
+        conn.execute(_INSERT_STEPS, rows)
     return [str(row["id"]) for row in rows]
 
 

@@ -58,8 +58,11 @@ BEGIN
 END $$;
 -- ;;
 CREATE FUNCTION pk_bump_versions(conv_ids text[]) RETURNS void LANGUAGE sql AS $$
-    UPDATE conversations SET version = version + 1
-     WHERE id = ANY(conv_ids) AND state = 'active';
+    -- In id order, like every other lock on conversations.
+    WITH bumped AS (
+        SELECT id FROM conversations WHERE id = ANY(conv_ids) AND state = 'active' ORDER BY id FOR NO KEY UPDATE
+    )
+    UPDATE conversations SET version = version + 1 FROM bumped WHERE conversations.id = bumped.id;
 $$;
 -- ;;
 CREATE FUNCTION pk_identity_lock(the_id text) RETURNS void LANGUAGE sql AS $$
@@ -154,12 +157,19 @@ FOR EACH ROW EXECUTE FUNCTION pk_events_before_update();
 -- ;;
 CREATE FUNCTION pk_events_after_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pk_bump_versions(ARRAY(SELECT conversation_id FROM placements WHERE event_id = NEW.id));
+    -- Statement level: one version bump per conversation, however many rows changed.
+    PERFORM pk_bump_versions(ARRAY(
+        SELECT DISTINCT p.conversation_id
+          FROM new_rows n
+          JOIN old_rows o ON o.id = n.id
+          JOIN placements p ON p.event_id = n.id
+         WHERE (n.body, n.author, n.occurred_at) IS DISTINCT FROM (o.body, o.author, o.occurred_at)));
     RETURN NULL;
 END $$;
 -- ;;
 CREATE TRIGGER pk_events_after_update AFTER UPDATE ON events
-FOR EACH ROW WHEN (OLD.* IS DISTINCT FROM NEW.*) EXECUTE FUNCTION pk_events_after_update();
+REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+FOR EACH STATEMENT EXECUTE FUNCTION pk_events_after_update();
 -- ;;
 CREATE FUNCTION pk_placements_before_write() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -173,18 +183,25 @@ END $$;
 CREATE TRIGGER pk_placements_before_write BEFORE INSERT OR UPDATE ON placements
 FOR EACH ROW EXECUTE FUNCTION pk_placements_before_write();
 -- ;;
-CREATE FUNCTION pk_placements_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION pk_placements_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'DELETE' THEN
-        PERFORM pk_bump_versions(ARRAY[OLD.conversation_id]);
-    ELSE
-        PERFORM pk_bump_versions(ARRAY[NEW.conversation_id]);
-    END IF;
+    PERFORM pk_bump_versions(ARRAY(SELECT DISTINCT conversation_id FROM new_rows));
     RETURN NULL;
 END $$;
 -- ;;
-CREATE TRIGGER pk_placements_after_write AFTER INSERT OR DELETE ON placements
-FOR EACH ROW EXECUTE FUNCTION pk_placements_after_write();
+CREATE TRIGGER pk_placements_after_insert AFTER INSERT ON placements
+REFERENCING NEW TABLE AS new_rows
+FOR EACH STATEMENT EXECUTE FUNCTION pk_placements_after_insert();
+-- ;;
+CREATE FUNCTION pk_placements_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pk_bump_versions(ARRAY(SELECT DISTINCT conversation_id FROM old_rows));
+    RETURN NULL;
+END $$;
+-- ;;
+CREATE TRIGGER pk_placements_after_delete AFTER DELETE ON placements
+REFERENCING OLD TABLE AS old_rows
+FOR EACH STATEMENT EXECUTE FUNCTION pk_placements_after_delete();
 -- ;;
 CREATE FUNCTION pk_runs_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -317,12 +334,14 @@ FOR EACH ROW EXECUTE FUNCTION pk_attachments_before_write();
 -- ;;
 CREATE FUNCTION pk_attachments_after_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pk_bump_versions(ARRAY(SELECT conversation_id FROM placements WHERE event_id = NEW.event_id));
+    PERFORM pk_bump_versions(ARRAY(
+        SELECT DISTINCT p.conversation_id FROM new_rows n JOIN placements p ON p.event_id = n.event_id));
     RETURN NULL;
 END $$;
 -- ;;
 CREATE TRIGGER pk_attachments_after_insert AFTER INSERT ON attachments
-FOR EACH ROW EXECUTE FUNCTION pk_attachments_after_insert();
+REFERENCING NEW TABLE AS new_rows
+FOR EACH STATEMENT EXECUTE FUNCTION pk_attachments_after_insert();
 -- ;;
 CREATE FUNCTION pk_blobs_before_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
