@@ -63,8 +63,12 @@ class Settings:
         )
 
     def make_directories(self) -> None:
-        """Create the data directory and the roots purgekeeper writes to."""
-        for directory in (self.data_dir, self.blob_root, self.file_root, self.checkpoint_dir):
+        """Create the roots purgekeeper writes to, and the directory of a SQLite database file
+        (the data directory itself only when something lives in it)."""
+        directories = [self.blob_root, self.file_root, self.checkpoint_dir]
+        if self.database_url.startswith("sqlite:///"):
+            directories.append(Path(self.database_url.removeprefix("sqlite:///")).parent)
+        for directory in directories:
             directory.mkdir(parents=True, exist_ok=True)
 
 
