@@ -81,8 +81,7 @@ class OperatorCommands:
     def verify_ledger(self) -> LedgerReport:
         """Walk the hash chain; report at most a bounded number of problems."""
         with self.db.read() as conn:
-            result = ledger.verify(conn)
-        return LedgerReport(ok=result.ok, rows=result.rows, head_hash=result.head_hash, problems=result.problems)
+            return ledger.verify(conn)
 
     def _statuses(self, conn: Connection, entries: Sequence[ledger.LedgerEntry]) -> list[PurgeStatus]:
         by_purge: dict[str, list[Any]] = defaultdict(list)

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Row
 
+from schema.ledger import LedgerReport as LedgerReport  # re-exported: the report of verify_ledger()
 from schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus
 
 
@@ -219,14 +220,6 @@ class PurgePage:
 
     purges: tuple[PurgeStatus, ...]
     next_after: int | None
-
-
-@dataclass(frozen=True)
-class LedgerReport:
-    ok: bool
-    rows: int
-    head_hash: str
-    problems: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -219,14 +219,16 @@ def entries(conn: Connection, *, batch: int = VERIFY_BATCH) -> Iterator[LedgerEn
 
 
 @dataclass(frozen=True)
-class Verification:
+class LedgerReport:
+    """What walking the chain found: ``ok``, the row count, the head hash, bounded problems."""
+
     ok: bool
     rows: int
     head_hash: str
     problems: tuple[str, ...]
 
 
-def verify(conn: Connection, *, max_problems: int = MAX_PROBLEMS) -> Verification:
+def verify(conn: Connection, *, max_problems: int = MAX_PROBLEMS) -> LedgerReport:
     """Walk the chain: gapless seq from 1, each prev_hash the previous row_hash, each row_hash
     recomputed, and the head on the last row. Reports at most ``max_problems`` problems."""
     problems: list[str] = []
@@ -243,4 +245,4 @@ def verify(conn: Connection, *, max_problems: int = MAX_PROBLEMS) -> Verificatio
     head = read_head(conn)
     if head.seq != rows or head.head_hash != prev_hash:
         problems.append(f"head at seq {head.seq} does not match the last row (seq {expected_seq - 1})")
-    return Verification(ok=not problems, rows=rows, head_hash=prev_hash, problems=tuple(problems[:max_problems]))
+    return LedgerReport(ok=not problems, rows=rows, head_hash=prev_hash, problems=tuple(problems[:max_problems]))
