@@ -167,8 +167,11 @@ class PurgeCommands:
             }
             entry = _append(conn, head, PurgeKind.CONVERSATION, selectors, causal)
             pq.insert_tombstones(conn, entry.purge_id, {TombstoneKind.CONVERSATION: [conversation_id]})
+            # A conversation's attachments wait for its bodies step, which decides (when it runs)
+            # which events are no longer live anywhere and fences them.
             kinds = [StepKind.BODIES, StepKind.ATTACHMENTS] if row is not None else []
-            return _accepted(entry), pq.create_steps(conn, entry.purge_id, kinds)
+            steps = pq.create_steps(conn, entry.purge_id, kinds, parked=[StepKind.ATTACHMENTS])
+            return _accepted(entry), steps
 
         return self._accept(work)
 

@@ -29,6 +29,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.content import live_event, upsert_insert
 from schema.states import ACTIVE_RUN_STATUSES, StepKind, StepStatus, TombstoneKind
+from schema.steps import PARKED_UNTIL
 from schema.tables import (
     admissions,
     attachments,
@@ -301,14 +302,29 @@ def kept_repositories(conn: Connection, *, except_bot: str) -> list[str]:
 
 
 def create_steps(
-    conn: Connection, purge_id: str, kinds: Sequence[StepKind], *, max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    conn: Connection,
+    purge_id: str,
+    kinds: Sequence[StepKind],
+    *,
+    parked: Sequence[StepKind] = (),
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> list[str]:
+    """Pending cleanup steps; a ``parked`` one waits until another step unparks it."""
     rows: list[dict[str, Any]] = [
-        {"id": uuid.uuid4().hex, "purge_id": purge_id, "kind": kind.value, "max_attempts": max_attempts}
+        {
+            "id": uuid.uuid4().hex,
+            "purge_id": purge_id,
+            "kind": kind.value,
+            "max_attempts": max_attempts,
+            "next_attempt_at": PARKED_UNTIL if kind in parked else None,
+        }
         for kind in kinds
     ]
-    if rows:
-        conn.execute(_INSERT_STEPS, rows)
+    for row in rows:
+        if row["next_attempt_at"] is None:
+            del row["next_attempt_at"]
+    for row in rows:  # rows differ in their columns, so one statement each (at most three)
+        conn.execute(_INSERT_STEPS, row)
     return [str(row["id"]) for row in rows]
 
 

@@ -304,8 +304,32 @@ cleanup_steps = Table(
     Column("updated_at", UtcDateTime(), nullable=False, server_default=now_default()),
     UniqueConstraint("purge_id", "kind"),
     Index("ix_cleanup_steps_due", "status", "next_attempt_at"),
+    Index("ix_cleanup_steps_lease", "status", "lease_expires_at"),
     _enum_check("kind", STEP_KINDS, "kind"),
     _enum_check("status", STEP_STATUSES, "status"),
+)
+
+# Who re-armed what, and why: the operator's actions on purges (the ledger holds acceptances).
+purge_audit = Table(
+    "purge_audit",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("purge_id", String(64), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("step_ids", Text, nullable=False),
+    _created_at(),
+    Index("ix_purge_audit_purge_id", "purge_id"),
+)
+
+# One row per singleton role (the scheduler): who leads, until when (database clock).
+leader_leases = Table(
+    "leader_leases",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("owner", String(128), nullable=False),
+    Column("expires_at", UtcDateTime(), nullable=False),
 )
 
 # What a preview showed, as ids only (no content), so a stale confirmation can name what changed.
@@ -330,4 +354,4 @@ CONTENT_TABLES = (
     blobs,
     attachments,
 )
-PURGE_TABLES = (purge_ledger, ledger_head, tombstones, cleanup_steps, purge_previews)
+PURGE_TABLES = (purge_ledger, ledger_head, tombstones, cleanup_steps, purge_previews, purge_audit, leader_leases)

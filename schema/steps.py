@@ -1,0 +1,242 @@
+"""The cleanup-step protocol, on the database clock. The step row is the source of truth; a
+broker only carries wake-ups.
+
+- ``claim``: a conditional UPDATE that counts the attempt and sets a lease. No row back means
+  someone else has the step (or it is not due): the caller acks and returns.
+- ``progress``: each batch's UPDATE is guarded by the lease owner and renews the lease; no
+  row back means the lease was lost, and the batch's transaction must roll back.
+- ``finish``: an UPDATE guarded by the lease owner, to ``done``, ``retrying`` (with backoff)
+  or ``incomplete`` (attempts at the maximum, or a failure that retries cannot fix).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, or_, select, update
+
+from schema.content import upsert_insert
+from schema.ledger import database_now
+from schema.states import StepStatus
+from schema.tables import cleanup_steps, leader_leases
+
+# A step parked behind another (a conversation's attachments wait for its bodies step).
+PARKED_UNTIL = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
+MAX_ERROR_LENGTH = 2000
+MAX_REASON_EXAMPLES = 10
+
+
+class LeaseLost(Exception):
+    """The step's lease expired and someone else claimed it: this attempt's writes are void."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    step_id: str
+    purge_id: str
+    kind: str
+    attempt: int
+    max_attempts: int
+    owner: str
+
+
+def backoff(attempt: int, *, base: float, cap: float, rand: Callable[[], float] = random.random) -> float:
+    """Seconds before the next attempt: exponential in the attempt, capped, with equal jitter."""
+    ceiling = min(cap, base * 2 ** max(attempt - 1, 0))
+    return ceiling / 2 + rand() * ceiling / 2
+
+
+def _due(now: dt.datetime) -> Any:
+    c = cleanup_steps.c
+    return or_(
+        and_(c.status.in_([StepStatus.PENDING.value, StepStatus.RETRYING.value]), c.next_attempt_at <= now),
+        and_(c.status == StepStatus.RUNNING.value, c.lease_expires_at <= now),
+    )
+
+
+def claim(conn: Connection, step_id: str, *, owner: str, lease: dt.timedelta) -> Claim | None:
+    """Take the step if it is due or its lease expired. A step whose lease expired on its last
+    attempt (the worker died every time) ends incomplete instead."""
+    now = database_now(conn)
+    c = cleanup_steps.c
+    conn.execute(
+        update(cleanup_steps)
+        .where(c.id == step_id, c.status == StepStatus.RUNNING.value, c.lease_expires_at <= now)
+        .where(c.attempts >= c.max_attempts)
+        .values(
+            status=StepStatus.INCOMPLETE.value,
+            last_error=func.coalesce(c.last_error, "the worker stopped during its last attempt (lease expired)"),
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+        )
+    )
+    row = conn.execute(
+        update(cleanup_steps)
+        .where(c.id == step_id, _due(now))
+        .values(
+            status=StepStatus.RUNNING.value,
+            attempts=c.attempts + 1,
+            lease_owner=owner,
+            lease_expires_at=now + lease,
+            updated_at=now,
+        )
+        .returning(c.id, c.purge_id, c.kind, c.attempts, c.max_attempts)
+    ).first()
+    if row is None:
+        return None
+    return Claim(row.id, row.purge_id, row.kind, int(row.attempts), int(row.max_attempts), owner)
+
+
+def progress(
+    conn: Connection,
+    held: Claim,
+    *,
+    lease: dt.timedelta,
+    removed: int = 0,
+    retained: int = 0,
+    reasons: Mapping[str, list[str]] | None = None,
+    remaining: int | None = None,
+) -> None:
+    """Record a batch's progress and renew the lease, in the batch's own transaction."""
+    now = database_now(conn)
+    c = cleanup_steps.c
+    values: dict[str, Any] = {
+        "removed": c.removed + removed,
+        "retained_shared": c.retained_shared + retained,
+        "lease_expires_at": now + lease,
+        "updated_at": now,
+    }
+    if remaining is not None:
+        values["remaining"] = remaining
+    if reasons:
+        current = conn.scalar(select(c.retained_reasons).where(c.id == held.step_id))
+        values["retained_reasons"] = _merge_reasons(current, reasons)
+    row = conn.execute(
+        update(cleanup_steps)
+        .where(c.id == held.step_id, c.lease_owner == held.owner, c.status == StepStatus.RUNNING.value)
+        .values(**values)
+        .returning(c.id)
+    ).first()
+    if row is None:
+        raise LeaseLost(f"step {held.step_id} is no longer leased to {held.owner}")
+
+
+def _merge_reasons(current: str | None, reasons: Mapping[str, list[str]]) -> str:
+    """Reasons for retained content: a count and a few example ids each, never content."""
+    merged: dict[str, Any] = json.loads(current) if current else {}
+    for reason, ids in reasons.items():
+        entry = merged.setdefault(reason, {"count": 0, "examples": []})
+        entry["count"] += len(ids)
+        entry["examples"] = (entry["examples"] + list(ids))[:MAX_REASON_EXAMPLES]
+    return json.dumps(merged, sort_keys=True)
+
+
+def finish(
+    conn: Connection,
+    held: Claim,
+    *,
+    outcome: StepStatus,
+    error: str | None = None,
+    retry_in: dt.timedelta = dt.timedelta(0),
+) -> bool:
+    """End the attempt; False if the lease was lost meanwhile (someone else owns the step)."""
+    now = database_now(conn)
+    c = cleanup_steps.c
+    values: dict[str, Any] = {"status": outcome.value, "lease_owner": None, "lease_expires_at": None, "updated_at": now}
+    if outcome is StepStatus.RETRYING:
+        values["next_attempt_at"] = now + retry_in
+    if error is not None:
+        values["last_error"] = error[:MAX_ERROR_LENGTH]
+    row = conn.execute(
+        update(cleanup_steps)
+        .where(c.id == held.step_id, c.lease_owner == held.owner, c.status == StepStatus.RUNNING.value)
+        .values(**values)
+        .returning(c.id)
+    ).first()
+    return row is not None
+
+
+def release(conn: Connection, owner: str) -> int:
+    """Give up every lease of ``owner`` (a worker shutting down): the steps are due again."""
+    now = database_now(conn)
+    c = cleanup_steps.c
+    rows = conn.execute(
+        update(cleanup_steps)
+        .where(c.lease_owner == owner, c.status == StepStatus.RUNNING.value)
+        .values(lease_expires_at=now, updated_at=now)
+        .returning(c.id)
+    )
+    return len(list(rows))
+
+
+def unpark(conn: Connection, purge_id: str, kind: str) -> list[str]:
+    """Make a parked step of the purge due now; returns its id if it was parked."""
+    now = database_now(conn)
+    c = cleanup_steps.c
+    rows = conn.execute(
+        update(cleanup_steps)
+        .where(c.purge_id == purge_id, c.kind == kind, c.next_attempt_at >= PARKED_UNTIL)
+        .where(c.status.in_([StepStatus.PENDING.value, StepStatus.RETRYING.value]))
+        .values(next_attempt_at=now, updated_at=now)
+        .returning(c.id)
+    )
+    return [row.id for row in rows]
+
+
+def due_steps(conn: Connection, *, limit: int) -> list[str]:
+    """Ids of steps due now or whose lease expired, through the two status indexes: the cost
+    follows the number of due steps, not the size of the ledger."""
+    now = database_now(conn)
+    c = cleanup_steps.c
+    waiting = (
+        select(c.id, c.next_attempt_at.label("since"))
+        .where(c.status.in_([StepStatus.PENDING.value, StepStatus.RETRYING.value]), c.next_attempt_at <= now)
+        .order_by(c.next_attempt_at)
+        .limit(limit)
+    )
+    expired = (
+        select(c.id, c.lease_expires_at.label("since"))
+        .where(c.status == StepStatus.RUNNING.value, c.lease_expires_at <= now)
+        .order_by(c.lease_expires_at)
+        .limit(limit)
+    )
+    rows = list(conn.execute(waiting)) + list(conn.execute(expired))
+    return [row.id for row in sorted(rows, key=lambda row: row.since)][:limit]
+
+
+def rearm_incomplete(conn: Connection, purge_id: str) -> list[str]:
+    """Make the purge's incomplete steps pending again with fresh attempts."""
+    now = database_now(conn)
+    c = cleanup_steps.c
+    rows = conn.execute(
+        update(cleanup_steps)
+        .where(c.purge_id == purge_id, c.status == StepStatus.INCOMPLETE.value)
+        .values(status=StepStatus.PENDING.value, attempts=0, next_attempt_at=now, updated_at=now)
+        .returning(c.id)
+    )
+    return sorted(row.id for row in rows)
+
+
+def take_leadership(conn: Connection, name: str, *, owner: str, lease: dt.timedelta) -> bool:
+    """Become (or stay) the one holder of ``name`` until the lease runs out."""
+    now = database_now(conn)
+    held = conn.execute(
+        update(leader_leases)
+        .where(leader_leases.c.name == name)
+        .where(or_(leader_leases.c.owner == owner, leader_leases.c.expires_at <= now))
+        .values(owner=owner, expires_at=now + lease)
+        .returning(leader_leases.c.name)
+    ).first()
+    if held is not None:
+        return True
+    statement = upsert_insert(conn, leader_leases).values(name=name, owner=owner, expires_at=now + lease)
+    inserted = conn.execute(
+        statement.on_conflict_do_nothing(index_elements=["name"]).returning(leader_leases.c.name)
+    ).first()
+    return inserted is not None

@@ -1,0 +1,242 @@
+"""The three cleanup steps as plain functions: bodies, attachments and memory.
+
+Each works in small batches; each batch is its own transaction, which also records progress
+and renews the lease (``schema.steps.progress``): a lost lease rolls the batch back. Every
+batch is idempotent, so an attempt that dies half-way is simply run again. Liveness is
+decided when the step runs, never earlier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection
+
+from schema import cleanup as q
+from schema import ledger, steps
+from schema import purges as pq
+from schema.db import Database
+from schema.states import BlobKind, BlobState, StepKind, TombstoneKind
+from workers import memory
+from workers.blobstore import BlobStore
+
+DEFAULT_BATCH_SIZE = 500
+PROGRESS_FIELDS = frozenset({"removed", "retained", "reasons", "remaining"})
+ASIDE_PREFIX = ".purgekeeper-aside-"
+
+
+class NotProvable(Exception):
+    """Memory ownership is no longer provable: no retry can fix that, nothing is deleted."""
+
+    def __init__(self, reason: str, detail: str | None) -> None:
+        self.reason = reason
+        super().__init__(f"{reason}: {detail or memory.OWNERSHIP_REASONS.get(reason, reason)}")
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a step needs: the database, the roots, and its knobs."""
+
+    db: Database
+    blobs: BlobStore
+    memory_roots: tuple[Path, ...]
+    lease: dt.timedelta
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+
+def run(ctx: StepContext, held: steps.Claim) -> list[str]:
+    """Carry out one claimed step; returns steps to wake after it (a parked follower)."""
+    entry = _entry(ctx, held.purge_id)
+    handler: Callable[[StepContext, steps.Claim, ledger.LedgerEntry], list[str]] = {
+        StepKind.BODIES.value: remove_bodies,
+        StepKind.ATTACHMENTS.value: remove_attachments,
+        StepKind.MEMORY.value: remove_memory,
+    }[held.kind]
+    return handler(ctx, held, entry)
+
+
+def _entry(ctx: StepContext, purge_id: str) -> ledger.LedgerEntry:
+    with ctx.db.read() as conn:
+        entry = ledger.entry_by_purge_id(conn, purge_id)
+    if entry is None:
+        raise LookupError(f"purge {purge_id} has cleanup steps but no ledger row")
+    return entry
+
+
+def _batch(ctx: StepContext, held: steps.Claim, work: Callable[[Connection], dict[str, Any]]) -> dict[str, Any]:
+    """One committed batch: the work and its progress (which renews the lease) together."""
+
+    def transaction(conn: Connection) -> dict[str, Any]:
+        done = work(conn)
+        steps.progress(conn, held, lease=ctx.lease, **{k: v for k, v in done.items() if k in PROGRESS_FIELDS})
+        return done
+
+    return ctx.db.transact(transaction)
+
+
+# -- bodies -------------------------------------------------------------------------------------
+
+
+def remove_bodies(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> list[str]:
+    if entry.kind == "content":
+        _null_fenced_content(ctx, held, list(entry.selectors.get("event_ids", [])))
+        return []
+    conversation_id = str(entry.selectors["conversation_id"])
+    _empty_conversation(ctx, held, entry.purge_id, conversation_id)
+    with ctx.db.write() as conn:
+        return steps.unpark(conn, entry.purge_id, StepKind.ATTACHMENTS.value)
+
+
+def _null_fenced_content(ctx: StepContext, held: steps.Claim, event_ids: list[str]) -> None:
+    for start in range(0, len(event_ids), ctx.batch_size):
+        batch = event_ids[start : start + ctx.batch_size]
+        remaining = max(len(event_ids) - start - len(batch), 0)
+        _batch(ctx, held, functools.partial(_null_batch, event_ids=batch, remaining=remaining))
+
+
+def _null_batch(conn: Connection, *, event_ids: list[str], remaining: int) -> dict[str, Any]:
+    return {"removed": q.null_content_of(conn, event_ids), "remaining": remaining}
+
+
+def _empty_conversation(ctx: StepContext, held: steps.Claim, purge_id: str, conversation_id: str) -> None:
+    """Events placed only here lose their content and are fenced; events live elsewhere keep
+    it there and are reported retained-shared. Then runs, admissions and derivatives go."""
+    events_batch = functools.partial(
+        _empty_events_batch, purge_id=purge_id, conversation_id=conversation_id, limit=ctx.batch_size
+    )
+    while _batch(ctx, held, events_batch)["remaining"]:
+        pass
+    for delete_batch in (q.delete_runs_batch, q.delete_derivatives_batch):
+        rows_batch = functools.partial(
+            _delete_batch, delete=delete_batch, conversation_id=conversation_id, limit=ctx.batch_size
+        )
+        while _batch(ctx, held, rows_batch)["removed"] >= ctx.batch_size:
+            pass
+
+
+def _delete_batch(conn: Connection, *, delete: Callable[..., int], conversation_id: str, limit: int) -> dict[str, Any]:
+    return {"removed": delete(conn, conversation_id, limit=limit)}
+
+
+def _empty_events_batch(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
+    event_ids = q.placed_events(conn, conversation_id, limit=limit)
+    if not event_ids:
+        return {"remaining": 0}
+    shared = q.live_elsewhere(conn, event_ids, conversation_id)
+    only_here = [e for e in event_ids if e not in shared]
+    pq.insert_tombstones(
+        conn,
+        purge_id,
+        {TombstoneKind.EVENT: only_here, TombstoneKind.PROVIDER_EVENT: q.provider_ids_of(conn, only_here)},
+    )
+    removed = q.null_content_of(conn, only_here) + q.remove_placements(conn, conversation_id, event_ids)
+    return {
+        "removed": removed,
+        "retained": len(shared),
+        "reasons": {"event placed in a live conversation": sorted(shared)} if shared else None,
+        "remaining": q.count_remaining(conn, conversation_id),
+    }
+
+
+# -- attachments --------------------------------------------------------------------------------
+
+
+def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> list[str]:
+    """Per batch: lock the blobs, count live references of both binding kinds, mark the
+    unreferenced ones deleting and commit; unlink them (a missing file is fine); mark them
+    deleted. Shared blobs are recorded as retained, with the reason."""
+    after = ""
+    while True:
+        with ctx.db.read() as conn:
+            blob_ids = q.candidate_blobs(conn, entry.purge_id, after=after, limit=ctx.batch_size)
+        if not blob_ids:
+            return []
+        doomed = _batch(ctx, held, functools.partial(_mark_unreferenced, blob_ids=blob_ids))["doomed"]
+        for _blob_id, kind, path in doomed:
+            ctx.blobs.discard(BlobKind(kind), path)  # an already missing file counts as done
+        gone = [blob_id for blob_id, _kind, _path in doomed]
+        _batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone))
+        after = blob_ids[-1]
+
+
+def _mark_unreferenced(conn: Connection, *, blob_ids: list[str]) -> dict[str, Any]:
+    rows = q.lock_blobs(conn, blob_ids)
+    live = q.live_references(conn, blob_ids)
+    shared = sorted(row.id for row in rows if live.get(row.id))
+    doomed = [row for row in rows if not live.get(row.id)]
+    q.mark_blobs(conn, [row.id for row in doomed], from_state=BlobState.PRESENT, to_state=BlobState.DELETING)
+    return {
+        "retained": len(shared),
+        "reasons": {"blob referenced by live content": shared} if shared else None,
+        "doomed": [(row.id, row.kind, row.path) for row in doomed],
+    }
+
+
+def _mark_deleted(conn: Connection, *, blob_ids: list[str]) -> dict[str, Any]:
+    return {"removed": q.mark_blobs(conn, blob_ids, from_state=BlobState.DELETING, to_state=BlobState.DELETED)}
+
+
+# -- memory -------------------------------------------------------------------------------------
+
+
+def remove_memory(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> list[str]:
+    """Prove ownership, rename aside, prove the marker there, remove without following
+    symlinks, verify. A retry finishes an aside directory it finds."""
+    selectors = entry.selectors
+    repository = Path(str(selectors["memory_path"]))
+    aside = repository.parent / f"{ASIDE_PREFIX}{entry.purge_id}"
+    bot_id, marker_id = str(selectors["bot_id"]), selectors.get("marker_id")
+    if not _exists(aside):
+        if not _exists(repository):
+            return _memory_done(ctx, held, removed=0)
+        _prove(ctx, repository, bot_id, marker_id)
+        os.rename(repository, aside)
+    marker = memory.read_marker(aside)
+    if marker != memory.Marker(bot_id, str(marker_id)):
+        raise NotProvable("marker_changed", f"the directory set aside at {aside} does not carry the recorded marker")
+    _remove_tree(aside)
+    if _exists(aside):
+        raise OSError(f"{aside} is still there after removal")
+    return _memory_done(ctx, held, removed=1)
+
+
+def _memory_done(ctx: StepContext, held: steps.Claim, *, removed: int) -> list[str]:
+    _batch(ctx, held, lambda _conn: {"removed": removed, "remaining": 0})
+    return []
+
+
+def _prove(ctx: StepContext, repository: Path, bot_id: str, marker_id: Any) -> None:
+    with ctx.db.read() as conn:
+        others = pq.kept_repositories(conn, except_bot=bot_id)
+    verdict = memory.prove_ownership(
+        repository,
+        bot_id=bot_id,
+        marker_id=str(marker_id) if marker_id else None,
+        memory_roots=ctx.memory_roots,
+        other_repositories=others,
+    )
+    if not verdict.provable:
+        raise NotProvable(verdict.reason or "unprovable", verdict.detail)
+
+
+def _exists(path: Path) -> bool:
+    return os.path.lexists(path)
+
+
+def _remove_tree(path: Path) -> None:
+    """shutil.rmtree with fd-based traversal never follows a symlink: a link inside is
+    unlinked and its target is left untouched; the top directory itself must not be a link."""
+    if path.is_symlink():
+        raise NotProvable("symlink_on_path", f"{path} became a symlink")
+    if not shutil.rmtree.avoids_symlink_attacks:  # pragma: no cover - Linux has the fd functions
+        raise OSError("this platform cannot remove a tree without following symlinks")
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(path)

@@ -1,0 +1,102 @@
+"""Run one cleanup step by id: claim, work, finish. Safe to run twice, or a hundred times:
+a delivery that finds the step claimed, done or not yet due does nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from schema import steps
+from schema.errors import InfrastructureError
+from schema.states import StepStatus
+from workers import cleanup
+from workers.cleanup import NotProvable, StepContext
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE = dt.timedelta(seconds=30)
+DEFAULT_BACKOFF_BASE = dt.timedelta(seconds=2)
+DEFAULT_BACKOFF_CAP = dt.timedelta(minutes=10)
+TRANSIENT_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The knobs of the step protocol; tests shrink them (a 10 ms backoff, a 2 s lease)."""
+
+    lease: dt.timedelta = DEFAULT_LEASE
+    backoff_base: dt.timedelta = DEFAULT_BACKOFF_BASE
+    backoff_cap: dt.timedelta = DEFAULT_BACKOFF_CAP
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # "skipped", "done", "retrying", "incomplete" or "lease_lost"
+    wake: tuple[str, ...] = ()
+
+
+def worker_identity() -> str:
+    """host:pid:thread:random — unique per attempt, so a late attempt never passes for a new one."""
+    return f"{socket.gethostname()}:{threading.get_native_id()}:{uuid.uuid4().hex[:8]}"
+
+
+def run_step(ctx: StepContext, step_id: str, *, policy: Policy) -> Outcome:
+    owner = worker_identity()
+    held = ctx.db.transact(lambda conn: steps.claim(conn, step_id, owner=owner, lease=policy.lease))
+    if held is None:
+        return Outcome("skipped")
+    try:
+        wake = _with_transient_retries(lambda: cleanup.run(ctx, held))
+    except steps.LeaseLost:
+        log.warning("step %s: the lease was lost; this attempt's writes were rejected", step_id)
+        return Outcome("lease_lost")
+    except NotProvable as exc:
+        return _finish(ctx, held, StepStatus.INCOMPLETE, f"memory erasure unavailable: {exc}")
+    except Exception as exc:  # every failure is recorded on the step, where the operator sees it
+        log.warning("step %s attempt %s failed: %r", step_id, held.attempt, exc)
+        if held.attempt >= held.max_attempts:
+            return _finish(ctx, held, StepStatus.INCOMPLETE, _describe(exc))
+        delay = steps.backoff(
+            held.attempt, base=policy.backoff_base.total_seconds(), cap=policy.backoff_cap.total_seconds()
+        )
+        return _finish(ctx, held, StepStatus.RETRYING, _describe(exc), retry_in=dt.timedelta(seconds=delay))
+    return _finish(ctx, held, StepStatus.DONE, None, wake=tuple(wake))
+
+
+def _with_transient_retries(work: Callable[[], list[str]]) -> list[str]:
+    """tenacity, for short transient faults only: a dropped connection, a locked database."""
+    for attempt in Retrying(
+        retry=retry_if_exception_type(InfrastructureError),
+        stop=stop_after_attempt(TRANSIENT_ATTEMPTS),
+        wait=wait_exponential(multiplier=0.05, max=1),
+        reraise=True,
+    ):
+        with attempt:
+            return work()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _finish(
+    ctx: StepContext,
+    held: steps.Claim,
+    status: StepStatus,
+    error: str | None,
+    *,
+    retry_in: dt.timedelta = dt.timedelta(0),
+    wake: tuple[str, ...] = (),
+) -> Outcome:
+    kept = ctx.db.transact(lambda conn: steps.finish(conn, held, outcome=status, error=error, retry_in=retry_in))
+    if not kept:
+        return Outcome("lease_lost")
+    return Outcome(status.value, wake)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
