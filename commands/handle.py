@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import replace
@@ -14,10 +15,13 @@ from commands.content import ContentCommands
 from commands.operations import STALL_AFTER, OperatorCommands
 from commands.purges import EnqueueHook, PurgeCommands
 from commands.settings import Settings
-from schema import migrate
+from schema import ledger, migrate
 from schema.db import Database
 from schema.errors import ValidationError
+from workers import broker, runner
 from workers.blobstore import BlobStore
+from workers.cleanup import StepContext
+from workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +29,11 @@ WORKER_MODES = ("auto", "none")
 
 
 class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands):
-    """One database and its roots. Use ``commands.open()`` to get one; ``close()`` it after."""
+    """One database and its roots. Use ``commands.open()`` to get one; ``close()`` it after.
+
+    ``workers="auto"`` without a broker URL runs an in-process dramatiq worker (StubBroker,
+    threads) and scheduler; with a broker URL, wake-ups go to Redis and the ``worker`` and
+    ``scheduler`` processes do the rest. ``workers="none"`` runs nothing in-process."""
 
     def __init__(
         self,
@@ -35,19 +43,47 @@ class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands):
         workers: str = "auto",
         enqueue: EnqueueHook | None = None,
         stall_after: dt.timedelta = STALL_AFTER,
+        policy: runner.Policy | None = None,
+        sweep_interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
     ) -> None:
         self.settings = settings
         self.stall_after = stall_after
         self.db = db
         self.blobs = BlobStore(blob_root=settings.blob_root, file_root=settings.file_root)
         self.workers = workers
-        self.enqueue: EnqueueHook = enqueue or _no_enqueue
+        self.policy = policy or runner.Policy()
+        with db.read() as conn:
+            self.database_key = ledger.read_head(conn).database_id
+        self._scheduler: Scheduler | None = None
         self._closed = False
+        self.enqueue: EnqueueHook = enqueue or self._broker_enqueue()
+        if workers == "auto" and settings.broker_url is None:
+            self._start_in_process(sweep_interval)
+
+    def step_context(self) -> StepContext:
+        return StepContext(
+            db=self.db, blobs=self.blobs, memory_roots=self.settings.memory_roots, lease=self.policy.lease
+        )
+
+    def _broker_enqueue(self) -> EnqueueHook:
+        if self.workers == "none" and self.settings.broker_url is None:
+            return _no_enqueue
+        broker.setup(self.settings.broker_url)
+        return functools.partial(broker.enqueue, self.database_key)
+
+    def _start_in_process(self, sweep_interval: dt.timedelta) -> None:
+        broker.register(self.database_key, broker.Runtime(self.step_context(), self.policy))
+        broker.start_embedded_worker()
+        self._scheduler = Scheduler(self.db, self._wake, interval=sweep_interval)
+        self._scheduler.start()
 
     def close(self) -> None:
         """Stop the in-process parts and release the database connections."""
         if not self._closed:
             self._closed = True
+            if self._scheduler is not None:
+                self._scheduler.stop()
+                broker.unregister(self.database_key)
             self.db.dispose()
 
     def __enter__(self) -> Purgekeeper:
@@ -73,6 +109,8 @@ def open(
     workers: str = "auto",
     enqueue: EnqueueHook | None = None,
     migrate_schema: bool = True,
+    policy: runner.Policy | None = None,
+    sweep_interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
 ) -> Purgekeeper:
     """Open purgekeeper. ``None`` arguments come from the environment or the embedded default
     (a SQLite file in the data directory). The schema is migrated to this code's head unless
@@ -98,7 +136,7 @@ def open(
     except BaseException:
         db.dispose()
         raise
-    return Purgekeeper(settings, db=db, workers=workers, enqueue=enqueue)
+    return Purgekeeper(settings, db=db, workers=workers, enqueue=enqueue, policy=policy, sweep_interval=sweep_interval)
 
 
 def _settings(base: Settings, **given: Any) -> Settings:

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection
 
 from commands import validation
+from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import LedgerReport, PurgePage, PurgeStatus, StepState
-from schema import ledger
+from schema import ledger, steps
 from schema import purges as pq
 from schema.db import Database
 from schema.errors import NotFound, ValidationError
 from schema.states import StepStatus
+from workers import scheduler
 
 STALL_AFTER = dt.timedelta(minutes=10)
+WAIT_POLL_S = 0.05
 MAX_PAGE = 1000
 PURGE_STATUSES = ("accepted", "cleaning", "complete", "incomplete")
 
@@ -48,10 +52,45 @@ def is_stalled(steps: Sequence[StepState], rows: Sequence[Any], *, now: dt.datet
 
 
 class OperatorCommands:
-    """Mixed into :class:`commands.Purgekeeper`; needs ``db`` and ``stall_after``."""
+    """Mixed into :class:`commands.Purgekeeper`; needs ``db``, ``stall_after`` and ``_wake``."""
 
     db: Database
     stall_after: dt.timedelta
+    _wake: Callable[[Sequence[str]], None]
+
+    def resume(self) -> int:
+        """Re-send every step that is due or whose lease expired (one sweep); returns how many."""
+        return scheduler.sweep(self.db, self._wake)
+
+    def retry(self, purge_id: str, *, actor: str, reason: str) -> PurgeStatus:
+        """Re-arm the purge's incomplete steps with fresh attempts, and record who and why.
+        It never re-reads or re-creates content: the steps only ever remove."""
+        validation.check_id(purge_id, "purge_id")
+        validation.check_text(actor, "actor", max_length=MAX_ACTOR_LENGTH)
+        validation.check_text(reason, "reason", max_length=MAX_REASON_LENGTH)
+
+        def work(conn: Connection) -> list[str]:
+            if ledger.entry_by_purge_id(conn, purge_id) is None:
+                raise NotFound(f"no purge {purge_id}")
+            step_ids = steps.rearm_incomplete(conn, purge_id)
+            if not step_ids:
+                raise ValidationError(f"purge {purge_id} has no incomplete step to retry")
+            pq.record_audit(conn, purge_id, action="retry", actor=actor, reason=reason, step_ids=step_ids)
+            return step_ids
+
+        self._wake(self.db.transact(work))
+        return self.status(purge_id)
+
+    def wait(self, purge_id: str, timeout: float) -> PurgeStatus:
+        """Block until the purge is complete or incomplete; on timeout, return its status."""
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
+            raise ValidationError("timeout must be a number of seconds, zero or more")
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.status(purge_id)
+            if status.status in ("complete", "incomplete") or time.monotonic() >= deadline:
+                return status
+            time.sleep(min(WAIT_POLL_S, max(deadline - time.monotonic(), 0)))
 
     def status(self, purge_id: str) -> PurgeStatus:
         """A purge's derived status, with each step's attempts, progress and last error."""

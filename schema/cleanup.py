@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, func, select, update
+from sqlalchemy import Connection, Row, delete, exists, func, select, update
 
 from schema.content import live_event
 from schema.states import BlobState, ConversationState, TombstoneKind
@@ -37,9 +37,13 @@ def null_content_of(conn: Connection, event_ids: Sequence[str]) -> int:
     derived = select(derivative_sources.c.derivative_id).where(derivative_sources.c.event_id.in_(ids))
     statements = (
         update(events).where(events.c.id.in_(ids), events.c.body.is_not(None)).values(body=None),
-        update(admissions).where(admissions.c.event_id.in_(ids), admissions.c.payload.is_not(None)).values(payload=None),
+        update(admissions)
+        .where(admissions.c.event_id.in_(ids), admissions.c.payload.is_not(None))
+        .values(payload=None),
         update(runs).where(runs.c.id.in_(admitting_runs), runs.c.output.is_not(None)).values(output=None),
-        update(derivatives).where(derivatives.c.id.in_(derived), derivatives.c.payload.is_not(None)).values(payload=None),
+        update(derivatives)
+        .where(derivatives.c.id.in_(derived), derivatives.c.payload.is_not(None))
+        .values(payload=None),
     )
     return sum(int(conn.execute(statement).rowcount or 0) for statement in statements)
 
@@ -61,7 +65,9 @@ def live_elsewhere(conn: Connection, event_ids: Sequence[str], conversation_id: 
         .join(conversations, conversations.c.id == placements.c.conversation_id)
         .where(placements.c.event_id.in_(list(event_ids)), placements.c.conversation_id != conversation_id)
         .where(conversations.c.state != ConversationState.PURGED.value)
-        .where(live_event(placements.c.event_id))
+        .where(
+            ~exists().where(tombstones.c.kind == TombstoneKind.EVENT.value, tombstones.c.id == placements.c.event_id)
+        )
     )
     return set(conn.scalars(query))
 

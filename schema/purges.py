@@ -41,6 +41,7 @@ from schema.tables import (
     derivatives,
     events,
     placements,
+    purge_audit,
     purge_ledger,
     purge_previews,
     runs,
@@ -360,6 +361,21 @@ def list_ledger(conn: Connection, *, status: str | None, limit: int, before_seq:
     if before_seq is not None:
         query = query.where(purge_ledger.c.seq < before_seq)
     return list(conn.execute(query))
+
+
+def record_audit(
+    conn: Connection, purge_id: str, *, action: str, actor: str, reason: str, step_ids: Sequence[str]
+) -> None:
+    conn.execute(
+        insert(purge_audit).values(
+            id=uuid.uuid4().hex,
+            purge_id=purge_id,
+            action=action,
+            actor=actor,
+            reason=reason,
+            step_ids=json.dumps(list(step_ids)),
+        )
+    )
 
 
 # -- previews ---------------------------------------------------------------------------------

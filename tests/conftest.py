@@ -142,12 +142,14 @@ def roots(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.fixture
 def pk(database_url: str, roots: dict[str, Path]) -> Iterator[commands.Purgekeeper]:
+    """A handle with no in-process worker: acceptance is observed before any cleanup."""
     handle = commands.open(
         database_url,
         blob_root=roots["blob_root"],
         file_root=roots["file_root"],
         checkpoint_dir=roots["checkpoint_dir"],
         memory_roots=[roots["memory_root"]],
+        workers="none",
     )
     yield handle
     handle.close()

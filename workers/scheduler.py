@@ -1,0 +1,83 @@
+"""The scheduler: one leader at a time (a lease row in the database) re-sends due steps and
+steps whose lease expired, at start-up and every few seconds. A sweep by a process that is
+not the leader is harmless: a duplicate wake-up finds the step claimed and does nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from schema import steps
+from schema.db import Database
+from workers.runner import worker_identity
+
+log = logging.getLogger(__name__)
+
+LEADER_NAME = "scheduler"
+DEFAULT_SWEEP_INTERVAL = dt.timedelta(seconds=5)
+SWEEP_LIMIT = 1000
+
+Enqueue = Callable[[Sequence[str]], None]
+
+
+def sweep(db: Database, enqueue: Enqueue, *, limit: int = SWEEP_LIMIT) -> int:
+    """Re-send every step that is due or whose lease expired; returns how many."""
+    with db.read() as conn:
+        step_ids = steps.due_steps(conn, limit=limit)
+    if step_ids:
+        enqueue(step_ids)
+    return len(step_ids)
+
+
+class Scheduler:
+    """A thread that sweeps while it holds the leader lease."""
+
+    def __init__(
+        self,
+        db: Database,
+        enqueue: Enqueue,
+        *,
+        interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
+        after_sweep: Callable[[], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.enqueue = enqueue
+        self.interval = interval
+        self.after_sweep = after_sweep
+        self.owner = worker_identity()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def lead(self) -> bool:
+        lease = max(self.interval * 3, dt.timedelta(seconds=1))
+        return self.db.transact(lambda conn: steps.take_leadership(conn, LEADER_NAME, owner=self.owner, lease=lease))
+
+    def tick(self) -> int:
+        """One round: sweep if this process leads. Errors are logged; the next tick retries."""
+        try:
+            if not self.lead():
+                return 0
+            sent = sweep(self.db, self.enqueue)
+            if self.after_sweep is not None:
+                self.after_sweep()
+            return sent
+        except Exception:
+            log.warning("scheduler sweep failed; retrying in %s", self.interval, exc_info=True)
+            return 0
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self.tick()
+            self._stop.wait(self.interval.total_seconds())
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="purgekeeper-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
