@@ -171,9 +171,8 @@ def test_enqueue_hook_runs_after_the_commit_and_a_failure_does_not_undo(
             seen.append((list(step_ids), int(conn.scalar(text("SELECT count(*) FROM purge_ledger")))))
         raise RuntimeError("broker down")
 
-    opened = dict(
-        blob_root=roots["blob_root"], file_root=roots["file_root"], checkpoint_dir=roots["checkpoint_dir"], workers="none"
-    )
+    opened: dict[str, Any] = {name: roots[name] for name in ("blob_root", "file_root", "checkpoint_dir")}
+    opened["workers"] = "none"
     other = commands.open(database_url, **opened)
     pk = commands.open(database_url, enqueue=hook, **opened)
     try:
