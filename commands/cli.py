@@ -14,14 +14,15 @@ With ``--json`` a command prints exactly one JSON document, on success and on er
 from __future__ import annotations
 
 import json
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import click
 
 from commands.settings import Settings
-from schema import migrate
+from schema import ledger, migrate
 from schema.db import Database, redacted
 from schema.errors import (
     Conflict,
@@ -31,8 +32,11 @@ from schema.errors import (
     MessagingUnavailable,
     NotFound,
     PurgekeeperError,
+    SchemaMismatch,
     ValidationError,
 )
+from workers import broker
+from workers.scheduler import Scheduler
 
 EXIT_CODES: tuple[tuple[type[PurgekeeperError], int], ...] = (
     (NotFound, 1),
@@ -110,6 +114,64 @@ def init(as_json: bool) -> None:
         )
 
     run_command(as_json, action, render)
+
+
+@main.command()
+def scheduler() -> None:
+    """Run the scheduler process: while it holds the leader lease, re-send due and
+    lease-expired cleanup steps every PURGEKEEPER_SWEEP_INTERVAL seconds. Needs
+    PURGEKEEPER_BROKER_URL (embedded mode runs the scheduler in-process). Stops on SIGTERM."""
+    settings = Settings.from_env()
+    if not settings.broker_url:
+        fail(
+            ValidationError("purgectl scheduler needs PURGEKEEPER_BROKER_URL; embedded mode runs it in-process"),
+            as_json=False,
+        )
+    db = Database(settings.database_url)
+    try:
+        migrate.check_current(db)
+        with db.read() as conn:
+            key = ledger.read_head(conn).database_id
+    except PurgekeeperError as error:
+        fail(error, as_json=False)
+    broker.setup(settings.broker_url)
+    loop = Scheduler(db, _logged_enqueue(key), interval=settings.sweep_interval)
+    signal.signal(signal.SIGTERM, lambda *_: loop.stop_soon())
+    click.echo(f"scheduler {loop.owner}: sweeping every {settings.sweep_interval.total_seconds():g}s", err=True)
+    loop.run()
+
+
+def _logged_enqueue(key: str) -> Callable[[Sequence[str]], None]:
+    def send(step_ids: Sequence[str]) -> None:
+        try:
+            broker.enqueue(key, step_ids)
+        except Exception as exc:  # the broker is down: the next sweep sends them again
+            click.echo(f"enqueue of {len(step_ids)} step(s) failed: {exc}", err=True)
+
+    return send
+
+
+@main.command()
+@json_option
+def health(as_json: bool) -> None:
+    """Check the database answers, its schema is current and its ledger verifies (exit 4 if not)."""
+    settings = Settings.from_env()
+
+    def action() -> dict[str, Any]:
+        db = Database(settings.database_url)
+        try:
+            revision = migrate.check_current(db)
+            with db.read() as conn:
+                report = ledger.verify(conn)
+        finally:
+            db.dispose()
+        if revision is None:
+            raise SchemaMismatch("the database is not initialised; run purgectl init")
+        if not report.ok:
+            raise MessagingUnavailable("the purge ledger does not verify", diagnostics=report.problems)
+        return {"ok": True, "revision": revision, "ledger_rows": report.rows, "head_hash": report.head_hash}
+
+    run_command(as_json, action, lambda r: f"ok: schema {r['revision']}, ledger {r['ledger_rows']} rows verified")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,15 +12,22 @@ PURGEKEEPER_MEMORY_ROOTS   ``os.pathsep``-separated; default ``<data dir>/memory
 PURGEKEEPER_CHECKPOINT_DIR default ``<data dir>/ledger``; keep it outside database backups
 PURGEKEEPER_API_TOKEN      the host token
 PURGEKEEPER_OPERATOR_TOKEN optional; when set, the operator endpoints require it
+PURGEKEEPER_STEP_LEASE     seconds a claimed step is leased for (default 30)
+PURGEKEEPER_SWEEP_INTERVAL seconds between scheduler sweeps (default 5)
+PURGEKEEPER_BACKOFF_BASE   seconds of the first retry backoff (default 2)
+PURGEKEEPER_FAILPOINTS     fault tests only: ``bodies.batch=exit`` and the like
 ========================== ==============================================================
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from schema.errors import ValidationError
 
 ENV_PREFIX = "PURGEKEEPER_"
 DATABASE_FILE = "purgekeeper.db"
@@ -37,6 +44,10 @@ class Settings:
     broker_url: str | None = None
     api_token: str | None = None
     operator_token: str | None = None
+    step_lease: dt.timedelta = dt.timedelta(seconds=30)
+    sweep_interval: dt.timedelta = dt.timedelta(seconds=5)
+    backoff_base: dt.timedelta = dt.timedelta(seconds=2)
+    failpoints: str = ""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -60,6 +71,10 @@ class Settings:
             broker_url=get("BROKER_URL"),
             api_token=get("API_TOKEN"),
             operator_token=get("OPERATOR_TOKEN"),
+            step_lease=_seconds(get("STEP_LEASE"), 30),
+            sweep_interval=_seconds(get("SWEEP_INTERVAL"), 5),
+            backoff_base=_seconds(get("BACKOFF_BASE"), 2),
+            failpoints=get("FAILPOINTS") or "",
         )
 
     def make_directories(self) -> None:
@@ -79,6 +94,16 @@ def default_data_dir(env: Mapping[str, str]) -> Path:
 
 def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
+
+
+def _seconds(value: str | None, default: float) -> dt.timedelta:
+    try:
+        seconds = float(value) if value is not None else default
+    except ValueError as exc:
+        raise ValidationError(f"not a number of seconds: {value!r}") from exc
+    if seconds <= 0:
+        raise ValidationError(f"a number of seconds must be positive: {value!r}")
+    return dt.timedelta(seconds=seconds)
 
 
 def _path(value: str | None, default: Path) -> Path:

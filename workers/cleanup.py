@@ -25,7 +25,7 @@ from schema import ledger, steps
 from schema import purges as pq
 from schema.db import Database
 from schema.states import BlobKind, BlobState, StepKind, TombstoneKind
-from workers import memory
+from workers import failpoints, memory
 from workers.blobstore import BlobStore
 
 DEFAULT_BATCH_SIZE = 500
@@ -76,6 +76,7 @@ def _batch(ctx: StepContext, held: steps.Claim, work: Callable[[Connection], dic
 
     def transaction(conn: Connection) -> dict[str, Any]:
         done = work(conn)
+        failpoints.hit(f"{held.kind}.batch")
         steps.progress(conn, held, lease=ctx.lease, **{k: v for k, v in done.items() if k in PROGRESS_FIELDS})
         return done
 

@@ -47,8 +47,28 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{threading.get_native_id()}:{uuid.uuid4().hex[:8]}"
 
 
+_active: set[str] = set()
+_active_lock = threading.Lock()
+
+
+def active_owners() -> list[str]:
+    """The lease owners of the attempts running in this process now."""
+    with _active_lock:
+        return sorted(_active)
+
+
 def run_step(ctx: StepContext, step_id: str, *, policy: Policy) -> Outcome:
     owner = worker_identity()
+    with _active_lock:
+        _active.add(owner)
+    try:
+        return _run_step(ctx, step_id, owner, policy)
+    finally:
+        with _active_lock:
+            _active.discard(owner)
+
+
+def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Outcome:
     held = ctx.db.transact(lambda conn: steps.claim(conn, step_id, owner=owner, lease=policy.lease))
     if held is None:
         return Outcome("skipped")

@@ -73,6 +73,10 @@ class Scheduler:
             self.tick()
             self._stop.wait(self.interval.total_seconds())
 
+    def stop_soon(self) -> None:
+        """Ask the loop to end after the current tick (from a signal handler)."""
+        self._stop.set()
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="purgekeeper-scheduler", daemon=True)
         self._thread.start()

@@ -1,0 +1,80 @@
+"""The worker process, the edge the ``dramatiq`` CLI imports:
+
+    dramatiq commands.worker --processes 2 --threads 4
+
+It reads the environment (``PURGEKEEPER_DATABASE_URL``, ``PURGEKEEPER_BROKER_URL``, the roots
+and the step knobs), sets up the Redis broker and the actor, serves the configured database,
+warns when Redis could evict queued messages, and on SIGTERM releases its leases.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import dramatiq
+from dramatiq.middleware import Middleware
+
+from commands.settings import Settings
+from schema import ledger, migrate, steps
+from schema.db import Database
+from workers import broker, failpoints, runner
+from workers.blobstore import BlobStore
+from workers.cleanup import StepContext
+
+log = logging.getLogger("purgekeeper.worker")
+SAFE_EVICTION_POLICIES = ("noeviction",)
+
+
+class ReleaseLeasesOnShutdown(Middleware):
+    """A SIGTERM releases this process's leases, so another worker takes the steps at once."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        released = 0
+        for owner in runner.active_owners():
+            released += self.db.transact(functools.partial(steps.release, owner=owner))
+        log.info("released %d lease(s) on shutdown", released)
+
+
+def warn_if_redis_may_evict(client: object) -> None:
+    try:
+        policy = client.config_get("maxmemory-policy").get("maxmemory-policy")  # type: ignore[attr-defined]
+    except Exception:  # a managed Redis may refuse CONFIG; say so rather than guess
+        log.warning("could not read Redis maxmemory-policy; make sure it is noeviction")
+        return
+    if policy not in SAFE_EVICTION_POLICIES:
+        log.warning(
+            "Redis maxmemory-policy is %r: queued wake-ups could be evicted (the scheduler heals "
+            "that, later); set maxmemory-policy noeviction",
+            policy,
+        )
+
+
+def configure() -> Database:
+    settings = Settings.from_env()
+    if not settings.broker_url:
+        raise SystemExit("the worker process needs PURGEKEEPER_BROKER_URL (redis://...)")
+    failpoints.arm(settings.failpoints)
+    the_broker = broker.setup(settings.broker_url)
+    db = Database(settings.database_url)
+    migrate.check_current(db)
+    with db.read() as conn:
+        key = ledger.read_head(conn).database_id
+    ctx = StepContext(
+        db=db,
+        blobs=BlobStore(blob_root=settings.blob_root, file_root=settings.file_root),
+        memory_roots=settings.memory_roots,
+        lease=settings.step_lease,
+    )
+    broker.register(
+        key, broker.Runtime(ctx, runner.Policy(lease=settings.step_lease, backoff_base=settings.backoff_base))
+    )
+    the_broker.add_middleware(ReleaseLeasesOnShutdown(db))
+    warn_if_redis_may_evict(getattr(the_broker, "client", None))
+    return db
+
+
+database = configure()
