@@ -13,6 +13,7 @@ With ``--json`` a command prints exactly one JSON document, on success and on er
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import sys
@@ -35,7 +36,7 @@ from schema.errors import (
     SchemaMismatch,
     ValidationError,
 )
-from workers import broker
+from workers import broker, checkpoint
 from workers.scheduler import Scheduler
 
 EXIT_CODES: tuple[tuple[type[PurgekeeperError], int], ...] = (
@@ -135,7 +136,13 @@ def scheduler() -> None:
     except PurgekeeperError as error:
         fail(error, as_json=False)
     broker.setup(settings.broker_url)
-    loop = Scheduler(db, _logged_enqueue(key), interval=settings.sweep_interval)
+    settings.make_directories()
+    loop = Scheduler(
+        db,
+        _logged_enqueue(key),
+        interval=settings.sweep_interval,
+        after_sweep=functools.partial(checkpoint.automatic, db, settings.checkpoint_dir),
+    )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop_soon())
     click.echo(f"scheduler {loop.owner}: sweeping every {settings.sweep_interval.total_seconds():g}s", err=True)
     loop.run()

@@ -18,7 +18,7 @@ from commands.settings import Settings
 from schema import ledger, migrate
 from schema.db import Database
 from schema.errors import ValidationError
-from workers import broker, runner
+from workers import broker, checkpoint, runner
 from workers.blobstore import BlobStore
 from workers.cleanup import StepContext
 from workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
@@ -74,7 +74,12 @@ class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands):
     def _start_in_process(self, sweep_interval: dt.timedelta) -> None:
         broker.register(self.database_key, broker.Runtime(self.step_context(), self.policy))
         broker.start_embedded_worker()
-        self._scheduler = Scheduler(self.db, self._wake, interval=sweep_interval)
+        self._scheduler = Scheduler(
+            self.db,
+            self._wake,
+            interval=sweep_interval,
+            after_sweep=functools.partial(checkpoint.automatic, self.db, self.settings.checkpoint_dir),
+        )
         self._scheduler.start()
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ import datetime as dt
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection
@@ -16,9 +17,9 @@ from commands.records import LedgerReport, PurgePage, PurgeStatus, StepState
 from schema import ledger, steps
 from schema import purges as pq
 from schema.db import Database
-from schema.errors import NotFound, ValidationError
+from schema.errors import InfrastructureError, NotFound, ValidationError
 from schema.states import StepStatus
-from workers import scheduler
+from workers import checkpoint, scheduler
 
 STALL_AFTER = dt.timedelta(minutes=10)
 WAIT_POLL_S = 0.05
@@ -121,6 +122,18 @@ class OperatorCommands:
         """Walk the hash chain; report at most a bounded number of problems."""
         with self.db.read() as conn:
             return ledger.verify(conn)
+
+    def checkpoint_ledger(self, path: str | Path) -> checkpoint.Checkpoint:
+        """Write a versioned checkpoint file of every ledger row and the head, atomically."""
+        if not isinstance(path, str | Path) or not str(path).strip():
+            raise ValidationError("path must name a file")
+        target = Path(path).expanduser().absolute()
+        if target.is_dir():
+            raise ValidationError(f"{target} is a directory; name a file")
+        try:
+            return checkpoint.write(self.db, target)
+        except OSError as exc:
+            raise InfrastructureError(f"could not write the checkpoint: {exc.strerror}") from exc
 
     def _statuses(self, conn: Connection, entries: Sequence[ledger.LedgerEntry]) -> list[PurgeStatus]:
         by_purge: dict[str, list[Any]] = defaultdict(list)

@@ -41,7 +41,7 @@ class Scheduler:
         enqueue: Enqueue,
         *,
         interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
-        after_sweep: Callable[[], None] | None = None,
+        after_sweep: Callable[[], object] | None = None,
     ) -> None:
         self.db = db
         self.enqueue = enqueue
