@@ -35,6 +35,7 @@ class Runtime:
 
 
 _runtimes: dict[str, Runtime] = {}
+_holders: dict[str, int] = {}  # handles in this process serving each database
 _lock = threading.Lock()
 _broker: dramatiq.Broker | None = None
 _broker_url: str | None = None
@@ -43,14 +44,19 @@ _embedded_worker: dramatiq.Worker | None = None
 
 
 def register(key: str, runtime: Runtime) -> None:
-    """Serve the database ``key`` (its ledger database id) in this process."""
+    """Serve the database ``key`` (its ledger database id) in this process. Several handles
+    on one database share the serving; the last one to unregister ends it."""
     with _lock:
-        _runtimes[key] = runtime
+        _runtimes.setdefault(key, runtime)
+        _holders[key] = _holders.get(key, 0) + 1
 
 
 def unregister(key: str) -> None:
     with _lock:
-        _runtimes.pop(key, None)
+        _holders[key] = _holders.get(key, 1) - 1
+        if _holders[key] <= 0:
+            _holders.pop(key, None)
+            _runtimes.pop(key, None)
 
 
 def run_cleanup_step(database_key: str, step_id: str) -> None:
