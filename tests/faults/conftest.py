@@ -1,0 +1,369 @@
+"""Fault-test fixtures: real Redis, real ``dramatiq commands.worker`` processes and a real
+``purgectl scheduler`` process, on a fresh PostgreSQL database.
+
+Every process starts in its own session (``start_new_session=True``), so its pid is its process
+group: a test can SIGKILL a whole worker (the dramatiq main process and its worker process) at
+once, and teardown kills every group it started. Every wait is bounded (``WAIT_S``).
+
+A missing Redis fails the run on CI (``CI`` set) and skips these tests locally. A test that
+stops Redis gets it restarted by the ``restartable_redis`` teardown, whatever happened.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import dramatiq
+import pytest
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+import commands
+from tests.conftest import REDIS_URL, service_missing
+from workers import broker
+
+T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+WAIT_S = 60.0
+POLL_S = 0.05
+WORKER_READY = "Worker process is ready"
+SCHEDULER_READY = "sweeping every"
+QUEUE = broker.QUEUE
+MACHINE_REDIS = ("127.0.0.1", 6379)
+REDIS_DIRS = (Path("/var/lib/redis"), Path("/var/log/redis"))
+REDIS_START_COMMAND = (
+    "redis-server",
+    "--daemonize",
+    "yes",
+    "--bind",
+    "127.0.0.1",
+    "-::1",
+    "--port",
+    "6379",
+    "--save",
+    "",
+    "--appendonly",
+    "no",
+    "--dir",
+    "/var/lib/redis",
+    "--logfile",
+    "/var/log/redis/ci.log",
+)
+FAULT_SETTINGS = {
+    "PURGEKEEPER_STEP_LEASE": "2",
+    "PURGEKEEPER_SWEEP_INTERVAL": "0.2",
+    "PURGEKEEPER_BACKOFF_BASE": "0.05",
+}
+
+
+def wait_until(check: Callable[[], T], what: str, *, timeout: float = WAIT_S, interval: float = POLL_S) -> T:
+    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+
+
+# -- Redis -------------------------------------------------------------------------------------
+
+
+def _redis(url: str = REDIS_URL) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
+
+
+def _machine_redis() -> redis.Redis:
+    """A probe of the machine's Redis that fails at once (no reconnection backoff) when it is down."""
+    return redis.Redis(*MACHINE_REDIS, socket_connect_timeout=1, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+
+
+def redis_answers() -> bool:
+    client = _machine_redis()
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def stop_redis() -> None:
+    """``redis-cli shutdown nosave``, then wait until the server no longer answers."""
+    cli = shutil.which("redis-cli")
+    if cli:
+        subprocess.run(
+            [cli, "-h", MACHINE_REDIS[0], "-p", str(MACHINE_REDIS[1]), "shutdown", "nosave"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=30,
+            check=False,
+        )
+    else:  # pragma: no cover - redis-cli ships with redis-server
+        client = _machine_redis()
+        try:
+            client.shutdown(nosave=True)
+        except redis.RedisError:
+            pass
+        finally:
+            client.close()
+    wait_until(lambda: not redis_answers(), "Redis to stop answering PING")
+
+
+def start_redis() -> None:
+    """Start Redis the way the machine does (if it is down), and wait until it answers PING."""
+    if redis_answers():
+        return
+    for directory in REDIS_DIRS:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
+    subprocess.run(
+        list(REDIS_START_COMMAND),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=30,
+        check=False,
+        start_new_session=True,
+    )
+    wait_until(redis_answers, "Redis to answer PING after a restart")
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    """A client on the test Redis database, emptied first."""
+    client = _redis()
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        client.close()
+        service_missing("Redis", exc)
+    client.flushdb()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def restartable_redis(redis_client: redis.Redis) -> Iterator[redis.Redis]:
+    """For the tests that stop Redis: only the machine's own server, which they know how to
+    start. Teardown always brings it back (and waits until it answers PING)."""
+    kwargs = redis_client.connection_pool.connection_kwargs
+    if (kwargs.get("host"), kwargs.get("port")) != MACHINE_REDIS:
+        pytest.skip(f"stops and restarts only the machine's Redis at {MACHINE_REDIS}, not {REDIS_URL}")
+    try:
+        yield redis_client
+    finally:
+        start_redis()
+
+
+@pytest.fixture
+def redis_broker(redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> Iterator[dramatiq.Broker]:
+    """This test process's broker is a fresh RedisBroker on the test database; whatever broker
+    the process had before (an embedded StubBroker, say) is put back afterwards."""
+    for name in ("_broker", "_broker_url", "_actor"):
+        monkeypatch.setattr(broker, name, None)
+    monkeypatch.setattr(importlib.import_module("dramatiq.broker"), "global_broker", None)
+    the_broker = broker.setup(REDIS_URL)
+    try:
+        yield the_broker
+    finally:
+        client: Any = getattr(the_broker, "client", None)
+        if client is not None:
+            client.connection_pool.disconnect()
+
+
+# -- processes ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    """One started command, the leader of its own process group."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+
+@dataclass
+class Processes:
+    """Starts workers and schedulers with the test's environment, and kills them all at the end."""
+
+    env: dict[str, str]
+    log_dir: Path
+    started: list[Proc] = field(default_factory=list)
+
+    def _command(self, script: str, module: str) -> list[str]:
+        path = BIN / script
+        return [str(path)] if path.exists() else [sys.executable, "-m", module]
+
+    def _start(self, name: str, argv: list[str], extra_env: dict[str, str]) -> Proc:
+        log = self.log_dir / f"{len(self.started):02d}-{name}.log"
+        env = {**self.env, **extra_env}
+        with log.open("wb") as out:
+            popen = subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        proc = Proc(name, popen, log)
+        self.started.append(proc)
+        return proc
+
+    def _wait_ready(self, proc: Proc, marker: str) -> Proc:
+        def ready() -> bool:
+            if marker in proc.output():
+                return True
+            if not proc.alive():
+                raise AssertionError(f"{proc.name} exited ({proc.popen.returncode}) before it was ready")
+            return False
+
+        try:
+            wait_until(ready, f"{proc.name} to be ready")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{proc.tail()}") from None
+        return proc
+
+    def worker(self, failpoints: str = "", *, wait_ready: bool = True) -> Proc:
+        """``dramatiq commands.worker --processes 1 --threads 2``, optionally with failpoints."""
+        argv = [
+            *self._command("dramatiq", "dramatiq"),
+            "commands.worker",
+            "--processes",
+            "1",
+            "--threads",
+            "2",
+            "--queues",
+            QUEUE,
+        ]
+        extra = {"PURGEKEEPER_FAILPOINTS": failpoints} if failpoints else {}
+        proc = self._start("worker", argv, extra)
+        return self._wait_ready(proc, WORKER_READY) if wait_ready else proc
+
+    def scheduler(self) -> Proc:
+        """``purgectl scheduler``: sweeps every 0.2 s while it leads."""
+        proc = self._start("scheduler", [*self._command("purgectl", "commands.cli"), "scheduler"], {})
+        return self._wait_ready(proc, SCHEDULER_READY)
+
+    def kill(self, proc: Proc) -> int:
+        """SIGKILL the whole process group and reap its leader; returns the leader's exit code."""
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return proc.popen.wait(timeout=WAIT_S)
+
+    def reap(self, proc: Proc) -> int:
+        """A leader that exited on its own: reap it and kill whatever is left of its group."""
+        return self.kill(proc)
+
+    def close(self) -> None:
+        for proc in self.started:
+            try:
+                self.kill(proc)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not refused
+                pass
+
+
+@pytest.fixture
+def fault_env(postgres_clone: str, roots: dict[str, Path], tmp_path: Path) -> dict[str, str]:
+    """The environment of the worker and scheduler processes (PURGEKEEPER_* already stripped)."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PURGEKEEPER_")}
+    env.update(
+        {
+            "PURGEKEEPER_DATABASE_URL": postgres_clone,
+            "PURGEKEEPER_BROKER_URL": REDIS_URL,
+            "PURGEKEEPER_DATA_DIR": str(tmp_path / "data"),
+            "PURGEKEEPER_BLOB_ROOT": str(roots["blob_root"]),
+            "PURGEKEEPER_FILE_ROOT": str(roots["file_root"]),
+            "PURGEKEEPER_MEMORY_ROOTS": str(roots["memory_root"]),
+            "PURGEKEEPER_CHECKPOINT_DIR": str(roots["checkpoint_dir"]),
+            "PYTHONUNBUFFERED": "1",
+            **FAULT_SETTINGS,
+        }
+    )
+    return env
+
+
+@pytest.fixture
+def processes(fault_env: dict[str, str], tmp_path: Path, redis_client: redis.Redis) -> Iterator[Processes]:
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    procs = Processes(fault_env, log_dir)
+    try:
+        yield procs
+    finally:
+        procs.close()
+
+
+@pytest.fixture
+def open_handle(
+    postgres_clone: str, roots: dict[str, Path], redis_broker: dramatiq.Broker
+) -> Iterator[Callable[..., commands.Purgekeeper]]:
+    """Open handles on the test database whose confirmations enqueue to Redis (no in-process
+    worker); they are closed at teardown."""
+    handles: list[commands.Purgekeeper] = []
+
+    def open_one(**kwargs: Any) -> commands.Purgekeeper:
+        handle = commands.open(
+            postgres_clone,
+            blob_root=roots["blob_root"],
+            file_root=roots["file_root"],
+            checkpoint_dir=roots["checkpoint_dir"],
+            memory_roots=[roots["memory_root"]],
+            broker_url=REDIS_URL,
+            workers="none",
+            **kwargs,
+        )
+        handles.append(handle)
+        return handle
+
+    try:
+        yield open_one
+    finally:
+        for handle in handles:
+            handle.close()
+
+
+@pytest.fixture
+def pk(open_handle: Callable[..., commands.Purgekeeper]) -> commands.Purgekeeper:
+    """Overrides the top-level ``pk``: PostgreSQL only, confirmations enqueue to Redis."""
+    return open_handle()
