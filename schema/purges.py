@@ -299,6 +299,11 @@ def kept_repositories(conn: Connection, *, except_bot: str) -> list[str]:
     return list(conn.scalars(query))
 
 
+def erased_repositories(conn: Connection) -> list[str]:
+    """Memory repositories whose erasure was chosen."""
+    return list(conn.scalars(select(bots.c.memory_path).where(bots.c.memory_path.is_not(None), bots.c.erase_memory)))
+
+
 # -- cleanup steps --------------------------------------------------------------------------
 
 

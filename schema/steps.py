@@ -127,6 +127,25 @@ def progress(
         raise LeaseLost(f"step {held.step_id} is no longer leased to {held.owner}")
 
 
+def reset_retained(conn: Connection, held: Claim) -> None:
+    """Start an attempt's count of retained content afresh (a step that re-walks everything
+    on each attempt would otherwise count the same shared blob once per attempt)."""
+    c = cleanup_steps.c
+    row = conn.execute(
+        update(cleanup_steps)
+        .where(c.id == held.step_id, c.lease_owner == held.owner, c.status == StepStatus.RUNNING.value)
+        .values(retained_shared=0, retained_reasons=None)
+        .returning(c.id)
+    ).first()
+    if row is None:
+        raise LeaseLost(f"step {held.step_id} is no longer leased to {held.owner}")
+
+
+def remaining_of(conn: Connection, step_id: str) -> int | None:
+    value = conn.scalar(select(cleanup_steps.c.remaining).where(cleanup_steps.c.id == step_id))
+    return None if value is None else int(value)
+
+
 def _merge_reasons(current: str | None, reasons: Mapping[str, list[str]]) -> str:
     """Reasons for retained content: a count and a few example ids each, never content."""
     merged: dict[str, Any] = json.loads(current) if current else {}

@@ -9,6 +9,7 @@ through ``open_attachment``, which checks them.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -30,8 +31,10 @@ class BlobStore:
         return self.blob_root if BlobKind(kind) is BlobKind.CAS else self.file_root
 
     def absolute(self, kind: BlobKind | str, relative: str) -> Path:
+        """The blob's own path, lexically: a symlink planted at it is the link, never its
+        target (unlinking it must not destroy another blob's bytes)."""
         root = self.root(kind).resolve()
-        path = (root / relative).resolve()
+        path = Path(os.path.normpath(root / relative))
         if root not in path.parents:
             raise ValueError(f"blob path {relative!r} escapes its root")
         return path

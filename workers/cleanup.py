@@ -153,7 +153,9 @@ def _empty_events_batch(conn: Connection, *, purge_id: str, conversation_id: str
 def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> list[str]:
     """Per batch: lock the blobs, count live references of both binding kinds, mark the
     unreferenced ones deleting and commit; unlink them (a missing file is fine); mark them
-    deleted. Shared blobs are recorded as retained, with the reason."""
+    deleted. Shared blobs are recorded as retained, with the reason (counted afresh by each
+    attempt, which walks every candidate again)."""
+    ctx.db.transact(functools.partial(steps.reset_retained, held=held))
     after = ""
     while True:
         with ctx.db.read() as conn:
@@ -197,15 +199,29 @@ def remove_memory(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry
     bot_id, marker_id = str(selectors["bot_id"]), selectors.get("marker_id")
     if not _exists(aside):
         if not _exists(repository):
-            return _memory_done(ctx, held, removed=0)
+            return _nothing_left(ctx, held, repository)
         _prove(ctx, repository, bot_id, marker_id)
         os.rename(repository, aside)
+        _batch(ctx, held, lambda _conn: {"remaining": 1})  # one directory set aside, to remove
     marker = memory.read_marker(aside)
     if marker != memory.Marker(bot_id, str(marker_id)):
         raise NotProvable("marker_changed", f"the directory set aside at {aside} does not carry the recorded marker")
     _remove_tree(aside)
     if _exists(aside):
         raise OSError(f"{aside} is still there after removal")
+    return _memory_done(ctx, held, removed=1)
+
+
+def _nothing_left(ctx: StepContext, held: steps.Claim, repository: Path) -> list[str]:
+    """Nothing at the path and no aside: done if an earlier attempt set it aside (and then
+    removed it), or if it lay inside another repository purgekeeper erased; otherwise the
+    repository went elsewhere before purgekeeper touched it, and claiming it erased would be
+    false."""
+    with ctx.db.read() as conn:
+        set_aside = steps.remaining_of(conn, held.step_id) == 1
+        erased_around = any(Path(path) in repository.parents for path in pq.erased_repositories(conn))
+    if not (set_aside or erased_around):
+        raise NotProvable("unresolved", f"{repository} is gone, and purgekeeper did not remove it")
     return _memory_done(ctx, held, removed=1)
 
 
