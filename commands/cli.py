@@ -141,6 +141,7 @@ def scheduler() -> None:
         db,
         _logged_enqueue(key),
         interval=settings.sweep_interval,
+        resend_after=settings.step_lease,
         after_sweep=functools.partial(checkpoint.automatic, db, settings.checkpoint_dir),
     )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop_soon())

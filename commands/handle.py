@@ -78,6 +78,7 @@ class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands):
             self.db,
             self._wake,
             interval=sweep_interval,
+            resend_after=self.policy.lease,
             after_sweep=functools.partial(checkpoint.automatic, self.db, self.settings.checkpoint_dir),
         )
         self._scheduler.start()

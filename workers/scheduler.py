@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from schema import steps
@@ -18,6 +19,7 @@ log = logging.getLogger(__name__)
 
 LEADER_NAME = "scheduler"
 DEFAULT_SWEEP_INTERVAL = dt.timedelta(seconds=5)
+DEFAULT_RESEND_AFTER = dt.timedelta(seconds=30)
 SWEEP_LIMIT = 1000
 
 Enqueue = Callable[[Sequence[str]], None]
@@ -41,12 +43,15 @@ class Scheduler:
         enqueue: Enqueue,
         *,
         interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
+        resend_after: dt.timedelta = DEFAULT_RESEND_AFTER,
         after_sweep: Callable[[], object] | None = None,
     ) -> None:
         self.db = db
         self.enqueue = enqueue
         self.interval = interval
+        self.resend_after = resend_after
         self.after_sweep = after_sweep
+        self._sent: dict[str, float] = {}
         self.owner = worker_identity()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -60,13 +65,23 @@ class Scheduler:
         try:
             if not self.lead():
                 return 0
-            sent = sweep(self.db, self.enqueue)
+            sent = sweep(self.db, self._send_unless_recent)
             if self.after_sweep is not None:
                 self.after_sweep()
             return sent
         except Exception:
             log.warning("scheduler sweep failed; retrying in %s", self.interval, exc_info=True)
             return 0
+
+    def _send_unless_recent(self, step_ids: Sequence[str]) -> None:
+        """A step still due is sent again only once ``resend_after`` has passed, so wake-ups do
+        not pile up in the queue while no worker runs; a lost one is re-sent after that."""
+        now = time.monotonic()
+        self._sent = {k: t for k, t in self._sent.items() if now - t < self.resend_after.total_seconds()}
+        fresh = [step_id for step_id in step_ids if step_id not in self._sent]
+        if fresh:
+            self.enqueue(fresh)
+            self._sent.update(dict.fromkeys(fresh, now))
 
     def run(self) -> None:
         while not self._stop.is_set():

@@ -40,6 +40,7 @@ from schema.tables import UtcDateTime, metadata
 from workers import broker, memory, runner
 from workers.blobstore import BlobStore, cas_path
 from workers.cleanup import ASIDE_PREFIX
+from workers.scheduler import Scheduler
 
 Pk = commands.Purgekeeper
 Roots = dict[str, Path]
@@ -1153,3 +1154,16 @@ def test_a_repository_gone_before_erasure_is_not_reported_erased(pk: Pk, roots: 
     assert (step.status, step.attempts) == ("incomplete", 1)
     assert "unresolved" in (step.last_error or "")
     assert (tmp_path / "memory-moved" / "elsewhere" / ".git").is_dir()
+
+
+def test_the_scheduler_does_not_pile_up_wake_ups_for_a_step_still_due(pk: Pk) -> None:
+    """While no worker runs, a due step is re-sent once per resend interval, not every sweep."""
+    pk.create_conversation("c-due")
+    event = pk.ingest_event("c-due", author="ada", body="x")
+    purge_events(pk, event.id)
+    sent: list[str] = []
+    loop = Scheduler(pk.db, sent.extend, resend_after=dt.timedelta(hours=1))
+    for _ in range(5):
+        loop.tick()
+    assert len(sent) == 1
+    assert pk.resume() == 1  # the operator's resume always sends
