@@ -11,8 +11,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, delete, exists, func, select, update
 
-from schema.content import live_event
-from schema.states import BlobState, ConversationState, TombstoneKind
+from schema.content import NOT_PURGED, live_event
+from schema.states import BlobState, TombstoneKind
 from schema.tables import (
     admissions,
     attachments,
@@ -64,7 +64,7 @@ def live_elsewhere(conn: Connection, event_ids: Sequence[str], conversation_id: 
         select(placements.c.event_id)
         .join(conversations, conversations.c.id == placements.c.conversation_id)
         .where(placements.c.event_id.in_(list(event_ids)), placements.c.conversation_id != conversation_id)
-        .where(conversations.c.state != ConversationState.PURGED.value)
+        .where(NOT_PURGED)
         .where(
             ~exists().where(tombstones.c.kind == TombstoneKind.EVENT.value, tombstones.c.id == placements.c.event_id)
         )
@@ -104,27 +104,24 @@ def delete_derivatives_batch(conn: Connection, conversation_id: str, *, limit: i
     return len(ids)
 
 
-def count_remaining(conn: Connection, conversation_id: str) -> int:
-    counts = [
-        select(func.count()).select_from(table).where(table.c.conversation_id == conversation_id)
-        for table in (placements, runs, derivatives)
-    ]
-    return sum(int(conn.scalar(query) or 0) for query in counts)
-
-
 # -- attachments ------------------------------------------------------------------------------
 
 
 def candidate_blobs(conn: Connection, purge_id: str, *, after: str, limit: int) -> list[str]:
-    """Blobs bound to events this purge fenced that still have bytes (present or deleting)."""
+    """Blobs bound to events this purge fenced that still have bytes (present or deleting).
+    Driven from the purge's own tombstones (index on purge_id), so the cost follows the purge,
+    not the size of the attachments table."""
+    fenced = (
+        select(tombstones.c.id)
+        .where(tombstones.c.purge_id == purge_id, tombstones.c.kind == TombstoneKind.EVENT.value)
+        .cte("fenced")
+        .prefix_with("MATERIALIZED", dialect="postgresql")
+    )
     query = (
         select(attachments.c.blob_id)
-        .join(
-            tombstones,
-            (tombstones.c.kind == TombstoneKind.EVENT.value) & (tombstones.c.id == attachments.c.event_id),
-        )
+        .join(fenced, fenced.c.id == attachments.c.event_id)
         .join(blobs, blobs.c.id == attachments.c.blob_id)
-        .where(tombstones.c.purge_id == purge_id, attachments.c.blob_id > after)
+        .where(attachments.c.blob_id > after)
         .where(blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value]))
         .group_by(attachments.c.blob_id)
         .order_by(attachments.c.blob_id)

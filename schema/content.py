@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, Table, and_, exists, func, insert, not_, select, update
+from sqlalchemy import Connection, Row, Table, and_, exists, func, insert, literal_column, not_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.states import BlobState, ConversationState, TombstoneKind
@@ -28,6 +28,10 @@ from schema.tables import (
     runs,
     tombstones,
 )
+
+# The constant is written into the SQL text, not bound: a generic plan of a prepared statement
+# that cannot see the value would guess "almost every row is purged" and scan every placement.
+NOT_PURGED = conversations.c.state != literal_column(f"'{ConversationState.PURGED.value}'")
 
 
 def is_tombstoned(conn: Connection, kinds: Iterable[TombstoneKind], the_id: str) -> bool:
@@ -58,7 +62,7 @@ def catalog(conn: Connection) -> list[Row[Any]]:
     """Every conversation that is not purged, by id."""
     query = (
         select(conversations)
-        .where(conversations.c.state != ConversationState.PURGED.value)
+        .where(NOT_PURGED)
         .where(not_(_tombstone_exists(TombstoneKind.CONVERSATION, conversations.c.id)))
         .order_by(conversations.c.id)
     )
@@ -136,7 +140,7 @@ def readable_events(conn: Connection, conversation_id: str) -> list[Row[Any]]:
         .join(placements, placements.c.event_id == events.c.id)
         .join(conversations, conversations.c.id == placements.c.conversation_id)
         .where(placements.c.conversation_id == conversation_id)
-        .where(conversations.c.state != ConversationState.PURGED.value)
+        .where(NOT_PURGED)
         .where(not_(_tombstone_exists(TombstoneKind.CONVERSATION, conversations.c.id)))
         .where(not_(_tombstone_exists(TombstoneKind.EVENT, events.c.id)))
         .order_by(events.c.occurred_at, events.c.id)
@@ -152,7 +156,7 @@ def live_event(event_id: Any) -> Any:
         exists()
         .where(placements.c.event_id == event_id)
         .where(conversations.c.id == placements.c.conversation_id)
-        .where(conversations.c.state != ConversationState.PURGED.value),
+        .where(NOT_PURGED),
     )
 
 

@@ -280,6 +280,7 @@ tombstones = Table(
     Column("purge_id", String(64), nullable=False),
     _created_at(),
     PrimaryKeyConstraint("kind", "id"),
+    Index("ix_tombstones_purge_id", "purge_id", "kind"),
     _enum_check("kind", TOMBSTONE_KINDS, "kind"),
 )
 

@@ -9,6 +9,7 @@ through ``open_attachment``, which checks them.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,10 +31,14 @@ class BlobStore:
     def root(self, kind: BlobKind | str) -> Path:
         return self.blob_root if BlobKind(kind) is BlobKind.CAS else self.file_root
 
+    @functools.cached_property
+    def _resolved(self) -> dict[BlobKind, Path]:
+        return {BlobKind.CAS: self.blob_root.resolve(), BlobKind.FILE: self.file_root.resolve()}
+
     def absolute(self, kind: BlobKind | str, relative: str) -> Path:
         """The blob's own path, lexically: a symlink planted at it is the link, never its
         target (unlinking it must not destroy another blob's bytes)."""
-        root = self.root(kind).resolve()
+        root = self._resolved[BlobKind(kind)]
         path = Path(os.path.normpath(root / relative))
         if root not in path.parents:
             raise ValueError(f"blob path {relative!r} escapes its root")

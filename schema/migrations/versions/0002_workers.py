@@ -17,6 +17,7 @@ depends_on = None
 
 def upgrade() -> None:
     op.create_index("ix_cleanup_steps_lease", "cleanup_steps", ["status", "lease_expires_at"], unique=False)
+    op.create_index("ix_tombstones_purge_id", "tombstones", ["purge_id", "kind"], unique=False)
     op.create_table(
         "purge_audit",
         sa.Column("id", sa.String(length=64), nullable=False),
