@@ -1,0 +1,808 @@
+"""Cleanup benchmark of conversation purges on PostgreSQL (``make bench``).
+
+The data (seeded once, untimed, with ``INSERT ... SELECT ... FROM generate_series``, so the
+schema's triggers fire): 1,000 conversations of 1,000 events each (1,000,000 events; ``--scale``
+shrinks the events per conversation), each event with a 200-byte body, a provider event id and
+one placement. Every fifth event (20%) carries one attachment of 4 KiB (``--file-bytes``), its
+bytes written to disk at the path its blob row names: CAS blobs (``ab/cd/<sha256>-<blob id>``
+under the blob root) and real files (``<id[:2]>/<blob id>/<name>`` under the file root),
+alternately. The 1,000 conversations have these roles:
+
+- 100 per run (``--per-run``) for the library, 100 per run for the baseline (600 in all);
+- one warm-up conversation per side, purged untimed before the runs (``--cold`` skips that);
+- 398 *keepers*, never purged. A third of the attachments of every purged conversation (the
+  attachment slots 0, 3, 6, ...: 67 of 200) are *shared*: their blob is also bound to an
+  attachment of an event in a keeper conversation, so the attachments step must keep its
+  bytes. (The keepers' partner attachments are among their own 20%, so in the whole database
+  40% of the attachments bind a blob with two references.)
+
+Measured in each of ``--runs`` runs (default 3), on 100 fresh conversations per side:
+
+(a) rows/s of body removal. ``purgekeeper``: ``purge_conversation`` of the 100 conversations,
+    then ``runner.run_step`` of each purge's bodies step, called directly, in one thread, with
+    the library's ``StepContext.batch_size`` (``--batch-size``, default
+    ``workers.cleanup.DEFAULT_BATCH_SIZE``); the figure is the steps' ``removed`` progress (the
+    NULLed bodies and the deleted placements) over the summed wall time of those
+    ``run_step`` calls (claim, batches, unparking the attachments step, finish).
+    ``baseline``: plain psycopg on one connection, per conversation, batches of the same size,
+    each ``SELECT`` the next event ids from its placements, ``UPDATE events SET body = NULL``,
+    ``DELETE FROM placements``, one commit per batch; the same number of rows (no runs or
+    derivatives are seeded, so neither side deletes any).
+(b) files/s of attachment deletion. ``purgekeeper``: ``runner.run_step`` of each purge's
+    attachments step (which the bodies step unparked): the blobs it unlinked (its ``removed``
+    progress) over the summed wall time of those calls; the shared blobs are retained.
+    ``baseline``: plain ``os.unlink`` of as many files of the same shape (the unshared
+    attachment files of the baseline's conversations; paths read beforehand, untimed).
+(c) time from acceptance to complete: from the first ``purge_conversation`` of the 100 to the
+    end of the last attachments step; and per conversation, its acceptance plus its two steps.
+
+The side that goes first alternates between runs. Before each run, untimed: ``sync`` (so both
+sides unlink files whose blocks are on disk), ``VACUUM ANALYZE`` and ``CHECKPOINT`` (as
+autovacuum and the checkpointer would do between bursts). After each run,
+untimed, the result is checked: every library purge is ``complete``, the bodies are NULL and
+the placements gone on both sides, the unshared blobs are ``deleted`` and their files gone, the
+shared ones ``present`` with their files still there.
+
+Figures are reported per run, then as the median of the runs; each ratio is taken within a run
+(both sides from the same run) and the median of those ratios is reported.
+
+Targets: rows/s and files/s both >= 0.5x their baselines. ``--strict`` exits 1 when one is
+missed (or a check fails); otherwise the exit status reports only errors.
+
+The server is ``PK_BENCH_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``);
+the script creates ``pk_bench_<pid>`` there and drops it at the end, also on failure or SIGTERM.
+The attachment files go to a temporary directory (under ``--dir``, default the system's),
+removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import psycopg
+from scratch import ScratchDatabase, shown_url
+
+import commands
+from commands.handle import Purgekeeper
+from schema import migrate
+from schema.db import Database
+from workers import runner
+from workers.cleanup import DEFAULT_BATCH_SIZE, StepContext
+
+DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+CONVERSATIONS = 1_000
+EVENTS_PER_CONVERSATION = 1_000  # x --scale
+ATTACHMENT_EVERY = 5  # one event in five (20%) carries an attachment
+SHARED_EVERY = 3  # attachment slots 0, 3, 6, ... (a third) of a purged conversation are shared
+PER_RUN = 100
+FILE_BYTES = 4096
+BODY_BYTES = 200
+SEED_CONVERSATIONS_PER_CHUNK = 100  # 100,000 events (at full scale) per statement and transaction
+TARGET_ROWS_RATIO = 0.5
+TARGET_FILES_RATIO = 0.5
+
+
+# -- connection strings and the scratch database ------------------------------------------------
+
+
+# -- the layout of the data -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which conversation plays which role, and where each attachment's blob comes from.
+
+    Conversation ``i`` is ``c<i:04d>``; its event ``n`` is ``c<i:04d>-e<n:06d>``; its attachment
+    slot ``k`` sits on event ``5k``. Conversations ``0 .. purgeable-1`` are purged (run ``r``:
+    the library takes ``[2*per_run*r, +per_run)``, the baseline the next ``per_run``; then one
+    warm-up conversation for each side); the rest are keepers. Slot ``k`` of a purgeable
+    conversation binds its own blob ``md5('blob:c..:k')``; when ``k % 3 == 0`` that blob is
+    shared: shared index ``t = i*shared_each + k//3`` is also bound by keeper ``t % keepers`` at
+    its slot ``t // keepers``. A keeper's other slots bind blobs of their own."""
+
+    events_each: int
+    runs: int
+    per_run: int
+    conversations: int = CONVERSATIONS
+
+    @property
+    def attachments_each(self) -> int:
+        return self.events_each // ATTACHMENT_EVERY
+
+    @property
+    def shared_each(self) -> int:
+        return -(-self.attachments_each // SHARED_EVERY)
+
+    @property
+    def unshared_each(self) -> int:
+        return self.attachments_each - self.shared_each
+
+    @property
+    def warm_up_product(self) -> int:
+        return 2 * self.per_run * self.runs
+
+    @property
+    def warm_up_baseline(self) -> int:
+        return self.warm_up_product + 1
+
+    @property
+    def purgeable(self) -> int:
+        return 2 * self.per_run * self.runs + 2
+
+    @property
+    def keepers(self) -> int:
+        return self.conversations - self.purgeable
+
+    def check(self) -> None:
+        if self.attachments_each < 1:
+            raise SystemExit("--scale leaves no attachments: use at least 5 events per conversation")
+        if self.keepers < 1:
+            raise SystemExit(f"{self.runs} runs x 2 x {self.per_run} conversations leave no keeper conversation")
+        if -(-self.purgeable * self.shared_each // self.keepers) > self.attachments_each:
+            raise SystemExit("too few keeper conversations to hold the partners of the shared attachments")
+
+    def product(self, run: int) -> list[int]:
+        start = 2 * self.per_run * run
+        return list(range(start, start + self.per_run))
+
+    def baseline(self, run: int) -> list[int]:
+        start = 2 * self.per_run * run + self.per_run
+        return list(range(start, start + self.per_run))
+
+    @staticmethod
+    def conversation_id(index: int) -> str:
+        return f"c{index:04d}"
+
+    @staticmethod
+    def blob_id(index: int, slot: int) -> str:
+        return hashlib.md5(f"blob:c{index:04d}:{slot}".encode()).hexdigest()
+
+    def blob_ids(self, indexes: Sequence[int], *, shared: bool) -> list[str]:
+        """The blobs of these purgeable conversations' own slots: the shared or the unshared."""
+        return [
+            self.blob_id(i, k)
+            for i in indexes
+            for k in range(self.attachments_each)
+            if (k % SHARED_EVERY == 0) == shared
+        ]
+
+    @property
+    def sql_params(self) -> dict[str, int]:
+        return {
+            "events": self.events_each,
+            "slots": self.attachments_each,
+            "every": ATTACHMENT_EVERY,
+            "shared_every": SHARED_EVERY,
+            "purgeable": self.purgeable,
+            "keepers": self.keepers,
+            "shared_each": self.shared_each,
+        }
+
+
+# -- seeding ------------------------------------------------------------------------------------
+
+CONVERSATION_ID = "'c' || lpad(({})::text, 4, '0')"
+
+SEED_CONVERSATIONS = f"""
+INSERT INTO conversations (id)
+SELECT {CONVERSATION_ID.format("i")} FROM generate_series(%(lo)s::int, %(hi)s::int - 1) AS i
+"""
+
+SEED_EVENTS = f"""
+INSERT INTO events (id, provider_event_id, author, occurred_at, body)
+SELECT c || '-e' || lpad(n::text, 6, '0'), 'prov:' || c || '-e' || lpad(n::text, 6, '0'),
+       'author-' || (n %% 7), timestamptz '2026-01-01 00:00:00+00' + n * interval '1 second',
+       repeat('x', %(body)s::int)
+  FROM generate_series(%(lo)s::int, %(hi)s::int - 1) AS i
+ CROSS JOIN LATERAL (SELECT {CONVERSATION_ID.format("i")} AS c) AS conv
+ CROSS JOIN generate_series(0, %(events)s::int - 1) AS n
+"""
+
+SEED_PLACEMENTS = f"""
+INSERT INTO placements (event_id, conversation_id)
+SELECT c || '-e' || lpad(n::text, 6, '0'), c
+  FROM generate_series(%(lo)s::int, %(hi)s::int - 1) AS i
+ CROSS JOIN LATERAL (SELECT {CONVERSATION_ID.format("i")} AS c) AS conv
+ CROSS JOIN generate_series(0, %(events)s::int - 1) AS n
+"""
+
+# Every attachment slot of conversations [lo, hi), with the conversation (bc) and slot (bk) whose
+# blob it binds: its own, or for a keeper's partner slot, the shared blob of a purgeable one.
+SLOTS = f"""
+SELECT {CONVERSATION_ID.format("s.i")} AS c, s.k,
+       CASE WHEN s.t IS NULL THEN {CONVERSATION_ID.format("s.i")}
+            ELSE {CONVERSATION_ID.format("s.t / %(shared_each)s::int")} END AS bc,
+       CASE WHEN s.t IS NULL THEN s.k ELSE (s.t %% %(shared_each)s::int) * %(shared_every)s::int END AS bk
+  FROM (SELECT i, k,
+               CASE WHEN i >= %(purgeable)s::int AND k * %(keepers)s::int + (i - %(purgeable)s::int)
+                         < %(purgeable)s::int * %(shared_each)s::int
+                    THEN k * %(keepers)s::int + (i - %(purgeable)s::int) END AS t
+          FROM generate_series(%(lo)s::int, %(hi)s::int - 1) AS i, generate_series(0, %(slots)s::int - 1) AS k) AS s
+"""
+
+SEED_BLOBS = f"""
+INSERT INTO blobs (id, kind, sha256, size, path)
+SELECT b.id, b.kind, b.sha, %(file_bytes)s::int,
+       CASE WHEN b.kind = 'cas'
+            THEN substr(b.sha, 1, 2) || '/' || substr(b.sha, 3, 2) || '/' || b.sha || '-' || b.id
+            ELSE substr(b.id, 1, 2) || '/' || b.id || '/' || b.name END
+  FROM (SELECT o.id, o.kind, o.name,
+               encode(sha256(convert_to(left(repeat(o.id, %(file_bytes)s::int / 32 + 1), %(file_bytes)s::int), 'UTF8')),
+                      'hex') AS sha
+          FROM (SELECT md5('blob:' || x.c || ':' || x.k) AS id,
+                       CASE WHEN x.k %% 2 = 0 THEN 'cas' ELSE 'file' END AS kind,
+                       'attachment-' || x.k || '.bin' AS name
+                  FROM ({SLOTS}) AS x
+                 WHERE x.bc = x.c AND x.bk = x.k) AS o) AS b
+"""
+
+SEED_ATTACHMENTS = f"""
+INSERT INTO attachments (id, event_id, blob_id, binding, name)
+SELECT md5('attachment:' || x.c || ':' || x.k), x.c || '-e' || lpad((x.k * %(every)s::int)::text, 6, '0'),
+       md5('blob:' || x.bc || ':' || x.bk),
+       CASE WHEN x.bk %% 2 = 0 THEN 'legacy_cas' ELSE 'real_file' END,
+       'attachment-' || x.k || '.bin'
+  FROM ({SLOTS}) AS x
+"""
+
+
+def file_bytes_of(blob_id: str, size: int) -> bytes:
+    """The bytes of a blob, as the seed's sha256 computed them: its id repeated, cut to size."""
+    return (blob_id * (size // 32 + 1))[:size].encode()
+
+
+@dataclass(frozen=True)
+class Roots:
+    blob_root: Path
+    file_root: Path
+
+    def absolute(self, kind: str, path: str) -> Path:
+        return (self.blob_root if kind == "cas" else self.file_root) / path
+
+
+def seed(url: str, layout: Layout, roots: Roots, file_bytes: int) -> None:
+    print("seeding (untimed) ...", flush=True)
+    params: dict[str, Any] = {**layout.sql_params, "body": BODY_BYTES, "file_bytes": file_bytes}
+    chunks = [
+        (lo, min(lo + SEED_CONVERSATIONS_PER_CHUNK, layout.conversations))
+        for lo in range(0, layout.conversations, SEED_CONVERSATIONS_PER_CHUNK)
+    ]
+    with psycopg.connect(url) as conn:
+        for label, statement in (
+            ("conversations", SEED_CONVERSATIONS),
+            ("events", SEED_EVENTS),
+            ("placements", SEED_PLACEMENTS),
+            ("blobs", SEED_BLOBS),
+            ("attachments", SEED_ATTACHMENTS),
+        ):
+            started = time.perf_counter()
+            rows = 0
+            for lo, hi in chunks:
+                rows += conn.execute(statement, {**params, "lo": lo, "hi": hi}).rowcount
+                conn.commit()
+            print(f"  {rows:>9,} {label:<13} {time.perf_counter() - started:6.1f} s", flush=True)
+        started = time.perf_counter()
+        written = write_files(conn, roots, file_bytes)
+        print(
+            f"  {written:>9,} files of {file_bytes:,} bytes written {time.perf_counter() - started:6.1f} s", flush=True
+        )
+    started = time.perf_counter()
+    settle(url)
+    print(f"  sync + VACUUM ANALYZE + CHECKPOINT {time.perf_counter() - started:.1f} s", flush=True)
+    with psycopg.connect(url) as conn:
+        sizes = conn.execute(
+            """SELECT (SELECT count(*) FROM conversations), (SELECT count(*) FROM events),
+                      (SELECT count(*) FROM placements), (SELECT count(*) FROM attachments),
+                      (SELECT count(*) FROM blobs),
+                      (SELECT count(*) FROM (SELECT blob_id FROM attachments GROUP BY blob_id
+                                              HAVING count(*) > 1) AS s),
+                      pg_size_pretty(pg_database_size(current_database()))"""
+        ).fetchone()
+    assert sizes is not None
+    conversations, events, placements, attachments, blobs, shared, size = sizes
+    print(
+        f"  database: {conversations:,} conversations, {events:,} events, {placements:,} placements, "
+        f"{attachments:,} attachments ({attachments / events:.0%} of the events), {blobs:,} blobs "
+        f"({shared:,} bound twice: {2 * shared / attachments:.0%} of the attachments); {size}",
+        flush=True,
+    )
+    print(
+        f"  each purged conversation: {layout.events_each:,} events, {layout.attachments_each:,} attachments, "
+        f"{layout.shared_each:,} of them shared with a keeper ({layout.shared_each / layout.attachments_each:.1%})",
+        flush=True,
+    )
+
+
+def write_files(conn: psycopg.Connection[Any], roots: Roots, file_bytes: int) -> int:
+    """Every blob's bytes at the path its row names (no fsync: the page cache is enough here)."""
+    made: set[Path] = set()
+    count = 0
+    with conn.cursor(name="blob_paths") as cursor:
+        cursor.itersize = 10_000
+        cursor.execute("SELECT id, kind, path FROM blobs")
+        for blob_id, kind, path in cursor:
+            target = roots.absolute(kind, path)
+            if target.parent not in made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                made.add(target.parent)
+            target.write_bytes(file_bytes_of(blob_id, file_bytes))
+            count += 1
+    conn.commit()
+    return count
+
+
+def settle(url: str) -> None:
+    """Untimed, before each run: the planner sees the tombstones of the runs before, the dead
+    row versions are gone (as autovacuum would do), no checkpoint falls inside a run, and every
+    attachment file is on disk (unlinking a file whose blocks are allocated costs more than
+    unlinking one still in the page cache; both sides now meet the former)."""
+    os.sync()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")
+        try:
+            conn.execute("CHECKPOINT")
+        except psycopg.Error as exc:  # not a superuser: a checkpoint may fall inside the timings
+            print(f"  (CHECKPOINT skipped: {exc})")
+
+
+# -- the library side -----------------------------------------------------------------------------
+
+
+@dataclass
+class ProductSide:
+    accept_s: list[float] = field(default_factory=list)
+    bodies_s: list[float] = field(default_factory=list)
+    attachments_s: list[float] = field(default_factory=list)
+    rows: int = 0
+    files: int = 0
+    retained: int = 0
+    window_s: float = 0.0
+    purge_ids: list[str] = field(default_factory=list)
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / sum(self.bodies_s)
+
+    @property
+    def files_per_s(self) -> float:
+        return self.files / sum(self.attachments_s)
+
+    @property
+    def per_conversation_s(self) -> list[float]:
+        return [sum(t) for t in zip(self.accept_s, self.bodies_s, self.attachments_s, strict=True)]
+
+
+def run_product(
+    pk: Purgekeeper, ctx: StepContext, conn: psycopg.Connection[Any], conversations: list[str]
+) -> ProductSide:
+    """Accept the purges, then run each one's bodies step, then each one's attachments step."""
+    side = ProductSide()
+    policy = runner.Policy()
+    window_start = time.perf_counter()
+    for conversation_id in conversations:
+        begin = time.perf_counter()
+        acceptance = pk.purge_conversation(conversation_id, actor="bench", reason="bench")
+        side.accept_s.append(time.perf_counter() - begin)
+        if acceptance.outcome != "accepted":
+            raise RuntimeError(f"purge_conversation({conversation_id}) gave {acceptance.outcome!r}")
+        side.purge_ids.append(acceptance.purge_id)
+    step_ids: dict[tuple[str, str], str] = {
+        (purge_id, kind): step_id
+        for purge_id, kind, step_id in conn.execute(
+            "SELECT purge_id, kind, id FROM cleanup_steps WHERE purge_id = ANY(%s)", (side.purge_ids,)
+        )
+    }
+    conn.commit()
+    for kind, times in (("bodies", side.bodies_s), ("attachments", side.attachments_s)):
+        for purge_id in side.purge_ids:
+            step_id = step_ids[(purge_id, kind)]
+            begin = time.perf_counter()
+            outcome = runner.run_step(ctx, step_id, policy=policy)
+            times.append(time.perf_counter() - begin)
+            if outcome.status != "done":
+                raise RuntimeError(f"{kind} step {step_id} of purge {purge_id} ended {outcome.status!r}")
+            if kind == "bodies" and outcome.wake != (step_ids[(purge_id, "attachments")],):
+                raise RuntimeError(f"the bodies step of purge {purge_id} did not unpark its attachments step")
+    side.window_s = time.perf_counter() - window_start
+    progress = conn.execute(
+        "SELECT kind, sum(removed), sum(retained_shared) FROM cleanup_steps WHERE purge_id = ANY(%s) GROUP BY kind",
+        (side.purge_ids,),
+    ).fetchall()
+    conn.commit()
+    by_kind = {kind: (int(removed), int(retained)) for kind, removed, retained in progress}
+    side.rows = by_kind["bodies"][0]
+    side.files, side.retained = by_kind["attachments"]
+    return side
+
+
+# -- the baseline ---------------------------------------------------------------------------------
+
+
+@dataclass
+class BaselineSide:
+    bodies_s: float = 0.0
+    unlink_s: float = 0.0
+    rows: int = 0
+    files: int = 0
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.bodies_s
+
+    @property
+    def files_per_s(self) -> float:
+        return self.files / self.unlink_s
+
+
+def baseline_bodies(conn: psycopg.Connection[Any], conversations: list[str], batch_size: int) -> tuple[int, float]:
+    """Per conversation, batches of ``batch_size`` events: NULL their bodies, delete their
+    placements, commit. Returns the rows changed and the wall time."""
+    rows = 0
+    begin = time.perf_counter()
+    for conversation_id in conversations:
+        while True:
+            event_ids = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT event_id FROM placements WHERE conversation_id = %s ORDER BY event_id LIMIT %s",
+                    (conversation_id, batch_size),
+                )
+            ]
+            if not event_ids:
+                conn.commit()
+                break
+            rows += conn.execute(
+                "UPDATE events SET body = NULL WHERE id = ANY(%s) AND body IS NOT NULL", (event_ids,)
+            ).rowcount
+            rows += conn.execute(
+                "DELETE FROM placements WHERE conversation_id = %s AND event_id = ANY(%s)",
+                (conversation_id, event_ids),
+            ).rowcount
+            conn.commit()
+    return rows, time.perf_counter() - begin
+
+
+def baseline_unlink(paths: list[Path]) -> float:
+    begin = time.perf_counter()
+    for path in paths:
+        os.unlink(path)
+    return time.perf_counter() - begin
+
+
+# -- one run --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    product: ProductSide
+    baseline: BaselineSide
+    order: str
+
+    @property
+    def rows_ratio(self) -> float:
+        return self.product.rows_per_s / self.baseline.rows_per_s
+
+    @property
+    def files_ratio(self) -> float:
+        return self.product.files_per_s / self.baseline.files_per_s
+
+
+@dataclass
+class Bench:
+    pk: Purgekeeper
+    ctx: StepContext
+    conn: psycopg.Connection[Any]
+    layout: Layout
+    roots: Roots
+    problems: list[str] = field(default_factory=list)
+
+    def paths(self, blob_ids: list[str]) -> list[Path]:
+        # in blob id order, as the attachments step goes
+        rows = self.conn.execute("SELECT kind, path FROM blobs WHERE id = ANY(%s) ORDER BY id", (blob_ids,))
+        paths = [self.roots.absolute(kind, path) for kind, path in rows]
+        self.conn.commit()
+        if len(paths) != len(blob_ids):
+            raise RuntimeError(f"{len(blob_ids) - len(paths)} blobs are missing")
+        return paths
+
+    def warm_up(self) -> float:
+        """Untimed, before the runs: one conversation purged by each side, as in a database that
+        has seen a purge before. It fills the connection pool, the statement caches and the
+        prepared statements; and the statistics of the next ANALYZE see a purged conversation
+        (without one, the first run meets the generic-plan trap of the closing note)."""
+        layout = self.layout
+        begin = time.perf_counter()
+        side = run_product(self.pk, self.ctx, self.conn, [layout.conversation_id(layout.warm_up_product)])
+        if side.files != layout.unshared_each or side.retained != layout.shared_each:
+            self.problems.append(f"warm-up: removed {side.files} blobs and retained {side.retained}")
+        baseline_bodies(self.conn, [layout.conversation_id(layout.warm_up_baseline)], self.ctx.batch_size)
+        baseline_unlink(self.paths(layout.blob_ids([layout.warm_up_baseline], shared=False)))
+        return time.perf_counter() - begin
+
+    def run_once(self, run: int) -> RunResult:
+        layout = self.layout
+        product = [layout.conversation_id(i) for i in layout.product(run)]
+        baseline = [layout.conversation_id(i) for i in layout.baseline(run)]
+        unlink_paths = self.paths(layout.blob_ids(layout.baseline(run), shared=False))
+        base = BaselineSide()
+
+        def run_baseline() -> None:
+            base.rows, base.bodies_s = baseline_bodies(self.conn, baseline, self.ctx.batch_size)
+            base.files, base.unlink_s = len(unlink_paths), baseline_unlink(unlink_paths)
+
+        if run % 2 == 0:
+            order = "purgekeeper first"
+            side = run_product(self.pk, self.ctx, self.conn, product)
+            run_baseline()
+        else:
+            order = "baseline first"
+            run_baseline()
+            side = run_product(self.pk, self.ctx, self.conn, product)
+        self.check(run, side, base, unlink_paths)
+        return RunResult(side, base, order)
+
+    def check(self, run: int, side: ProductSide, base: BaselineSide, unlinked: list[Path]) -> None:
+        """Untimed: what each side was meant to do, it did."""
+        layout = self.layout
+        problems: list[str] = []
+        expected_rows = 2 * layout.events_each * layout.per_run
+        if side.rows != expected_rows or base.rows != expected_rows:
+            problems.append(
+                f"rows removed: purgekeeper {side.rows:,}, baseline {base.rows:,}, expected {expected_rows:,}"
+            )
+        if side.files != layout.unshared_each * layout.per_run or side.retained != layout.shared_each * layout.per_run:
+            problems.append(f"blobs: purgekeeper removed {side.files:,} and retained {side.retained:,}")
+        if side.files != base.files:
+            problems.append(f"files: purgekeeper unlinked {side.files:,}, baseline {base.files:,}")
+        statuses = {self.pk.status(purge_id).status for purge_id in side.purge_ids}
+        if statuses != {"complete"}:
+            problems.append(f"purge statuses {sorted(statuses)}")
+        prefixes = [layout.conversation_id(i) for i in layout.product(run) + layout.baseline(run)]
+        left = self.conn.execute(
+            """SELECT (SELECT count(*) FROM events WHERE left(id, 5) = ANY(%(c)s) AND body IS NOT NULL),
+                      (SELECT count(*) FROM placements WHERE conversation_id = ANY(%(c)s))""",
+            {"c": prefixes},
+        ).fetchone()
+        if left != (0, 0):
+            problems.append(f"bodies and placements left: {left}")
+        unshared = layout.blob_ids(layout.product(run), shared=False)
+        shared = layout.blob_ids(layout.product(run), shared=True)
+        for ids, state, on_disk in ((unshared, "deleted", False), (shared, "present", True)):
+            states = dict(
+                self.conn.execute("SELECT state, count(*) FROM blobs WHERE id = ANY(%s) GROUP BY state", (ids,))
+            )
+            if states != {state: len(ids)}:
+                problems.append(f"blob states {states}, expected {len(ids):,} {state}")
+            found = sum(path.exists() for path in self.paths(ids))
+            if found != (len(ids) if on_disk else 0):
+                problems.append(f"{found:,} of {len(ids):,} {state} blobs' files on disk")
+        self.conn.commit()
+        if any(path.exists() for path in unlinked):
+            problems.append("a baseline file is still there")
+        for problem in problems:
+            print(f"  CHECK FAILED, run {run + 1}: {problem}", flush=True)
+        self.problems.extend(problems)
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def report(results: list[RunResult], layout: Layout, batch_size: int) -> dict[str, Any]:
+    print()
+    print(
+        f"Per run: {layout.per_run} conversations of {layout.events_each:,} events per side, batch size {batch_size}; "
+        "rows = NULLed bodies + deleted placements; files = unlinked blobs"
+    )
+    print(
+        f"{'run':>3}  {'order':<17}  {'side':<11}  {'rows':>8}  {'bodies s':>8}  {'rows/s':>8}  "
+        f"{'files':>6}  {'files s':>7}  {'files/s':>8}"
+    )
+    for index, result in enumerate(results, 1):
+        p, b = result.product, result.baseline
+        print(
+            f"{index:>3}  {result.order:<17}  {'purgekeeper':<11}  {p.rows:>8,}  {sum(p.bodies_s):>8.2f}  "
+            f"{p.rows_per_s:>8,.0f}  {p.files:>6,}  {sum(p.attachments_s):>7.2f}  {p.files_per_s:>8,.0f}"
+        )
+        print(
+            f"{index:>3}  {result.order:<17}  {'baseline':<11}  {b.rows:>8,}  {b.bodies_s:>8.2f}  "
+            f"{b.rows_per_s:>8,.0f}  {b.files:>6,}  {b.unlink_s:>7.2f}  {b.files_per_s:>8,.0f}"
+        )
+    print()
+    print(f"Acceptance to complete, purgekeeper, {layout.per_run} conversations per run (s):")
+    print(
+        f"{'run':>3}  {'accept':>7}  {'bodies':>7}  {'attach':>7}  {'window':>7}  "
+        f"{'per conversation p50':>20}  {'max':>6}"
+    )
+    for index, result in enumerate(results, 1):
+        p = result.product
+        per = p.per_conversation_s
+        print(
+            f"{index:>3}  {sum(p.accept_s):>7.2f}  {sum(p.bodies_s):>7.2f}  {sum(p.attachments_s):>7.2f}  "
+            f"{p.window_s:>7.2f}  {statistics.median(per):>20.3f}  {max(per):>6.3f}"
+        )
+
+    def median(values: list[float]) -> float:
+        return statistics.median(values)
+
+    figures: dict[str, Any] = {
+        "rows_ratio": median([r.rows_ratio for r in results]),
+        "files_ratio": median([r.files_ratio for r in results]),
+        "purgekeeper_rows_per_s": median([r.product.rows_per_s for r in results]),
+        "baseline_rows_per_s": median([r.baseline.rows_per_s for r in results]),
+        "purgekeeper_files_per_s": median([r.product.files_per_s for r in results]),
+        "baseline_files_per_s": median([r.baseline.files_per_s for r in results]),
+        "acceptance_to_complete_s": median([r.product.window_s for r in results]),
+        "acceptance_to_complete_per_conversation_p50_s": median(
+            [statistics.median(r.product.per_conversation_s) for r in results]
+        ),
+        "acceptance_s": median([sum(r.product.accept_s) for r in results]),
+        "bodies_steps_s": median([sum(r.product.bodies_s) for r in results]),
+        "attachments_steps_s": median([sum(r.product.attachments_s) for r in results]),
+    }
+    figures["rows_ratio_per_run"] = [round(r.rows_ratio, 4) for r in results]
+    figures["files_ratio_per_run"] = [round(r.files_ratio, 4) for r in results]
+    figures["attachments_steps_s_per_run"] = [round(sum(r.product.attachments_s), 3) for r in results]
+    figures["acceptance_to_complete_s_per_run"] = [round(r.product.window_s, 3) for r in results]
+    figures["rows_ok"] = figures["rows_ratio"] >= TARGET_ROWS_RATIO
+    figures["files_ok"] = figures["files_ratio"] >= TARGET_FILES_RATIO
+    figures["runs"] = len(results)
+    figures["conversations_per_run"] = layout.per_run
+    figures["events_per_conversation"] = layout.events_each
+    figures["events_total"] = layout.events_each * layout.conversations
+    figures["batch_size"] = batch_size
+    figures["rows_per_run"] = results[0].product.rows
+    figures["files_per_run"] = results[0].product.files
+    figures["retained_per_run"] = results[0].product.retained
+
+    rows = (
+        (
+            "body removal rows/s: purgekeeper vs baseline",
+            figures["purgekeeper_rows_per_s"],
+            figures["baseline_rows_per_s"],
+            f"{figures['rows_ratio']:.2f}",
+            f">= {TARGET_ROWS_RATIO}",
+            verdict(figures["rows_ok"]),
+        ),
+        (
+            "attachment deletion files/s: purgekeeper vs unlink",
+            figures["purgekeeper_files_per_s"],
+            figures["baseline_files_per_s"],
+            f"{figures['files_ratio']:.2f}",
+            f">= {TARGET_FILES_RATIO}",
+            verdict(figures["files_ok"]),
+        ),
+    )
+    print()
+    print(f"Median of {len(results)} runs (each ratio is taken within a run, then the median of the ratios):")
+    print(f"{'figure':<52}  {'value':>9}  {'versus':>9}  {'ratio':>6}  {'target':>7}  result")
+    for label, value, versus, ratio, target, outcome in rows:
+        print(f"{label:<52}  {value:>9,.0f}  {versus:>9,.0f}  {ratio:>6}  {target:>7}  {outcome}")
+    print(
+        f"{f'acceptance to complete, {layout.per_run} conversations (s)':<52}  "
+        f"{figures['acceptance_to_complete_s']:>9.2f}  (accept {figures['acceptance_s']:.2f} + bodies "
+        f"{figures['bodies_steps_s']:.2f} + attachments {figures['attachments_steps_s']:.2f})"
+    )
+    print(
+        f"{'acceptance to complete, per conversation p50 (s)':<52}  "
+        f"{figures['acceptance_to_complete_per_conversation_p50_s']:>9.3f}  (its acceptance + its two steps)"
+    )
+    return figures
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # run the finally blocks: the scratch database is dropped
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--per-run", type=int, default=PER_RUN, help="conversations purged per side per run")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help=f"events per conversation: {EVENTS_PER_CONVERSATION:,} x scale"
+    )
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="both sides' batch size")
+    parser.add_argument("--file-bytes", type=int, default=FILE_BYTES, help="bytes per attachment file")
+    parser.add_argument("--dir", default=None, help="where the temporary attachment files go")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="no warm-up purge: the first run then meets no purged conversation (slow; see the closing note)",
+    )
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args(argv)
+    layout = Layout(
+        events_each=max(1, round(EVENTS_PER_CONVERSATION * args.scale)), runs=args.runs, per_run=args.per_run
+    )
+    layout.check()
+    signal.signal(signal.SIGTERM, _terminate)
+
+    server_url = os.environ.get("PK_BENCH_POSTGRES_URL", DEFAULT_SERVER_URL)
+    scratch = ScratchDatabase(server_url, f"pk_bench_{os.getpid()}")
+    with scratch, tempfile.TemporaryDirectory(prefix="pk-bench-cleanup-", dir=args.dir) as tmp:
+        root = Path(tmp).resolve()
+        os.environ["PURGEKEEPER_DATA_DIR"] = str(root / "data")  # keep the default data dir out of $HOME
+        roots = Roots(blob_root=root / "blobs", file_root=root / "files")
+        database = Database(scratch.url)
+        try:
+            migrate.upgrade(database)
+        finally:
+            database.dispose()
+        with psycopg.connect(scratch.url) as probe:
+            server = probe.execute("SELECT split_part(version(), ' ', 2), current_setting('synchronous_commit')")
+            version, synchronous_commit = server.fetchone() or ("?", "?")
+        print(f"purgekeeper cleanup benchmark: PostgreSQL {version} at {shown_url(scratch.admin_url)}")
+        print(
+            f"scratch database {scratch.name}; synchronous_commit={synchronous_commit} (server default, both sides); "
+            f"{args.runs} runs; {os.cpu_count()} CPUs; files under {root}"
+        )
+        if args.scale != 1.0 or args.file_bytes != FILE_BYTES:
+            print(f"NOT THE FULL SIZE: --scale {args.scale:g}, --file-bytes {args.file_bytes:,}")
+        seed(scratch.url, layout, roots, args.file_bytes)
+
+        pk = commands.open(
+            scratch.url,
+            blob_root=roots.blob_root,
+            file_root=roots.file_root,
+            checkpoint_dir=root / "ledger",
+            memory_roots=[root / "memory"],
+            workers="none",  # nothing runs in the background: the steps are run here, directly
+        )
+        ctx = dataclasses.replace(pk.step_context(), batch_size=args.batch_size)
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            conn = psycopg.connect(scratch.url)
+            bench = Bench(pk=pk, ctx=ctx, conn=conn, layout=layout, roots=roots)
+            if args.cold:
+                print("no warm-up (--cold): the first run meets a database with no purged conversation", flush=True)
+            else:
+                print(f"warm-up: one conversation purged by each side (untimed): {bench.warm_up():.1f} s", flush=True)
+            results = []
+            for run in range(args.runs):
+                started = time.perf_counter()
+                settle(scratch.url)
+                load_before = os.getloadavg()[0]
+                results.append(bench.run_once(run))
+                print(
+                    f"run {run + 1}/{args.runs} done ({time.perf_counter() - started:.1f} s, untimed sync, VACUUM "
+                    f"ANALYZE, CHECKPOINT and checks included); 1-minute load average {load_before:.2f} before, "
+                    f"{os.getloadavg()[0]:.2f} after",
+                    flush=True,
+                )
+            figures = report(results, layout, args.batch_size)
+            figures["checks_ok"] = not bench.problems
+            figures["file_bytes"] = args.file_bytes
+            figures["warm_up"] = not args.cold
+            print()
+            print(f"checks after each run: {'ok' if not bench.problems else 'FAILED'}")
+            print(json.dumps(figures, sort_keys=True))
+        finally:
+            if conn is not None:
+                conn.close()
+            pk.close()
+    met = figures["rows_ok"] and figures["files_ok"] and figures["checks_ok"]
+    return 1 if args.strict and not met else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
