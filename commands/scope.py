@@ -219,11 +219,6 @@ def build_report(conn: Connection, scope: EventScope, *, lock: bool = False) -> 
     )
 
 
-def resolve(conn: Connection, scope: EventScope) -> list[str]:
-    """The selected event ids; unknown ids are NotFound, and an empty selection is refused."""
-    return _select_events(conn, scope, lock=False)[0]
-
-
 def _select_events(conn: Connection, scope: EventScope, *, lock: bool) -> tuple[list[str], list[Any]]:
     if scope.event_ids is not None:
         ids = sorted(scope.event_ids)

@@ -39,13 +39,6 @@ def is_tombstoned(conn: Connection, kinds: Iterable[TombstoneKind], the_id: str)
     return conn.execute(query.limit(1)).first() is not None
 
 
-def fenced_event_ids(conn: Connection, event_ids: Sequence[str]) -> set[str]:
-    query = select(tombstones.c.id).where(
-        tombstones.c.kind == TombstoneKind.EVENT.value, tombstones.c.id.in_(list(event_ids))
-    )
-    return set(conn.scalars(query))
-
-
 # -- conversations and bots ---------------------------------------------------------------
 
 
@@ -75,11 +68,6 @@ def bot_row(conn: Connection, bot_id: str) -> Row[Any] | None:
 
 def insert_bot(conn: Connection, bot_id: str, *, name: str, memory_path: str | None, marker_id: str | None) -> None:
     conn.execute(insert(bots).values(id=bot_id, name=name, memory_path=memory_path, marker_id=marker_id))
-
-
-def bots_with_memory(conn: Connection) -> list[Row[Any]]:
-    query = select(bots).where(bots.c.memory_path.is_not(None)).order_by(bots.c.id)
-    return list(conn.execute(query))
 
 
 # -- events -------------------------------------------------------------------------------

@@ -118,10 +118,6 @@ class Database:
             raise InfrastructureError(f"the database stayed busy after {self.write_attempts} attempts") from last
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def run_read(self, work: Callable[[Connection], T]) -> T:
-        with self.read() as conn:
-            return work(conn)
-
 
 class _Retryable(InfrastructureError):
     """A deadlock, a serialization failure or a locked database; the transaction reruns."""
