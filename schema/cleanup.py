@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, exists, func, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, exists, func, literal, or_, select, union_all, update
+from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.content import NOT_PURGED, live_event
+from schema.idlists import IdList, among
 from schema.states import BlobState, TombstoneKind
 from schema.tables import (
     admissions,
@@ -26,131 +28,196 @@ from schema.tables import (
     tombstones,
 )
 
+IDS = bindparam("ids", type_=IdList())
+_CONVERSATION = bindparam("conversation_id")
+
+
+def _event_fence_absent(event_id: Any) -> Any:
+    return ~exists().where(tombstones.c.kind == TombstoneKind.EVENT.value, tombstones.c.id == event_id)
+
+
+_NULL_BODIES = update(events).where(among(events.c.id, IDS), events.c.body.is_not(None)).values(body=None)
+_HAS_DEPENDENTS = select(
+    or_(
+        exists().where(among(admissions.c.event_id, IDS)),
+        exists().where(among(derivative_sources.c.event_id, IDS)),
+    )
+)
+_NULL_DEPENDENTS = (
+    update(admissions).where(among(admissions.c.event_id, IDS), admissions.c.payload.is_not(None)).values(payload=None),
+    update(runs)
+    .where(
+        runs.c.id.in_(select(admissions.c.run_id).where(among(admissions.c.event_id, IDS))),
+        runs.c.output.is_not(None),
+    )
+    .values(output=None),
+    update(derivatives)
+    .where(
+        derivatives.c.id.in_(
+            select(derivative_sources.c.derivative_id).where(among(derivative_sources.c.event_id, IDS))
+        ),
+        derivatives.c.payload.is_not(None),
+    )
+    .values(payload=None),
+)
+
 
 def null_content_of(conn: Connection, event_ids: Sequence[str]) -> int:
     """NULL the bodies of these events, the payloads of their admissions, the outputs of the
-    runs that admitted them, and the payloads of what was derived from them."""
-    ids = list(event_ids)
-    if not ids:
+    runs that admitted them, and the payloads of what was derived from them. The three
+    dependent UPDATEs run only when one EXISTS probe finds something for them to do."""
+    if not event_ids:
         return 0
-    admitting_runs = select(admissions.c.run_id).where(admissions.c.event_id.in_(ids))
-    derived = select(derivative_sources.c.derivative_id).where(derivative_sources.c.event_id.in_(ids))
-    statements = (
-        update(events).where(events.c.id.in_(ids), events.c.body.is_not(None)).values(body=None),
-        update(admissions)
-        .where(admissions.c.event_id.in_(ids), admissions.c.payload.is_not(None))
-        .values(payload=None),
-        update(runs).where(runs.c.id.in_(admitting_runs), runs.c.output.is_not(None)).values(output=None),
-        update(derivatives)
-        .where(derivatives.c.id.in_(derived), derivatives.c.payload.is_not(None))
-        .values(payload=None),
-    )
-    return sum(int(conn.execute(statement).rowcount or 0) for statement in statements)
+    params = {"ids": event_ids}
+    changed = int(conn.execute(_NULL_BODIES, params).rowcount or 0)
+    if conn.scalar(_HAS_DEPENDENTS, params):
+        changed += sum(int(conn.execute(statement, params).rowcount or 0) for statement in _NULL_DEPENDENTS)
+    return changed
+
+
+_PLACED = (
+    select(placements.c.event_id)
+    .where(placements.c.conversation_id == _CONVERSATION)
+    .order_by(placements.c.event_id)
+    .limit(bindparam("limit"))
+)
+# Two statements, not one with a correlated EXISTS: PostgreSQL hashes such a subplan over the
+# whole placements table, a cost that grows with the database instead of with the batch.
+_LIVE_ELSEWHERE = (
+    select(placements.c.event_id)
+    .join(conversations, conversations.c.id == placements.c.conversation_id)
+    .where(among(placements.c.event_id, IDS), placements.c.conversation_id != _CONVERSATION, NOT_PURGED)
+    .where(_event_fence_absent(placements.c.event_id))
+)
 
 
 def placed_events(conn: Connection, conversation_id: str, *, limit: int) -> list[str]:
-    query = (
-        select(placements.c.event_id)
-        .where(placements.c.conversation_id == conversation_id)
-        .order_by(placements.c.event_id)
-        .limit(limit)
-    )
-    return list(conn.scalars(query))
+    return list(conn.scalars(_PLACED, {"conversation_id": conversation_id, "limit": limit}))
 
 
 def live_elsewhere(conn: Connection, event_ids: Sequence[str], conversation_id: str) -> set[str]:
     """The events that, now, are unfenced and placed in a conversation that is not purged."""
-    query = (
-        select(placements.c.event_id)
-        .join(conversations, conversations.c.id == placements.c.conversation_id)
-        .where(placements.c.event_id.in_(list(event_ids)), placements.c.conversation_id != conversation_id)
-        .where(NOT_PURGED)
-        .where(
-            ~exists().where(tombstones.c.kind == TombstoneKind.EVENT.value, tombstones.c.id == placements.c.event_id)
-        )
-    )
-    return set(conn.scalars(query))
+    return set(conn.scalars(_LIVE_ELSEWHERE, {"conversation_id": conversation_id, "ids": event_ids}))
 
 
-def provider_ids_of(conn: Connection, event_ids: Sequence[str]) -> list[str]:
-    query = select(events.c.provider_event_id).where(
-        events.c.id.in_(list(event_ids)), events.c.provider_event_id.is_not(None)
+def _tombstone_events_statement(dialect: str) -> Any:
+    purge_id = bindparam("purge_id")
+    if dialect == "postgresql":
+        listed = func.unnest(IDS).table_valued("value").render_derived()
+    else:
+        listed = func.json_each(IDS).table_valued("value")
+    fenced = select(literal(TombstoneKind.EVENT.value), listed.c.value, purge_id)  # no lookup: the ids are known
+    provider = select(literal(TombstoneKind.PROVIDER_EVENT.value), events.c.provider_event_id, purge_id).where(
+        among(events.c.id, IDS), events.c.provider_event_id.is_not(None)
     )
-    return list(conn.scalars(query))
+    insert_of = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return (
+        insert_of(tombstones)
+        .from_select(["kind", "id", "purge_id"], union_all(fenced, provider))
+        .on_conflict_do_nothing(index_elements=["kind", "id"])
+    )
+
+
+_TOMBSTONE_EVENTS = {dialect: _tombstone_events_statement(dialect) for dialect in ("postgresql", "sqlite")}
+
+
+def tombstone_events(conn: Connection, purge_id: str, event_ids: Sequence[str]) -> None:
+    """Fence these events and their provider event ids, in one INSERT ... SELECT; an id that
+    already has its tombstone keeps it."""
+    if event_ids:
+        conn.execute(_TOMBSTONE_EVENTS[conn.dialect.name], {"purge_id": purge_id, "ids": event_ids})
+
+
+_REMOVE_PLACEMENTS = delete(placements).where(
+    placements.c.conversation_id == _CONVERSATION, among(placements.c.event_id, IDS)
+)
 
 
 def remove_placements(conn: Connection, conversation_id: str, event_ids: Sequence[str]) -> int:
-    statement = delete(placements).where(
-        placements.c.conversation_id == conversation_id, placements.c.event_id.in_(list(event_ids))
-    )
-    return int(conn.execute(statement).rowcount or 0)
+    result = conn.execute(_REMOVE_PLACEMENTS, {"conversation_id": conversation_id, "ids": event_ids})
+    return int(result.rowcount or 0)
+
+
+_LIMIT = bindparam("limit")
+_RUNS_OF = select(runs.c.id).where(runs.c.conversation_id == _CONVERSATION).limit(_LIMIT)
+_DELETE_ADMISSIONS = delete(admissions).where(among(admissions.c.run_id, IDS))
+_DELETE_RUNS = delete(runs).where(among(runs.c.id, IDS))
+_DERIVATIVES_OF = select(derivatives.c.id).where(derivatives.c.conversation_id == _CONVERSATION).limit(_LIMIT)
+_DELETE_SOURCES = delete(derivative_sources).where(among(derivative_sources.c.derivative_id, IDS))
+_DELETE_DERIVATIVES = delete(derivatives).where(among(derivatives.c.id, IDS))
 
 
 def delete_runs_batch(conn: Connection, conversation_id: str, *, limit: int) -> int:
     """Delete a batch of the conversation's runs with their admissions; returns runs deleted."""
-    ids = list(conn.scalars(select(runs.c.id).where(runs.c.conversation_id == conversation_id).limit(limit)))
+    ids = list(conn.scalars(_RUNS_OF, {"conversation_id": conversation_id, "limit": limit}))
     if ids:
-        conn.execute(delete(admissions).where(admissions.c.run_id.in_(ids)))
-        conn.execute(delete(runs).where(runs.c.id.in_(ids)))
+        conn.execute(_DELETE_ADMISSIONS, {"ids": ids})
+        conn.execute(_DELETE_RUNS, {"ids": ids})
     return len(ids)
 
 
 def delete_derivatives_batch(conn: Connection, conversation_id: str, *, limit: int) -> int:
-    query = select(derivatives.c.id).where(derivatives.c.conversation_id == conversation_id).limit(limit)
-    ids = list(conn.scalars(query))
+    ids = list(conn.scalars(_DERIVATIVES_OF, {"conversation_id": conversation_id, "limit": limit}))
     if ids:
-        conn.execute(delete(derivative_sources).where(derivative_sources.c.derivative_id.in_(ids)))
-        conn.execute(delete(derivatives).where(derivatives.c.id.in_(ids)))
+        conn.execute(_DELETE_SOURCES, {"ids": ids})
+        conn.execute(_DELETE_DERIVATIVES, {"ids": ids})
     return len(ids)
 
 
 # -- attachments ------------------------------------------------------------------------------
 
 
-def candidate_blobs(conn: Connection, purge_id: str, *, after: str, limit: int) -> list[str]:
-    """Blobs bound to events this purge fenced that still have bytes (present or deleting).
-    Driven from the purge's own tombstones (index on purge_id), so the cost follows the purge,
-    not the size of the attachments table."""
+def _candidates_of_purge() -> Any:
+    """Blobs bound to events this purge fenced that still have bytes (present or deleting),
+    after ``:after`` in id order, locked: driven from the purge's own tombstones (index on
+    purge_id), so the cost follows the purge, not the size of the attachments table."""
     fenced = (
         select(tombstones.c.id)
-        .where(tombstones.c.purge_id == purge_id, tombstones.c.kind == TombstoneKind.EVENT.value)
+        .where(tombstones.c.purge_id == bindparam("purge_id"), tombstones.c.kind == TombstoneKind.EVENT.value)
         .cte("fenced")
         .prefix_with("MATERIALIZED", dialect="postgresql")
     )
-    query = (
-        select(attachments.c.blob_id)
-        .join(fenced, fenced.c.id == attachments.c.event_id)
-        .join(blobs, blobs.c.id == attachments.c.blob_id)
-        .where(attachments.c.blob_id > after)
+    bound = select(attachments.c.blob_id).join(fenced, fenced.c.id == attachments.c.event_id)
+    return (
+        select(blobs.c.id, blobs.c.kind, blobs.c.path, blobs.c.state)
+        .where(blobs.c.id.in_(bound), blobs.c.id > bindparam("after"))
         .where(blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value]))
-        .group_by(attachments.c.blob_id)
-        .order_by(attachments.c.blob_id)
-        .limit(limit)
+        .order_by(blobs.c.id)
+        .limit(bindparam("limit"))
+        .with_for_update()
     )
-    return list(conn.scalars(query))
 
 
-def lock_blobs(conn: Connection, blob_ids: Sequence[str]) -> list[Row[Any]]:
-    query = select(blobs).where(blobs.c.id.in_(list(blob_ids))).order_by(blobs.c.id).with_for_update()
-    return list(conn.execute(query))
+_LOCK_CANDIDATES = _candidates_of_purge()
+
+
+def lock_candidate_blobs(conn: Connection, purge_id: str, *, after: str, limit: int) -> list[Row[Any]]:
+    """The next ``limit`` blobs of the purge's fenced events that still have bytes, locked in
+    id order (one statement: find and lock)."""
+    return list(conn.execute(_LOCK_CANDIDATES, {"purge_id": purge_id, "after": after, "limit": limit}))
+
+
+_LIVE_REFERENCES = (
+    select(attachments.c.blob_id, func.count())
+    .where(among(attachments.c.blob_id, IDS), live_event(attachments.c.event_id))
+    .group_by(attachments.c.blob_id)
+)
 
 
 def live_references(conn: Connection, blob_ids: Sequence[str]) -> dict[str, int]:
     """Live references per blob, of both binding kinds, in one set-based query."""
-    query = (
-        select(attachments.c.blob_id, func.count())
-        .where(attachments.c.blob_id.in_(list(blob_ids)), live_event(attachments.c.event_id))
-        .group_by(attachments.c.blob_id)
-    )
-    return {row[0]: int(row[1]) for row in conn.execute(query)}
+    return {row[0]: int(row[1]) for row in conn.execute(_LIVE_REFERENCES, {"ids": blob_ids})}
+
+
+_MARK_BLOBS = (
+    update(blobs)
+    .where(among(blobs.c.id, IDS), blobs.c.state == bindparam("from_state"))
+    .values(state=bindparam("to_state"))
+)
 
 
 def mark_blobs(conn: Connection, blob_ids: Sequence[str], *, from_state: BlobState, to_state: BlobState) -> int:
     if not blob_ids:
         return 0
-    statement = (
-        update(blobs)
-        .where(blobs.c.id.in_(list(blob_ids)), blobs.c.state == from_state.value)
-        .values(state=to_state.value)
-    )
-    return int(conn.execute(statement).rowcount or 0)
+    params = {"ids": blob_ids, "from_state": from_state.value, "to_state": to_state.value}
+    return int(conn.execute(_MARK_BLOBS, params).rowcount or 0)

@@ -7,6 +7,7 @@ revision, so a later change to the fences is a new file and a new migration, nev
 from __future__ import annotations
 
 from importlib import resources
+from typing import Any
 
 STATEMENT_SEPARATOR = "-- ;;"
 
@@ -102,6 +103,19 @@ def statements(dialect: str, revision_file: str) -> list[str]:
             parts[-1].append(line)
     statements = ("\n".join(lines).strip() for lines in parts)
     return [statement for statement in statements if _has_sql(statement)]
+
+
+def install(bind: Any, revision_file: str) -> None:
+    """Run one fences file on a migration's connection, through a raw cursor with no
+    parameters: the trigger bodies hold % and : as written."""
+    dbapi_connection = bind.connection.dbapi_connection
+    assert dbapi_connection is not None
+    cursor = dbapi_connection.cursor()
+    try:
+        for statement in statements(bind.dialect.name, revision_file):
+            cursor.execute(statement)
+    finally:
+        cursor.close()
 
 
 def _has_sql(part: str) -> bool:

@@ -138,6 +138,15 @@ def _head(conn: Connection, *, lock: bool) -> Head:
     return Head(seq=int(row.seq), head_hash=row.head_hash, database_id=row.database_id, now=_utc(row.now))
 
 
+def clock(conn: Connection, *, plus: dt.timedelta = dt.timedelta(0)) -> Any:
+    """The database clock (plus an interval) as a SQL expression, for a statement that writes
+    a time without reading the clock first. SQLite's text has the layout its datetimes are
+    stored in, so times compare as text."""
+    if conn.dialect.name == "postgresql":
+        return func.clock_timestamp() + plus if plus else func.clock_timestamp()
+    return literal_column(f"strftime('%Y-%m-%d %H:%M:%f000', 'now', '{plus.total_seconds():+.6f} seconds')")
+
+
 def database_now(conn: Connection) -> dt.datetime:
     """The database clock, to the microsecond where the database keeps them."""
     return read_head(conn).now

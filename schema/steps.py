@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, func, or_, select, update
 
 from schema.content import upsert_insert
-from schema.ledger import database_now
+from schema.ledger import clock, database_now
 from schema.states import StepStatus
 from schema.tables import cleanup_steps, leader_leases
 
@@ -51,7 +51,7 @@ def backoff(attempt: int, *, base: float, cap: float, rand: Callable[[], float] 
     return ceiling / 2 + rand() * ceiling / 2
 
 
-def _due(now: dt.datetime) -> Any:
+def _due(now: Any) -> Any:
     c = cleanup_steps.c
     return or_(
         and_(c.status.in_([StepStatus.PENDING.value, StepStatus.RETRYING.value]), c.next_attempt_at <= now),
@@ -61,8 +61,9 @@ def _due(now: dt.datetime) -> Any:
 
 def claim(conn: Connection, step_id: str, *, owner: str, lease: dt.timedelta) -> Claim | None:
     """Take the step if it is due or its lease expired. A step whose lease expired on its last
-    attempt (the worker died every time) ends incomplete instead."""
-    now = database_now(conn)
+    attempt (the worker died every time) ends incomplete instead. Two UPDATEs, each reading
+    the database clock inside itself."""
+    now = clock(conn)
     c = cleanup_steps.c
     conn.execute(
         update(cleanup_steps)
@@ -83,7 +84,7 @@ def claim(conn: Connection, step_id: str, *, owner: str, lease: dt.timedelta) ->
             status=StepStatus.RUNNING.value,
             attempts=c.attempts + 1,
             lease_owner=owner,
-            lease_expires_at=now + lease,
+            lease_expires_at=clock(conn, plus=lease),
             updated_at=now,
         )
         .returning(c.id, c.purge_id, c.kind, c.attempts, c.max_attempts)
@@ -102,39 +103,30 @@ def progress(
     retained: int = 0,
     reasons: Mapping[str, list[str]] | None = None,
     remaining: int | None = None,
+    restart_retained: bool = False,
 ) -> None:
-    """Record a batch's progress and renew the lease, in the batch's own transaction."""
-    now = database_now(conn)
+    """Record a batch's progress and renew the lease, in the batch's own transaction (one
+    UPDATE: the new expiry is computed on the database clock inside it). ``restart_retained``
+    starts the count of retained content afresh with this batch's: a step that re-walks
+    everything on each attempt would otherwise count the same shared blob once per attempt."""
     c = cleanup_steps.c
     values: dict[str, Any] = {
         "removed": c.removed + removed,
-        "retained_shared": c.retained_shared + retained,
-        "lease_expires_at": now + lease,
-        "updated_at": now,
+        "retained_shared": retained if restart_retained else c.retained_shared + retained,
+        "lease_expires_at": clock(conn, plus=lease),
+        "updated_at": clock(conn),
     }
     if remaining is not None:
         values["remaining"] = remaining
-    if reasons:
+    if restart_retained:
+        values["retained_reasons"] = _merge_reasons(None, reasons) if reasons else None
+    elif reasons:
         current = conn.scalar(select(c.retained_reasons).where(c.id == held.step_id))
         values["retained_reasons"] = _merge_reasons(current, reasons)
     row = conn.execute(
         update(cleanup_steps)
         .where(c.id == held.step_id, c.lease_owner == held.owner, c.status == StepStatus.RUNNING.value)
         .values(**values)
-        .returning(c.id)
-    ).first()
-    if row is None:
-        raise LeaseLost(f"step {held.step_id} is no longer leased to {held.owner}")
-
-
-def reset_retained(conn: Connection, held: Claim) -> None:
-    """Start an attempt's count of retained content afresh (a step that re-walks everything
-    on each attempt would otherwise count the same shared blob once per attempt)."""
-    c = cleanup_steps.c
-    row = conn.execute(
-        update(cleanup_steps)
-        .where(c.id == held.step_id, c.lease_owner == held.owner, c.status == StepStatus.RUNNING.value)
-        .values(retained_shared=0, retained_reasons=None)
         .returning(c.id)
     ).first()
     if row is None:
@@ -165,11 +157,15 @@ def finish(
     retry_in: dt.timedelta = dt.timedelta(0),
 ) -> bool:
     """End the attempt; False if the lease was lost meanwhile (someone else owns the step)."""
-    now = database_now(conn)
     c = cleanup_steps.c
-    values: dict[str, Any] = {"status": outcome.value, "lease_owner": None, "lease_expires_at": None, "updated_at": now}
+    values: dict[str, Any] = {
+        "status": outcome.value,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "updated_at": clock(conn),
+    }
     if outcome is StepStatus.RETRYING:
-        values["next_attempt_at"] = now + retry_in
+        values["next_attempt_at"] = clock(conn, plus=retry_in)
     if error is not None:
         values["last_error"] = error[:MAX_ERROR_LENGTH]
     row = conn.execute(
@@ -196,13 +192,12 @@ def release(conn: Connection, owner: str) -> int:
 
 def unpark(conn: Connection, purge_id: str, kind: str) -> list[str]:
     """Make a parked step of the purge due now; returns its id if it was parked."""
-    now = database_now(conn)
     c = cleanup_steps.c
     rows = conn.execute(
         update(cleanup_steps)
         .where(c.purge_id == purge_id, c.kind == kind, c.next_attempt_at >= PARKED_UNTIL)
         .where(c.status.in_([StepStatus.PENDING.value, StepStatus.RETRYING.value]))
-        .values(next_attempt_at=now, updated_at=now)
+        .values(next_attempt_at=clock(conn), updated_at=clock(conn))
         .returning(c.id)
     )
     return [row.id for row in rows]

@@ -24,12 +24,12 @@ from schema import cleanup as q
 from schema import ledger, steps
 from schema import purges as pq
 from schema.db import Database
-from schema.states import BlobKind, BlobState, StepKind, TombstoneKind
+from schema.states import BlobKind, BlobState, StepKind
 from workers import failpoints, memory
 from workers.blobstore import BlobStore
 
 DEFAULT_BATCH_SIZE = 500
-PROGRESS_FIELDS = frozenset({"removed", "retained", "reasons", "remaining"})
+PROGRESS_FIELDS = frozenset({"removed", "retained", "reasons", "remaining", "restart_retained"})
 ASIDE_PREFIX = ".purgekeeper-aside-"
 
 
@@ -90,10 +90,7 @@ def remove_bodies(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry
     if entry.kind == "content":
         _null_fenced_content(ctx, held, list(entry.selectors.get("event_ids", [])))
         return []
-    conversation_id = str(entry.selectors["conversation_id"])
-    _empty_conversation(ctx, held, entry.purge_id, conversation_id)
-    with ctx.db.write() as conn:
-        return steps.unpark(conn, entry.purge_id, StepKind.ATTACHMENTS.value)
+    return _empty_conversation(ctx, held, entry.purge_id, str(entry.selectors["conversation_id"]))
 
 
 def _null_fenced_content(ctx: StepContext, held: steps.Claim, event_ids: list[str]) -> None:
@@ -107,79 +104,94 @@ def _null_batch(conn: Connection, *, event_ids: list[str], remaining: int) -> di
     return {"removed": q.null_content_of(conn, event_ids), "remaining": remaining}
 
 
-def _empty_conversation(ctx: StepContext, held: steps.Claim, purge_id: str, conversation_id: str) -> None:
+def _empty_conversation(ctx: StepContext, held: steps.Claim, purge_id: str, conversation_id: str) -> list[str]:
     """Events placed only here lose their content and are fenced; events live elsewhere keep
-    it there and are reported retained-shared. Then runs, admissions and derivatives go."""
+    it there and are reported retained-shared. Then runs, admissions and derivatives go, and
+    the last batch unparks the attachments step, which waits for this one. Returns the steps
+    to wake."""
     events_batch = functools.partial(
         _empty_events_batch, purge_id=purge_id, conversation_id=conversation_id, limit=ctx.batch_size
     )
     while _batch(ctx, held, events_batch)["more"]:
         pass
-    for delete_batch in (q.delete_runs_batch, q.delete_derivatives_batch):
-        rows_batch = functools.partial(
-            _delete_batch, delete=delete_batch, conversation_id=conversation_id, limit=ctx.batch_size
-        )
-        while _batch(ctx, held, rows_batch)["removed"] >= ctx.batch_size:
-            pass
-
-
-def _delete_batch(conn: Connection, *, delete: Callable[..., int], conversation_id: str, limit: int) -> dict[str, Any]:
-    return {"removed": delete(conn, conversation_id, limit=limit)}
+    rows_batch = functools.partial(
+        _delete_rows_batch, purge_id=purge_id, conversation_id=conversation_id, limit=ctx.batch_size
+    )
+    while True:
+        done = _batch(ctx, held, rows_batch)
+        if not done["more"]:
+            return list(done["wake"])
 
 
 def _empty_events_batch(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
-    event_ids = q.placed_events(conn, conversation_id, limit=limit)
-    if not event_ids:
+    placed = q.placed_events(conn, conversation_id, limit=limit + 1)  # one more: is there a next batch?
+    more, placed = len(placed) > limit, placed[:limit]
+    if not placed:
         return {"more": False}
-    shared = q.live_elsewhere(conn, event_ids, conversation_id)
-    only_here = [e for e in event_ids if e not in shared]
-    pq.insert_tombstones(
-        conn,
-        purge_id,
-        {TombstoneKind.EVENT: only_here, TombstoneKind.PROVIDER_EVENT: q.provider_ids_of(conn, only_here)},
-    )
-    removed = q.null_content_of(conn, only_here) + q.remove_placements(conn, conversation_id, event_ids)
+    live_elsewhere = q.live_elsewhere(conn, placed, conversation_id)
+    shared = sorted(live_elsewhere)
+    only_here = [event_id for event_id in placed if event_id not in live_elsewhere]
+    q.tombstone_events(conn, purge_id, only_here)
+    removed = q.null_content_of(conn, only_here) + q.remove_placements(conn, conversation_id, placed)
     return {
         "removed": removed,
         "retained": len(shared),
-        "reasons": {"event placed in a live conversation": sorted(shared)} if shared else None,
-        "more": len(event_ids) == limit,  # a count of what is left would cost a scan per batch
+        "reasons": {"event placed in a live conversation": shared} if shared else None,
+        "more": more,
     }
+
+
+def _delete_rows_batch(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
+    """A batch of the conversation's runs (with their admissions) and derivatives; once none
+    are left, the attachments step is unparked in the same transaction."""
+    runs = q.delete_runs_batch(conn, conversation_id, limit=limit)
+    derived = q.delete_derivatives_batch(conn, conversation_id, limit=limit)
+    more = runs >= limit or derived >= limit
+    wake = [] if more else steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value)
+    return {"removed": runs + derived, "more": more, "wake": wake}
 
 
 # -- attachments --------------------------------------------------------------------------------
 
 
 def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> list[str]:
-    """Per batch: lock the blobs, count live references of both binding kinds, mark the
-    unreferenced ones deleting and commit; unlink them (a missing file is fine); mark them
-    deleted. Shared blobs are recorded as retained, with the reason (counted afresh by each
-    attempt, which walks every candidate again)."""
-    ctx.db.transact(functools.partial(steps.reset_retained, held=held))
-    after = ""
+    """Per batch: find and lock the blobs, count live references of both binding kinds, mark
+    the unreferenced ones deleting and commit; unlink them (a missing file is fine); mark them
+    deleted. Shared blobs are recorded as retained, with the reason: each attempt walks every
+    candidate again, so its first batch starts the count afresh."""
+    after, first = "", True
     while True:
-        with ctx.db.read() as conn:
-            blob_ids = q.candidate_blobs(conn, entry.purge_id, after=after, limit=ctx.batch_size)
-        if not blob_ids:
-            return []
-        doomed = _batch(ctx, held, functools.partial(_mark_unreferenced, blob_ids=blob_ids))["doomed"]
-        for _blob_id, kind, path in doomed:
+        marked = _batch(
+            ctx,
+            held,
+            functools.partial(
+                _mark_unreferenced, purge_id=entry.purge_id, after=after, limit=ctx.batch_size, first=first
+            ),
+        )
+        first = False
+        for _blob_id, kind, path in marked["doomed"]:
             ctx.blobs.discard(BlobKind(kind), path)  # an already missing file counts as done
-        gone = [blob_id for blob_id, _kind, _path in doomed]
-        _batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone))
-        after = blob_ids[-1]
+        gone = [blob_id for blob_id, _kind, _path in marked["doomed"]]
+        if gone:
+            _batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone))
+        if marked["last"] is None:
+            return []
+        after = marked["last"]
 
 
-def _mark_unreferenced(conn: Connection, *, blob_ids: list[str]) -> dict[str, Any]:
-    rows = q.lock_blobs(conn, blob_ids)
-    live = q.live_references(conn, blob_ids)
-    shared = sorted(row.id for row in rows if live.get(row.id))
+def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: int, first: bool) -> dict[str, Any]:
+    rows = q.lock_candidate_blobs(conn, purge_id, after=after, limit=limit)
+    ids = [row.id for row in rows]
+    live = q.live_references(conn, ids) if ids else {}
+    shared = sorted(blob_id for blob_id in ids if live.get(blob_id))
     doomed = [row for row in rows if not live.get(row.id)]
     q.mark_blobs(conn, [row.id for row in doomed], from_state=BlobState.PRESENT, to_state=BlobState.DELETING)
     return {
         "retained": len(shared),
         "reasons": {"blob referenced by live content": shared} if shared else None,
+        "restart_retained": first,
         "doomed": [(row.id, row.kind, row.path) for row in doomed],
+        "last": ids[-1] if len(ids) == limit else None,  # a short batch is the last one
     }
 
 

@@ -347,16 +347,7 @@ def upgrade() -> None:
 
 
 def install_fences() -> None:
-    bind = op.get_bind()
-    # A raw cursor with no parameters: the PL/pgSQL bodies hold % and : as written.
-    dbapi_connection = bind.connection.dbapi_connection
-    assert dbapi_connection is not None
-    cursor = dbapi_connection.cursor()
-    try:
-        for statement in fences.statements(bind.dialect.name, "0001_fences.sql"):
-            cursor.execute(statement)
-    finally:
-        cursor.close()
+    fences.install(op.get_bind(), "0001_fences.sql")
 
 
 def seed_ledger_head() -> None:
