@@ -52,9 +52,10 @@ class StepContext:
     batch_size: int = DEFAULT_BATCH_SIZE
 
 
-def run(ctx: StepContext, held: steps.Claim) -> list[str]:
-    """Carry out one claimed step; returns steps to wake after it (a parked follower)."""
-    entry = _entry(ctx, held.purge_id)
+def run(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry | None = None) -> list[str]:
+    """Carry out one claimed step (of the ledger row ``entry``, read here when not given);
+    returns steps to wake after it (a parked follower)."""
+    entry = entry or _entry(ctx, held.purge_id)
     handler: Callable[[StepContext, steps.Claim, ledger.LedgerEntry], list[str]] = {
         StepKind.BODIES.value: remove_bodies,
         StepKind.ATTACHMENTS.value: remove_attachments,

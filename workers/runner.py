@@ -4,6 +4,7 @@ a delivery that finds the step claimed, done or not yet due does nothing."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import socket
 import threading
@@ -11,9 +12,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sqlalchemy import Connection
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from schema import steps
+from schema import ledger, steps
 from schema.errors import InfrastructureError
 from schema.states import StepStatus
 from workers import cleanup
@@ -69,11 +71,11 @@ def run_step(ctx: StepContext, step_id: str, *, policy: Policy) -> Outcome:
 
 
 def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Outcome:
-    held = ctx.db.transact(lambda conn: steps.claim(conn, step_id, owner=owner, lease=policy.lease))
+    held, entry = ctx.db.transact(functools.partial(_claim, step_id=step_id, owner=owner, lease=policy.lease))
     if held is None:
         return Outcome("skipped")
     try:
-        wake = _with_transient_retries(lambda: cleanup.run(ctx, held))
+        wake = _with_transient_retries(lambda: cleanup.run(ctx, held, entry))
     except steps.LeaseLost:
         log.warning("step %s: the lease was lost; this attempt's writes were rejected", step_id)
         return Outcome("lease_lost")
@@ -88,6 +90,14 @@ def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Out
         )
         return _finish(ctx, held, StepStatus.RETRYING, _describe(exc), retry_in=dt.timedelta(seconds=delay))
     return _finish(ctx, held, StepStatus.DONE, None, wake=tuple(wake))
+
+
+def _claim(
+    conn: Connection, *, step_id: str, owner: str, lease: dt.timedelta
+) -> tuple[steps.Claim | None, ledger.LedgerEntry | None]:
+    """The claim, and the step's ledger row read in the same transaction."""
+    held = steps.claim(conn, step_id, owner=owner, lease=lease)
+    return held, (ledger.entry_by_purge_id(conn, held.purge_id) if held else None)
 
 
 def _with_transient_retries(work: Callable[[], list[str]]) -> list[str]:
