@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 
 from commands import validation
 from commands.attachments import NewAttachment, StagedBlob, stage
+from commands.gate import Gate
 from commands.records import (
     Admission,
     Attachment,
@@ -47,10 +48,12 @@ CONVERSATION_IDS = (TombstoneKind.CONVERSATION, TombstoneKind.CHANNEL)
 
 
 class ContentCommands:
-    """Mixed into :class:`commands.Purgekeeper`; needs ``db`` and ``blobs``."""
+    """Mixed into :class:`commands.Purgekeeper`; needs ``db``, ``blobs`` and ``gate`` (every
+    content read and write first checks the gate: ``MessagingUnavailable`` while closed)."""
 
     db: Database
     blobs: BlobStore
+    gate: Gate
 
     # -- conversations and bots -----------------------------------------------------------
 
@@ -63,6 +66,7 @@ class ContentCommands:
         validation.check_optional_id(bot_id, "bot_id")
 
         def work(conn: Connection) -> Conversation:
+            self.gate.require_open(conn)
             if q.is_tombstoned(conn, CONVERSATION_IDS, conversation_id):
                 raise IdReserved(f"conversation id {conversation_id} belongs to a purge or deletion")
             existing = q.conversation_row(conn, conversation_id)
@@ -81,10 +85,12 @@ class ContentCommands:
         validation.check_text(name, "name", max_length=validation.MAX_BOT_NAME_LENGTH)
         repository = _check_memory_path(memory_path, bot_id)
         with self.db.read() as conn:
+            self.gate.require_open(conn)
             _require_new_bot(conn, bot_id)
         marker = _write_marker(repository, bot_id) if repository else None
 
         def work(conn: Connection) -> Bot:
+            self.gate.require_open(conn)
             q.insert_bot(
                 conn,
                 bot_id,
@@ -105,6 +111,7 @@ class ContentCommands:
         """The conversation, or None when it is unknown or purged."""
         validation.check_id(conversation_id, "conversation_id")
         with self.db.read() as conn:
+            self.gate.require_open(conn)
             if q.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
                 return None
             row = q.conversation_row(conn, conversation_id)
@@ -115,6 +122,7 @@ class ContentCommands:
     def list_conversations(self) -> list[Conversation]:
         """The catalog: every conversation and channel that is not purged, by id."""
         with self.db.read() as conn:
+            self.gate.require_open(conn)
             return [Conversation.from_row(row) for row in q.catalog(conn)]
 
     # -- events ---------------------------------------------------------------------------
@@ -142,6 +150,7 @@ class ContentCommands:
         staged = [stage(a) for a in new]
 
         def work(conn: Connection) -> tuple[Event, set[str]]:
+            self.gate.require_open(conn)
             used: set[str] = set()  # fresh on every attempt: a rolled-back attempt bound nothing
             if provider_event_id is not None:
                 duplicate = _duplicate_delivery(conn, provider_event_id)
@@ -173,6 +182,7 @@ class ContentCommands:
         validation.check_id(conversation_id, "conversation_id")
 
         def work(conn: Connection) -> Placement:
+            self.gate.require_open(conn)
             _require_live_event(conn, event_id)
             _require_conversation(conn, conversation_id)
             if not q.placement_exists(conn, event_id, conversation_id):
@@ -185,6 +195,7 @@ class ContentCommands:
         """The conversation's events that no purge fences; ``[]`` for a purged one."""
         validation.check_id(conversation_id, "conversation_id")
         with self.db.read() as conn:
+            self.gate.require_open(conn)
             rows = q.readable_events(conn, conversation_id)
             by_event = _attachments_by_event(conn, [row.id for row in rows])
         return [Event.from_row(row, by_event.get(row.id, ())) for row in rows]
@@ -193,6 +204,7 @@ class ContentCommands:
         """The attachment's bytes as a binary file; ``ContentPurged`` once it is fenced."""
         validation.check_id(attachment_id, "attachment_id")
         with self.db.read() as conn:
+            self.gate.require_open(conn)
             row = _require(q.attachment_with_blob(conn, attachment_id), f"no attachment {attachment_id}")
             if not q.is_event_live(conn, row.event_id):
                 raise ContentPurged(f"attachment {attachment_id} belongs to purged content")
@@ -212,6 +224,7 @@ class ContentCommands:
         run_id = validation.check_optional_id(run_id, "run_id") or uuid.uuid4().hex
 
         def work(conn: Connection) -> Run:
+            self.gate.require_open(conn)
             _require_conversation(conn, conversation_id)
             _require(q.bot_row(conn, bot_id), f"no bot {bot_id}")
             q.insert_run(conn, run_id=run_id, conversation_id=conversation_id, bot_id=bot_id)
@@ -227,6 +240,7 @@ class ContentCommands:
         text = validation.check_optional_json(output, "output", max_bytes=validation.MAX_OUTPUT_BYTES)
 
         def work(conn: Connection) -> Run:
+            self.gate.require_open(conn)
             run = _require(q.run_row(conn, run_id), f"no run {run_id}")
             if RunStatus(run.status).is_terminal:
                 raise ValidationError(f"run {run_id} is already {run.status}")
@@ -243,6 +257,7 @@ class ContentCommands:
         admission_id = uuid.uuid4().hex
 
         def work(conn: Connection) -> Admission:
+            self.gate.require_open(conn)
             run = _require(q.run_row(conn, run_id), f"no run {run_id}")
             if RunStatus(run.status).is_terminal:
                 raise ValidationError(f"run {run_id} is already {run.status}; it admits nothing")
@@ -270,6 +285,7 @@ class ContentCommands:
         derivative_id = uuid.uuid4().hex
 
         def work(conn: Connection) -> Derivative:
+            self.gate.require_open(conn)
             _require_conversation(conn, conversation_id)
             missing = set(sources) - q.existing_event_ids(conn, sources)
             if missing:

@@ -12,8 +12,10 @@ from types import TracebackType
 from typing import Any
 
 from commands.content import ContentCommands
+from commands.gate import Gate
 from commands.operations import STALL_AFTER, OperatorCommands
 from commands.purges import EnqueueHook, PurgeCommands
+from commands.restore import RestoreCommands
 from commands.settings import Settings
 from schema import ledger, migrate
 from schema.db import Database
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 WORKER_MODES = ("auto", "none")
 
 
-class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands):
+class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands, RestoreCommands):
     """One database and its roots. Use ``commands.open()`` to get one; ``close()`` it after.
 
     ``workers="auto"`` without a broker URL runs an in-process dramatiq worker (StubBroker,
@@ -54,6 +56,8 @@ class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands):
         self.policy = policy or runner.Policy()
         with db.read() as conn:
             self.database_key = ledger.read_head(conn).database_id
+        self.gate = Gate(db, settings.checkpoint_dir, self.database_key)
+        self.gate.evaluate()  # at start-up: the ledger against its chain and the newest checkpoint
         self._scheduler: Scheduler | None = None
         self._closed = False
         self.enqueue: EnqueueHook = enqueue or self._broker_enqueue()

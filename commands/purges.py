@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from commands import validation
+from commands.gate import Gate
 from commands.records import Acceptance, BotDeletionPreview, MemoryPreview, RepositoryIdentity
 from commands.scope import EventScope, PurgePreview, build_report, describe_changes
 from commands.settings import Settings
@@ -72,11 +73,13 @@ class Causal:
 
 
 class PurgeCommands:
-    """Mixed into :class:`commands.Purgekeeper`; needs ``db``, ``settings`` and ``enqueue``."""
+    """Mixed into :class:`commands.Purgekeeper`; needs ``db``, ``settings``, ``enqueue`` and
+    ``gate`` (previews and acceptances refuse while the gate is closed)."""
 
     db: Database
     settings: Settings
     enqueue: EnqueueHook
+    gate: Gate
 
     # -- content purges -----------------------------------------------------------------
 
@@ -85,6 +88,7 @@ class PurgeCommands:
         _check_scope(scope)
 
         def work(conn: Connection) -> PurgePreview:
+            self.gate.require_open(conn)
             report = build_report(conn, scope)
             pq.save_preview(conn, report.scope_digest, report.id_summary(), keep_for=PREVIEW_RETENTION)
             return report
@@ -119,7 +123,7 @@ class PurgeCommands:
             fresh = [e for e in report.events if not e.already_fenced]
             if not fresh:
                 return _already_purged(pq.latest_covering_purge(conn, report.event_ids)), []
-            return _accept_content(conn, report, fresh, causal, request)
+            return _accept_content(conn, self.gate, report, fresh, causal, request)
 
         return self._accept(work)
 
@@ -150,6 +154,7 @@ class PurgeCommands:
                 return replay, []
             row = pq.lock_conversation(conn, conversation_id)
             head = ledger.lock_head(conn)
+            self.gate.check_head(head)
             done = pq.tombstone_of(conn, TombstoneKind.CONVERSATION, conversation_id)
             if done:
                 return _already_purged(done), []
@@ -201,6 +206,7 @@ class PurgeCommands:
             if row.kind != ConversationKind.CHANNEL:
                 raise ValidationError(f"{channel_id} is a conversation, not a channel; purge it instead")
             head = ledger.lock_head(conn)
+            self.gate.check_head(head)
             done = pq.tombstone_of(conn, TombstoneKind.CHANNEL, channel_id) or pq.tombstone_of(
                 conn, TombstoneKind.CONVERSATION, channel_id
             )
@@ -216,6 +222,7 @@ class PurgeCommands:
         """What deleting the bot does, and whether its Memory can be erased (with the reason)."""
         validation.check_id(bot_id, "bot_id")
         with self.db.read() as conn:
+            self.gate.require_open(conn)
             bot = q.bot_row(conn, bot_id)
             if bot is None:
                 raise NotFound(f"no bot {bot_id}")
@@ -257,6 +264,7 @@ class PurgeCommands:
             if bot is None:
                 raise NotFound(f"no bot {bot_id}")
             head = ledger.lock_head(conn)
+            self.gate.check_head(head)
             done = pq.tombstone_of(conn, TombstoneKind.BOT, bot_id)
             if done:
                 return _already_purged(done), []
@@ -389,7 +397,7 @@ def _append(
 
 
 def _accept_content(
-    conn: Connection, report: PurgePreview, fresh: Sequence[Any], causal: Causal, request: dict[str, Any]
+    conn: Connection, gate: Gate, report: PurgePreview, fresh: Sequence[Any], causal: Causal, request: dict[str, Any]
 ) -> tuple[Acceptance, list[str]]:
     """Fences, steps and versions first; the ledger head is locked last, for the least time."""
     purge_id = uuid.uuid4().hex
@@ -408,6 +416,7 @@ def _accept_content(
         "request": request,
     }
     head = ledger.lock_head(conn)
+    gate.check_head(head)
     entry = _append(conn, head, PurgeKind.CONTENT, selectors, causal, digest=report.scope_digest, purge_id=purge_id)
     return _accepted(entry), steps
 

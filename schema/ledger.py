@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +93,36 @@ class LedgerEntry:
             row_hash=row.row_hash,
         )
 
+    @classmethod
+    def from_checkpoint(cls, row: Mapping[str, Any]) -> LedgerEntry:
+        """A row as a checkpoint file holds it (its hashed fields, ``prev_hash`` and
+        ``row_hash``); raises KeyError, TypeError or ValueError when it is malformed."""
+        accepted_at = dt.datetime.fromisoformat(str(row["accepted_at"]).replace("Z", "+00:00"))
+        if accepted_at.tzinfo is None:
+            raise ValueError("accepted_at has no timezone")
+        selectors = row["selectors"]
+        if not isinstance(selectors, Mapping):
+            raise TypeError("selectors is not an object")
+        text = {
+            name: row[name] for name in ("purge_id", "kind", "scope_digest", "actor", "reason", "prev_hash", "row_hash")
+        }
+        if not all(isinstance(value, str) for value in text.values()):
+            raise TypeError("a text field is not a string")
+        optional = {name: row.get(name) for name in ("request_id", "idempotency_key", "origin")}
+        if not all(value is None or isinstance(value, str) for value in optional.values()):
+            raise TypeError("an optional text field is not a string")
+        seq = row["seq"]
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise TypeError("seq is not an integer")
+        return cls(seq=seq, selectors=dict(selectors), accepted_at=accepted_at.astimezone(dt.UTC), **text, **optional)
+
+    def content(self) -> dict[str, Any]:
+        """What a purge IS, wherever its row sits: the hashed fields without the chain
+        position (``seq``) and without ``origin``, which a merge rewrites to name the source."""
+        fields = self.hashed_fields()
+        del fields["seq"], fields["origin"]
+        return fields
+
     def hashed_fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in HASHED_FIELDS}
 
@@ -110,6 +140,7 @@ class Head:
     head_hash: str
     database_id: str
     now: dt.datetime
+    gate_reason: str | None = None
 
 
 def lock_head(conn: Connection) -> Head:
@@ -135,7 +166,19 @@ _INSERT = insert(purge_ledger)
 
 def _head(conn: Connection, *, lock: bool) -> Head:
     row = conn.execute((_HEAD_LOCKED if lock else _HEAD)[conn.dialect.name]).one()
-    return Head(seq=int(row.seq), head_hash=row.head_hash, database_id=row.database_id, now=_utc(row.now))
+    return Head(
+        seq=int(row.seq),
+        head_hash=row.head_hash,
+        database_id=row.database_id,
+        now=_utc(row.now),
+        gate_reason=row.gate_reason,
+    )
+
+
+def set_gate(conn: Connection, reason: str | None) -> None:
+    """Close content reads and writes with ``reason`` (durably, for every process), or reopen
+    them with None."""
+    conn.execute(ledger_head.update().where(ledger_head.c.id == 1).values(gate_reason=reason))
 
 
 def clock(conn: Connection, *, plus: dt.timedelta = dt.timedelta(0)) -> Any:
@@ -240,9 +283,19 @@ class LedgerReport:
 def verify(conn: Connection, *, max_problems: int = MAX_PROBLEMS) -> LedgerReport:
     """Walk the chain: gapless seq from 1, each prev_hash the previous row_hash, each row_hash
     recomputed, and the head on the last row. Reports at most ``max_problems`` problems."""
+    rows, last_hash, problems = walk_chain(entries(conn))
+    head = read_head(conn)
+    if head.seq != rows or head.head_hash != last_hash:
+        problems.append(f"head at seq {head.seq} does not match the last row (seq {rows})")
+    return LedgerReport(ok=not problems, rows=rows, head_hash=last_hash, problems=tuple(problems[:max_problems]))
+
+
+def walk_chain(chain: Iterable[LedgerEntry]) -> tuple[int, str, list[str]]:
+    """The chain checks of one ledger (a database's or a checkpoint file's): returns the row
+    count, the last row_hash and the problems found (ids only, never content)."""
     problems: list[str] = []
     expected_seq, prev_hash, rows = 1, GENESIS_HASH, 0
-    for entry in entries(conn):
+    for entry in chain:
         rows += 1
         if entry.seq != expected_seq:
             problems.append(f"gap: expected seq {expected_seq}, found {entry.seq}")
@@ -251,7 +304,4 @@ def verify(conn: Connection, *, max_problems: int = MAX_PROBLEMS) -> LedgerRepor
         if entry.expected_hash() != entry.row_hash:
             problems.append(f"tampered row at seq {entry.seq} (purge {entry.purge_id}): row_hash does not match")
         expected_seq, prev_hash = entry.seq + 1, entry.row_hash
-    head = read_head(conn)
-    if head.seq != rows or head.head_hash != prev_hash:
-        problems.append(f"head at seq {head.seq} does not match the last row (seq {expected_seq - 1})")
-    return LedgerReport(ok=not problems, rows=rows, head_hash=prev_hash, problems=tuple(problems[:max_problems]))
+    return rows, prev_hash, problems

@@ -269,6 +269,9 @@ ledger_head = Table(
     Column("seq", BigInteger, nullable=False, server_default="0"),
     Column("head_hash", String(64), nullable=False),
     Column("database_id", String(64), nullable=False),
+    # Set while a restore merge runs (and left set by one that crashed): content reads and
+    # writes refuse with MessagingUnavailable until a merge completes and clears it.
+    Column("gate_reason", Text),
     CheckConstraint("id = 1", name="single_row"),
 )
 

@@ -85,3 +85,68 @@ def own_checkpoints(directory: Path, database_id: str) -> list[tuple[int, Path]]
 
 def load(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.read_text("utf-8")))
+
+
+class CheckpointInvalid(ValueError):
+    """A checkpoint file that cannot be trusted: unreadable, truncated, tampered, of another
+    format or version. The message says why (ids and positions only, never content)."""
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    """A checkpoint file that verified: its rows form a whole chain ending at its head."""
+
+    path: Path
+    database_id: str
+    seq: int
+    head_hash: str
+    entries: tuple[ledger.LedgerEntry, ...]
+
+
+def read(path: Path) -> CheckpointFile:
+    """Read and verify one checkpoint file; raises CheckpointInvalid with the reason."""
+    try:
+        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise CheckpointInvalid(f"{path}: no such file") from None
+    except OSError as exc:
+        raise CheckpointInvalid(f"{path}: cannot be read ({exc.strerror})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointInvalid(f"{path}: not a JSON document (truncated or damaged)") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise CheckpointInvalid(f"{path}: not a purgekeeper ledger checkpoint")
+    if data.get("version") != VERSION:
+        raise CheckpointInvalid(
+            f"{path}: unsupported checkpoint version {data.get('version')!r} (this code reads version {VERSION})"
+        )
+    head, rows, database_id = data.get("head"), data.get("rows"), data.get("database_id")
+    if not isinstance(head, dict) or not isinstance(rows, list) or not isinstance(database_id, str):
+        raise CheckpointInvalid(f"{path}: the head, the rows or the database id is missing")
+    entries = []
+    for index, row in enumerate(rows):
+        try:
+            entries.append(ledger.LedgerEntry.from_checkpoint(row))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointInvalid(f"{path}: row {index + 1} is malformed ({type(exc).__name__}: {exc})") from None
+    count, last_hash, problems = ledger.walk_chain(entries)
+    if problems:
+        shown = "; ".join(problems[: ledger.MAX_PROBLEMS])
+        raise CheckpointInvalid(f"{path}: its chain does not verify: {shown}")
+    if head.get("seq") != count or head.get("hash") != last_hash:
+        raise CheckpointInvalid(f"{path}: its head (seq {head.get('seq')!r}) does not match its last row (seq {count})")
+    ids = [entry.purge_id for entry in entries]
+    if len(set(ids)) != len(ids):
+        raise CheckpointInvalid(f"{path}: a purge id appears twice")
+    return CheckpointFile(Path(path), database_id, count, last_hash, tuple(entries))
+
+
+def newest(directory: Path, database_id: str) -> tuple[CheckpointFile | None, list[str]]:
+    """This database's newest checkpoint that verifies, and what was wrong with any newer
+    ones (they are skipped, and reported)."""
+    skipped: list[str] = []
+    for _seq, path in reversed(own_checkpoints(directory, database_id)):
+        try:
+            return read(path), skipped
+        except CheckpointInvalid as exc:
+            skipped.append(str(exc))
+    return None, skipped

@@ -1,0 +1,153 @@
+"""The gate on content reads and writes: closed while the ledger cannot be trusted.
+
+A restore of an old database backup brings back purged content AND an older, shorter ledger
+(it lives in the same database). The checkpoint directory, outside any backup, remembers
+more. The gate is closed (content reads and writes raise ``MessagingUnavailable``, with at
+most ``MAX_PROBLEMS`` diagnostics that never hold content) while:
+
+- a restore merge is under way, or one crashed before finishing (``ledger_head.gate_reason``,
+  durable, seen by every process);
+- the ledger's own chain does not verify;
+- the ledger lacks a purge that this database's newest valid checkpoint holds, or holds it
+  with different content (a restored old database);
+- the ledger head went back since this process last saw it (the database was restored
+  underneath a running process).
+
+The verdict is taken when a handle opens and after every merge (``evaluate``); each content
+call then costs one primary-key read of ``ledger_head`` (purge acceptances reuse the head row
+they lock anyway). Purge status, the operator commands and the cleanup workers never wait on
+the gate: cleanup only removes, and the operator needs them to repair.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import Connection, select
+
+from schema import ledger
+from schema.db import Database
+from schema.errors import MessagingUnavailable
+from schema.tables import ledger_head
+from workers import checkpoint
+
+log = logging.getLogger(__name__)
+
+MAX_PROBLEMS = MessagingUnavailable.MAX_DIAGNOSTICS
+EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class GateState:
+    """Whether content reads and writes are open, and why not."""
+
+    open: bool
+    problems: tuple[str, ...] = ()
+    ledger_rows: int = 0
+    checkpoint: str | None = None  # the checkpoint file compared with, if any
+    warnings: tuple[str, ...] = field(default=())  # newer checkpoint files that did not verify
+    checked_at: dt.datetime | None = None
+
+
+_HEAD_GATE = select(ledger_head.c.seq, ledger_head.c.gate_reason).where(ledger_head.c.id == 1)
+
+
+class Gate:
+    """One handle's view of the gate (thread-safe)."""
+
+    def __init__(self, db: Database, checkpoint_dir: Path, database_id: str) -> None:
+        self.db = db
+        self.checkpoint_dir = checkpoint_dir
+        self.database_id = database_id
+        self._lock = threading.Lock()
+        self._state = GateState(open=True)
+        self._seen_seq = 0
+
+    @property
+    def state(self) -> GateState:
+        with self._lock:
+            return self._state
+
+    def evaluate(self) -> GateState:
+        """Verify the ledger against its chain and against the newest checkpoint; remember."""
+        with self.db.read() as conn:
+            head = ledger.read_head(conn)
+            report = ledger.verify(conn)
+            known = {entry.purge_id: entry.content() for entry in ledger.entries(conn)}
+        problems: list[str] = []
+        if head.gate_reason:
+            problems.append(head.gate_reason)
+        problems.extend(f"the ledger does not verify: {problem}" for problem in report.problems)
+        newest, skipped = checkpoint.newest(self.checkpoint_dir, head.database_id)
+        for warning in skipped:
+            log.warning("skipped a checkpoint that does not verify: %s", warning)
+        if newest is not None:
+            problems.extend(_behind(known, newest))
+        state = GateState(
+            open=not problems,
+            problems=tuple(problems[:MAX_PROBLEMS]),
+            ledger_rows=report.rows,
+            checkpoint=str(newest.path) if newest else None,
+            warnings=tuple(skipped[:MAX_PROBLEMS]),
+            checked_at=head.now,
+        )
+        with self._lock:
+            self._state, self._seen_seq = state, head.seq
+        if not state.open:
+            log.error("content reads and writes are closed: %s", "; ".join(state.problems))
+        return state
+
+    def require_open(self, conn: Connection) -> None:
+        """For a content read or write: one primary-key read of the head, in its transaction."""
+        row = conn.execute(_HEAD_GATE).one()
+        self._check(int(row.seq), row.gate_reason)
+
+    def check_head(self, head: ledger.Head) -> None:
+        """For a purge acceptance, with the head row it has locked anyway."""
+        self._check(head.seq, head.gate_reason)
+
+    def _check(self, seq: int, gate_reason: str | None) -> None:
+        with self._lock:
+            if gate_reason:
+                raise MessagingUnavailable(
+                    f"content reads and writes are closed: {gate_reason}", diagnostics=[gate_reason]
+                )
+            if seq < self._seen_seq:
+                went_back = (
+                    f"the ledger head went back from seq {self._seen_seq} to {seq}: the database was restored "
+                    "underneath this process; merge the newest checkpoint (purgectl ledger merge)"
+                )
+                self._state = GateState(open=False, problems=(went_back,), ledger_rows=seq)
+            else:
+                self._seen_seq = seq
+            state = self._state
+        if not state.open:
+            raise MessagingUnavailable(
+                f"content reads and writes are closed: {state.problems[0]}", diagnostics=state.problems
+            )
+
+
+def _behind(known: dict[str, dict[str, object]], newest: checkpoint.CheckpointFile) -> list[str]:
+    missing = [entry.purge_id for entry in newest.entries if entry.purge_id not in known]
+    differing = [
+        entry.purge_id
+        for entry in newest.entries
+        if entry.purge_id in known and known[entry.purge_id] != entry.content()
+    ]
+    problems = []
+    if missing:
+        problems.append(
+            f"the ledger lacks {len(missing)} purge(s) that checkpoint {newest.path.name} holds "
+            f"(e.g. {', '.join(missing[:EXAMPLES])}): a restored older database? "
+            f"run: purgectl ledger merge {newest.path}"
+        )
+    if differing:
+        problems.append(
+            f"{len(differing)} purge(s) differ from checkpoint {newest.path.name} "
+            f"(e.g. {', '.join(differing[:EXAMPLES])})"
+        )
+    return problems
