@@ -15,8 +15,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	@touch $(STAMP)
 
+# The whole system on the embedded default: the HTTP API, /status, /metrics, an in-process
+# worker and scheduler, on SQLite under $(DATA_DIR). It prints the URL and the token's file.
 run: $(STAMP)
 	PURGEKEEPER_DATA_DIR=$${PURGEKEEPER_DATA_DIR:-$(DATA_DIR)} $(BIN)/purgectl init
+	PURGEKEEPER_DATA_DIR=$${PURGEKEEPER_DATA_DIR:-$(DATA_DIR)} $(BIN)/purgectl serve $(SERVE_FLAGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -27,7 +30,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
-	@set -e; found=0; for script in bench/*.py; do \
+	@set -e; found=0; for script in bench/acceptance.py bench/cleanup.py; do \
 		[ -e "$$script" ] || continue; found=1; echo "== $$script"; $(BIN)/python "$$script"; \
 	done; [ $$found = 1 ] || echo "no benchmarks in bench/ yet"
 

@@ -4,13 +4,16 @@
 
 It reads the environment (``PURGEKEEPER_DATABASE_URL``, ``PURGEKEEPER_BROKER_URL``, the roots
 and the step knobs), sets up the Redis broker and the actor, serves the configured database,
-warns when Redis could evict queued messages, and on SIGTERM releases its leases.
+warns when Redis could evict queued messages, and on SIGTERM releases its leases. With
+``PURGEKEEPER_WORKER_METRICS_PORT`` set, dramatiq's Prometheus middleware serves the worker's
+own metrics on that port.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 
 import dramatiq
 from dramatiq.middleware import Middleware
@@ -24,6 +27,7 @@ from workers.cleanup import StepContext
 
 log = logging.getLogger("purgekeeper.worker")
 SAFE_EVICTION_POLICIES = ("noeviction",)
+METRICS_PORT_VARIABLE = "PURGEKEEPER_WORKER_METRICS_PORT"
 
 
 class ReleaseLeasesOnShutdown(Middleware):
@@ -53,6 +57,16 @@ def warn_if_redis_may_evict(client: object) -> None:
         )
 
 
+def add_prometheus(the_broker: dramatiq.Broker, port: str) -> None:
+    """dramatiq's Prometheus middleware: message and worker metrics (``dramatiq_*``) on
+    ``http://<host>:<port>/``, served by a process the dramatiq CLI forks. Opt-in, because
+    two workers on one machine cannot share the port."""
+    from dramatiq.middleware.prometheus import Prometheus
+
+    os.environ["dramatiq_prom_port"] = port
+    the_broker.add_middleware(Prometheus())
+
+
 def configure() -> Database:
     settings = Settings.from_env()
     if not settings.broker_url:
@@ -73,6 +87,8 @@ def configure() -> Database:
         key, broker.Runtime(ctx, runner.Policy(lease=settings.step_lease, backoff_base=settings.backoff_base))
     )
     the_broker.add_middleware(ReleaseLeasesOnShutdown(db))
+    if os.environ.get(METRICS_PORT_VARIABLE):
+        add_prometheus(the_broker, os.environ[METRICS_PORT_VARIABLE])
     warn_if_redis_may_evict(getattr(the_broker, "client", None))
     return db
 
