@@ -142,7 +142,7 @@ def open(
         if migrate_schema:
             migrate.upgrade(db)
         else:
-            migrate.check_current(db)
+            migrate.require_head(db)
     except BaseException:
         db.dispose()
         raise

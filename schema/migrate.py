@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import resources
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 
 from schema.db import Database
 from schema.errors import SchemaMismatch
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# alembic (with mako) is imported inside the functions that need it: a purgectl command that
+# only reads the revision starts faster.
 
 # Any constant will do; it keeps two processes from migrating one PostgreSQL at once.
 MIGRATION_LOCK_KEY = 0x70757267656B6565  # "purgekee"
@@ -26,6 +29,8 @@ class MigrationResult:
 
 
 def alembic_config() -> Config:
+    from alembic.config import Config
+
     config = Config()
     location = resources.files("schema").joinpath("migrations")
     config.set_main_option("script_location", str(location))
@@ -33,6 +38,8 @@ def alembic_config() -> Config:
 
 
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     if head is None:  # pragma: no cover - the package always ships migrations
         raise SchemaMismatch("purgekeeper ships no migrations")
@@ -40,11 +47,15 @@ def head_revision() -> str:
 
 
 def current_revision(conn: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     return MigrationContext.configure(conn).get_current_revision()
 
 
 def upgrade(db: Database) -> MigrationResult:
     """Migrate to head. A no-op on an up-to-date database; refuses a newer one."""
+    from alembic import command
+
     config = alembic_config()
     with db.write() as conn:
         if not db.is_sqlite:
@@ -66,9 +77,25 @@ def check_current(db: Database) -> str | None:
     return revision
 
 
+def require_head(db: Database) -> str:
+    """Refuse a database that is not at this code's head: uninitialised, older (run
+    ``purgectl init``) or newer (upgrade purgekeeper)."""
+    revision = check_current(db)
+    head = head_revision()
+    if revision is None:
+        raise SchemaMismatch("the database is not initialised: run purgectl init")
+    if revision != head:
+        raise SchemaMismatch(
+            f"the database schema is at revision {revision!r}, this code needs {head!r}: run purgectl init"
+        )
+    return revision
+
+
 def check_not_newer(revision: str | None) -> None:
     if revision is None:
         return
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory.from_config(alembic_config())
     known = {rev.revision for rev in script.walk_revisions()}
     if revision not in known:

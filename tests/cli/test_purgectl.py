@@ -1,0 +1,436 @@
+"""``purgectl`` as an operator runs it: a subprocess configured only through the environment,
+on SQLite and on PostgreSQL. Content is seeded through the Python API (``pk``, no in-process
+worker); every ``--json`` run must print exactly one JSON document on stdout, also on error,
+and exit with DESIGN.md's code. Cleanup is run by the test (``runner.run_step``) when a
+purge has to end; otherwise nobody works on it, which is what ``wait --timeout`` needs.
+
+Each start of the interpreter costs about half a second, so the backend-neutral surface (the
+round trip, a conversation purge, the ledger) runs on both backends, the rest on SQLite
+(``sqlite_only``): the CLI passes the URL through and the layers below are tested on both.
+Independent read-only runs go in parallel (``Purgectl.errors``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import bindparam, text
+
+import commands
+from commands import EventScope, cli
+from schema import steps
+from schema.tables import UtcDateTime
+from workers import runner
+
+Pk = commands.Purgekeeper
+Roots = dict[str, Path]
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+WHO = ("--actor", "ops@example.org", "--reason", "the user asked")
+POLICY = runner.Policy(lease=dt.timedelta(seconds=2), backoff_base=dt.timedelta(milliseconds=10))
+LONG_AGO = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
+
+
+@dataclass(frozen=True)
+class Purgectl:
+    """Runs ``python -m commands.cli`` with the test's database and roots in its environment."""
+
+    env: dict[str, str]
+
+    def with_env(self, **extra: str) -> Purgectl:
+        return Purgectl({**self.env, **extra})
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "commands.cli", *args]
+        return subprocess.run(command, env=self.env, cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
+
+    def json(self, *args: str, code: int = 0) -> Any:
+        done = self.run(*args, "--json")
+        assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+        document = json.loads(done.stdout)  # refuses a second document ("Extra data")
+        assert done.stdout.count("\n") == 1, done.stdout
+        return document
+
+    def error(self, code: int, error: str, *args: str) -> dict[str, Any]:
+        document = self.json(*args, code=code)
+        assert document["error"] == error, document
+        assert isinstance(document["detail"], str) and document["detail"]
+        return dict(document)
+
+    def errors(self, code: int, error: str, *runs: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Several independent refusals, run at once."""
+        return concurrently(*(functools.partial(self.error, code, error, *args) for args in runs))
+
+    def text(self, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+        done = self.run(*args)
+        assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+        return done
+
+
+def concurrently(*calls: Callable[[], Any]) -> list[Any]:
+    """Independent runs at once: each start of the interpreter is the slow part."""
+    with ThreadPoolExecutor(max_workers=len(calls)) as pool:
+        return list(pool.map(lambda call: call(), calls))
+
+
+@pytest.fixture
+def purgectl(database_url: str, roots: Roots, tmp_path: Path) -> Purgectl:
+    env = dict(os.environ)  # clean_environment has already removed every PURGEKEEPER_* variable
+    env.update(
+        PURGEKEEPER_DATABASE_URL=database_url,
+        PURGEKEEPER_DATA_DIR=str(tmp_path / "data"),
+        PURGEKEEPER_BLOB_ROOT=str(roots["blob_root"]),
+        PURGEKEEPER_FILE_ROOT=str(roots["file_root"]),
+        PURGEKEEPER_MEMORY_ROOTS=str(roots["memory_root"]),
+        PURGEKEEPER_CHECKPOINT_DIR=str(roots["checkpoint_dir"]),
+    )
+    return Purgectl(env)
+
+
+# -- the database, seen from the test ----------------------------------------------------------------
+
+
+def count(pk: Pk, table: str) -> int:
+    with pk.db.read() as conn:
+        return int(conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one())
+
+
+def written(pk: Pk) -> tuple[int, int, int]:
+    """What an acceptance writes: ledger rows, tombstones and cleanup steps."""
+    return count(pk, "purge_ledger"), count(pk, "tombstones"), count(pk, "cleanup_steps")
+
+
+def seed(pk: Pk) -> None:
+    """c1: ada at 12:00 and 13:00, bob at 14:00."""
+    pk.create_conversation("c1")
+    for hour, (event_id, author) in enumerate([("e1", "ada"), ("e2", "ada"), ("e3", "bob")]):
+        pk.ingest_event(
+            "c1",
+            author=author,
+            body=f"body of {event_id}",
+            event_id=event_id,
+            occurred_at=T0 + dt.timedelta(hours=hour),
+        )
+
+
+def purge_events(pk: Pk, *event_ids: str) -> str:
+    scope = EventScope(event_ids=event_ids)
+    digest = pk.preview_purge(scope).scope_digest
+    return pk.confirm_purge(scope, scope_digest=digest, actor="ops@example.org", reason="seeded").purge_id
+
+
+def make_incomplete(pk: Pk, purge_id: str) -> None:
+    """Each step's only attempt dies (its lease runs out unfinished): the steps end incomplete."""
+    for step in pk.status(purge_id).steps:
+        with pk.db.write() as conn:
+            conn.execute(text("UPDATE cleanup_steps SET max_attempts = 1 WHERE id = :id"), {"id": step.id})
+        claim = functools.partial(steps.claim, step_id=step.id, owner="dies", lease=POLICY.lease)
+        assert pk.db.transact(claim)
+        expire = text("UPDATE cleanup_steps SET lease_expires_at = :past WHERE id = :id").bindparams(
+            bindparam("past", type_=UtcDateTime())
+        )
+        with pk.db.write() as conn:
+            conn.execute(expire, {"past": LONG_AGO, "id": step.id})
+        runner.run_step(pk.step_context(), step.id, policy=POLICY)
+    assert pk.status(purge_id).status == "incomplete"
+
+
+# -- content purges -------------------------------------------------------------------------------------
+
+
+def test_preview_then_confirm_with_the_digest_the_preview_printed(pk: Pk, purgectl: Purgectl) -> None:
+    seed(pk)
+    ada, bob = ("--conversation", "c1", "--author", "ada"), ("--event", "e3")
+    preview_ada, preview_bob = concurrently(
+        lambda: purgectl.json("preview", *ada), lambda: purgectl.json("preview", *bob)
+    )
+    assert [e["id"] for e in preview_ada["events"]] == ["e1", "e2"]
+    assert preview_ada["scope"]["author"] == "ada" and preview_ada["disclosures"]
+    assert [(e["id"], e["placements"]) for e in preview_bob["events"]] == [("e3", ["c1"])]
+    pk.ingest_event("c1", author="ada", body="late", event_id="e4")  # ada's scope changes under the reviewer
+
+    stale, accepted = concurrently(
+        lambda: purgectl.error(3, "stale_confirmation", "confirm", *ada, "--digest", preview_ada["scope_digest"], *WHO),
+        lambda: purgectl.json("confirm", *bob, "--digest", preview_bob["scope_digest"], *WHO),
+    )
+    assert "e4" in stale["detail"]
+    assert (accepted["outcome"], accepted["ledger_seq"]) == ("accepted", 1)
+    assert written(pk) == (1, 1, 1)  # bob's purge: one ledger row, one fence, one step; nothing of ada's
+    assert [e.id for e in pk.read_conversation("c1")] == ["e1", "e2", "e4"]
+    assert [(s.kind, s.status) for s in pk.status(accepted["purge_id"]).steps] == [("bodies", "pending")]
+
+
+@pytest.mark.sqlite_only
+def test_a_time_window_selects_events_and_the_text_output_names_the_facts(pk: Pk, purgectl: Purgectl) -> None:
+    seed(pk)
+    window = ("--after", "2024-05-01T14:30:00+02:00", "--before", "2024-05-01T14:00:00Z")  # [12:30Z, 14:00Z)
+    assert [e["id"] for e in purgectl.json("preview", "--conversation", "c1", *window)["events"]] == ["e2"]
+    text_preview = purgectl.text("preview", "--event", "e3")
+    digest = next(line.split()[-1] for line in text_preview.stdout.splitlines() if line.startswith("scope digest"))
+    assert len(digest) == 64
+    for fact in ("e3", "bob", "not erased:", f"purgectl confirm --event e3 --digest {digest}"):
+        assert fact in text_preview.stdout
+
+    confirmed = purgectl.text("confirm", "--event", "e3", "--digest", digest, *WHO).stdout
+    assert confirmed.startswith("accepted: purge ")
+    purge_id = confirmed.split()[2]
+    shown = purgectl.text("status", purge_id).stdout
+    for fact in (purge_id, "content", "ops@example.org", "the user asked", "bodies", "pending", "0/5"):
+        assert fact in shown, shown
+
+
+@pytest.mark.sqlite_only
+def test_bad_input_exits_2_with_a_validation_error_and_writes_nothing(pk: Pk, purgectl: Purgectl) -> None:
+    seed(pk)
+    digest = pk.preview_purge(EventScope(event_ids=("e1",))).scope_digest
+    purgectl.errors(
+        2,
+        "validation_error",
+        ("confirm", "--event", "e1", "--digest", "not-a-digest", *WHO),
+        ("confirm", "--event", "e1", "--digest", digest, "--actor", " ", "--reason", "why"),
+        ("confirm", "--event", "e1", *WHO),  # no --digest: a usage error, still one JSON document
+        ("preview", "--conversation", "c1", "--after", "2024-05-01T12:00:00"),  # no timezone
+    )
+    assert written(pk) == (0, 0, 0)
+    assert [e.body for e in pk.read_conversation("c1")] == ["body of e1", "body of e2", "body of e3"]
+
+    usage = purgectl.text("preview", "--after", "yesterday", code=2)
+    assert usage.stdout == "" and "Usage:" in usage.stderr
+
+
+@pytest.mark.sqlite_only
+def test_an_unknown_id_exits_1_with_not_found(pk: Pk, purgectl: Purgectl) -> None:
+    refused, shown = concurrently(
+        lambda: purgectl.error(1, "not_found", "status", "nope"),
+        lambda: purgectl.text("status", "nope", code=1),
+    )
+    assert refused["detail"] == "no purge nope"
+    assert shown.stdout == "" and "error: no purge nope (not_found)" in shown.stderr
+
+
+def test_purging_a_conversation_twice_reports_already_purged(pk: Pk, purgectl: Purgectl) -> None:
+    seed(pk)
+    pk.create_conversation("c2")
+    version = pk.get_conversation("c1").version  # type: ignore[union-attr]
+    first = purgectl.json("purge-conversation", "c1", *WHO, "--expected-version", str(version))
+    assert first["outcome"] == "accepted"
+    second, _ = concurrently(
+        lambda: purgectl.json("purge-conversation", "c1", *WHO, "--expected-version", str(version)),
+        lambda: purgectl.error(3, "version_conflict", "purge-conversation", "c2", *WHO, "--expected-version", "7"),
+    )
+    assert (second["outcome"], second["purge_id"], second["ledger_seq"]) == ("already_purged", first["purge_id"], 1)
+    assert pk.read_conversation("c1") == [] and pk.get_conversation("c1") is None
+    with pytest.raises(commands.ConversationPurged):
+        pk.ingest_event("c1", author="ada", body="again")
+    assert count(pk, "purge_ledger") == 1
+
+
+@pytest.mark.sqlite_only
+def test_delete_channel_keeps_history_and_closes_ingress(pk: Pk, purgectl: Purgectl) -> None:
+    pk.create_conversation("ch1", kind="channel")
+    pk.ingest_event("ch1", author="ada", body="hello", event_id="e-ch")
+    pk.create_conversation("c-plain")
+    deleted, _ = concurrently(
+        lambda: purgectl.json("delete-channel", "ch1", *WHO),
+        lambda: purgectl.error(2, "validation_error", "delete-channel", "c-plain", *WHO),  # not a channel
+    )
+    assert deleted["outcome"] == "accepted"
+    assert [e.body for e in pk.read_conversation("ch1")] == ["hello"]
+    with pytest.raises(commands.ConversationDeleted):
+        pk.ingest_event("ch1", author="ada", body="more")
+    assert purgectl.json("delete-channel", "ch1", *WHO)["outcome"] == "already_purged"
+    assert count(pk, "purge_ledger") == 1
+
+
+@pytest.mark.sqlite_only
+def test_delete_bot_erasing_its_reviewed_memory_repository(pk: Pk, purgectl: Purgectl, roots: Roots) -> None:
+    repository = roots["memory_root"].resolve() / "helper"
+    repository.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repository)], check=True, capture_output=True)
+    (repository / "MEMORY.md").write_text("what the bot remembers\n")
+    pk.register_bot("b1", name="Helper", memory_path=repository)
+
+    preview, shown = concurrently(
+        lambda: purgectl.json("preview-bot-deletion", "b1"),
+        lambda: purgectl.text("preview-bot-deletion", "b1").stdout,
+    )
+    memory = preview["memory"]
+    assert (memory["erasable"], memory["reason"], memory["path"]) == (True, None, str(repository))
+    identity = memory["identity"]
+    assert f"--reviewed-marker {identity['marker_id']}" in shown and str(repository) in shown
+
+    erase = ("--erase-memory", "--reviewed-path", identity["path"])
+    refused, _ = concurrently(
+        lambda: purgectl.error(
+            3, "memory_erasure_unavailable", "delete-bot", "b1", *WHO, *erase, "--reviewed-marker", "0"
+        ),
+        lambda: purgectl.error(2, "validation_error", "delete-bot", "b1", *WHO, "--erase-memory"),
+    )
+    assert refused["reason"] == "identity_changed"
+    assert written(pk) == (0, 0, 0)
+
+    accepted = purgectl.json("delete-bot", "b1", *WHO, *erase, "--reviewed-marker", identity["marker_id"])
+    status = pk.status(accepted["purge_id"])
+    assert [(s.kind, s.status) for s in status.steps] == [("memory", "pending")]
+    assert repository.is_dir()  # acceptance removes nothing; the memory step does
+    assert runner.run_step(pk.step_context(), status.steps[0].id, policy=POLICY).status == "done"
+    assert not repository.exists()
+
+    waited = purgectl.json("wait", accepted["purge_id"], "--timeout", "30")
+    assert (waited["status"], waited["timed_out"], waited["kind"]) == ("complete", False, "bot")
+    assert waited["steps"][0]["progress"]["removed"] == 1
+
+
+# -- operating -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.sqlite_only
+def test_list_pages_through_incomplete_purges_with_the_cursor(pk: Pk, purgectl: Purgectl) -> None:
+    seed(pk)
+    incomplete = [purge_events(pk, event_id) for event_id in ("e1", "e2", "e3")]
+    for purge_id in incomplete:
+        make_incomplete(pk, purge_id)
+    pk.purge_conversation("c-absent", actor="ops@example.org", reason="reserve")  # complete, no steps
+
+    first = purgectl.json("list", "--status", "incomplete", "--limit", "2")
+    assert [p["purge_id"] for p in first["purges"]] == incomplete[:0:-1]  # newest first
+    assert isinstance(first["next_after"], int)
+    second = purgectl.json("list", "--status", "incomplete", "--limit", "2", "--after", str(first["next_after"]))
+    assert [p["purge_id"] for p in second["purges"]] == incomplete[:1]
+    assert second["next_after"] is None
+    assert {p["status"] for p in first["purges"] + second["purges"]} == {"incomplete"}
+
+    shown = purgectl.text("list", "--limit", "3").stdout
+    assert all(purge_id in shown for purge_id in incomplete[1:])
+    assert "next page: purgectl list --limit 3 --after" in shown
+
+
+@pytest.mark.sqlite_only
+def test_retry_rearms_an_incomplete_purge_and_resume_reports_what_is_due(pk: Pk, purgectl: Purgectl) -> None:
+    seed(pk)
+    purge_id = purge_events(pk, "e1")
+    make_incomplete(pk, purge_id)
+    rearmed = purgectl.json("retry", purge_id, "--actor", "oncall@example.org", "--reason", "disk freed")
+    assert [(s["status"], s["attempts"]) for s in rearmed["steps"]] == [("pending", 0)]
+    assert rearmed["status"] == "accepted"
+    with pk.db.read() as conn:
+        audit = conn.execute(text("SELECT action, actor, reason FROM purge_audit")).all()
+    assert [tuple(a) for a in audit] == [("retry", "oncall@example.org", "disk freed")]
+    _, resumed = concurrently(
+        lambda: purgectl.error(2, "validation_error", "retry", purge_id, *WHO),  # nothing is incomplete now
+        lambda: purgectl.json("resume"),
+    )
+    assert resumed == {"due_steps": 1, "sent": False}  # only the re-armed step is due
+
+
+@pytest.mark.sqlite_only
+def test_wait_on_a_purge_nobody_works_on_returns_its_status_when_it_times_out(pk: Pk, purgectl: Purgectl) -> None:
+    seed(pk)
+    purge_id = purge_events(pk, "e1")
+    started = time.monotonic()
+    waited = purgectl.json("wait", purge_id, "--timeout", "0.5")
+    assert time.monotonic() - started >= 0.5
+    assert (waited["purge_id"], waited["status"], waited["timed_out"]) == (purge_id, "accepted", True)
+
+    terminal = purgectl.with_env(TTY_COMPATIBLE="1", NO_COLOR="1", COLUMNS="200")  # as on a terminal
+    shown = terminal.text("wait", purge_id, "--timeout", "0.2")
+    assert purge_id in shown.stdout and "timed out; the purge is still accepted" in shown.stdout
+    assert "bodies" in shown.stdout and "\x1b" not in shown.stdout
+    assert "0/1 steps, 0 removed" in shown.stderr  # the progress bar is on stderr
+
+
+# -- the ledger ----------------------------------------------------------------------------------------
+
+
+def test_ledger_verify_and_checkpoint(pk: Pk, purgectl: Purgectl, tmp_path: Path) -> None:
+    for conversation_id in ("c-a", "c-b"):
+        pk.purge_conversation(conversation_id, actor="ops@example.org", reason="reserve")
+    target = tmp_path / "backup" / "ledger.json"
+    report, checkpointed = concurrently(
+        lambda: purgectl.json("ledger", "verify"),
+        lambda: purgectl.json("ledger", "checkpoint", "--out", str(target)),
+    )
+    assert (report["ok"], report["rows"], report["problems"]) == (True, 2, [])
+    assert (checkpointed["path"], checkpointed["seq"]) == (str(target), 2)
+    assert checkpointed["head_hash"] == report["head_hash"] == pk.verify_ledger().head_hash
+    data = json.loads(target.read_text("utf-8"))
+    assert len(data["rows"]) == 2 and data["head"]["hash"] == report["head_hash"]
+
+
+@pytest.mark.sqlite_only
+def test_ledger_verify_text_and_merge(pk: Pk, purgectl: Purgectl, tmp_path: Path) -> None:
+    for conversation_id in ("c-a", "c-b"):
+        pk.purge_conversation(conversation_id, actor="ops@example.org", reason="reserve")
+    target = tmp_path / "ledger.json"
+    pk.checkpoint_ledger(target)
+    shown, merged = concurrently(
+        lambda: purgectl.text("ledger", "verify").stdout,
+        lambda: purgectl.run("ledger", "merge", str(target), "--json"),
+    )
+    assert shown.startswith("ledger verifies: 2 rows, head hash ")
+    assert merged.returncode == 0, (merged.stdout, merged.stderr)
+    report = json.loads(merged.stdout)
+    assert (report["appended"], report["already_known"]) == ([], 2)  # the database's own rows: a no-op
+    assert count(pk, "purge_ledger") == 2
+
+
+@pytest.mark.sqlite_only
+def test_ledger_verify_reports_a_tampered_chain_with_exit_4(pk: Pk, purgectl: Purgectl) -> None:
+    pk.purge_conversation("c-a", actor="ops@example.org", reason="reserve")
+    with pk.db.engine.connect() as conn, conn.begin():  # an attacker with the database password
+        conn.execute(text("DROP TRIGGER pk_purge_ledger_no_update"))
+        conn.execute(text("UPDATE purge_ledger SET reason = 'nothing happened' WHERE seq = 1"))
+    refused = purgectl.error(4, "messaging_unavailable", "ledger", "verify")
+    assert any("seq 1" in problem for problem in refused["diagnostics"]), refused
+
+
+def test_an_uninitialised_database_is_refused_and_init_creates_it(tmp_path: Path) -> None:
+    env = {**os.environ, "PURGEKEEPER_DATA_DIR": str(tmp_path / "fresh")}
+    purgectl = Purgectl(env)
+    refused = purgectl.error(4, "schema_mismatch", "list")
+    assert "purgectl init" in refused["detail"]
+    assert not (tmp_path / "fresh" / "purgekeeper.db").exists()
+    initialised = purgectl.json("init")
+    assert (initialised["migrated"], initialised["previous_revision"]) == (True, None)
+    assert (tmp_path / "fresh" / "purgekeeper.db").is_file()
+
+
+def test_help_documents_the_exit_codes() -> None:
+    shown = CliRunner().invoke(cli.main, ["--help"]).output  # in-process: no database is touched
+    for line in ("1  NotFound", "2  ValidationError", "3  a conflict", "4  MessagingUnavailable", '"timed_out": true'):
+        assert line in shown
+
+
+# -- found while building the CLI ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend_name", ["sqlite", "postgresql"])
+def test_opening_an_uninitialised_database_without_migrating_is_a_schema_mismatch(
+    backend_name: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if backend_name == "sqlite":
+        url = f"sqlite:///{tmp_path / 'empty.db'}"
+    else:
+        from tests.conftest import create_database, drop_database, postgres_url
+
+        request.getfixturevalue("postgres_template")  # skips (or fails on CI) without PostgreSQL
+        name = f"pk_empty_{os.getpid()}_{time.monotonic_ns()}"
+        create_database(name)
+        request.addfinalizer(lambda: drop_database(name))
+        url = postgres_url(name)
+    with pytest.raises(commands.SchemaMismatch):
+        commands.open(url, workers="none", migrate_schema=False, blob_root=tmp_path / "b", file_root=tmp_path / "f")
