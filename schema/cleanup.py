@@ -9,7 +9,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, delete, exists, func, literal, or_, select, union_all, update
+from sqlalchemy import (
+    BindParameter,
+    Connection,
+    Row,
+    bindparam,
+    delete,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    union_all,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.content import NOT_PURGED, live_event
@@ -29,7 +42,7 @@ from schema.tables import (
 )
 
 IDS = bindparam("ids", type_=IdList())
-_CONVERSATION = bindparam("conversation_id")
+_CONVERSATION: BindParameter[Any] = bindparam("conversation_id")
 
 
 def _event_fence_absent(event_id: Any) -> Any:
@@ -101,7 +114,7 @@ def live_elsewhere(conn: Connection, event_ids: Sequence[str], conversation_id: 
 
 
 def _tombstone_events_statement(dialect: str) -> Any:
-    purge_id = bindparam("purge_id")
+    purge_id: BindParameter[Any] = bindparam("purge_id")
     if dialect == "postgresql":
         listed = func.unnest(IDS).table_valued("value").render_derived()
     else:
@@ -138,7 +151,7 @@ def remove_placements(conn: Connection, conversation_id: str, event_ids: Sequenc
     return int(result.rowcount or 0)
 
 
-_LIMIT = bindparam("limit")
+_LIMIT: BindParameter[Any] = bindparam("limit")
 _RUNS_OF = select(runs.c.id).where(runs.c.conversation_id == _CONVERSATION).limit(_LIMIT)
 _DELETE_ADMISSIONS = delete(admissions).where(among(admissions.c.run_id, IDS))
 _DELETE_RUNS = delete(runs).where(among(runs.c.id, IDS))

@@ -108,7 +108,7 @@ class LedgerEntry:
         }
         if not all(isinstance(value, str) for value in text.values()):
             raise TypeError("a text field is not a string")
-        optional = {name: row.get(name) for name in ("request_id", "idempotency_key", "origin")}
+        optional: dict[str, Any] = {name: row.get(name) for name in ("request_id", "idempotency_key", "origin")}
         if not all(value is None or isinstance(value, str) for value in optional.values()):
             raise TypeError("an optional text field is not a string")
         seq = row["seq"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, exists, or_, select, update
+from sqlalchemy import BindParameter, Connection, and_, bindparam, exists, or_, select, update
 
 from schema.idlists import IdList, among
 from schema.states import ACTIVE_RUN_STATUSES, BlobState, ConversationState, RunStatus, StepStatus, TombstoneKind
@@ -25,8 +25,8 @@ from schema.tables import (
 )
 
 IDS = bindparam("ids", type_=IdList())
-_PURGE = bindparam("purge_id")
-_CONVERSATION = bindparam("conversation_id")
+_PURGE: BindParameter[Any] = bindparam("purge_id")
+_CONVERSATION: BindParameter[Any] = bindparam("conversation_id")
 _HAS_BYTES = blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value])
 
 _FENCED_BY_PURGE = select(tombstones.c.id).where(
