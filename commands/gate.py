@@ -13,10 +13,12 @@ most ``MAX_PROBLEMS`` diagnostics that never hold content) while:
 - the ledger head went back since this process last saw it (the database was restored
   underneath a running process).
 
-The verdict is taken when a handle opens and after every merge (``evaluate``); each content
-call then costs one primary-key read of ``ledger_head`` (purge acceptances reuse the head row
-they lock anyway). Purge status, the operator commands and the cleanup workers never wait on
-the gate: cleanup only removes, and the operator needs them to repair.
+The verdict is taken when a handle opens, after every merge, and again in the background
+once it is older than ``RECHECK_AFTER`` (a ledger tampered with later closes the gate within
+about that long); each content call costs one primary-key read of ``ledger_head`` (purge
+acceptances reuse the head row they lock anyway). Purge status, the operator commands and
+the cleanup workers never wait on the gate: cleanup only removes, and the operator needs
+them to repair.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +41,7 @@ from workers import checkpoint
 log = logging.getLogger(__name__)
 
 MAX_PROBLEMS = MessagingUnavailable.MAX_DIAGNOSTICS
+RECHECK_AFTER = dt.timedelta(seconds=60)
 EXAMPLES = 5
 
 
@@ -59,13 +63,18 @@ _HEAD_GATE = select(ledger_head.c.seq, ledger_head.c.gate_reason).where(ledger_h
 class Gate:
     """One handle's view of the gate (thread-safe)."""
 
-    def __init__(self, db: Database, checkpoint_dir: Path, database_id: str) -> None:
+    def __init__(
+        self, db: Database, checkpoint_dir: Path, database_id: str, *, recheck_after: dt.timedelta = RECHECK_AFTER
+    ) -> None:
         self.db = db
         self.checkpoint_dir = checkpoint_dir
         self.database_id = database_id
+        self.recheck_after = recheck_after.total_seconds()
         self._lock = threading.Lock()
         self._state = GateState(open=True)
         self._seen_seq = 0
+        self._evaluated_at = time.monotonic()
+        self._rechecking = False
 
     @property
     def state(self) -> GateState:
@@ -97,6 +106,7 @@ class Gate:
         )
         with self._lock:
             self._state, self._seen_seq = state, head.seq
+            self._evaluated_at = time.monotonic()
         if not state.open:
             log.error("content reads and writes are closed: %s", "; ".join(state.problems))
         return state
@@ -110,8 +120,20 @@ class Gate:
         """For a purge acceptance, with the head row it has locked anyway."""
         self._check(head.seq, head.gate_reason)
 
+    def _recheck(self) -> None:
+        try:
+            self.evaluate()
+        except Exception:  # the next content call tries again; the current verdict stands
+            log.exception("re-checking the ledger failed")
+        finally:
+            with self._lock:
+                self._rechecking = False
+
     def _check(self, seq: int, gate_reason: str | None) -> None:
         with self._lock:
+            if not self._rechecking and time.monotonic() - self._evaluated_at > self.recheck_after:
+                self._rechecking = True
+                threading.Thread(target=self._recheck, name="purgekeeper-gate", daemon=True).start()
             if gate_reason:
                 raise MessagingUnavailable(
                     f"content reads and writes are closed: {gate_reason}", diagnostics=[gate_reason]

@@ -170,8 +170,11 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
             ),
         )
         first = False
-        for _blob_id, kind, path in marked["doomed"]:
-            ctx.blobs.discard(BlobKind(kind), path)  # an already missing file counts as done
+        for blob_id, kind, path in marked["doomed"]:
+            try:
+                ctx.blobs.discard(BlobKind(kind), path)  # an already missing file counts as done
+            except OSError as exc:  # named by blob id: the path may hold a purged attachment's name
+                raise OSError(exc.errno, f"could not unlink the file of blob {blob_id}: {exc.strerror}") from None
         gone = [blob_id for blob_id, _kind, _path in marked["doomed"]]
         if gone:
             _batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone))

@@ -129,4 +129,8 @@ def _finish(
 
 
 def _describe(exc: BaseException) -> str:
+    """The error as the step's ``last_error``. A file system error names no path: a real
+    file's path holds its attachment name, which may be purged content."""
+    if isinstance(exc, OSError) and (exc.filename is not None or exc.filename2 is not None):
+        return f"{type(exc).__name__}: [Errno {exc.errno}] {exc.strerror} (path withheld)"
     return f"{type(exc).__name__}: {exc}"
