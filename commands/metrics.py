@@ -1,0 +1,301 @@
+"""Prometheus ``/metrics``, and the aggregate reads that it shares with the ``/status`` page.
+
+Every scrape runs a handful of aggregate statements (GROUP BY, MIN, COUNT DISTINCT, through the
+step status indexes) in one read transaction: the cost does not grow with one purge's size, and
+nothing is read per purge. The metrics (all prefixed ``purgekeeper_``):
+
+    steps{status,kind}                 gauge    cleanup steps by status and kind
+    oldest_due_step_age_seconds        gauge    how long the oldest due (or lease-expired) step waits
+    incomplete_purges                  gauge    purges with an incomplete step
+    stalled_purges                     gauge    purges with a step due for longer than STALL_AFTER
+    rows_removed_total                 counter  rows the bodies steps removed or NULLed
+    blobs_deleted_total                counter  blobs the attachments steps deleted
+    blobs_retained_shared              gauge    blobs kept because a live event still shares them
+    step_attempts                      gauge    attempts of all steps (a retry re-arms them to 0)
+    ledger_rows                        gauge    rows in the purge ledger (the head's seq)
+    ledger_verified                    gauge    1 when the hash chain verifies, else 0
+    messaging_available                gauge    1 when the read gate is open, else 0
+
+``messaging_available`` is what the next content read would meet (``commands.gate``);
+``ledger_verified`` is this scrape's own walk of the chain. They can differ: the gate takes its
+verdict when a handle opens and after a merge, so a row tampered later shows here as
+``ledger_verified 0`` first. Walking the chain costs a read of every row, so
+:class:`LedgerCheck` walks it again only when the head moved or the last walk is older than
+``max_age``: a tampered row that leaves the head alone shows up within ``max_age``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+from sqlalchemy import Connection, and_, distinct, func, or_, select
+
+from commands.handle import Purgekeeper
+from commands.records import LedgerReport
+from commands.surface import error_body, http_status
+from commands.webauth import Tokens, bearer
+from schema import ledger
+from schema.errors import MessagingUnavailable, PurgekeeperError
+from schema.states import StepKind, StepStatus
+from schema.tables import cleanup_steps
+
+PREFIX = "purgekeeper_"
+VERIFY_MAX_AGE = dt.timedelta(seconds=60)
+WAITING = (StepStatus.PENDING.value, StepStatus.RETRYING.value)
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """One (status, kind) group of cleanup steps."""
+
+    steps: int = 0
+    attempts: int = 0
+    removed: int = 0
+    retained_shared: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The aggregate state of the purge machinery, read in one transaction on the database clock."""
+
+    now: dt.datetime
+    ledger_seq: int
+    head_hash: str
+    steps: Mapping[tuple[str, str], StepTotals]
+    oldest_due_age: dt.timedelta
+    incomplete_purges: int
+    stalled_purges: int
+    ledger: LedgerReport
+    gate_problems: tuple[str, ...]  # why content reads and writes are closed; empty when open
+
+    @property
+    def messaging_available(self) -> bool:
+        return not self.gate_problems
+
+    def of_kind(self, kind: StepKind) -> StepTotals:
+        groups = [totals for (_status, k), totals in self.steps.items() if k == kind.value]
+        return _sum(groups)
+
+    @property
+    def all_steps(self) -> StepTotals:
+        return _sum(list(self.steps.values()))
+
+
+def _sum(groups: list[StepTotals]) -> StepTotals:
+    return StepTotals(
+        steps=sum(g.steps for g in groups),
+        attempts=sum(g.attempts for g in groups),
+        removed=sum(g.removed for g in groups),
+        retained_shared=sum(g.retained_shared for g in groups),
+    )
+
+
+# -- aggregate reads ----------------------------------------------------------------------------
+
+_c = cleanup_steps.c
+_STEP_TOTALS = select(
+    _c.status,
+    _c.kind,
+    func.count().label("steps"),
+    func.coalesce(func.sum(_c.attempts), 0).label("attempts"),
+    func.coalesce(func.sum(_c.removed), 0).label("removed"),
+    func.coalesce(func.sum(_c.retained_shared), 0).label("retained_shared"),
+).group_by(_c.status, _c.kind)
+
+
+def _due_before(moment: dt.datetime) -> Any:
+    """Steps due since before ``moment``: waiting ones by their next attempt, running ones by
+    their lease expiry (the same rule as the scheduler's sweep and ``is_stalled``)."""
+    return or_(
+        and_(_c.status.in_(WAITING), _c.next_attempt_at < moment),
+        and_(_c.status == StepStatus.RUNNING.value, _c.lease_expires_at < moment),
+    )
+
+
+def step_totals(conn: Connection) -> dict[tuple[str, str], StepTotals]:
+    totals = {
+        (row.status, row.kind): StepTotals(
+            int(row.steps), int(row.attempts), int(row.removed), int(row.retained_shared)
+        )
+        for row in conn.execute(_STEP_TOTALS)
+    }
+    for status in StepStatus:
+        for kind in StepKind:
+            totals.setdefault((status.value, kind.value), StepTotals())
+    return totals
+
+
+def oldest_due_since(conn: Connection, now: dt.datetime) -> dt.datetime | None:
+    """Since when the longest-waiting due step has been due (None: nothing is due)."""
+    waiting = select(func.min(_c.next_attempt_at)).where(_c.status.in_(WAITING), _c.next_attempt_at <= now)
+    expired = select(func.min(_c.lease_expires_at)).where(
+        _c.status == StepStatus.RUNNING.value, _c.lease_expires_at <= now
+    )
+    row = conn.execute(select(waiting.scalar_subquery(), expired.scalar_subquery())).one()
+    return min((since for since in row if since is not None), default=None)
+
+
+def purge_counts(conn: Connection, now: dt.datetime, stall_after: dt.timedelta) -> tuple[int, int]:
+    """(incomplete purges, stalled purges), by COUNT(DISTINCT purge_id) over the status indexes."""
+    incomplete = select(func.count(distinct(_c.purge_id))).where(_c.status == StepStatus.INCOMPLETE.value)
+    stalled = select(func.count(distinct(_c.purge_id))).where(_due_before(now - stall_after))
+    row = conn.execute(select(incomplete.scalar_subquery(), stalled.scalar_subquery())).one()
+    return int(row[0]), int(row[1])
+
+
+def stalled_purge_ids(conn: Connection, now: dt.datetime, stall_after: dt.timedelta, *, limit: int) -> list[str]:
+    """Up to ``limit`` purges with a step due for longer than ``stall_after``, longest first."""
+    due_since = func.min(func.coalesce(_c.lease_expires_at, _c.next_attempt_at))
+    query = (
+        select(_c.purge_id)
+        .where(_due_before(now - stall_after))
+        .group_by(_c.purge_id)
+        .order_by(due_since, _c.purge_id)
+        .limit(limit)
+    )
+    return list(conn.scalars(query))
+
+
+class LedgerCheck:
+    """``verify_ledger()`` with a memory: a walk is reused while the head is unchanged and the
+    walk is younger than ``max_age``. One walk at a time; thread-safe."""
+
+    def __init__(self, pk: Purgekeeper, *, max_age: dt.timedelta = VERIFY_MAX_AGE) -> None:
+        self.pk = pk
+        self.max_age = max_age
+        self._lock = threading.Lock()
+        self._last: tuple[tuple[int, str], float, LedgerReport] | None = None
+
+    def report(self, head: tuple[int, str]) -> LedgerReport:
+        with self._lock:
+            if self._last is not None:
+                seen_head, walked_at, report = self._last
+                if seen_head == head and time.monotonic() - walked_at < self.max_age.total_seconds():
+                    return report
+            report = self.pk.verify_ledger()
+            self._last = (head, time.monotonic(), report)
+            return report
+
+
+def take_snapshot(pk: Purgekeeper, check: LedgerCheck) -> Snapshot:
+    with pk.db.read() as conn:
+        head = ledger.read_head(conn)
+        totals = step_totals(conn)
+        due_since = oldest_due_since(conn, head.now)
+        incomplete, stalled = purge_counts(conn, head.now, pk.stall_after)
+        gate_problems = probe_gate(pk, conn)
+    return Snapshot(
+        now=head.now,
+        ledger_seq=head.seq,
+        head_hash=head.head_hash,
+        steps=totals,
+        oldest_due_age=max(head.now - due_since, dt.timedelta(0)) if due_since else dt.timedelta(0),
+        incomplete_purges=incomplete,
+        stalled_purges=stalled,
+        ledger=check.report((head.seq, head.head_hash)),
+        gate_problems=gate_problems,
+    )
+
+
+def probe_gate(pk: Purgekeeper, conn: Connection) -> tuple[str, ...]:
+    """What the next content read would meet: nothing when the gate is open, else its reasons.
+    (The same one-row check a read makes; it changes nothing a read would not.)"""
+    try:
+        pk.gate.require_open(conn)
+    except MessagingUnavailable as closed:
+        return closed.diagnostics or (closed.detail,)
+    return ()
+
+
+# -- Prometheus ------------------------------------------------------------------------------------
+
+
+class PurgekeeperCollector(Collector):
+    """Reads a fresh :class:`Snapshot` on every scrape."""
+
+    def __init__(self, pk: Purgekeeper, check: LedgerCheck) -> None:
+        self.pk = pk
+        self.check = check
+
+    def collect(self) -> Iterator[Metric]:
+        snap = take_snapshot(self.pk, self.check)
+        steps = GaugeMetricFamily(PREFIX + "steps", "Cleanup steps by status and kind.", labels=["status", "kind"])
+        for (status, kind), totals in sorted(snap.steps.items()):
+            steps.add_metric([status, kind], totals.steps)
+        yield steps
+        yield _gauge(
+            "oldest_due_step_age_seconds",
+            "Seconds the oldest due (or lease-expired) step has waited.",
+            snap.oldest_due_age.total_seconds(),
+        )
+        yield _gauge("incomplete_purges", "Purges with an incomplete cleanup step.", snap.incomplete_purges)
+        yield _gauge(
+            "stalled_purges", "Purges with a step due for longer than the stall threshold.", snap.stalled_purges
+        )
+        yield from self._work(snap)
+        yield _gauge("ledger_rows", "Rows in the purge ledger.", snap.ledger_seq)
+        yield _gauge("ledger_verified", "1 when the ledger hash chain verifies.", int(snap.ledger.ok))
+        yield _gauge("messaging_available", "1 when content reads and writes are open.", int(snap.messaging_available))
+
+    @staticmethod
+    def _work(snap: Snapshot) -> Iterator[Metric]:
+        bodies, attachments = snap.of_kind(StepKind.BODIES), snap.of_kind(StepKind.ATTACHMENTS)
+        yield CounterMetricFamily(PREFIX + "rows_removed", "Rows the bodies steps removed.", value=bodies.removed)
+        yield CounterMetricFamily(
+            PREFIX + "blobs_deleted", "Blobs the attachments steps deleted.", value=attachments.removed
+        )
+        yield _gauge(
+            "blobs_retained_shared", "Blobs kept because a live event shares them.", attachments.retained_shared
+        )
+        yield _gauge("step_attempts", "Attempts of all cleanup steps.", snap.all_steps.attempts)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, documentation, value=value)
+
+
+def registry_for(pk: Purgekeeper, *, verify_max_age: dt.timedelta = VERIFY_MAX_AGE) -> CollectorRegistry:
+    """A registry of this handle's metrics only (one per app: never the process-global one)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PurgekeeperCollector(pk, LedgerCheck(pk, max_age=verify_max_age)))
+    return registry
+
+
+def router(pk: Purgekeeper, tokens: Tokens, *, verify_max_age: dt.timedelta = VERIFY_MAX_AGE) -> APIRouter:
+    """``GET /metrics``: the Prometheus text format; ``Authorization: Bearer <operator token>``."""
+    registry = registry_for(pk, verify_max_age=verify_max_age)
+    api = APIRouter()
+
+    @api.get("/metrics", include_in_schema=False)
+    def metrics(
+        authorization: Annotated[str | None, Header()] = None, accept: Annotated[str, Header()] = ""
+    ) -> Response:
+        if not tokens.operator_allows(bearer(authorization)):
+            return unauthorized()
+        encode, content_type = choose_encoder(accept)  # text 0.0.4 unless OpenMetrics is asked for
+        try:
+            body = encode(registry)
+        except PurgekeeperError as exc:
+            return JSONResponse(error_body(exc), status_code=http_status(exc))
+        return Response(body, headers={"Content-Type": content_type, "Cache-Control": "no-store"})
+
+    return api
+
+
+def unauthorized() -> JSONResponse:
+    return JSONResponse(
+        {"error": "unauthorized", "detail": "a valid bearer token is required"},
+        status_code=401,
+        headers={"WWW-Authenticate": 'Bearer realm="purgekeeper"'},
+    )

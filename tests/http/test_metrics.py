@@ -1,0 +1,301 @@
+"""Prometheus ``/metrics`` on SQLite and PostgreSQL, through a tiny app of its router: the bearer
+token, every metric's value as the purges move (parsed with prometheus_client's own parser),
+and that a scrape costs the same few aggregate statements however many purges there are."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import bindparam, event, text
+
+import commands
+from commands import EventScope, NewAttachment, metrics
+from commands.webauth import Tokens
+from schema import ledger
+from schema.tables import UtcDateTime
+from workers import runner
+from workers.blobstore import BlobStore
+
+with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
+    from fastapi.testclient import TestClient
+
+Pk = commands.Purgekeeper
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+OPERATOR = "operator-token-7f3a"
+HOST = "host-token-91c2"
+TOKENS = Tokens(api=HOST, operator=OPERATOR)
+WHO = {"actor": "ops@example.org", "reason": "the user asked"}
+POLICY = runner.Policy(
+    lease=dt.timedelta(seconds=2),
+    backoff_base=dt.timedelta(milliseconds=10),
+    backoff_cap=dt.timedelta(milliseconds=50),
+)
+LONG_AGO = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+SETTLE_S = 10.0
+STEP_STATUSES = ("pending", "running", "retrying", "done", "incomplete")
+STEP_KINDS = ("bodies", "attachments", "memory")
+
+
+@pytest.fixture
+def client(pk: Pk) -> Iterator[TestClient]:
+    app = FastAPI()
+    app.include_router(metrics.router(pk, TOKENS, verify_max_age=dt.timedelta(0)))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def scrape(client: TestClient) -> Samples:
+    response = client.get("/metrics", headers={"Authorization": f"Bearer {OPERATOR}"})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[("purgekeeper_" + name, tuple(sorted(labels.items())))]
+
+
+def steps(samples: Samples) -> dict[tuple[str, str], float]:
+    """Only the non-zero step counts, by (status, kind)."""
+    counts = {(s, k): value(samples, "steps", status=s, kind=k) for s in STEP_STATUSES for k in STEP_KINDS}
+    return {key: count for key, count in counts.items() if count}
+
+
+# -- purges in every state ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FailingStore(BlobStore):
+    def discard(self, kind: Any, relative: str) -> bool:
+        raise OSError("the disk said no")
+
+
+def purge_new_event(pk: Pk, conversation_id: str, *, files: int = 0, shared_blob: str | None = None) -> str:
+    pk.create_conversation(conversation_id)
+    attachments = [NewAttachment.file(f"bytes {n}".encode(), name=f"f{n}.txt") for n in range(files)]
+    if shared_blob is not None:
+        attachments.append(NewAttachment.reuse(shared_blob, name="shared.txt"))
+    purged = pk.ingest_event(conversation_id, author="ada", body="gone soon", attachments=attachments)
+    scope = EventScope(event_ids=[purged.id])
+    return pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **WHO).purge_id
+
+
+def settle(pk: Pk, purge_id: str, ctx: Any = None) -> commands.PurgeStatus:
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        status = pk.status(purge_id)
+        waiting = [s for s in status.steps if s.status not in ("done", "incomplete")]
+        if not waiting:
+            return status
+        assert time.monotonic() < deadline, waiting
+        for step in waiting:
+            runner.run_step(ctx or pk.step_context(), step.id, policy=POLICY)
+
+
+def set_due_since(pk: Pk, purge_id: str, moment: dt.datetime) -> None:
+    statement = text("UPDATE cleanup_steps SET next_attempt_at = :t WHERE purge_id = :p").bindparams(
+        bindparam("t", type_=UtcDateTime())
+    )
+    with pk.db.write() as conn:
+        assert conn.execute(statement, {"t": moment, "p": purge_id}).rowcount >= 1
+
+
+def tamper_ledger(pk: Pk, sql: str) -> None:
+    """Committed SQL with the ledger's append-only triggers out of the way (the test database
+    is thrown away)."""
+    with pk.db.engine.connect() as conn, conn.begin():
+        if pk.db.is_sqlite:
+            for trigger in ("pk_purge_ledger_no_update", "pk_purge_ledger_no_delete", "pk_purge_ledger_chain"):
+                conn.execute(text(f"DROP TRIGGER IF EXISTS {trigger}"))
+        else:
+            conn.execute(text("ALTER TABLE purge_ledger DISABLE TRIGGER USER"))
+        conn.execute(text(sql))
+        if not pk.db.is_sqlite:
+            conn.execute(text("ALTER TABLE purge_ledger ENABLE TRIGGER USER"))
+
+
+# -- the token ----------------------------------------------------------------------------------------
+
+
+WRONG_AUTHORIZATIONS = (
+    None,
+    "",
+    "Bearer",
+    "Bearer wrong",
+    f"Bearer {HOST}",
+    f"Basic {OPERATOR}",
+    OPERATOR,
+    f"Bearer {OPERATOR}x",
+)
+
+
+def test_metrics_need_the_operator_bearer_token(client: TestClient) -> None:
+    for authorization in WRONG_AUTHORIZATIONS:
+        headers = {} if authorization is None else {"Authorization": authorization}
+        response = client.get("/metrics", headers=headers)
+        assert response.status_code == 401, authorization
+        assert response.json() == {"error": "unauthorized", "detail": "a valid bearer token is required"}
+        assert response.headers["www-authenticate"].startswith("Bearer")
+    assert client.get("/metrics", headers={"Authorization": f"Bearer {OPERATOR}"}).status_code == 200
+
+
+def test_the_host_token_scrapes_when_no_operator_token_is_set(pk: Pk) -> None:
+    app = FastAPI()
+    app.include_router(metrics.router(pk, Tokens(api=HOST)))
+    with TestClient(app) as client:
+        assert client.get("/metrics", headers={"Authorization": f"Bearer {HOST}"}).status_code == 200
+        assert client.get("/metrics", headers={"Authorization": f"Bearer {OPERATOR}"}).status_code == 401
+
+
+# -- the values ---------------------------------------------------------------------------------------
+
+
+def test_an_empty_database_reports_zeros_and_an_open_verified_ledger(client: TestClient) -> None:
+    samples = scrape(client)
+    assert steps(samples) == {}
+    assert len([key for key in samples if key[0] == "purgekeeper_steps"]) == len(STEP_STATUSES) * len(STEP_KINDS)
+    for name in ("incomplete_purges", "stalled_purges", "oldest_due_step_age_seconds", "ledger_rows"):
+        assert value(samples, name) == 0, name
+    for name in ("rows_removed_total", "blobs_deleted_total", "blobs_retained_shared", "step_attempts"):
+        assert value(samples, name) == 0, name
+    assert (value(samples, "ledger_verified"), value(samples, "messaging_available")) == (1, 1)
+
+
+def test_values_follow_a_purge_from_acceptance_to_complete(pk: Pk, client: TestClient) -> None:
+    pk.create_conversation("c-keep")
+    kept = pk.ingest_event("c-keep", author="bob", body="stays", attachments=[NewAttachment.cas(b"x", name="s.txt")])
+    purge_id = purge_new_event(pk, "c1", files=2, shared_blob=kept.attachments[0].blob_id)
+
+    accepted = scrape(client)
+    assert steps(accepted) == {("pending", "bodies"): 1, ("pending", "attachments"): 1}
+    assert value(accepted, "ledger_rows") == 1 and value(accepted, "step_attempts") == 0
+    assert 0 <= value(accepted, "oldest_due_step_age_seconds") < 60
+
+    assert settle(pk, purge_id).status == "complete"
+    done = scrape(client)
+    assert steps(done) == {("done", "bodies"): 1, ("done", "attachments"): 1}
+    bodies = next(step for step in pk.status(purge_id).steps if step.kind == "bodies")
+    assert value(done, "rows_removed_total") == bodies.progress.removed == 1  # the one body
+    assert value(done, "blobs_deleted_total") == 2  # the two exclusive files
+    assert value(done, "blobs_retained_shared") == 1  # the blob c-keep still shows
+    assert value(done, "step_attempts") == 2
+    assert value(done, "oldest_due_step_age_seconds") == 0
+    assert (value(done, "incomplete_purges"), value(done, "stalled_purges")) == (0, 0)
+
+
+def test_an_incomplete_step_counts_its_purge_once_and_a_retry_rearms_it(pk: Pk, client: TestClient) -> None:
+    purge_id = purge_new_event(pk, "c1", files=2)
+    with pk.db.write() as conn:
+        conn.execute(text("UPDATE cleanup_steps SET max_attempts = 2 WHERE purge_id = :p"), {"p": purge_id})
+    failing = dataclasses.replace(pk.step_context(), blobs=FailingStore(pk.blobs.blob_root, pk.blobs.file_root))
+    assert settle(pk, purge_id, failing).status == "incomplete"
+
+    failed = scrape(client)
+    assert steps(failed) == {("done", "bodies"): 1, ("incomplete", "attachments"): 1}
+    assert value(failed, "incomplete_purges") == 1
+    assert value(failed, "step_attempts") == 1 + 2
+    assert value(failed, "blobs_deleted_total") == 0
+
+    pk.retry(purge_id, actor="oncall@example.org", reason="the disk is back")
+    rearmed = scrape(client)
+    assert steps(rearmed) == {("done", "bodies"): 1, ("pending", "attachments"): 1}
+    assert value(rearmed, "incomplete_purges") == 0 and value(rearmed, "step_attempts") == 1
+    assert settle(pk, purge_id).status == "complete"
+    assert value(scrape(client), "blobs_deleted_total") == 2
+
+
+def test_stalled_purges_and_the_oldest_due_age_use_the_database_clock(pk: Pk, client: TestClient) -> None:
+    stalled = purge_new_event(pk, "c-stalled", files=1)  # two steps: bodies and attachments
+    recent = purge_new_event(pk, "c-recent")
+    set_due_since(pk, stalled, LONG_AGO)
+    with pk.db.read() as conn:
+        now = ledger.database_now(conn)
+    set_due_since(pk, recent, now - pk.stall_after + dt.timedelta(minutes=1))  # due, not yet stalled
+    samples = scrape(client)
+    assert value(samples, "stalled_purges") == 1  # one purge, though both of its steps are late
+    age = value(samples, "oldest_due_step_age_seconds")
+    assert abs(age - (dt.datetime.now(dt.UTC) - LONG_AGO).total_seconds()) < 120
+    assert [p.stalled for p in (pk.status(stalled), pk.status(recent))] == [True, False]
+
+
+def test_a_tampered_ledger_fails_verification_and_once_the_gate_sees_it_closes_messaging(
+    pk: Pk, client: TestClient
+) -> None:
+    for conversation_id in ("c1", "c2"):
+        purge_new_event(pk, conversation_id)
+    assert value(scrape(client), "messaging_available") == 1
+    tamper_ledger(pk, "UPDATE purge_ledger SET reason = 'nothing happened' WHERE seq = 2")
+    samples = scrape(client)
+    assert (value(samples, "ledger_verified"), value(samples, "ledger_rows")) == (0, 2)
+    assert not pk.gate.evaluate().open  # as at the next start, or after a merge
+    assert value(scrape(client), "messaging_available") == 0
+
+
+def test_a_merge_under_way_closes_messaging_at_once(pk: Pk, client: TestClient) -> None:
+    purge_new_event(pk, "c1")
+    with pk.db.write() as conn:  # what a merge writes first, seen by every process
+        conn.execute(text("UPDATE ledger_head SET gate_reason = 'a ledger merge is under way' WHERE id = 1"))
+    samples = scrape(client)
+    assert (value(samples, "messaging_available"), value(samples, "ledger_verified")) == (0, 1)
+    with pytest.raises(commands.MessagingUnavailable):
+        pk.read_conversation("c1")  # the metric tells what a read meets
+
+
+def test_a_remembered_verification_is_reused_only_while_the_head_is_unchanged(pk: Pk) -> None:
+    purge_new_event(pk, "c1")
+    check = metrics.LedgerCheck(pk, max_age=dt.timedelta(hours=1))
+    first = check.report((1, "head-1"))
+    assert first.ok
+    tamper_ledger(pk, "UPDATE purge_ledger SET reason = 'nothing happened' WHERE seq = 1")
+    assert check.report((1, "head-1")) is first  # the same head, within max_age: not walked again
+    assert not check.report((2, "head-2")).ok  # the head moved: walked again
+    assert not metrics.LedgerCheck(pk, max_age=dt.timedelta(0)).report((1, "head-1")).ok
+
+
+def test_a_scrape_runs_the_same_few_statements_however_many_purges_exist(pk: Pk, client: TestClient) -> None:
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    purge_new_event(pk, "c0", files=1)
+    event.listen(pk.db.engine, "before_cursor_execute", count)
+    try:
+        scrape(client)
+        few = len(statements)
+        for n in range(1, 16):
+            purge_new_event(pk, f"c{n}", files=1)
+        statements.clear()
+        samples = scrape(client)
+    finally:
+        event.remove(pk.db.engine, "before_cursor_execute", count)
+    assert value(samples, "ledger_rows") == 16
+    assert len(statements) == few <= 12, statements
+    assert not any("cleanup_steps.purge_id = " in s or "purge_id IN" in s for s in statements)
+
+
+def test_a_database_fault_is_a_503_with_the_error_body(
+    pk: Pk, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def busy(*args: Any, **kwargs: Any) -> Any:
+        raise commands.InfrastructureError("the database stayed busy after 5 attempts")
+
+    monkeypatch.setattr(pk, "verify_ledger", busy)
+    response = client.get("/metrics", headers={"Authorization": f"Bearer {OPERATOR}"})
+    assert response.status_code == 503
+    assert response.json() == {"error": "infrastructure_error", "detail": "the database stayed busy after 5 attempts"}
