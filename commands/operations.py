@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -84,8 +85,8 @@ class OperatorCommands:
 
     def wait(self, purge_id: str, timeout: float) -> PurgeStatus:
         """Block until the purge is complete or incomplete; on timeout, return its status."""
-        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout < 0:
-            raise ValidationError("timeout must be a number of seconds, zero or more")
+        if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 <= timeout < math.inf:
+            raise ValidationError("timeout must be a finite number of seconds, zero or more")
         deadline = time.monotonic() + timeout
         while True:
             status = self.status(purge_id)
@@ -109,7 +110,7 @@ class OperatorCommands:
             validation.check_choice(status, "status", PURGE_STATUSES)
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
             raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
-        if after is not None and (not isinstance(after, int) or isinstance(after, bool) or after < 1):
+        if after is not None and (not isinstance(after, int) or isinstance(after, bool) or not 1 <= after < 2**63):
             raise ValidationError("after must be a positive ledger seq (the next_after of a page)")
         with self.db.read() as conn:
             rows = pq.list_ledger(conn, status=status, limit=limit + 1, before_seq=after)

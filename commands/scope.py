@@ -88,7 +88,7 @@ def _aware(value: Any, name: str) -> dt.datetime | None:
         return None
     if not isinstance(value, dt.datetime) or value.tzinfo is None:
         raise ValidationError(f"{name} must be a timezone-aware datetime")
-    return value.astimezone(dt.UTC)
+    return validation.to_utc(value, name)
 
 
 # -- the report ---------------------------------------------------------------------------------

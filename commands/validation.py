@@ -124,7 +124,15 @@ def check_occurred_at(value: Any) -> dt.datetime | None:
         raise ValidationError(f"occurred_at must be a datetime, not {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError("occurred_at must be timezone-aware")
-    return value.astimezone(dt.UTC)
+    return to_utc(value, "occurred_at")
+
+
+def to_utc(value: dt.datetime, field: str) -> dt.datetime:
+    """An aware datetime in UTC; one that UTC cannot hold (year 1 or 9999 at the edge) is bad input."""
+    try:
+        return value.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValidationError(f"{field} is outside the range of UTC datetimes") from None
 
 
 def check_json(value: Any, field: str, *, max_bytes: int) -> str:
@@ -135,6 +143,8 @@ def check_json(value: Any, field: str, *, max_bytes: int) -> str:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"{field} must be JSON-serialisable: {exc}") from exc
+    except RecursionError:
+        raise ValidationError(f"{field} is nested too deeply") from None
     if text in ('""', "{}", "[]"):
         raise ValidationError(f"{field} must not be empty")
     _check_encodable(text, field)

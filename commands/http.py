@@ -1,0 +1,818 @@
+"""The HTTP API: a thin layer over the same ``commands`` methods, everything under ``/v1``.
+
+The OpenAPI document is at ``/openapi.json`` (and ``/docs``). Every success is ``200`` with
+the record as JSON (``commands.surface.plain``): a repeated idempotent write returns the same
+record, so a creation is not told apart from a replay.
+
+=======  ==========================================  ========================  ========
+method   path                                        command                   who
+=======  ==========================================  ========================  ========
+POST     /v1/conversations                           create_conversation       host
+GET      /v1/conversations                           list_conversations        host
+GET      /v1/conversations/{id}                      get_conversation          host
+GET      /v1/conversations/{id}/events               read_conversation         host
+POST     /v1/conversations/{id}/events               ingest_event              host
+POST     /v1/conversations/{id}/placements           place_event               host
+POST     /v1/conversations/{id}/derivatives          add_derivative            host
+POST     /v1/conversations/{id}/purge                purge_conversation        host
+POST     /v1/channels/{id}/delete                    delete_channel            host
+POST     /v1/bots                                    register_bot              host
+GET      /v1/bots/{id}/deletion-preview              preview_bot_deletion      host
+POST     /v1/bots/{id}/delete                        delete_bot                host
+POST     /v1/runs                                    start_run                 host
+POST     /v1/runs/{id}/finish                        finish_run                host
+POST     /v1/runs/{id}/admissions                    admit                     host
+GET      /v1/attachments/{id}                        open_attachment (bytes)   host
+POST     /v1/purges/preview                          preview_purge             host
+POST     /v1/purges/confirm                          confirm_purge             host
+GET      /v1/purges                                  list_purges               host
+GET      /v1/purges/{id}                             status                    host
+GET      /v1/purges/{id}/wait                        wait                      host
+POST     /v1/purges/{id}/retry                       retry                     operator
+POST     /v1/resume                                  resume                    operator
+GET      /v1/ledger/verify                           verify_ledger             operator
+GET      /v1/ledger/checkpoint                       checkpoint_ledger (file)  operator
+POST     /v1/ledger/merge                            merge_ledger (upload)     operator
+=======  ==========================================  ========================  ========
+
+Hosts poll status, so ``status``, ``list_purges`` and ``wait`` are host endpoints; the
+commands that change or reveal the machinery as a whole (re-arming, re-sending, the ledger
+itself) are operator endpoints. ``/status`` and ``/metrics`` come from
+``commands.status_page`` and ``commands.metrics`` and do their own authentication.
+
+Authentication (``commands.webauth``): every ``/v1`` request needs ``Authorization: Bearer
+<token>``, checked before the body is read. Host endpoints take the host or the operator
+token; operator endpoints take the operator token when one is configured, else the host
+token. A missing or wrong token is ``401 {"error": "unauthorized"}``. ``/openapi.json`` and
+``/docs`` hold no data and need no token.
+
+Errors are ``{"error": CODE, "detail": ...}`` with DESIGN.md's statuses
+(``commands.surface``). The HTTP layer adds:
+
+- ``400 validation_error`` for a request that does not match the OpenAPI schema (wrong
+  types, unknown fields, lengths, patterns, bad base64, nesting deeper than
+  ``MAX_JSON_DEPTH``); only a short message, never the input;
+- ``401 unauthorized``, ``404 not_found`` (no such endpoint, or an unknown id),
+  ``405 method_not_allowed``;
+- ``410 conversation_purged`` when reading a purged conversation (the Python API returns
+  ``None`` or ``[]``);
+- ``413 payload_too_large`` for a body over ``max_body_bytes`` (``max_upload_bytes`` for a
+  merge upload), refused before the request reaches a command;
+- ``500 internal_error`` for a bug: the traceback goes to the log, never to the client.
+
+Caps: attachments arrive base64-encoded in the JSON body, at most
+``validation.MAX_ATTACHMENTS_PER_EVENT`` per event and ``max_attachment_bytes`` each once
+decoded (the body cap bounds them first); ``wait`` blocks at most ``MAX_WAIT_SECONDS``
+(a longer timeout is shortened, and the status returned as on any timeout).
+
+The API never reads or writes a server path that a client names: the checkpoint is a
+download written to a private temporary file, a merge is an upload, and ``register_bot``'s
+``memory_path`` must lie inside one of the configured Memory roots.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import importlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any, BinaryIO, Literal
+
+from fastapi import APIRouter, Body, FastAPI, File, Header, Query, Request, Security, UploadFile
+from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPBearer
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, StrictBool
+from starlette.background import BackgroundTask
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Send
+from starlette.types import Scope as AsgiScope
+
+from commands import surface, validation
+from commands.attachments import NewAttachment
+from commands.handle import Purgekeeper
+from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
+from commands.records import RepositoryIdentity
+from commands.scope import MAX_SCOPE_EVENTS, EventScope
+from commands.webauth import Tokens, bearer
+from schema import content as q
+from schema.errors import ConversationPurged, NotFound, PurgekeeperError, ValidationError
+from schema.states import ConversationState, TombstoneKind
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/v1"
+MERGE_PATH = f"{API_PREFIX}/ledger/merge"
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+DEFAULT_MAX_UPLOAD_BYTES = 64 * 1_048_576
+MAX_WAIT_SECONDS = 30.0
+MAX_JSON_DEPTH = 64
+MAX_MERGE_FILES = 64
+MAX_PATH_LENGTH = 4096
+MAX_SEQ = 2**63 - 1
+MAX_DETAIL_LENGTH = 500
+OPERATOR_TAG = "operator"
+WEB_ROUTER_MODULES = ("commands.status_page", "commands.metrics")
+ORIGIN = "http"
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]*$"
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+HTTP_ERROR_CODES = {
+    400: "validation_error",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+}
+UNAUTHORIZED = {"error": "unauthorized", "detail": "a valid 'Authorization: Bearer <token>' header is required"}
+
+# -- request shapes -------------------------------------------------------------------------
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    try:
+        return value.astimezone(dt.UTC)
+    except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+01:00
+        raise ValueError("the time is out of range once converted to UTC") from exc
+
+
+def _shallow(value: JsonValue) -> JsonValue:
+    """Refuse JSON nested deeper than MAX_JSON_DEPTH, which later encoding would recurse into."""
+    level: list[Any] = [value]
+    for _depth in range(MAX_JSON_DEPTH):
+        level = [c for v in level for c in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else ())]
+        if not level:
+            return value
+    raise ValueError(f"JSON is nested deeper than {MAX_JSON_DEPTH} levels")
+
+
+Id = Annotated[str, Field(min_length=1, max_length=validation.MAX_ID_LENGTH, pattern=ID_PATTERN)]
+Author = Annotated[str, Field(min_length=1, max_length=validation.MAX_AUTHOR_LENGTH)]
+Actor = Annotated[str, Field(min_length=1, max_length=MAX_ACTOR_LENGTH)]
+Reason = Annotated[str, Field(min_length=1, max_length=MAX_REASON_LENGTH)]
+UtcTime = Annotated[AwareDatetime, AfterValidator(_utc)]
+Json = Annotated[JsonValue, AfterValidator(_shallow)]
+IdPath = Annotated[str, PathParam(min_length=1, max_length=validation.MAX_ID_LENGTH, pattern=ID_PATTERN)]
+RequestId = Annotated[
+    str | None,
+    Header(min_length=1, max_length=validation.MAX_ID_LENGTH, pattern=ID_PATTERN, description="kept in the ledger"),
+]
+AttachmentName = Annotated[str, Field(min_length=1, max_length=validation.MAX_NAME_LENGTH)]
+Base64Data = Annotated[
+    str,
+    Field(
+        min_length=4,
+        max_length=4 * -(-validation.MAX_ATTACHMENT_BYTES // 3),
+        pattern=BASE64_PATTERN,
+        description="the bytes, base64-encoded (standard alphabet, padded)",
+    ),
+]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NewConversation(_Body):
+    conversation_id: Id
+    kind: Literal["conversation", "channel"] = "conversation"
+    bot_id: Id | None = None
+
+
+class NewBot(_Body):
+    bot_id: Id
+    name: Annotated[str, Field(min_length=1, max_length=validation.MAX_BOT_NAME_LENGTH)]
+    memory_path: Annotated[
+        str | None,
+        Field(min_length=1, max_length=MAX_PATH_LENGTH, description="a Git working tree inside a Memory root"),
+    ] = None
+
+
+class CasAttachment(_Body):
+    kind: Literal["cas"]
+    name: AttachmentName
+    data_base64: Base64Data
+
+
+class FileAttachment(_Body):
+    kind: Literal["file"]
+    name: AttachmentName
+    data_base64: Base64Data
+
+
+class ReuseAttachment(_Body):
+    kind: Literal["reuse"]
+    name: AttachmentName
+    blob_id: Id
+    binding: Literal["real_file", "legacy_cas"] = "real_file"
+
+
+AttachmentIn = Annotated[CasAttachment | FileAttachment | ReuseAttachment, Field(discriminator="kind")]
+
+
+class NewEvent(_Body):
+    author: Author
+    body: Annotated[str | None, Field(min_length=1, max_length=validation.MAX_BODY_BYTES)] = None
+    provider_event_id: Id | None = None
+    event_id: Id | None = None
+    occurred_at: UtcTime | None = None
+    attachments: Annotated[list[AttachmentIn], Field(max_length=validation.MAX_ATTACHMENTS_PER_EVENT)] = []
+
+
+class NewPlacement(_Body):
+    event_id: Id
+
+
+class NewRun(_Body):
+    conversation_id: Id
+    bot_id: Id
+    run_id: Id | None = None
+
+
+class RunFinish(_Body):
+    status: Literal["succeeded", "failed", "cancelled", "abandoned"]
+    output: Json = None
+
+
+class NewAdmission(_Body):
+    event_id: Id
+    payload: Json
+
+
+class NewDerivative(_Body):
+    kind: Annotated[str, Field(min_length=1, max_length=validation.MAX_DERIVATIVE_KIND_LENGTH)]
+    payload: Json
+    source_event_ids: Annotated[list[Id], Field(max_length=validation.MAX_DERIVATIVE_SOURCES)] = []
+
+
+class ScopeByEvents(_Body):
+    event_ids: Annotated[list[Id], Field(min_length=1, max_length=MAX_SCOPE_EVENTS)]
+
+    def scope(self) -> EventScope:
+        return EventScope(event_ids=tuple(self.event_ids))
+
+
+class ScopeByConversation(_Body):
+    conversation_id: Id
+    after: UtcTime | None = None
+    before: UtcTime | None = None
+    author: Author | None = None
+
+    def scope(self) -> EventScope:
+        return EventScope(
+            conversation_id=self.conversation_id, after=self.after, before=self.before, author=self.author
+        )
+
+
+ScopeIn = ScopeByEvents | ScopeByConversation
+
+
+class Confirmation(_Body):
+    scope: ScopeIn
+    scope_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
+    actor: Actor
+    reason: Reason
+    idempotency_key: Id | None = None
+
+
+class ConversationPurge(_Body):
+    actor: Actor
+    reason: Reason
+    expected_version: Annotated[int | None, Field(ge=1, le=MAX_SEQ)] = None
+    idempotency_key: Id | None = None
+
+
+class ChannelDeletion(_Body):
+    actor: Actor
+    reason: Reason
+    idempotency_key: Id | None = None
+
+
+class ReviewedRepository(_Body):
+    path: Annotated[str, Field(min_length=1, max_length=MAX_PATH_LENGTH)]
+    marker_id: Annotated[str, Field(min_length=1, max_length=validation.MAX_ID_LENGTH)]
+
+
+class BotDeletion(_Body):
+    actor: Actor
+    reason: Reason
+    erase_memory: StrictBool = False
+    reviewed_repository: ReviewedRepository | None = None
+    idempotency_key: Id | None = None
+
+
+class RetryRequest(_Body):
+    actor: Actor
+    reason: Reason
+
+
+class ErrorBody(BaseModel):
+    error: str
+    detail: str
+    reason: str | None = None
+    diagnostics: list[str] | None = None
+    run_ids: list[str] | None = None
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in (
+        (400, "invalid request"),
+        (401, "missing or wrong bearer token"),
+        (404, "unknown id"),
+        (409, "conflict, reserved id or Memory erasure unavailable"),
+        (410, "purged, deleted or fenced"),
+        (413, "body too large"),
+        (503, "messaging or infrastructure unavailable"),
+    )
+}
+
+# -- the app --------------------------------------------------------------------------------
+
+
+def create_app(
+    pk: Purgekeeper,
+    *,
+    tokens: Tokens,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES,
+    max_attachment_bytes: int = validation.MAX_ATTACHMENT_BYTES,
+) -> FastAPI:
+    """The FastAPI app over ``pk``. The caller keeps ``pk`` open while the app serves."""
+    app = FastAPI(
+        title="purgekeeper",
+        version="1",
+        summary="Confirmed content purges for chat and agent hosts.",
+        redoc_url=None,
+    )
+    operator = _operator_routes(pk)
+    for routes in (_content_routes(pk, max_attachment_bytes), _purge_routes(pk), _status_routes(pk), operator):
+        app.include_router(routes)
+    _include_web_routers(app, pk, tokens)
+    _install_error_handlers(app)
+    app.add_middleware(
+        Gate,
+        tokens=tokens,
+        operator_routes=[route for route in operator.routes if isinstance(route, APIRoute)],
+        max_body_bytes=max_body_bytes,
+        max_upload_bytes=max_upload_bytes,
+    )
+    return app
+
+
+def _v1(tag: str) -> APIRouter:
+    """One group of ``/v1`` routes; the bearer scheme is declared for the OpenAPI document (the
+    ``Gate`` middleware checks the token)."""
+    return APIRouter(
+        prefix=API_PREFIX,
+        tags=[tag],
+        dependencies=[Security(HTTPBearer(auto_error=False))],
+        responses=ERROR_RESPONSES,
+    )
+
+
+def _json(value: Any) -> JSONResponse:
+    return JSONResponse(surface.plain(value))
+
+
+def _content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
+    router = _v1("content")
+
+    @router.post("/conversations")
+    def create_conversation(new: NewConversation) -> JSONResponse:
+        return _json(pk.create_conversation(new.conversation_id, kind=new.kind, bot_id=new.bot_id))
+
+    @router.get("/conversations")
+    def list_conversations() -> JSONResponse:
+        return _json({"conversations": pk.list_conversations()})
+
+    @router.get("/conversations/{conversation_id}")
+    def get_conversation(conversation_id: IdPath) -> JSONResponse:
+        found = pk.get_conversation(conversation_id)
+        if found is None:
+            raise _missing_or_purged(pk, conversation_id)
+        return _json(found)
+
+    @router.get("/conversations/{conversation_id}/events")
+    def read_conversation(conversation_id: IdPath) -> JSONResponse:
+        events = pk.read_conversation(conversation_id)
+        if not events and pk.get_conversation(conversation_id) is None:
+            raise _missing_or_purged(pk, conversation_id)
+        return _json({"events": events})
+
+    @router.post("/conversations/{conversation_id}/events")
+    def ingest_event(conversation_id: IdPath, new: NewEvent) -> JSONResponse:
+        attachments = [_attachment(a, i, max_attachment_bytes) for i, a in enumerate(new.attachments)]
+        event = pk.ingest_event(
+            conversation_id,
+            author=new.author,
+            body=new.body,
+            provider_event_id=new.provider_event_id,
+            event_id=new.event_id,
+            occurred_at=new.occurred_at,
+            attachments=attachments,
+        )
+        return _json(event)
+
+    @router.post("/conversations/{conversation_id}/placements")
+    def place_event(conversation_id: IdPath, new: NewPlacement) -> JSONResponse:
+        return _json(pk.place_event(new.event_id, conversation_id))
+
+    @router.post("/conversations/{conversation_id}/derivatives")
+    def add_derivative(conversation_id: IdPath, new: NewDerivative) -> JSONResponse:
+        derivative = pk.add_derivative(
+            conversation_id, kind=new.kind, payload=new.payload, source_event_ids=new.source_event_ids
+        )
+        return _json(derivative)
+
+    @router.post("/bots")
+    def register_bot(new: NewBot) -> JSONResponse:
+        memory_path = _inside_memory_roots(new.memory_path, pk.settings.memory_roots)
+        return _json(pk.register_bot(new.bot_id, name=new.name, memory_path=memory_path))
+
+    @router.post("/runs")
+    def start_run(new: NewRun) -> JSONResponse:
+        return _json(pk.start_run(new.conversation_id, bot_id=new.bot_id, run_id=new.run_id))
+
+    @router.post("/runs/{run_id}/finish")
+    def finish_run(run_id: IdPath, finish: RunFinish) -> JSONResponse:
+        return _json(pk.finish_run(run_id, status=finish.status, output=finish.output))
+
+    @router.post("/runs/{run_id}/admissions")
+    def admit(run_id: IdPath, new: NewAdmission) -> JSONResponse:
+        return _json(pk.admit(new.event_id, run_id, payload=new.payload))
+
+    @router.get(
+        "/attachments/{attachment_id}",
+        response_class=StreamingResponse,
+        responses={200: {"content": {"application/octet-stream": {}}, "description": "the bytes"}},
+    )
+    def open_attachment(attachment_id: IdPath) -> StreamingResponse:
+        stream = pk.open_attachment(attachment_id)
+        return StreamingResponse(
+            _chunks(stream), media_type="application/octet-stream", background=BackgroundTask(stream.close)
+        )
+
+    return router
+
+
+def _purge_routes(pk: Purgekeeper) -> APIRouter:
+    router = _v1("purges")
+
+    @router.post("/purges/preview")
+    def preview_purge(scope: Annotated[ScopeIn, Body()]) -> JSONResponse:
+        return _json(pk.preview_purge(scope.scope()))
+
+    @router.post("/purges/confirm")
+    def confirm_purge(confirmation: Confirmation, x_request_id: RequestId = None) -> JSONResponse:
+        acceptance = pk.confirm_purge(
+            confirmation.scope.scope(),
+            scope_digest=confirmation.scope_digest,
+            actor=confirmation.actor,
+            reason=confirmation.reason,
+            idempotency_key=confirmation.idempotency_key,
+            request_id=x_request_id,
+            origin=ORIGIN,
+        )
+        return _json(acceptance)
+
+    @router.post("/conversations/{conversation_id}/purge")
+    def purge_conversation(
+        conversation_id: IdPath, purge: ConversationPurge, x_request_id: RequestId = None
+    ) -> JSONResponse:
+        acceptance = pk.purge_conversation(
+            conversation_id,
+            actor=purge.actor,
+            reason=purge.reason,
+            expected_version=purge.expected_version,
+            idempotency_key=purge.idempotency_key,
+            request_id=x_request_id,
+            origin=ORIGIN,
+        )
+        return _json(acceptance)
+
+    @router.post("/channels/{channel_id}/delete")
+    def delete_channel(channel_id: IdPath, deletion: ChannelDeletion, x_request_id: RequestId = None) -> JSONResponse:
+        acceptance = pk.delete_channel(
+            channel_id,
+            actor=deletion.actor,
+            reason=deletion.reason,
+            idempotency_key=deletion.idempotency_key,
+            request_id=x_request_id,
+            origin=ORIGIN,
+        )
+        return _json(acceptance)
+
+    @router.get("/bots/{bot_id}/deletion-preview")
+    def preview_bot_deletion(bot_id: IdPath) -> JSONResponse:
+        return _json(pk.preview_bot_deletion(bot_id))
+
+    @router.post("/bots/{bot_id}/delete")
+    def delete_bot(bot_id: IdPath, deletion: BotDeletion, x_request_id: RequestId = None) -> JSONResponse:
+        reviewed = deletion.reviewed_repository
+        acceptance = pk.delete_bot(
+            bot_id,
+            actor=deletion.actor,
+            reason=deletion.reason,
+            erase_memory=deletion.erase_memory,
+            reviewed_repository=RepositoryIdentity(reviewed.path, reviewed.marker_id) if reviewed else None,
+            idempotency_key=deletion.idempotency_key,
+            request_id=x_request_id,
+            origin=ORIGIN,
+        )
+        return _json(acceptance)
+
+    return router
+
+
+def _status_routes(pk: Purgekeeper) -> APIRouter:
+    router = _v1("purges")
+
+    @router.get("/purges")
+    def list_purges(
+        status: Annotated[Literal["accepted", "cleaning", "complete", "incomplete"] | None, Query()] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        after: Annotated[int | None, Query(ge=1, le=MAX_SEQ, description="next_after of the previous page")] = None,
+    ) -> JSONResponse:
+        return _json(pk.list_purges(status, limit=limit, after=after))
+
+    @router.get("/purges/{purge_id}")
+    def status(purge_id: IdPath) -> JSONResponse:
+        return _json(pk.status(purge_id))
+
+    @router.get("/purges/{purge_id}/wait")
+    def wait(
+        purge_id: IdPath,
+        timeout: Annotated[
+            float, Query(ge=0, allow_inf_nan=False, description=f"seconds; at most {MAX_WAIT_SECONDS:g} are waited")
+        ] = 10.0,
+    ) -> JSONResponse:
+        return _json(pk.wait(purge_id, min(timeout, MAX_WAIT_SECONDS)))
+
+    return router
+
+
+def _operator_routes(pk: Purgekeeper) -> APIRouter:
+    router = _v1(OPERATOR_TAG)
+
+    @router.post("/purges/{purge_id}/retry")
+    def retry(purge_id: IdPath, request: RetryRequest) -> JSONResponse:
+        return _json(pk.retry(purge_id, actor=request.actor, reason=request.reason))
+
+    @router.post("/resume")
+    def resume() -> JSONResponse:
+        return _json({"resent": pk.resume()})
+
+    @router.get("/ledger/verify")
+    def verify_ledger() -> JSONResponse:
+        return _json(pk.verify_ledger())
+
+    @router.get(
+        "/ledger/checkpoint",
+        response_class=Response,
+        responses={200: {"content": {"application/json": {}}, "description": "a ledger checkpoint file"}},
+    )
+    def checkpoint_ledger() -> Response:
+        with tempfile.TemporaryDirectory(prefix="purgekeeper-checkpoint-") as directory:
+            written = pk.checkpoint_ledger(Path(directory) / "checkpoint.json")
+            data = written.path.read_bytes()
+        filename = f"{written.database_id}-{written.seq:012d}.json"
+        headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
+        return Response(data, media_type="application/json", headers=headers)
+
+    @router.post("/ledger/merge")
+    def merge_ledger(
+        files: Annotated[list[UploadFile], File(description="checkpoint files to merge (restore)")],
+    ) -> JSONResponse:
+        return _json(_merge(pk, files))
+
+    return router
+
+
+def _merge(pk: Purgekeeper, files: Sequence[UploadFile]) -> dict[str, Any]:
+    """The uploads go to private temporary files under names chosen here; the report names
+    the files as the client did."""
+    if not 1 <= len(files) <= MAX_MERGE_FILES:
+        raise ValidationError(f"upload 1 to {MAX_MERGE_FILES} checkpoint files")
+    with tempfile.TemporaryDirectory(prefix="purgekeeper-merge-") as directory:
+        paths = []
+        for number, upload in enumerate(files):
+            path = Path(directory) / f"upload-{number:03d}.json"
+            with path.open("wb") as target:
+                shutil.copyfileobj(upload.file, target)
+            paths.append(path)
+        report = surface.plain(pk.merge_ledger(*paths))
+    report["files"] = [upload.filename or f"upload-{number:03d}" for number, upload in enumerate(files)]
+    return dict(report)
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _missing_or_purged(pk: Purgekeeper, conversation_id: str) -> PurgekeeperError:
+    """Why a conversation reads as None: never existed (404) or purged (410)."""
+    with pk.db.read() as conn:
+        purged = q.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id)
+        row = None if purged else q.conversation_row(conn, conversation_id)
+    if purged or (row is not None and row.state == ConversationState.PURGED):
+        return ConversationPurged(f"conversation {conversation_id} is purged")
+    return NotFound(f"no conversation {conversation_id}")
+
+
+def _attachment(attachment: CasAttachment | FileAttachment | ReuseAttachment, index: int, cap: int) -> NewAttachment:
+    if isinstance(attachment, ReuseAttachment):
+        return NewAttachment.reuse(attachment.blob_id, name=attachment.name, binding=attachment.binding)
+    try:
+        data = base64.b64decode(attachment.data_base64, validate=True)
+    except binascii.Error as exc:
+        raise ValidationError(f"attachments[{index}].data_base64 is not valid base64") from exc
+    if len(data) > cap:
+        raise ValidationError(f"attachments[{index}] is larger than {cap} bytes")
+    build = NewAttachment.cas if isinstance(attachment, CasAttachment) else NewAttachment.file
+    return build(data, name=attachment.name)
+
+
+def _inside_memory_roots(memory_path: str | None, roots: Sequence[Path]) -> Path | None:
+    """A client may name a Memory repository only inside a configured Memory root."""
+    if memory_path is None:
+        return None
+    if "\x00" in memory_path or not os.path.isabs(memory_path):
+        raise ValidationError("memory_path must be an absolute path inside a Memory root")
+    path = Path(memory_path)
+    for root in roots:
+        inside = path != root and path.is_relative_to(root) and ".." not in path.parts
+        if inside and Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
+            return path
+    raise ValidationError("memory_path must lie inside one of the configured Memory roots")
+
+
+def _chunks(stream: BinaryIO, size: int = 64 * 1024) -> Iterator[bytes]:
+    with stream:
+        while chunk := stream.read(size):
+            yield chunk
+
+
+def _include_web_routers(app: FastAPI, pk: Purgekeeper, tokens: Tokens) -> None:
+    """``/status`` and ``/metrics`` live in their own modules; a missing one is skipped."""
+    for name in WEB_ROUTER_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            log.warning("%s is not available; its routes are not served", name)
+            continue
+        app.include_router(module.router(pk, tokens))
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(PurgekeeperError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _internal_error)
+
+
+async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PurgekeeperError)
+    return JSONResponse(surface.error_body(exc), status_code=surface.http_status(exc))
+
+
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse({"error": "validation_error", "detail": _short(exc.errors())}, status_code=400)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = HTTP_ERROR_CODES.get(exc.status_code, "http_error")
+    detail = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
+    return JSONResponse({"error": code, "detail": detail}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONResponse({"error": "internal_error", "detail": "internal error"}, status_code=500)
+
+
+def _short(errors: Sequence[Any]) -> str:
+    """Where and what, for the first few problems; never the input itself."""
+    parts = []
+    for error in errors[:3]:
+        if error.get("type") == "json_invalid":
+            parts.append("body: not valid JSON")
+            continue
+        location = [str(p) for p in error.get("loc", ())]
+        if len(location) > 1 and location[0] == "body":
+            location = location[1:]
+        parts.append(f"{'.'.join(location) or 'request'}: {error.get('msg', 'invalid')}")
+    if len(errors) > 3:
+        parts.append(f"and {len(errors) - 3} more")
+    return "; ".join(parts)[:MAX_DETAIL_LENGTH] or "invalid request"
+
+
+# -- the gate: tokens and body caps, before anything reads the body ------------------------
+
+
+class Gate:
+    """ASGI middleware: the bearer token of every ``/v1`` request (the operator token for an
+    operator route), then the body cap. The body is read here, up to the cap, and replayed."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        tokens: Tokens,
+        operator_routes: Sequence[APIRoute],
+        max_body_bytes: int,
+        max_upload_bytes: int,
+    ) -> None:
+        self.app = app
+        self.tokens = tokens
+        self.operator_routes = operator_routes
+        self.max_body_bytes = max_body_bytes
+        self.max_upload_bytes = max_upload_bytes
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        if _under_api(scope["path"]) and not self._allowed(scope, bearer(headers.get("authorization"))):
+            await _send_json(send, 401, UNAUTHORIZED, {"www-authenticate": "Bearer"})
+            return
+        cap = self.max_upload_bytes if scope["path"] == MERGE_PATH else self.max_body_bytes
+        try:
+            body = await _read_body(receive, cap, headers.get("content-length"))
+        except _Disconnected:
+            return  # the client left; there is no one to answer
+        if body is None:
+            detail = f"the request body is larger than {cap} bytes"
+            await _send_json(send, 413, {"error": "payload_too_large", "detail": detail})
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    def _allowed(self, scope: AsgiScope, token: str | None) -> bool:
+        if any(route.matches(scope)[0] != Match.NONE for route in self.operator_routes):
+            return self.tokens.operator_allows(token)
+        return self.tokens.host_allows(token)
+
+
+class _Disconnected(Exception):
+    """The client went away while sending the body."""
+
+
+def _under_api(path: str) -> bool:
+    return path == API_PREFIX or path.startswith(API_PREFIX + "/")
+
+
+async def _read_body(receive: Receive, cap: int, content_length: str | None) -> bytes | None:
+    """The whole body, or None when it is larger than ``cap`` (told, or counted)."""
+    if content_length is not None and content_length.isdigit() and int(content_length) > cap:
+        return None
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
+        total += len(chunk)
+        if total > cap:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+async def _send_json(send: Send, status: int, content: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    response = JSONResponse(content, status_code=status, headers=headers)
+    await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})
