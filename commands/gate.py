@@ -10,8 +10,13 @@ most ``MAX_PROBLEMS`` diagnostics that never hold content) while:
 - the ledger's own chain does not verify;
 - the ledger lacks a purge that this database's newest valid checkpoint holds, or holds it
   with different content (a restored old database);
-- the ledger head went back since this process last saw it (the database was restored
-  underneath a running process).
+- the ledger head went back since this process last saw it, or is below the seq in the
+  name of the newest checkpoint file (the database was restored underneath a running
+  process); this holds until a merge or an operator's re-check (``messaging_status``).
+
+A closed gate takes its verdict again when content is asked for and the head row moved or
+its flag changed since the verdict (a merge by another process, a cleared flag): it reopens
+as soon as its cause is gone, and a flood of refused calls costs no ledger walks.
 
 The verdict is taken when a handle opens, after every merge, and again in the background
 once it is older than ``RECHECK_AFTER`` (a ledger tampered with later closes the gate within
@@ -75,6 +80,8 @@ class Gate:
         self._seen_seq = 0
         self._evaluated_at = time.monotonic()
         self._rechecking = False
+        self._sticky = False
+        self._basis: tuple[int, str | None] = (-1, None)  # the head the verdict was taken on
 
     @property
     def state(self) -> GateState:
@@ -105,8 +112,9 @@ class Gate:
             checked_at=head.now,
         )
         with self._lock:
-            self._state, self._seen_seq = state, head.seq
+            self._state, self._seen_seq, self._basis = state, head.seq, (head.seq, head.gate_reason)
             self._evaluated_at = time.monotonic()
+            self._sticky = False
         if not state.open:
             log.error("content reads and writes are closed: %s", "; ".join(state.problems))
         return state
@@ -130,27 +138,46 @@ class Gate:
                 self._rechecking = False
 
     def _check(self, seq: int, gate_reason: str | None) -> None:
+        if gate_reason:
+            raise MessagingUnavailable(f"content reads and writes are closed: {gate_reason}", diagnostics=[gate_reason])
+        floor = self._checkpoint_floor()
         with self._lock:
             if not self._rechecking and time.monotonic() - self._evaluated_at > self.recheck_after:
                 self._rechecking = True
                 threading.Thread(target=self._recheck, name="purgekeeper-gate", daemon=True).start()
-            if gate_reason:
-                raise MessagingUnavailable(
-                    f"content reads and writes are closed: {gate_reason}", diagnostics=[gate_reason]
-                )
-            if seq < self._seen_seq:
-                went_back = (
-                    f"the ledger head went back from seq {self._seen_seq} to {seq}: the database was restored "
-                    "underneath this process; merge the newest checkpoint (purgectl ledger merge)"
-                )
+            if self._state.open and (seq < self._seen_seq or seq < floor[0]):
+                if seq < floor[0]:
+                    went_back = (
+                        f"the ledger head is at seq {seq}, behind checkpoint {Path(floor[1]).name} (seq {floor[0]}): "
+                        f"the database was restored underneath this process; run: purgectl ledger merge {floor[1]}"
+                    )
+                else:
+                    went_back = (
+                        f"the ledger head went back from seq {self._seen_seq} to {seq}: the database was restored "
+                        "underneath this process; merge the newest checkpoint (purgectl ledger merge)"
+                    )
                 self._state = GateState(open=False, problems=(went_back,), ledger_rows=seq)
+                self._sticky = True  # only a merge or an operator's re-check (messaging_status) lifts it
             else:
                 self._seen_seq = seq
             state = self._state
+            stale = not state.open and not self._sticky and (seq, gate_reason) != self._basis
+        if stale:  # the head moved or the flag changed since: a merge elsewhere? take the verdict again
+            state = self.evaluate()
         if not state.open:
             raise MessagingUnavailable(
                 f"content reads and writes are closed: {state.problems[0]}", diagnostics=state.problems
             )
+
+    def _checkpoint_floor(self) -> tuple[int, str]:
+        """The seq and path of this database's newest checkpoint file, from its name (one
+        directory listing, tens of microseconds): a ledger head below it is a restored
+        database."""
+        try:
+            found = checkpoint.own_checkpoints(self.checkpoint_dir, self.database_id)
+        except OSError:
+            return 0, ""
+        return (found[-1][0], str(found[-1][1])) if found else (0, "")
 
 
 def _behind(known: dict[str, dict[str, object]], newest: checkpoint.CheckpointFile) -> list[str]:

@@ -209,9 +209,9 @@ def _reapply_fences(conn: Connection) -> int:
         elif entry.kind == PurgeKind.CHANNEL.value:
             pq.insert_tombstones(conn, entry.purge_id, {TombstoneKind.CHANNEL: [selectors["channel_id"]]})
         elif entry.kind == PurgeKind.BOT.value:
-            pq.insert_tombstones(conn, entry.purge_id, {TombstoneKind.BOT: [selectors["bot_id"]]})
-            if selectors.get("erase_memory"):
+            if selectors.get("erase_memory"):  # first: once the tombstone is in, the bot row is final
                 pq.mark_memory_erasure(conn, str(selectors["bot_id"]))
+            pq.insert_tombstones(conn, entry.purge_id, {TombstoneKind.BOT: [selectors["bot_id"]]})
     return rq.abandon_runs_in_purged_scopes(conn)
 
 

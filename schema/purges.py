@@ -288,7 +288,9 @@ def bump_versions(conn: Connection, conversation_ids: Iterable[str]) -> None:
 
 
 def mark_memory_erasure(conn: Connection, bot_id: str) -> None:
-    conn.execute(update(bots).where(bots.c.id == bot_id).values(erase_memory=True))
+    """Record that the bot's Memory is to be erased (before its tombstone: a deleted bot's row
+    no longer changes). Marking it again changes nothing."""
+    conn.execute(update(bots).where(bots.c.id == bot_id, bots.c.erase_memory.is_not(True)).values(erase_memory=True))
 
 
 def kept_repositories(conn: Connection, *, except_bot: str) -> list[str]:

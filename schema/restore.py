@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import BindParameter, Connection, and_, bindparam, exists, or_, select, update
 
+from schema.content import live_event
 from schema.idlists import IdList, among
 from schema.states import ACTIVE_RUN_STATUSES, BlobState, ConversationState, RunStatus, StepStatus, TombstoneKind
 from schema.tables import (
@@ -59,8 +60,18 @@ _CONVERSATION_LEFT = select(
     )
 )
 
+_other_binding = attachments.alias("other_binding")
 _BYTES_LEFT = select(
-    exists().where(attachments.c.event_id.in_(_FENCED_BY_PURGE)).where(blobs.c.id == attachments.c.blob_id, _HAS_BYTES)
+    exists()
+    .where(attachments.c.event_id.in_(_FENCED_BY_PURGE))
+    .where(blobs.c.id == attachments.c.blob_id, _HAS_BYTES)
+    .where(
+        or_(
+            blobs.c.state == BlobState.DELETING.value,
+            # a present blob that live content still binds is retained-shared, not left over
+            ~exists().where(_other_binding.c.blob_id == blobs.c.id, live_event(_other_binding.c.event_id)),
+        )
+    )
 )
 
 
@@ -76,7 +87,8 @@ def conversation_left(conn: Connection, conversation_id: str, purge_id: str) -> 
 
 
 def bytes_left(conn: Connection, purge_id: str) -> bool:
-    """A blob bound to an event this purge fenced that still has (or may have) bytes."""
+    """A blob bound to an event this purge fenced that still has (or may have) bytes, and
+    that no live content binds (those are kept: retained-shared)."""
     return bool(conn.scalar(_BYTES_LEFT, {"purge_id": purge_id}))
 
 

@@ -1,0 +1,482 @@
+"""The read gate, on SQLite and on PostgreSQL: content reads and writes are closed while the
+ledger cannot be trusted, and the operator commands keep working.
+
+The restores are real: on SQLite a ``VACUUM INTO`` copy is put back over the database file;
+on PostgreSQL the database is re-created from a ``CREATE DATABASE ... TEMPLATE`` copy taken
+earlier. The checkpoint directory is outside both, as DESIGN.md requires, so it remembers
+the purges the restored database forgot. Purged content carries the marker ``SECRET``: no
+diagnostic may ever hold it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sqlite3
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+import commands
+from commands import EventScope, NewAttachment
+from schema import ledger
+from tests.conftest import create_database, drop_database
+from workers import checkpoint
+
+Pk = commands.Purgekeeper
+Roots = dict[str, Path]
+
+SECRET = "S3CR3T-gated"
+WHO = {"actor": "ops@example.org", "reason": "the user asked"}
+CRASHED_MERGE = "a restore merge is under way (started 2026-01-01T00:00:00.000000Z); rerun it if it stopped"
+
+
+# -- backups and restores -------------------------------------------------------------------------
+
+
+@dataclass
+class Backups:
+    """Whole-database backups of the test database, and restores of them in place.
+
+    PostgreSQL: a template copy needs the database to have no other session, so every
+    handle's pool is emptied first (a handle reconnects on its next use, as a running
+    process does after a restore)."""
+
+    database_url: str
+    directory: Path
+    handles: list[Pk] = field(default_factory=list)
+    copies: list[str] = field(default_factory=list)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def name(self) -> str:
+        return str(make_url(self.database_url).database)
+
+    def take(self) -> str:
+        self._release()
+        label = f"pk_bak_{uuid.uuid4().hex[:12]}"
+        if self.is_sqlite:
+            target = self.directory / f"{label}.db"
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with sqlite3.connect(self.name) as conn:
+                conn.execute("VACUUM INTO ?", (str(target),))
+            conn.close()
+            return str(target)
+        create_database(label, template=self.name)
+        self.copies.append(label)
+        return label
+
+    def restore(self, backup: str) -> None:
+        self._release()
+        if self.is_sqlite:
+            for suffix in ("-wal", "-shm"):
+                Path(self.name + suffix).unlink(missing_ok=True)
+            shutil.copyfile(backup, self.name)
+            return
+        drop_database(self.name)
+        create_database(self.name, template=backup)
+
+    def _release(self) -> None:
+        for handle in self.handles:
+            handle.db.dispose()
+
+    def drop_copies(self) -> None:
+        for label in self.copies:
+            drop_database(label)
+
+
+@pytest.fixture
+def backups(database_url: str, tmp_path: Path) -> Iterator[Backups]:
+    made = Backups(database_url, tmp_path / "backups")
+    yield made
+    made.drop_copies()
+
+
+@pytest.fixture
+def open_pk(database_url: str, roots: Roots, backups: Backups) -> Iterator[Callable[[], Pk]]:
+    """Open more handles on the test database (no in-process worker); closed at teardown."""
+    opened: list[Pk] = []
+
+    def open_one() -> Pk:
+        handle = commands.open(
+            database_url,
+            blob_root=roots["blob_root"],
+            file_root=roots["file_root"],
+            checkpoint_dir=roots["checkpoint_dir"],
+            memory_roots=[roots["memory_root"]],
+            workers="none",
+        )
+        opened.append(handle)
+        backups.handles.append(handle)
+        return handle
+
+    try:
+        yield open_one
+    finally:
+        for handle in opened:
+            handle.close()
+
+
+@pytest.fixture
+def gated(pk: Pk, backups: Backups) -> Pk:
+    backups.handles.append(pk)
+    return pk
+
+
+# -- content and purges -------------------------------------------------------------------------
+
+
+def seed(pk: Pk) -> dict[str, str]:
+    """c-doomed (an event with a body and an attachment, purged later), c-kept, bot b-kept."""
+    pk.register_bot("b-kept", name="Kept")
+    pk.create_conversation("c-doomed")
+    pk.create_conversation("c-kept")
+    pk.create_conversation("c-whole")
+    doomed = pk.ingest_event(
+        "c-doomed",
+        author="ada",
+        body=f"{SECRET} body",
+        event_id="e-doomed",
+        provider_event_id="p-doomed",
+        attachments=[NewAttachment.cas(f"{SECRET} bytes".encode(), name="a.txt")],
+    )
+    pk.ingest_event("c-kept", author="bob", body="kept body", event_id="e-kept")
+    pk.ingest_event("c-whole", author="cy", body=f"{SECRET} whole", event_id="e-whole")
+    digest = pk.preview_purge(EventScope(event_ids=["e-kept"])).scope_digest
+    return {"attachment": doomed.attachments[0].id, "digest": digest}
+
+
+def purge_events(pk: Pk, *event_ids: str) -> str:
+    scope = EventScope(event_ids=list(event_ids))
+    digest = pk.preview_purge(scope).scope_digest
+    acceptance = pk.confirm_purge(scope, scope_digest=digest, **WHO)
+    assert acceptance.outcome == "accepted"
+    return acceptance.purge_id
+
+
+def purge_conversation(pk: Pk, conversation_id: str) -> str:
+    acceptance = pk.purge_conversation(conversation_id, **WHO)
+    assert acceptance.outcome == "accepted"
+    return acceptance.purge_id
+
+
+def automatic_checkpoint(pk: Pk) -> checkpoint.Checkpoint:
+    made = checkpoint.automatic(pk.db, pk.settings.checkpoint_dir)
+    assert made is not None, "the ledger moved, so an automatic checkpoint is due"
+    return made
+
+
+def rows(pk: Pk, sql: str, **params: Any) -> list[Any]:
+    with pk.db.read() as conn:
+        return list(conn.execute(text(sql), params))
+
+
+def ledger_rows(pk: Pk) -> int:
+    return int(rows(pk, "SELECT COUNT(*) FROM purge_ledger")[0][0])
+
+
+def restored_behind(pk: Pk, backups: Backups, open_pk: Callable[[], Pk]) -> tuple[Pk, dict[str, Any]]:
+    """Purge p-early, back up, purge e-doomed and c-whole, write the automatic checkpoint,
+    then restore the backup and open a new handle on it."""
+    ids = seed(pk)
+    ids["early"] = purge_conversation(pk, "c-early")
+    backup = backups.take()
+    ids["content"] = purge_events(pk, "e-doomed")
+    ids["whole"] = purge_conversation(pk, "c-whole")
+    ids["checkpoint"] = automatic_checkpoint(pk).path
+    pk.close()
+    backups.restore(backup)
+    return open_pk(), ids
+
+
+# -- what a closed gate refuses -----------------------------------------------------------------
+
+CONTENT_CALLS: dict[str, Callable[[Pk, dict[str, Any]], Any]] = {
+    "read_conversation": lambda pk, ids: pk.read_conversation("c-kept"),
+    "get_conversation": lambda pk, ids: pk.get_conversation("c-kept"),
+    "list_conversations": lambda pk, ids: pk.list_conversations(),
+    "open_attachment": lambda pk, ids: pk.open_attachment(ids["attachment"]),
+    "create_conversation": lambda pk, ids: pk.create_conversation("c-new"),
+    "ingest_event": lambda pk, ids: pk.ingest_event("c-kept", author="ada", body="new"),
+    "ingest_duplicate": lambda pk, ids: pk.ingest_event(
+        "c-doomed", author="ada", body="x", provider_event_id="p-doomed"
+    ),
+    "place_event": lambda pk, ids: pk.place_event("e-kept", "c-doomed"),
+    "register_bot": lambda pk, ids: pk.register_bot("b-new", name="New"),
+    "start_run": lambda pk, ids: pk.start_run("c-kept", bot_id="b-kept"),
+    "add_derivative": lambda pk, ids: pk.add_derivative("c-kept", kind="summary", payload="p"),
+    "preview_purge": lambda pk, ids: pk.preview_purge(EventScope(event_ids=["e-kept"])),
+    "confirm_purge": lambda pk, ids: pk.confirm_purge(
+        EventScope(event_ids=["e-kept"]), scope_digest=ids["digest"], **WHO
+    ),
+    "purge_conversation": lambda pk, ids: pk.purge_conversation("c-kept", **WHO),
+    "delete_bot": lambda pk, ids: pk.delete_bot("b-kept", **WHO),
+    "preview_bot_deletion": lambda pk, ids: pk.preview_bot_deletion("b-kept"),
+}
+
+
+def assert_closed(pk: Pk, ids: dict[str, Any], *must_name: str) -> list[commands.MessagingUnavailable]:
+    """Every content read and write, preview and acceptance raises MessagingUnavailable with
+    bounded diagnostics naming ``must_name`` and never content; nothing is written."""
+    before = ledger_rows(pk)
+    refusals = []
+    for name, call in CONTENT_CALLS.items():
+        with pytest.raises(commands.MessagingUnavailable) as refused:
+            call(pk, ids)
+        error = refused.value
+        said = " ".join([str(error), error.detail, *error.diagnostics])
+        assert error.diagnostics, name
+        assert len(error.diagnostics) <= commands.MessagingUnavailable.MAX_DIAGNOSTICS, name
+        assert SECRET not in said, f"{name}: a diagnostic holds content: {said}"
+        for needle in must_name:
+            assert needle in said, f"{name}: {needle!r} is not named in {said!r}"
+        refusals.append(error)
+    assert ledger_rows(pk) == before, "a closed gate accepted a purge"
+    assert rows(pk, "SELECT id FROM conversations WHERE id = 'c-new'") == []
+    assert rows(pk, "SELECT id FROM bots WHERE id = 'b-new'") == []
+    return refusals
+
+
+def assert_operator_commands_work(pk: Pk, purge_id: str, tmp_path: Path) -> None:
+    assert pk.status(purge_id).purge_id == purge_id
+    assert purge_id in [p.purge_id for p in pk.list_purges().purges]
+    assert pk.verify_ledger().ok
+    written = pk.checkpoint_ledger(tmp_path / "operator" / "ledger.json")
+    assert checkpoint.read(written.path).seq == written.seq
+
+
+# -- tests ----------------------------------------------------------------------------------------
+
+
+def test_a_fresh_database_is_open(pk: Pk) -> None:
+    state = pk.messaging_status()
+    assert (state.open, state.problems, state.checkpoint) == (True, (), None)
+    seed(pk)
+    assert [e.id for e in pk.read_conversation("c-kept")] == ["e-kept"]
+
+
+def test_an_automatic_checkpoint_of_this_very_ledger_keeps_the_gate_open(gated: Pk, open_pk: Callable[[], Pk]) -> None:
+    seed(gated)
+    purge_events(gated, "e-doomed")
+    made = automatic_checkpoint(gated)
+    fresh = open_pk()
+    state = fresh.messaging_status()
+    assert (state.open, state.problems, state.checkpoint) == (True, (), str(made.path))
+    assert [e.id for e in fresh.read_conversation("c-kept")] == ["e-kept"]
+
+
+def test_a_restored_older_database_is_closed_to_content_until_merged(
+    gated: Pk, backups: Backups, open_pk: Callable[[], Pk], tmp_path: Path
+) -> None:
+    restored, ids = restored_behind(gated, backups, open_pk)
+    assert rows(restored, "SELECT body FROM events WHERE id = 'e-doomed'")[0][0] == f"{SECRET} body", (
+        "the restore brought the purged body back (the premise of this test)"
+    )
+    checkpoint_name = ids["checkpoint"].name
+    assert_closed(restored, ids, checkpoint_name, ids["content"], ids["whole"])
+
+    state = restored.messaging_status()
+    assert not state.open and state.problems
+    assert state.checkpoint == str(ids["checkpoint"])
+    assert any(ids["content"] in problem and ids["whole"] in problem for problem in state.problems)
+    assert SECRET not in " ".join(state.problems)
+    assert_operator_commands_work(restored, ids["early"], tmp_path)
+
+    report = restored.merge_ledger(ids["checkpoint"])
+    assert report.appended == (ids["content"], ids["whole"])
+    assert restored.messaging_status().open
+    assert [e.id for e in restored.read_conversation("c-doomed")] == []
+    assert restored.read_conversation("c-whole") == []
+    assert [e.id for e in restored.read_conversation("c-kept")] == ["e-kept"]
+
+
+def test_a_durable_gate_reason_closes_every_handle_until_cleared(
+    pk: Pk, open_pk: Callable[[], Pk], tmp_path: Path
+) -> None:
+    ids = seed(pk)
+    early = purge_conversation(pk, "c-early")
+    other = open_pk()
+    pk.db.transact(lambda conn: ledger.set_gate(conn, CRASHED_MERGE))
+
+    for handle in (pk, other):
+        refusals = assert_closed(handle, ids)
+        assert all(CRASHED_MERGE in r.diagnostics for r in refusals)
+        assert_operator_commands_work(handle, early, tmp_path)
+    fresh = open_pk()
+    state = fresh.messaging_status()
+    assert not state.open and CRASHED_MERGE in state.problems
+    with pytest.raises(commands.MessagingUnavailable) as refused:
+        fresh.read_conversation("c-kept")
+    assert CRASHED_MERGE in refused.value.diagnostics
+
+    other.db.transact(lambda conn: ledger.set_gate(conn, None))
+    for handle in (pk, other):
+        assert [e.id for e in handle.read_conversation("c-kept")] == ["e-kept"]
+    assert pk.messaging_status().open
+
+
+@pytest.mark.parametrize("verdict_taken", ["at-open", "by-messaging-status"])
+def test_a_verdict_taken_while_the_gate_was_closed_does_not_outlive_it(
+    pk: Pk, open_pk: Callable[[], Pk], verdict_taken: str
+) -> None:
+    seed(pk)
+    pk.db.transact(lambda conn: ledger.set_gate(conn, CRASHED_MERGE))
+    if verdict_taken == "at-open":
+        during = open_pk()
+    else:
+        during = pk
+        assert not during.messaging_status().open
+    with pytest.raises(commands.MessagingUnavailable):
+        during.read_conversation("c-kept")
+    open_pk().db.transact(lambda conn: ledger.set_gate(conn, None))
+    assert [e.id for e in during.read_conversation("c-kept")] == ["e-kept"]
+
+
+def test_a_handle_opened_before_a_merge_elsewhere_reopens_after_it(
+    gated: Pk, backups: Backups, open_pk: Callable[[], Pk]
+) -> None:
+    server, ids = restored_behind(gated, backups, open_pk)
+    with pytest.raises(commands.MessagingUnavailable):
+        server.read_conversation("c-kept")
+    operator = open_pk()
+    assert operator.merge_ledger(ids["checkpoint"]).gate.open
+    assert [e.id for e in operator.read_conversation("c-kept")] == ["e-kept"]
+    assert [e.id for e in server.read_conversation("c-kept")] == ["e-kept"]
+
+
+def test_a_ledger_head_that_goes_back_underneath_a_running_handle_closes_it(
+    gated: Pk, backups: Backups, tmp_path: Path
+) -> None:
+    """No checkpoint is written here: the running handle notices on its own."""
+    ids = seed(gated)
+    early = purge_conversation(gated, "c-early")
+    backup = backups.take()
+    purge_events(gated, "e-doomed")
+    purge_conversation(gated, "c-whole")
+    assert [e.id for e in gated.read_conversation("c-kept")] == ["e-kept"]
+
+    backups.restore(backup)
+    assert ledger_rows(gated) == 1
+    refusals = assert_closed(gated, ids, "went back")
+    assert any("seq 3 to 1" in " ".join(r.diagnostics) for r in refusals)
+    assert_operator_commands_work(gated, early, tmp_path)
+    state = gated.messaging_status(refresh=False)
+    assert not state.open and "went back" in state.problems[0]
+
+
+def test_a_running_handle_that_did_not_see_the_newer_head_closes_after_a_restore_underneath_it(
+    gated: Pk, backups: Backups, open_pk: Callable[[], Pk]
+) -> None:
+    seed(gated)
+    backup = backups.take()
+    other = open_pk()  # another process accepts the purges; the scheduler writes the checkpoint
+    purge_events(other, "e-doomed")
+    automatic_checkpoint(other)
+    backups.restore(backup)
+    assert rows(gated, "SELECT body FROM events WHERE id = 'e-doomed'")[0][0] == f"{SECRET} body"
+    with pytest.raises(commands.MessagingUnavailable):  # today: [Event(e-doomed, body=SECRET...)]
+        gated.read_conversation("c-doomed")
+
+
+def tamper_first_row(pk: Pk) -> None:
+    """Raw SQL that bypasses the append-only triggers: the first row gets another reason."""
+    update = "UPDATE purge_ledger SET reason = 'rewritten' WHERE seq = 1"
+    with pk.db.write() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql("ALTER TABLE purge_ledger DISABLE TRIGGER ALL")
+            conn.exec_driver_sql(update)
+            conn.exec_driver_sql("ALTER TABLE purge_ledger ENABLE TRIGGER ALL")
+        else:
+            (sql,) = conn.exec_driver_sql(
+                "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'pk_purge_ledger_no_update'"
+            ).one()
+            conn.exec_driver_sql("DROP TRIGGER pk_purge_ledger_no_update")
+            conn.exec_driver_sql(update)
+            conn.exec_driver_sql(sql)
+
+
+def test_a_corrupt_ledger_closes_content(pk: Pk, open_pk: Callable[[], Pk], tmp_path: Path) -> None:
+    ids = seed(pk)
+    first = purge_conversation(pk, "c-early")
+    purge_events(pk, "e-doomed")
+    taken_before = pk.checkpoint_ledger(tmp_path / "before.json").path
+    tamper_first_row(pk)
+    assert rows(pk, "SELECT reason FROM purge_ledger WHERE seq = 1")[0][0] == "rewritten"
+
+    fresh = open_pk()
+    refusals = assert_closed(fresh, ids, "tampered row at seq 1")
+    assert any(first in " ".join(r.diagnostics) for r in refusals)
+    state = pk.messaging_status()  # the running handle, once it takes the verdict again
+    assert not state.open and any("does not verify" in p for p in state.problems)
+    assert_closed(pk, ids, "tampered row at seq 1")
+    assert pk.status(first).purge_id == first
+    assert not pk.verify_ledger().ok
+    with pytest.raises(commands.MessagingUnavailable):  # a merge does not build on a corrupt ledger
+        pk.merge_ledger(taken_before)
+    assert rows(pk, "SELECT gate_reason FROM ledger_head")[0][0] is None
+
+
+def forged_newer(valid: Path, database_id: str) -> Path:
+    """A newer-looking checkpoint of this database that does not verify: a copy of ``valid``
+    with one more row, whose hash was not recomputed."""
+    data = json.loads(valid.read_text("utf-8"))
+    extra = {**data["rows"][-1], "seq": data["head"]["seq"] + 1, "purge_id": "f" * 32}
+    extra["prev_hash"] = data["rows"][-1]["row_hash"]
+    data["rows"].append(extra)
+    data["head"] = {"seq": extra["seq"], "hash": extra["row_hash"]}
+    path = valid.parent / f"{database_id}-{extra['seq'] + 7:012d}.json"
+    path.write_text(json.dumps(data), "utf-8")
+    return path
+
+
+def test_a_newer_checkpoint_that_does_not_verify_is_skipped_for_the_older_valid_one(
+    gated: Pk, backups: Backups, open_pk: Callable[[], Pk], caplog: pytest.LogCaptureFixture
+) -> None:
+    ids = seed(gated)
+    backup = backups.take()
+    content = purge_events(gated, "e-doomed")
+    valid = automatic_checkpoint(gated).path
+    forged = forged_newer(valid, gated.database_key)
+    (valid.parent / f"{gated.database_key}-{999:012d}.json").write_bytes(b'{"format": "purgekeeper-led')
+
+    with caplog.at_level(logging.WARNING, logger="commands.gate"):
+        state = open_pk().messaging_status()
+    assert (state.open, state.problems, state.checkpoint) == (True, (), str(valid))
+    assert len(state.warnings) == 2 and any(forged.name in w for w in state.warnings)
+    assert "skipped a checkpoint that does not verify" in caplog.text
+
+    gated.close()
+    backups.restore(backup)
+    restored = open_pk()
+    state = restored.messaging_status()
+    assert not state.open and state.checkpoint == str(valid)
+    assert any(content in problem and valid.name in problem for problem in state.problems)
+    assert all("f" * 32 not in problem for problem in state.problems)
+    assert_closed(restored, ids, valid.name, content)
+
+
+def test_checkpoints_of_another_database_in_the_same_directory_are_not_compared(
+    gated: Pk, backups: Backups, open_pk: Callable[[], Pk]
+) -> None:
+    """A file named after another database id holds a purge this database lacks: ignored."""
+    seed(gated)
+    backup = backups.take()
+    purge_events(gated, "e-doomed")
+    theirs = gated.checkpoint_ledger(gated.settings.checkpoint_dir / f"{uuid.uuid4().hex}-{1:012d}.json")
+    gated.close()
+    backups.restore(backup)
+    restored = open_pk()
+    assert checkpoint.read(theirs.path).seq == 1 and ledger_rows(restored) == 0
+    state = restored.messaging_status()
+    assert (state.open, state.problems, state.checkpoint) == (True, (), None)
+    assert [e.id for e in restored.read_conversation("c-kept")] == ["e-kept"]
