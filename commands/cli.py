@@ -41,6 +41,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from commands import surface
+from commands.gate import Gate
 from commands.handle import Purgekeeper
 from commands.operations import MAX_PAGE, PURGE_STATUSES
 from commands.records import (
@@ -515,20 +516,26 @@ def _logged_enqueue(key: str) -> Callable[[Sequence[str]], None]:
 
 @json_command(main)
 def health(as_json: bool) -> None:
-    """Check the database answers, its schema is current and its ledger verifies (exit 4 if not)."""
+    """Check the database answers, its schema is current, its ledger verifies and holds every
+    purge of the newest checkpoint, and no merge is under way (exit 4 if not)."""
 
     def action() -> dict[str, Any]:
-        db = Database(Settings.from_env().database_url)
+        settings = Settings.from_env()
+        db = Database(settings.database_url)
         try:
             revision = migrate.check_current(db)
             if revision is None:
                 raise SchemaMismatch(NOT_INITIALISED)
-            with db.read() as conn:
+            with db.read(snapshot=True) as conn:
                 report = ledger.verify(conn)
+                database_id = ledger.read_head(conn).database_id
+            if not report.ok:
+                raise MessagingUnavailable("the purge ledger does not verify", diagnostics=report.problems)
+            state = Gate(db, settings.checkpoint_dir, database_id).evaluate()
         finally:
             db.dispose()
-        if not report.ok:
-            raise MessagingUnavailable("the purge ledger does not verify", diagnostics=report.problems)
+        if not state.open:
+            raise MessagingUnavailable("content reads and writes are closed", diagnostics=state.problems)
         return {"ok": True, "revision": revision, "ledger_rows": report.rows, "head_hash": report.head_hash}
 
     run_command(as_json, action, lambda r: f"ok: schema {r['revision']}, ledger {r['ledger_rows']} rows verified")
@@ -831,26 +838,45 @@ def ledger_group() -> None:
 
 @json_command(ledger_group, "verify")
 def ledger_verify(as_json: bool) -> None:
-    """Walk the ledger's hash chain. When it does not verify, the problems are reported as a
-    messaging_unavailable error with diagnostics, and the exit code is 4 (content reads and
-    writes are closed in that state)."""
+    """Walk the ledger's hash chain and compare it with the newest checkpoint in the
+    checkpoint directory. When it does not verify, or lacks purges the checkpoint holds, or a
+    merge is under way, the problems are reported as a messaging_unavailable error with
+    diagnostics, and the exit code is 4 (content reads and writes are closed in that state)."""
 
     def action(pk: Purgekeeper) -> LedgerReport:
         report = pk.verify_ledger()
         if not report.ok:
             detail = f"the purge ledger does not verify ({report.rows} rows, head hash {report.head_hash})"
             raise MessagingUnavailable(detail, diagnostics=report.problems)
+        state = pk.messaging_status()
+        if not state.open:
+            detail = f"the ledger verifies ({report.rows} rows) but content reads and writes are closed"
+            raise MessagingUnavailable(detail, diagnostics=state.problems)
         return report
 
     run_with_handle(as_json, action, render_report)
 
 
 @json_command(ledger_group, "checkpoint")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The file to write.")
-def ledger_checkpoint(out: Path, as_json: bool) -> None:
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The file to write; without it, the checkpoint directory (PURGEKEEPER_CHECKPOINT_DIR), "
+    "named <database id>-<seq>.json, as the scheduler names its automatic ones.",
+)
+def ledger_checkpoint(out: Path | None, as_json: bool) -> None:
     """Write a versioned checkpoint file of every ledger row and the head hash. Keep it
-    outside database backups: `ledger merge` restores purges from it."""
-    run_with_handle(as_json, lambda pk: pk.checkpoint_ledger(out), render_checkpoint)
+    outside database backups: `ledger merge` restores purges from it. After a database dump,
+    run it without --out: the read gate compares the database with that directory."""
+
+    def action(pk: Purgekeeper) -> checkpoint.Checkpoint:
+        if out is not None:
+            return pk.checkpoint_ledger(out)
+        with pk.db.read() as conn:
+            seq = ledger.read_head(conn).seq
+        return pk.checkpoint_ledger(pk.settings.checkpoint_dir / f"{pk.database_key}-{seq:012d}.json")
+
+    run_with_handle(as_json, action, render_checkpoint)
 
 
 @json_command(ledger_group, "merge")

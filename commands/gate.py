@@ -90,7 +90,7 @@ class Gate:
 
     def evaluate(self) -> GateState:
         """Verify the ledger against its chain and against the newest checkpoint; remember."""
-        with self.db.read() as conn:
+        with self.db.read(snapshot=True) as conn:
             head = ledger.read_head(conn)
             report = ledger.verify(conn)
             known = {entry.purge_id: entry.content() for entry in ledger.entries(conn)}

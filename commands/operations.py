@@ -121,7 +121,7 @@ class OperatorCommands:
 
     def verify_ledger(self) -> LedgerReport:
         """Walk the hash chain; report at most a bounded number of problems."""
-        with self.db.read() as conn:
+        with self.db.read(snapshot=True) as conn:
             return ledger.verify(conn)
 
     def checkpoint_ledger(self, path: str | Path) -> checkpoint.Checkpoint:

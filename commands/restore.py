@@ -79,7 +79,7 @@ class RestoreCommands:
         """Restore: union the files' purges into this ledger and re-apply every purge before
         any reader sees content again (see the module docstring for the order)."""
         files = _verified(paths)
-        with self.db.read() as conn:
+        with self.db.read(snapshot=True) as conn:
             report = ledger.verify(conn)
             known = {entry.purge_id: entry for entry in ledger.entries(conn)}
         if not report.ok:

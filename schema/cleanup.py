@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.content import NOT_PURGED, live_event
-from schema.idlists import IdList, among
+from schema.idlists import IDS, among
 from schema.states import BlobState, TombstoneKind
 from schema.tables import (
     admissions,
@@ -41,7 +41,6 @@ from schema.tables import (
     tombstones,
 )
 
-IDS = bindparam("ids", type_=IdList())
 _CONVERSATION: BindParameter[Any] = bindparam("conversation_id")
 
 

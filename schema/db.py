@@ -80,25 +80,38 @@ class Database:
         self.engine.dispose()
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[Connection]:
-        """One write transaction (no retry); domain errors come out translated."""
+    def write(self, *, durable: bool = True) -> Iterator[Connection]:
+        """One write transaction (no retry); domain errors come out translated.
+
+        ``durable=False`` (PostgreSQL) commits without waiting for the WAL flush, for work
+        that is idempotent and recorded by a later durable write anyway: a server crash may
+        lose the last such commits, never reorder them, so the work is simply done again.
+        Never for acceptances, nor for a write that must be on disk before a file is
+        touched (a blob marked ``deleting`` before its unlink)."""
         with _translated(), self.engine.connect() as conn:
             conn.execution_options(pk_begin="IMMEDIATE")
             with conn.begin():
+                if not durable and not self.is_sqlite:
+                    conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
                 yield conn
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[Connection]:
-        """One read transaction; on SQLite a deferred one, so readers never wait on writers."""
+    def read(self, *, snapshot: bool = False) -> Iterator[Connection]:
+        """One read transaction; on SQLite a deferred one, so readers never wait on writers.
+        ``snapshot``: every statement sees the same committed state (on PostgreSQL, REPEATABLE
+        READ; a SQLite read transaction in WAL mode already does): walking the ledger row by
+        row and then reading its head must not see an acceptance committed in between."""
         with _translated(), self.engine.connect() as conn:
             conn.execution_options(pk_begin="DEFERRED")
+            if snapshot and not self.is_sqlite:
+                conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 yield conn
 
-    def transact(self, work: Callable[[Connection], T]) -> T:
+    def transact(self, work: Callable[[Connection], T], *, durable: bool = True) -> T:
         """Run ``work`` in a write transaction, again on a deadlock or a busy database."""
         try:  # the common case: one attempt, no retry machinery
-            with self.write() as conn:
+            with self.write(durable=durable) as conn:
                 return work(conn)
         except _Retryable:
             if self.write_attempts <= 1:
@@ -111,7 +124,7 @@ class Database:
         )
         try:
             for attempt in retrying:
-                with attempt, self.write() as conn:
+                with attempt, self.write(durable=durable) as conn:
                     return work(conn)
         except RetryError as exc:
             last = exc.last_attempt.exception()

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Boolean, Text
+from sqlalchemy import BindParameter, Boolean, Text, bindparam
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
@@ -44,6 +44,10 @@ class among(FunctionElement[bool]):
     type = Boolean()
     inherit_cache = True
     name = "among"
+
+
+# The conventional parameter: ``among(column, IDS)`` with ``{"ids": [...]}`` at execution.
+IDS: BindParameter[list[str]] = bindparam("ids", type_=IdList())
 
 
 @compiles(among, "postgresql")

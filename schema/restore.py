@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import BindParameter, Connection, and_, bindparam, exists, or_, select, update
 
 from schema.content import live_event
-from schema.idlists import IdList, among
+from schema.idlists import IDS, among
 from schema.states import ACTIVE_RUN_STATUSES, BlobState, ConversationState, RunStatus, StepStatus, TombstoneKind
 from schema.tables import (
     admissions,
@@ -25,7 +25,6 @@ from schema.tables import (
     tombstones,
 )
 
-IDS = bindparam("ids", type_=IdList())
 _PURGE: BindParameter[Any] = bindparam("purge_id")
 _CONVERSATION: BindParameter[Any] = bindparam("conversation_id")
 _HAS_BYTES = blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value])

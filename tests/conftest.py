@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,18 +141,34 @@ def roots(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.fixture
-def pk(database_url: str, roots: dict[str, Path]) -> Iterator[commands.Purgekeeper]:
+def open_pk(database_url: str, roots: dict[str, Path]) -> Iterator[Callable[[], commands.Purgekeeper]]:
+    """Open handles on the test database with no in-process worker (acceptance is observed
+    before any cleanup); all are closed at teardown."""
+    opened: list[commands.Purgekeeper] = []
+
+    def open_one() -> commands.Purgekeeper:
+        handle = commands.open(
+            database_url,
+            blob_root=roots["blob_root"],
+            file_root=roots["file_root"],
+            checkpoint_dir=roots["checkpoint_dir"],
+            memory_roots=[roots["memory_root"]],
+            workers="none",
+        )
+        opened.append(handle)
+        return handle
+
+    try:
+        yield open_one
+    finally:
+        for handle in opened:
+            handle.close()
+
+
+@pytest.fixture
+def pk(open_pk: Callable[[], commands.Purgekeeper]) -> commands.Purgekeeper:
     """A handle with no in-process worker: acceptance is observed before any cleanup."""
-    handle = commands.open(
-        database_url,
-        blob_root=roots["blob_root"],
-        file_root=roots["file_root"],
-        checkpoint_dir=roots["checkpoint_dir"],
-        memory_roots=[roots["memory_root"]],
-        workers="none",
-    )
-    yield handle
-    handle.close()
+    return open_pk()
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ def snapshot(db: Database) -> dict[str, Any]:
     """A consistent snapshot: the head first, then the rows up to it. The ledger is gapless
     and append-only, and the head moves in the transaction that adds its row, so the rows up
     to a committed head never change."""
-    with db.read() as conn:
+    with db.read(snapshot=True) as conn:
         head = ledger.read_head(conn)
         rows = [_row(entry) for entry in ledger.entries(conn) if entry.seq <= head.seq]
     return {

@@ -72,8 +72,12 @@ def _entry(ctx: StepContext, purge_id: str) -> ledger.LedgerEntry:
     return entry
 
 
-def _batch(ctx: StepContext, held: steps.Claim, work: Callable[[Connection], dict[str, Any]]) -> dict[str, Any]:
-    """One committed batch: the work and its progress (which renews the lease) together."""
+def _batch(
+    ctx: StepContext, held: steps.Claim, work: Callable[[Connection], dict[str, Any]], *, durable: bool = False
+) -> dict[str, Any]:
+    """One committed batch: the work and its progress (which renews the lease) together.
+    Batches are idempotent, so their commits need not wait for the WAL flush (a server crash
+    makes the step do them again), except where ``durable`` says a file is touched next."""
 
     def transaction(conn: Connection) -> dict[str, Any]:
         done = work(conn)
@@ -81,7 +85,7 @@ def _batch(ctx: StepContext, held: steps.Claim, work: Callable[[Connection], dic
         steps.progress(conn, held, lease=ctx.lease, **{k: v for k, v in done.items() if k in PROGRESS_FIELDS})
         return done
 
-    return ctx.db.transact(transaction)
+    return ctx.db.transact(transaction, durable=durable)
 
 
 # -- bodies -------------------------------------------------------------------------------------
@@ -168,6 +172,7 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
             functools.partial(
                 _mark_unreferenced, purge_id=entry.purge_id, after=after, limit=ctx.batch_size, first=first
             ),
+            durable=True,  # "deleting" is on disk before any unlink: else a present blob could lack its bytes
         )
         first = False
         for blob_id, kind, path in marked["doomed"]:
@@ -218,7 +223,7 @@ def remove_memory(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry
             return _nothing_left(ctx, held, repository)
         _prove(ctx, repository, bot_id, marker_id)
         os.rename(repository, aside)
-        _batch(ctx, held, lambda _conn: {"remaining": 1})  # one directory set aside, to remove
+        _batch(ctx, held, lambda _conn: {"remaining": 1}, durable=True)  # one directory set aside, to remove
     marker = memory.read_marker(aside)
     if marker != memory.Marker(bot_id, str(marker_id)):
         raise NotProvable("marker_changed", f"the directory set aside at {aside} does not carry the recorded marker")
@@ -242,7 +247,7 @@ def _nothing_left(ctx: StepContext, held: steps.Claim, repository: Path) -> list
 
 
 def _memory_done(ctx: StepContext, held: steps.Claim, *, removed: int) -> list[str]:
-    _batch(ctx, held, lambda _conn: {"removed": removed, "remaining": 0})
+    _batch(ctx, held, lambda _conn: {"removed": removed, "remaining": 0}, durable=True)
     return []
 
 

@@ -71,7 +71,10 @@ def run_step(ctx: StepContext, step_id: str, *, policy: Policy) -> Outcome:
 
 
 def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Outcome:
-    held, entry = ctx.db.transact(functools.partial(_claim, step_id=step_id, owner=owner, lease=policy.lease))
+    # Not durable: a claim lost in a server crash only returns the step to due; a worker crash
+    # never loses a committed claim, so attempts still count every death.
+    claim = functools.partial(_claim, step_id=step_id, owner=owner, lease=policy.lease)
+    held, entry = ctx.db.transact(claim, durable=False)
     if held is None:
         return Outcome("skipped")
     try:
@@ -122,7 +125,8 @@ def _finish(
     retry_in: dt.timedelta = dt.timedelta(0),
     wake: tuple[str, ...] = (),
 ) -> Outcome:
-    kept = ctx.db.transact(lambda conn: steps.finish(conn, held, outcome=status, error=error, retry_in=retry_in))
+    finish = functools.partial(steps.finish, held=held, outcome=status, error=error, retry_in=retry_in)
+    kept = ctx.db.transact(finish, durable=False)  # lost in a server crash: the step runs again, idempotently
     if not kept:
         return Outcome("lease_lost")
     return Outcome(status.value, wake)

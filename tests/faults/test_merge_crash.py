@@ -62,29 +62,6 @@ print("the merge finished", flush=True)
 
 
 @pytest.fixture
-def open_pk(database_url: str, roots: Roots) -> Iterator[Callable[[], Pk]]:
-    opened: list[Pk] = []
-
-    def open_one() -> Pk:
-        handle = commands.open(
-            database_url,
-            blob_root=roots["blob_root"],
-            file_root=roots["file_root"],
-            checkpoint_dir=roots["checkpoint_dir"],
-            memory_roots=[roots["memory_root"]],
-            workers="none",
-        )
-        opened.append(handle)
-        return handle
-
-    try:
-        yield open_one
-    finally:
-        for handle in opened:
-            handle.close()
-
-
-@pytest.fixture
 def backup_copies() -> Iterator[list[str]]:
     made: list[str] = []
     yield made

@@ -103,28 +103,15 @@ def backups(database_url: str, tmp_path: Path) -> Iterator[Backups]:
 
 
 @pytest.fixture
-def open_pk(database_url: str, roots: Roots, backups: Backups) -> Iterator[Callable[[], Pk]]:
-    """Open more handles on the test database (no in-process worker); closed at teardown."""
-    opened: list[Pk] = []
+def open_pk(open_pk: Callable[[], Pk], backups: Backups) -> Callable[[], Pk]:
+    """conftest's handles, also known to the backups (which close them before a restore)."""
 
     def open_one() -> Pk:
-        handle = commands.open(
-            database_url,
-            blob_root=roots["blob_root"],
-            file_root=roots["file_root"],
-            checkpoint_dir=roots["checkpoint_dir"],
-            memory_roots=[roots["memory_root"]],
-            workers="none",
-        )
-        opened.append(handle)
+        handle = open_pk()
         backups.handles.append(handle)
         return handle
 
-    try:
-        yield open_one
-    finally:
-        for handle in opened:
-            handle.close()
+    return open_one
 
 
 @pytest.fixture

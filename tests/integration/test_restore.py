@@ -27,7 +27,7 @@ import shutil
 import sqlite3
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,30 +61,6 @@ SHARED_BYTES = b"shared bytes, kept"
 
 
 # -- handles, rows and cleanup ------------------------------------------------------------------
-
-
-@pytest.fixture
-def open_pk(database_url: str, roots: Roots) -> Iterator[Callable[[], Pk]]:
-    """Open handles on the test database (no in-process worker); closed at teardown."""
-    opened: list[Pk] = []
-
-    def open_one() -> Pk:
-        handle = commands.open(
-            database_url,
-            blob_root=roots["blob_root"],
-            file_root=roots["file_root"],
-            checkpoint_dir=roots["checkpoint_dir"],
-            memory_roots=[roots["memory_root"]],
-            workers="none",
-        )
-        opened.append(handle)
-        return handle
-
-    try:
-        yield open_one
-    finally:
-        for handle in opened:
-            handle.close()
 
 
 def rows(pk: Pk, sql: str, **params: Any) -> list[Any]:
