@@ -59,12 +59,21 @@ def warn_if_redis_may_evict(client: object) -> None:
 
 def add_prometheus(the_broker: dramatiq.Broker, port: str) -> None:
     """dramatiq's Prometheus middleware: message and worker metrics (``dramatiq_*``) on
-    ``http://<host>:<port>/``, served by a process the dramatiq CLI forks. Opt-in, because
-    two workers on one machine cannot share the port."""
-    from dramatiq.middleware.prometheus import Prometheus
+    ``http://<host>:<port>/``, served by a process the dramatiq CLI forks from its main
+    process, which reads ``dramatiq_prom_port`` from the command's own environment (the
+    Procfile sets both). Opt-in, because two workers on one machine cannot share the port."""
+    from dramatiq.middleware import prometheus
 
-    os.environ["dramatiq_prom_port"] = port
-    the_broker.add_middleware(Prometheus())
+    if os.environ.get("dramatiq_prom_port") != port:
+        log.warning(
+            "%s=%s but dramatiq_prom_port is %r: start the dramatiq command with dramatiq_prom_port=%s, "
+            "or its metrics server listens elsewhere",
+            METRICS_PORT_VARIABLE,
+            port,
+            os.environ.get("dramatiq_prom_port"),
+            port,
+        )
+    the_broker.add_middleware(prometheus.Prometheus())
 
 
 def configure() -> Database:

@@ -262,8 +262,9 @@ class Processes:
             raise AssertionError(f"{exc}\n{proc.tail()}") from None
         return proc
 
-    def worker(self, failpoints: str = "", *, wait_ready: bool = True) -> Proc:
-        """``dramatiq commands.worker --processes 1 --threads 2``, optionally with failpoints."""
+    def worker(self, failpoints: str = "", *, wait_ready: bool = True, env: dict[str, str] | None = None) -> Proc:
+        """``dramatiq commands.worker --processes 1 --threads 2``, optionally with failpoints
+        and more environment."""
         argv = [
             *self._command("dramatiq", "dramatiq"),
             "commands.worker",
@@ -275,7 +276,7 @@ class Processes:
             QUEUE,
         ]
         extra = {"PURGEKEEPER_FAILPOINTS": failpoints} if failpoints else {}
-        proc = self._start("worker", argv, extra)
+        proc = self._start("worker", argv, {**extra, **(env or {})})
         return self._wait_ready(proc, WORKER_READY) if wait_ready else proc
 
     def scheduler(self) -> Proc:

@@ -10,9 +10,12 @@ import json
 import logging
 import os
 import signal
+import socket
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -311,3 +314,30 @@ def test_failures_are_retried_by_the_step_row_not_by_dramatiq(
     assert log.count("Retries exceeded for message") == 1
     assert "Retrying message" not in log
     assert body_of(pk, event_id) is None
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_worker_serves_dramatiq_metrics_when_asked(pk: Pk, processes: Processes, tmp_path: Path) -> None:
+    """As the Procfile runs it: PURGEKEEPER_WORKER_METRICS_PORT and dramatiq_prom_port set."""
+    port = str(free_port())
+    metrics_dir = tmp_path / "dramatiq-prometheus"
+    worker = processes.worker(
+        env={"PURGEKEEPER_WORKER_METRICS_PORT": port, "dramatiq_prom_port": port, "dramatiq_prom_db": str(metrics_dir)}
+    )
+    purge_id, _step_id, _event_id = purge_event(pk)
+    wait_complete(pk, purge_id, worker, processes.scheduler())
+
+    def scraped() -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
+                return str(response.read().decode("utf-8"))
+        except OSError:
+            return ""
+
+    wait_until(lambda: "dramatiq_messages_total" in scraped(), "the worker's metrics to count the cleanup messages")
+    assert 'actor_name="run_cleanup_step"' in scraped()
