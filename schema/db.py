@@ -203,6 +203,7 @@ def _ping_if_idle(dbapi_conn: Any, record: Any, proxy: Any) -> None:
         cursor = dbapi_conn.cursor()
         cursor.execute("SELECT 1")
         cursor.close()
+        dbapi_conn.rollback()  # leave it idle: a snapshot read sets its isolation level next
     except Exception as exc:
         raise sa_exc.DisconnectionError("the pooled connection is gone") from exc
 
