@@ -179,13 +179,20 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
             try:
                 ctx.blobs.discard(BlobKind(kind), path)  # an already missing file counts as done
             except OSError as exc:  # named by blob id: the path may hold a purged attachment's name
-                raise OSError(exc.errno, f"could not unlink the file of blob {blob_id}: {exc.strerror}") from None
+                raise _unlink_failed(blob_id, exc) from None
         gone = [blob_id for blob_id, _kind, _path in marked["doomed"]]
         if gone:
             _batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone))
         if marked["last"] is None:
             return []
         after = marked["last"]
+
+
+def _unlink_failed(blob_id: str, exc: OSError) -> OSError:
+    """The unlink's error without its path: by blob id, with the system's reason."""
+    reason = exc.strerror if exc.errno is not None else str(exc)
+    message = f"could not unlink the file of blob {blob_id}: {reason}"
+    return OSError(exc.errno, message) if exc.errno is not None else OSError(message)
 
 
 def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: int, first: bool) -> dict[str, Any]:
