@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 MAX_PROBLEMS = MessagingUnavailable.MAX_DIAGNOSTICS
 RECHECK_AFTER = dt.timedelta(seconds=60)
+MAX_KNOWN_FILES = 64
+_UNSEEN = object()
 EXAMPLES = 5
 
 
@@ -82,14 +84,22 @@ class Gate:
         self._rechecking = False
         self._sticky = False
         self._basis: tuple[int, str | None] = (-1, None)  # the head the verdict was taken on
+        self._verified: dict[tuple[str, int, int], object] = {}  # checkpoint file -> its seq, or None
 
     @property
     def state(self) -> GateState:
         with self._lock:
             return self._state
 
-    def evaluate(self) -> GateState:
-        """Verify the ledger against its chain and against the newest checkpoint; remember."""
+    def evaluate(self, *, lift_sticky: bool = True) -> GateState:
+        """Verify the ledger against its chain and against the newest checkpoint; remember.
+        The checkpoint is read first: the database can only be ahead of its own checkpoints,
+        so an acceptance and a checkpoint written in between never look like a missing purge.
+        ``lift_sticky=False`` (the background re-check) keeps a "restored underneath" verdict:
+        only a merge or an operator's re-check lifts that."""
+        newest, skipped = checkpoint.newest(self.checkpoint_dir, self.database_id)
+        for warning in skipped:
+            log.warning("skipped a checkpoint that does not verify: %s", warning)
         with self.db.read(snapshot=True) as conn:
             head = ledger.read_head(conn)
             report = ledger.verify(conn)
@@ -98,86 +108,126 @@ class Gate:
         if head.gate_reason:
             problems.append(head.gate_reason)
         problems.extend(f"the ledger does not verify: {problem}" for problem in report.problems)
-        newest, skipped = checkpoint.newest(self.checkpoint_dir, head.database_id)
-        for warning in skipped:
-            log.warning("skipped a checkpoint that does not verify: %s", warning)
         if newest is not None:
             problems.extend(_behind(known, newest))
-        state = GateState(
-            open=not problems,
-            problems=tuple(problems[:MAX_PROBLEMS]),
-            ledger_rows=report.rows,
-            checkpoint=str(newest.path) if newest else None,
-            warnings=tuple(skipped[:MAX_PROBLEMS]),
-            checked_at=head.now,
-        )
         with self._lock:
-            self._state, self._seen_seq, self._basis = state, head.seq, (head.seq, head.gate_reason)
+            if not lift_sticky and self._sticky:
+                problems.extend(p for p in self._state.problems if p not in problems)
+            state = GateState(
+                open=not problems,
+                problems=tuple(problems[:MAX_PROBLEMS]),
+                ledger_rows=report.rows,
+                checkpoint=str(newest.path) if newest else None,
+                warnings=tuple(skipped[:MAX_PROBLEMS]),
+                checked_at=head.now,
+            )
+            self._state, self._basis = state, (head.seq, head.gate_reason)
+            self._seen_seq = max(self._seen_seq, head.seq) if not lift_sticky else head.seq
             self._evaluated_at = time.monotonic()
-            self._sticky = False
+            self._sticky = self._sticky and not lift_sticky
         if not state.open:
             log.error("content reads and writes are closed: %s", "; ".join(state.problems))
         return state
 
     def require_open(self, conn: Connection) -> None:
-        """For a content read or write: one primary-key read of the head, in its transaction."""
+        """For a content read or write: one primary-key read of the head, in its transaction.
+        The checkpoint directory is listed before the head is read, so a checkpoint written
+        meanwhile (of an acceptance committed after the head read) is never mistaken for a
+        restore."""
+        listing = self._listing()
         row = conn.execute(_HEAD_GATE).one()
-        self._check(int(row.seq), row.gate_reason)
+        self._check(int(row.seq), row.gate_reason, self._floor(listing, int(row.seq)))
 
     def check_head(self, head: ledger.Head) -> None:
-        """For a purge acceptance, with the head row it has locked anyway."""
-        self._check(head.seq, head.gate_reason)
+        """For a purge acceptance, with the head row it has locked anyway (no checkpoint can
+        be ahead of a locked head)."""
+        self._check(head.seq, head.gate_reason, self._floor(self._listing(), head.seq))
 
     def _recheck(self) -> None:
         try:
-            self.evaluate()
+            self.evaluate(lift_sticky=False)
         except Exception:  # the next content call tries again; the current verdict stands
             log.exception("re-checking the ledger failed")
         finally:
             with self._lock:
                 self._rechecking = False
 
-    def _check(self, seq: int, gate_reason: str | None) -> None:
+    def _check(self, seq: int, gate_reason: str | None, floor: tuple[int, str]) -> None:
         if gate_reason:
             raise MessagingUnavailable(f"content reads and writes are closed: {gate_reason}", diagnostics=[gate_reason])
-        floor = self._checkpoint_floor()
         with self._lock:
             if not self._rechecking and time.monotonic() - self._evaluated_at > self.recheck_after:
                 self._rechecking = True
                 threading.Thread(target=self._recheck, name="purgekeeper-gate", daemon=True).start()
-            if self._state.open and (seq < self._seen_seq or seq < floor[0]):
-                if seq < floor[0]:
-                    went_back = (
-                        f"the ledger head is at seq {seq}, behind checkpoint {Path(floor[1]).name} (seq {floor[0]}): "
-                        f"the database was restored underneath this process; run: purgectl ledger merge {floor[1]}"
-                    )
-                else:
-                    went_back = (
-                        f"the ledger head went back from seq {self._seen_seq} to {seq}: the database was restored "
-                        "underneath this process; merge the newest checkpoint (purgectl ledger merge)"
-                    )
-                self._state = GateState(open=False, problems=(went_back,), ledger_rows=seq)
-                self._sticky = True  # only a merge or an operator's re-check (messaging_status) lifts it
-            else:
-                self._seen_seq = seq
+            went_back = _went_back(seq, self._seen_seq, floor)
+            if went_back and not self._sticky:
+                problems = (*self._state.problems, went_back) if not self._state.open else (went_back,)
+                self._state = GateState(open=False, problems=problems[:MAX_PROBLEMS], ledger_rows=seq)
+                self._sticky = True  # until the head is no longer behind (a merge), or an operator re-checks
+            elif not went_back and self._sticky:
+                self._sticky = False  # the head caught up with what was seen and checkpointed: re-check below
+            self._seen_seq = max(self._seen_seq, seq)
             state = self._state
             stale = not state.open and not self._sticky and (seq, gate_reason) != self._basis
         if stale:  # the head moved or the flag changed since: a merge elsewhere? take the verdict again
-            state = self.evaluate()
+            state = self.evaluate(lift_sticky=False)
         if not state.open:
             raise MessagingUnavailable(
                 f"content reads and writes are closed: {state.problems[0]}", diagnostics=state.problems
             )
 
-    def _checkpoint_floor(self) -> tuple[int, str]:
-        """The seq and path of this database's newest checkpoint file, from its name (one
-        directory listing, tens of microseconds): a ledger head below it is a restored
-        database."""
+    def _listing(self) -> list[tuple[int, Path]]:
+        """This database's checkpoint files, newest first, by name (one directory listing)."""
         try:
-            found = checkpoint.own_checkpoints(self.checkpoint_dir, self.database_id)
+            return list(reversed(checkpoint.own_checkpoints(self.checkpoint_dir, self.database_id)))
         except OSError:
-            return 0, ""
-        return (found[-1][0], str(found[-1][1])) if found else (0, "")
+            return []
+
+    def _floor(self, listing: list[tuple[int, Path]], head_seq: int) -> tuple[int, str]:
+        """The newest checkpoint listed (BEFORE the head was read) that holds more rows than
+        the head: the database was restored underneath. A checkpoint is written from
+        committed rows, so one listed before the head was read can only be ahead of it after
+        a restore. Only files named above the head are read, each once (cached by size and
+        mtime), and only a file that verifies counts: a stray or damaged one never keeps the
+        gate closed."""
+        for named_seq, path in listing:
+            if named_seq <= head_seq:
+                return 0, ""
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            key = (str(path), stat.st_mtime_ns, stat.st_size)
+            with self._lock:
+                known = self._verified.get(key, _UNSEEN)
+            if known is _UNSEEN:
+                try:
+                    read = checkpoint.read(path)
+                    known = read.seq if read.database_id == self.database_id else None
+                except checkpoint.CheckpointInvalid as exc:
+                    log.warning("a checkpoint file does not verify and is not trusted: %s", exc)
+                    known = None
+                with self._lock:
+                    if len(self._verified) >= MAX_KNOWN_FILES:
+                        self._verified.clear()
+                    self._verified[key] = known
+            if isinstance(known, int) and known > head_seq:
+                return known, str(path)
+        return 0, ""
+
+
+def _went_back(seq: int, seen: int, floor: tuple[int, str]) -> str | None:
+    if seq < floor[0]:
+        return (
+            f"the ledger head is at seq {seq}, behind checkpoint {Path(floor[1]).name} (seq {floor[0]}): "
+            f"the database was restored underneath this process; run: purgectl ledger merge {floor[1]}"
+        )
+    if seq < seen:
+        return (
+            f"the ledger head went back from seq {seen} to {seq}: the database was restored "
+            "underneath this process; merge the newest checkpoint (purgectl ledger merge)"
+        )
+    return None
 
 
 def _behind(known: dict[str, dict[str, object]], newest: checkpoint.CheckpointFile) -> list[str]:

@@ -79,6 +79,14 @@ class RestoreCommands:
         """Restore: union the files' purges into this ledger and re-apply every purge before
         any reader sees content again (see the module docstring for the order)."""
         files = _verified(paths)
+        with self.db.exclusive("merge") as alone:
+            if not alone:
+                raise MessagingUnavailable("another merge is under way: run this one again when it has finished")
+            return self._merge(paths, files)
+
+    def _merge(self, paths: Sequence[str | Path], files: list[checkpoint.CheckpointFile]) -> MergeReport:
+        """The merge itself, while this process holds the merge lock (one merge at a time:
+        another could reopen reads between this one's append and its fences)."""
         with self.db.read(snapshot=True) as conn:
             report = ledger.verify(conn)
             known = {entry.purge_id: entry for entry in ledger.entries(conn)}

@@ -10,7 +10,9 @@ Driver errors become domain errors here, through :func:`schema.errors.translate_
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -107,6 +109,38 @@ class Database:
                 conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 yield conn
+
+    @contextlib.contextmanager
+    def exclusive(self, name: str) -> Iterator[bool]:
+        """Hold a lock that only one process at a time gets, for as long as the block runs,
+        released by the operating system or the server if the process dies (a PostgreSQL
+        session advisory lock; on SQLite an flock on a file beside the database). Yields
+        False, without waiting, when someone else holds it."""
+        if self.is_sqlite:
+            database = make_url(self.url).database
+            if not database or database == ":memory:":
+                yield True
+                return
+            with open(f"{database}.{name}.lock", "a+b") as handle:
+                try:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    yield False
+                    return
+                try:
+                    yield True
+                finally:
+                    fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            return
+        key = int.from_bytes(hashlib.sha256(f"purgekeeper:{name}".encode()).digest()[:8], "big", signed=True)
+        with _translated(), self.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            held = bool(conn.exec_driver_sql("SELECT pg_try_advisory_lock(%s)", (key,)).scalar())
+            try:
+                yield held
+            finally:
+                if held:
+                    conn.exec_driver_sql("SELECT pg_advisory_unlock(%s)", (key,))
 
     def transact(self, work: Callable[[Connection], T], *, durable: bool = True) -> T:
         """Run ``work`` in a write transaction, again on a deadlock or a busy database."""

@@ -13,13 +13,13 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import BindParameter, Boolean, Text, bindparam
+from sqlalchemy import BindParameter, Text, bindparam
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.types import TypeDecorator, TypeEngine
+from sqlalchemy.types import NullType, TypeDecorator, TypeEngine
 
 
 class IdList(TypeDecorator[list[str]]):
@@ -38,10 +38,12 @@ class IdList(TypeDecorator[list[str]]):
         return ids if dialect.name == "postgresql" else json.dumps(ids)
 
 
-class among(FunctionElement[bool]):
-    """``column`` is one of the ids in the bound ``IdList`` parameter."""
+class among(FunctionElement[Any]):
+    """``column`` is one of the ids in the bound ``IdList`` parameter. Deliberately not
+    Boolean-typed: SQLite would compile a Boolean function in WHERE as ``... = 1``, which
+    hides the IN from its planner and scans the table instead of searching the index."""
 
-    type = Boolean()
+    type = NullType()
     inherit_cache = True
     name = "among"
 

@@ -71,10 +71,10 @@ def run_step(ctx: StepContext, step_id: str, *, policy: Policy) -> Outcome:
 
 
 def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Outcome:
-    # Not durable: a claim lost in a server crash only returns the step to due; a worker crash
-    # never loses a committed claim, so attempts still count every death.
+    # Durable: the attempt must be counted even if the step takes the database server down
+    # with it, or a step that does so every time would never end incomplete.
     claim = functools.partial(_claim, step_id=step_id, owner=owner, lease=policy.lease)
-    held, entry = ctx.db.transact(claim, durable=False)
+    held, entry = ctx.db.transact(claim)
     if held is None:
         return Outcome("skipped")
     try:
@@ -126,7 +126,8 @@ def _finish(
     wake: tuple[str, ...] = (),
 ) -> Outcome:
     finish = functools.partial(steps.finish, held=held, outcome=status, error=error, retry_in=retry_in)
-    kept = ctx.db.transact(finish, durable=False)  # lost in a server crash: the step runs again, idempotently
+    # durable: a status once shown (done, incomplete) never reverts after a server crash
+    kept = ctx.db.transact(finish)
     if not kept:
         return Outcome("lease_lost")
     return Outcome(status.value, wake)

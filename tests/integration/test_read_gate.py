@@ -467,3 +467,44 @@ def test_checkpoints_of_another_database_in_the_same_directory_are_not_compared(
     state = restored.messaging_status()
     assert (state.open, state.problems, state.checkpoint) == (True, (), None)
     assert [e.id for e in restored.read_conversation("c-kept")] == ["e-kept"]
+
+
+# -- found in review ------------------------------------------------------------------------------
+
+
+def test_a_merge_refuses_while_another_holds_the_merge_lock(pk: Pk, tmp_path: Path) -> None:
+    """Two merges at once could reopen reads between one's append and its fences."""
+    seed(pk)
+    purge_events(pk, "e-doomed")
+    own = pk.checkpoint_ledger(tmp_path / "own.json").path
+    with pk.db.exclusive("merge") as held:
+        assert held
+        with pytest.raises(commands.MessagingUnavailable, match="another merge is under way"):
+            pk.merge_ledger(own)
+        assert rows(pk, "SELECT gate_reason FROM ledger_head")[0][0] is None  # refused before closing anything
+    assert pk.merge_ledger(own).appended == ()  # once the other is done
+
+
+def test_a_stray_checkpoint_file_named_far_ahead_never_closes_the_gate(pk: Pk) -> None:
+    seed(pk)
+    purge_events(pk, "e-doomed")
+    automatic_checkpoint(pk)
+    stray = pk.settings.checkpoint_dir / f"{pk.database_key}-{10**11:012d}.json"
+    stray.write_text('{"format": "purgekeeper-ledger-checkpoint", "version": 1, "rows": [')  # truncated
+    assert [e.id for e in pk.read_conversation("c-kept")] == ["e-kept"]
+    assert [e.id for e in pk.read_conversation("c-kept")] == ["e-kept"]  # and again, from the cache
+
+
+@pytest.mark.sqlite_only
+def test_sqlite_batches_search_the_index_for_an_id_list(pk: Pk) -> None:
+    """``among`` must not compile to ``... = 1`` on SQLite: that hides the IN from the planner."""
+    from schema import cleanup as q
+
+    with pk.db.read() as conn:
+        compiled = q._NULL_BODIES.compile(dialect=conn.dialect)
+        params = {**compiled.params, "ids": json.dumps(["e-1", "e-2"]), "body": None}
+        plan = conn.exec_driver_sql(
+            "EXPLAIN QUERY PLAN " + str(compiled), tuple(params[name] for name in compiled.positiontup or ())
+        ).all()
+    details = " ".join(str(row[-1]) for row in plan)
+    assert "SEARCH events USING" in details and "SCAN events" not in details, details
