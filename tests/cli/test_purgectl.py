@@ -377,10 +377,9 @@ def test_ledger_verify_text_and_merge(pk: Pk, purgectl: Purgectl, tmp_path: Path
         pk.purge_conversation(conversation_id, actor="ops@example.org", reason="reserve")
     target = tmp_path / "ledger.json"
     pk.checkpoint_ledger(target)
-    shown, merged = concurrently(
-        lambda: purgectl.text("ledger", "verify").stdout,
-        lambda: purgectl.run("ledger", "merge", str(target), "--json"),
-    )
+    # one after the other: during a merge, `ledger verify` reports content closed (exit 4)
+    shown = purgectl.text("ledger", "verify").stdout
+    merged = purgectl.run("ledger", "merge", str(target), "--json")
     assert shown.startswith("ledger verifies: 2 rows, head hash ")
     assert merged.returncode == 0, (merged.stdout, merged.stderr)
     report = json.loads(merged.stdout)
@@ -434,3 +433,16 @@ def test_opening_an_uninitialised_database_without_migrating_is_a_schema_mismatc
         url = postgres_url(name)
     with pytest.raises(commands.SchemaMismatch):
         commands.open(url, workers="none", migrate_schema=False, blob_root=tmp_path / "b", file_root=tmp_path / "f")
+
+
+@pytest.mark.sqlite_only
+def test_ledger_verify_and_health_report_a_merge_under_way_with_exit_4(pk: Pk, purgectl: Purgectl) -> None:
+    from schema import ledger
+
+    pk.purge_conversation("c-a", actor="ops@example.org", reason="reserve")
+    pk.db.transact(lambda conn: ledger.set_gate(conn, "a restore merge is under way (test)"))
+    for command in (("ledger", "verify"), ("health",)):
+        refused = purgectl.error(4, "messaging_unavailable", *command)
+        assert refused["diagnostics"] == ["a restore merge is under way (test)"], (command, refused)
+    pk.db.transact(lambda conn: ledger.set_gate(conn, None))
+    assert purgectl.text("health").stdout.startswith("ok: ")
