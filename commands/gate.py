@@ -102,8 +102,8 @@ class Gate:
             log.warning("skipped a checkpoint that does not verify: %s", warning)
         with self.db.read(snapshot=True) as conn:
             head = ledger.read_head(conn)
-            report = ledger.verify(conn)
-            known = {entry.purge_id: entry.content() for entry in ledger.entries(conn)}
+            known: dict[str, dict[str, object]] = {}
+            report = ledger.verify(conn, visit=lambda entry: known.__setitem__(entry.purge_id, entry.content()))
         problems: list[str] = []
         if head.gate_reason:
             problems.append(head.gate_reason)

@@ -88,8 +88,8 @@ class RestoreCommands:
         """The merge itself, while this process holds the merge lock (one merge at a time:
         another could reopen reads between this one's append and its fences)."""
         with self.db.read(snapshot=True) as conn:
-            report = ledger.verify(conn)
-            known = {entry.purge_id: entry for entry in ledger.entries(conn)}
+            known: dict[str, ledger.LedgerEntry] = {}
+            report = ledger.verify(conn, visit=lambda entry: known.__setitem__(entry.purge_id, entry))
         if not report.ok:
             raise MessagingUnavailable("this database's own ledger does not verify", diagnostics=report.problems)
         unknown = _unknown(files, known)

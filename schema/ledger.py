@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,14 +280,26 @@ class LedgerReport:
     problems: tuple[str, ...]
 
 
-def verify(conn: Connection, *, max_problems: int = MAX_PROBLEMS) -> LedgerReport:
+def verify(
+    conn: Connection, *, max_problems: int = MAX_PROBLEMS, visit: Callable[[LedgerEntry], None] | None = None
+) -> LedgerReport:
     """Walk the chain: gapless seq from 1, each prev_hash the previous row_hash, each row_hash
-    recomputed, and the head on the last row. Reports at most ``max_problems`` problems."""
-    rows, last_hash, problems = walk_chain(entries(conn))
+    recomputed, and the head on the last row. Reports at most ``max_problems`` problems.
+    ``visit`` sees every row on the way, so a caller that needs the rows too reads them once."""
+    chain = entries(conn)
+    if visit is not None:
+        chain = _visited(chain, visit)
+    rows, last_hash, problems = walk_chain(chain)
     head = read_head(conn)
     if head.seq != rows or head.head_hash != last_hash:
         problems.append(f"head at seq {head.seq} does not match the last row (seq {rows})")
     return LedgerReport(ok=not problems, rows=rows, head_hash=last_hash, problems=tuple(problems[:max_problems]))
+
+
+def _visited(chain: Iterator[LedgerEntry], visit: Callable[[LedgerEntry], None]) -> Iterator[LedgerEntry]:
+    for entry in chain:
+        visit(entry)
+        yield entry
 
 
 def walk_chain(chain: Iterable[LedgerEntry]) -> tuple[int, str, list[str]]:
