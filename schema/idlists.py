@@ -1,41 +1,72 @@
 """A list of ids as ONE bound parameter, on both backends.
 
-``among(column, bindparam("ids", type_=IdList()))`` renders as ``column = ANY(:ids)`` on
-PostgreSQL (the list is sent as a ``text[]``) and as ``column IN (SELECT value FROM
-json_each(:ids))`` on SQLite (the list is sent as a JSON array). Unlike an expanding ``IN``
-list, the SQL text does not change with the number of ids, so the statement is compiled once,
-prepared once by the server, and a batch of 500 ids costs one parameter instead of 500.
+``among(column, bindparam("ids", type_=IdList()))`` renders as ``column = ANY(CAST(:ids AS
+TEXT[]))`` on PostgreSQL and as ``column IN (SELECT value FROM json_each(:ids))`` on SQLite.
+Unlike an expanding ``IN`` list, the SQL text does not change with the number of ids, so the
+statement is compiled once, prepared once by the server, and a batch of 500 ids costs one
+parameter instead of 500.
+
+The list travels as one string: a PostgreSQL array literal, or a JSON array. psycopg's own
+adaptation of a Python list quotes element by element with a regular expression, about eight
+times slower than building the literal here; a cleanup batch sends its ids five times.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import BindParameter, Text, bindparam
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.types import NullType, TypeDecorator, TypeEngine
+from sqlalchemy.types import NullType, TypeDecorator
 
 
 class IdList(TypeDecorator[list[str]]):
-    """A bound list of string ids: a ``text[]`` on PostgreSQL, a JSON array elsewhere."""
+    """A bound list of string ids, sent as one string: an array literal that the SQL casts to
+    ``text[]`` on PostgreSQL, a JSON array elsewhere."""
 
     impl = Text
     cache_ok = True
 
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.ARRAY(Text()))
-        return dialect.type_descriptor(Text())
-
     def process_bind_param(self, value: Iterable[str] | None, dialect: Dialect) -> Any:
         ids = [str(v) for v in value or ()]
-        return ids if dialect.name == "postgresql" else json.dumps(ids)
+        return array_literal(ids) if dialect.name == "postgresql" else json.dumps(ids)
+
+    def bind_expression(self, bindvalue: BindParameter[Any]) -> Any:
+        return _id_array(bindvalue)
+
+
+def array_literal(ids: Sequence[str]) -> str:
+    """A PostgreSQL array literal of these strings, every element quoted (and, when one holds
+    a quote or a backslash, escaped)."""
+    if any('"' in i or "\\" in i for i in ids):
+        return "{" + ",".join('"' + i.replace("\\", "\\\\").replace('"', '\\"') + '"' for i in ids) + "}"
+    return '{"' + '","'.join(ids) + '"}' if ids else "{}"
+
+
+class _id_array(FunctionElement[Any]):
+    """The bound list as the SQL sees it: ``CAST(:ids AS TEXT[])`` on PostgreSQL, the JSON
+    text itself elsewhere."""
+
+    type = NullType()
+    inherit_cache = True
+    name = "id_array"
+
+
+@compiles(_id_array, "postgresql")
+def _id_array_postgresql(element: _id_array, compiler: SQLCompiler, **kw: Any) -> str:
+    (value,) = list(element.clauses)
+    return f"CAST({compiler.process(value, **kw)} AS TEXT[])"
+
+
+@compiles(_id_array)
+def _id_array_default(element: _id_array, compiler: SQLCompiler, **kw: Any) -> str:
+    (value,) = list(element.clauses)
+    return str(compiler.process(value, **kw))
 
 
 class among(FunctionElement[Any]):

@@ -25,3 +25,29 @@ def test_a_snapshot_read_on_a_pooled_connection_that_was_pinged(
             assert conn.exec_driver_sql("SHOW transaction_isolation").scalar() == "read committed"
     finally:
         database.dispose()
+
+
+AWKWARD_IDS = ["plain", "a,b", 'quote"d', "back\\slash", "NULL", " spaced ", "{braced}", "ünï", "", "x" * 300]
+
+
+@pytest.mark.parametrize("ids", [AWKWARD_IDS, [], ["only"]], ids=["awkward", "empty", "one"])
+def test_an_id_list_travels_as_one_parameter_and_arrives_intact(db: Database, ids: list[str]) -> None:
+    """``among(column, IDS)`` matches exactly the listed ids, on both backends: PostgreSQL gets
+    one array literal (quotes, backslashes, commas, braces and the word NULL escaped or quoted),
+    SQLite one JSON array. Tried: the awkward ids against a table holding each of them and a
+    decoy, an empty list (matches nothing) and a single id."""
+    from sqlalchemy import Column, MetaData, Table, Text, insert, select
+
+    from schema.idlists import IDS, among
+
+    table = Table("idlist_probe", MetaData(), Column("id", Text, primary_key=True))
+    with db.write() as conn:
+        table.create(conn)
+        conn.execute(insert(table), [{"id": i} for i in [*AWKWARD_IDS, "only", "decoy", "NULL2", "a"]])
+    try:
+        with db.read() as conn:
+            found = set(conn.scalars(select(table.c.id).where(among(table.c.id, IDS)), {"ids": ids}))
+        assert found == set(ids)
+    finally:
+        with db.write() as conn:
+            table.drop(conn)
