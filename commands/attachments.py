@@ -68,5 +68,5 @@ def stage(attachment: NewAttachment) -> StagedBlob | None:
     if attachment.source == "cas":
         kind, path = BlobKind.CAS, cas_path(sha256, blob_id)
     else:
-        kind, path = BlobKind.FILE, file_path(blob_id, attachment.name)
+        kind, path = BlobKind.FILE, file_path(blob_id)
     return StagedBlob(blob_id=blob_id, kind=kind, sha256=sha256, size=len(attachment.data), path=path)

@@ -321,7 +321,7 @@ class ContentCommands:
         for blob in staged:
             if blob is not None:
                 with contextlib.suppress(OSError):
-                    self.blobs.discard(blob.kind, blob.path)
+                    self.blobs.discard(blob.blob_id, blob.kind, blob.path)
 
 
 def _filesystem_error(exc: OSError) -> Exception:
@@ -364,9 +364,15 @@ def _require_live_event(conn: Connection, event_id: str) -> None:
 
 
 def _duplicate_delivery(conn: Connection, provider_event_id: str) -> Any:
+    """The event already ingested with this provider event id, if any. A purged one is refused,
+    never returned: fenced by its own tombstone, by its event's, or no longer live at all (its
+    conversations purged, the bodies step not yet run), so a redelivery cannot read it back."""
     if q.is_tombstoned(conn, [TombstoneKind.PROVIDER_EVENT], provider_event_id):
         raise ContentPurged(f"provider event {provider_event_id} was purged; it is never ingested again")
-    return q.event_by_provider_id(conn, provider_event_id)
+    existing = q.event_by_provider_id(conn, provider_event_id)
+    if existing is not None and not q.is_event_live(conn, existing.id):
+        raise ContentPurged(f"provider event {provider_event_id} was purged; it is never ingested again")
+    return existing
 
 
 def _bind(

@@ -39,7 +39,7 @@ from schema import purges as pq
 from schema import restore as rq
 from schema.db import Database
 from schema.errors import MessagingUnavailable, ValidationError
-from schema.states import BlobKind, PurgeKind, StepKind, TombstoneKind
+from schema.states import PurgeKind, StepKind, TombstoneKind
 from schema.steps import PARKED_UNTIL
 from workers import checkpoint, failpoints, memory
 from workers.blobstore import BlobStore
@@ -126,7 +126,7 @@ class RestoreCommands:
         removed = 0
         for row in rows:
             with contextlib.suppress(ValueError):  # a path that escapes its root is never touched
-                removed += self.blobs.discard(BlobKind(row.kind), row.path)
+                removed += self.blobs.discard(row.id, row.kind, row.path)
         return removed
 
 

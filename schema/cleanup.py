@@ -20,15 +20,16 @@ from sqlalchemy import (
     literal,
     or_,
     select,
-    union_all,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from schema.content import NOT_PURGED, live_event
+from schema.content import NOT_PURGED, live_among
 from schema.idlists import IDS, among
 from schema.states import BlobState, TombstoneKind
 from schema.tables import (
+    IS_EVENT_TOMBSTONE,
     admissions,
     attachments,
     blobs,
@@ -118,14 +119,13 @@ def _tombstone_events_statement(dialect: str) -> Any:
         listed = func.unnest(IDS).table_valued("value").render_derived()
     else:
         listed = func.json_each(IDS).table_valued("value")
-    fenced = select(literal(TombstoneKind.EVENT.value), listed.c.value, purge_id)  # no lookup: the ids are known
-    provider = select(literal(TombstoneKind.PROVIDER_EVENT.value), events.c.provider_event_id, purge_id).where(
-        among(events.c.id, IDS), events.c.provider_event_id.is_not(None)
-    )
+    # No lookup: the ids are known. The WHERE is for SQLite, whose parser would otherwise read
+    # the upsert's ON CONFLICT as a join constraint of the SELECT.
+    fenced = select(literal(TombstoneKind.EVENT.value), listed.c.value, purge_id).where(true())
     insert_of = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return (
         insert_of(tombstones)
-        .from_select(["kind", "id", "purge_id"], union_all(fenced, provider))
+        .from_select(["kind", "id", "purge_id"], fenced)
         .on_conflict_do_nothing(index_elements=["kind", "id"])
     )
 
@@ -134,8 +134,12 @@ _TOMBSTONE_EVENTS = {dialect: _tombstone_events_statement(dialect) for dialect i
 
 
 def tombstone_events(conn: Connection, purge_id: str, event_ids: Sequence[str]) -> None:
-    """Fence these events and their provider event ids, in one INSERT ... SELECT; an id that
-    already has its tombstone keeps it."""
+    """Fence these events, in one INSERT ... SELECT; an id that already has its tombstone
+    keeps it. Their provider event ids need no tombstone of their own: an event row is never
+    deleted, so its ``provider_event_id`` stays taken, and a provider event id is fenced when
+    the event that carries it is (the ingest's duplicate check, and the events trigger since
+    migration 0005). A content purge, whose ledger row lists the provider event ids, still
+    writes theirs at acceptance."""
     if event_ids:
         conn.execute(_TOMBSTONE_EVENTS[conn.dialect.name], {"purge_id": purge_id, "ids": event_ids})
 
@@ -185,7 +189,7 @@ def _candidates_of_purge() -> Any:
     purge_id), so the cost follows the purge, not the size of the attachments table."""
     fenced = (
         select(tombstones.c.id)
-        .where(tombstones.c.purge_id == bindparam("purge_id"), tombstones.c.kind == TombstoneKind.EVENT.value)
+        .where(tombstones.c.purge_id == bindparam("purge_id"), IS_EVENT_TOMBSTONE)
         .cte("fenced")
         .prefix_with("MATERIALIZED", dialect="postgresql")
     )
@@ -209,16 +213,20 @@ def lock_candidate_blobs(conn: Connection, purge_id: str, *, after: str, limit: 
     return list(conn.execute(_LOCK_CANDIDATES, {"purge_id": purge_id, "after": after, "limit": limit}))
 
 
-_LIVE_REFERENCES = (
-    select(attachments.c.blob_id, func.count())
-    .where(among(attachments.c.blob_id, IDS), live_event(attachments.c.event_id))
-    .group_by(attachments.c.blob_id)
-)
+_BINDINGS_OF = select(attachments.c.blob_id, attachments.c.event_id).where(among(attachments.c.blob_id, IDS))
 
 
 def live_references(conn: Connection, blob_ids: Sequence[str]) -> dict[str, int]:
-    """Live references per blob, of both binding kinds, in one set-based query."""
-    return {row[0]: int(row[1]) for row in conn.execute(_LIVE_REFERENCES, {"ids": blob_ids})}
+    """Live references per blob, of both binding kinds, set-based: the batch's bindings in one
+    statement, their events' liveness in two more (``live_among``); each searches an index by
+    the batch's ids, so the cost follows the batch."""
+    bindings = list(conn.execute(_BINDINGS_OF, {"ids": list(blob_ids)}))
+    live = live_among(conn, sorted({row.event_id for row in bindings}))
+    counts: dict[str, int] = {}
+    for row in bindings:
+        if row.event_id in live:
+            counts[row.blob_id] = counts.get(row.blob_id, 0) + 1
+    return counts
 
 
 _MARK_BLOBS = (

@@ -93,8 +93,8 @@ class Database:
         with _translated(), self.engine.connect() as conn:
             conn.execution_options(pk_begin="IMMEDIATE")
             with conn.begin():
-                if not durable and not self.is_sqlite:
-                    conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+                if not durable:
+                    commit_without_flush(conn)
                 yield conn
 
     @contextlib.contextmanager
@@ -164,6 +164,14 @@ class Database:
             last = exc.last_attempt.exception()
             raise InfrastructureError(f"the database stayed busy after {self.write_attempts} attempts") from last
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def commit_without_flush(conn: Connection) -> None:
+    """This transaction's commit will not wait for the WAL flush (PostgreSQL; see
+    ``Database.write``). It may be said at any point before the commit, once the work knows
+    it is only an idempotent, re-doable step. SQLite: no change."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
 
 
 class _Retryable(InfrastructureError):

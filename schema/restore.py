@@ -12,6 +12,7 @@ from schema.content import live_event
 from schema.idlists import IDS, among
 from schema.states import ACTIVE_RUN_STATUSES, BlobState, ConversationState, RunStatus, StepStatus, TombstoneKind
 from schema.tables import (
+    IS_EVENT_TOMBSTONE,
     admissions,
     attachments,
     blobs,
@@ -29,9 +30,7 @@ _PURGE: BindParameter[Any] = bindparam("purge_id")
 _CONVERSATION: BindParameter[Any] = bindparam("conversation_id")
 _HAS_BYTES = blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value])
 
-_FENCED_BY_PURGE = select(tombstones.c.id).where(
-    tombstones.c.purge_id == _PURGE, tombstones.c.kind == TombstoneKind.EVENT.value
-)
+_FENCED_BY_PURGE = select(tombstones.c.id).where(tombstones.c.purge_id == _PURGE, IS_EVENT_TOMBSTONE)
 
 _CONTENT_LEFT = select(
     or_(

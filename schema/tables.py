@@ -26,6 +26,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    literal_column,
     text,
 )
 from sqlalchemy.engine import Dialect
@@ -221,7 +222,7 @@ blobs = Table(
     Column("state", String(16), nullable=False, server_default="present"),
     _created_at(),
     UniqueConstraint("path"),
-    Index("ix_blobs_sha256_state", "sha256", "state"),
+    Index("ix_blobs_sha256", "sha256"),  # no state: a state change is a HOT update (0005)
     _enum_check("kind", BLOB_KINDS, "kind"),
     _enum_check("state", BLOB_STATES, "state"),
 )
@@ -283,9 +284,20 @@ tombstones = Table(
     Column("purge_id", String(64), nullable=False),
     _created_at(),
     PrimaryKeyConstraint("kind", "id"),
-    Index("ix_tombstones_purge_id", "purge_id", "kind"),
+    # only event tombstones are looked up by purge (0005)
+    Index(
+        "ix_tombstones_event_purge_id",
+        "purge_id",
+        postgresql_where=text("kind = 'event'"),
+        sqlite_where=text("kind = 'event'"),
+    ),
     _enum_check("kind", TOMBSTONE_KINDS, "kind"),
 )
+
+# The predicate of ix_tombstones_event_purge_id, written into the SQL text of every lookup by
+# purge: a bound value would hide it from SQLite's planner and from a generic PostgreSQL plan,
+# and neither could then use the partial index.
+IS_EVENT_TOMBSTONE = tombstones.c.kind == literal_column("'event'")
 
 cleanup_steps = Table(
     "cleanup_steps",

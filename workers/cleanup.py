@@ -23,13 +23,14 @@ from sqlalchemy import Connection
 from schema import cleanup as q
 from schema import ledger, steps
 from schema import purges as pq
-from schema.db import Database
-from schema.states import BlobKind, BlobState, StepKind
+from schema.db import Database, commit_without_flush
+from schema.states import BlobState, StepKind
 from workers import failpoints, memory
 from workers.blobstore import BlobStore
 
 DEFAULT_BATCH_SIZE = 500
-PROGRESS_FIELDS = frozenset({"removed", "retained", "reasons", "remaining", "restart_retained"})
+DEFAULT_UNLINK_THREADS = 4  # a batch's files are unlinked this many at a time
+PROGRESS_FIELDS = frozenset({"removed", "retained", "reasons", "remaining", "restart_retained", "done"})
 ASIDE_PREFIX = ".purgekeeper-aside-"
 
 
@@ -50,13 +51,22 @@ class StepContext:
     memory_roots: tuple[Path, ...]
     lease: dt.timedelta
     batch_size: int = DEFAULT_BATCH_SIZE
+    unlink_threads: int = DEFAULT_UNLINK_THREADS
 
 
-def run(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry | None = None) -> list[str]:
-    """Carry out one claimed step (of the ledger row ``entry``, read here when not given);
-    returns steps to wake after it (a parked follower)."""
+@dataclass(frozen=True)
+class Ran:
+    """What an attempt did: the steps to wake after it (a parked follower), and whether its
+    last batch already finished the step (``done`` in the same commit)."""
+
+    wake: tuple[str, ...] = ()
+    finished: bool = False
+
+
+def run(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry | None = None) -> Ran:
+    """Carry out one claimed step (of the ledger row ``entry``, read here when not given)."""
     entry = entry or _entry(ctx, held.purge_id)
-    handler: Callable[[StepContext, steps.Claim, ledger.LedgerEntry], list[str]] = {
+    handler: Callable[[StepContext, steps.Claim, ledger.LedgerEntry], Ran] = {
         StepKind.BODIES.value: remove_bodies,
         StepKind.ATTACHMENTS.value: remove_attachments,
         StepKind.MEMORY.value: remove_memory,
@@ -76,63 +86,68 @@ def _batch(
     ctx: StepContext, held: steps.Claim, work: Callable[[Connection], dict[str, Any]], *, durable: bool = False
 ) -> dict[str, Any]:
     """One committed batch: the work and its progress (which renews the lease) together.
-    Batches are idempotent, so their commits need not wait for the WAL flush (a server crash
-    makes the step do them again), except where ``durable`` says a file is touched next."""
+    When the work says ``"done": True`` it was the step's last batch, and the same UPDATE
+    finishes the step. Batches are idempotent, so their commits need not wait for the WAL
+    flush (a server crash makes the step do them again), except where ``durable`` says a file
+    is touched next, and for a batch that finishes the step (a shown status never reverts)."""
 
     def transaction(conn: Connection) -> dict[str, Any]:
         done = work(conn)
         failpoints.hit(f"{held.kind}.batch")
         steps.progress(conn, held, lease=ctx.lease, **{k: v for k, v in done.items() if k in PROGRESS_FIELDS})
+        if not (durable or done.get("done")):
+            commit_without_flush(conn)
         return done
 
-    return ctx.db.transact(transaction, durable=durable)
+    return ctx.db.transact(transaction)
 
 
 # -- bodies -------------------------------------------------------------------------------------
 
 
-def remove_bodies(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> list[str]:
+def remove_bodies(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
     if entry.kind == "content":
-        _null_fenced_content(ctx, held, list(entry.selectors.get("event_ids", [])))
-        return []
+        return _null_fenced_content(ctx, held, list(entry.selectors.get("event_ids", [])))
     return _empty_conversation(ctx, held, entry.purge_id, str(entry.selectors["conversation_id"]))
 
 
-def _null_fenced_content(ctx: StepContext, held: steps.Claim, event_ids: list[str]) -> None:
+def _null_fenced_content(ctx: StepContext, held: steps.Claim, event_ids: list[str]) -> Ran:
     for start in range(0, len(event_ids), ctx.batch_size):
         batch = event_ids[start : start + ctx.batch_size]
         remaining = max(len(event_ids) - start - len(batch), 0)
         _batch(ctx, held, functools.partial(_null_batch, event_ids=batch, remaining=remaining))
+    return Ran(finished=bool(event_ids))
 
 
 def _null_batch(conn: Connection, *, event_ids: list[str], remaining: int) -> dict[str, Any]:
-    return {"removed": q.null_content_of(conn, event_ids), "remaining": remaining}
+    return {"removed": q.null_content_of(conn, event_ids), "remaining": remaining, "done": remaining == 0}
 
 
-def _empty_conversation(ctx: StepContext, held: steps.Claim, purge_id: str, conversation_id: str) -> list[str]:
+def _empty_conversation(ctx: StepContext, held: steps.Claim, purge_id: str, conversation_id: str) -> Ran:
     """Events placed only here lose their content and are fenced; events live elsewhere keep
-    it there and are reported retained-shared. Then runs, admissions and derivatives go, and
-    the last batch unparks the attachments step, which waits for this one. Returns the steps
-    to wake."""
-    events_batch = functools.partial(
-        _empty_events_batch, purge_id=purge_id, conversation_id=conversation_id, limit=ctx.batch_size
-    )
-    while _batch(ctx, held, events_batch)["more"]:
+    it there and are reported retained-shared. Then runs, admissions and derivatives go (the
+    last events batch goes on with them in its own transaction), and the batch that finds
+    none left unparks the attachments step, which waits for this one, and finishes the step."""
+    batch = functools.partial(_empty_batch, purge_id=purge_id, conversation_id=conversation_id, limit=ctx.batch_size)
+    while not (done := _batch(ctx, held, batch)).get("done"):
         pass
-    rows_batch = functools.partial(
-        _delete_rows_batch, purge_id=purge_id, conversation_id=conversation_id, limit=ctx.batch_size
-    )
-    while True:
-        done = _batch(ctx, held, rows_batch)
-        if not done["more"]:
-            return list(done["wake"])
+    return Ran(tuple(done["wake"]), finished=True)
 
 
-def _empty_events_batch(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
+def _empty_batch(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
+    """The next events of the conversation; once its events are all done, its runs and
+    derivatives in the same transaction."""
     placed = q.placed_events(conn, conversation_id, limit=limit + 1)  # one more: is there a next batch?
-    more, placed = len(placed) > limit, placed[:limit]
+    if len(placed) > limit:
+        return _empty_events(conn, placed[:limit], purge_id=purge_id, conversation_id=conversation_id)
+    done = _empty_events(conn, placed, purge_id=purge_id, conversation_id=conversation_id)
+    rows = _delete_rows(conn, purge_id=purge_id, conversation_id=conversation_id, limit=limit)
+    return {**done, "removed": done["removed"] + rows["removed"], "done": not rows["more"], "wake": rows["wake"]}
+
+
+def _empty_events(conn: Connection, placed: list[str], *, purge_id: str, conversation_id: str) -> dict[str, Any]:
     if not placed:
-        return {"more": False}
+        return {"removed": 0}
     live_elsewhere = q.live_elsewhere(conn, placed, conversation_id)
     shared = sorted(live_elsewhere)
     only_here = [event_id for event_id in placed if event_id not in live_elsewhere]
@@ -142,11 +157,10 @@ def _empty_events_batch(conn: Connection, *, purge_id: str, conversation_id: str
         "removed": removed,
         "retained": len(shared),
         "reasons": {"event placed in a live conversation": shared} if shared else None,
-        "more": more,
     }
 
 
-def _delete_rows_batch(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
+def _delete_rows(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
     """A batch of the conversation's runs (with their admissions) and derivatives; once none
     are left, the attachments step is unparked in the same transaction."""
     runs = q.delete_runs_batch(conn, conversation_id, limit=limit)
@@ -159,11 +173,12 @@ def _delete_rows_batch(conn: Connection, *, purge_id: str, conversation_id: str,
 # -- attachments --------------------------------------------------------------------------------
 
 
-def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> list[str]:
+def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
     """Per batch: find and lock the blobs, count live references of both binding kinds, mark
-    the unreferenced ones deleting and commit; unlink them (a missing file is fine); mark them
-    deleted. Shared blobs are recorded as retained, with the reason: each attempt walks every
-    candidate again, so its first batch starts the count afresh."""
+    the unreferenced ones deleting and commit; unlink them (a missing file is fine), a few at
+    a time; mark them deleted (the last batch finishes the step in that commit). Shared blobs
+    are recorded as retained, with the reason: each attempt walks every candidate again, so
+    its first batch starts the count afresh."""
     after, first = "", True
     while True:
         marked = _batch(
@@ -175,24 +190,14 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
             durable=True,  # "deleting" is on disk before any unlink: else a present blob could lack its bytes
         )
         first = False
-        for blob_id, kind, path in marked["doomed"]:
-            try:
-                ctx.blobs.discard(BlobKind(kind), path)  # an already missing file counts as done
-            except OSError as exc:  # named by blob id: the path may hold a purged attachment's name
-                raise _unlink_failed(blob_id, exc) from None
+        ctx.blobs.discard_all(marked["doomed"], threads=ctx.unlink_threads)  # a missing file counts as done
         gone = [blob_id for blob_id, _kind, _path in marked["doomed"]]
+        last = marked["last"] is None
         if gone:
-            _batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone))
-        if marked["last"] is None:
-            return []
+            _batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone, last=last))
+        if last:
+            return Ran(finished=True)
         after = marked["last"]
-
-
-def _unlink_failed(blob_id: str, exc: OSError) -> OSError:
-    """The unlink's error without its path: by blob id, with the system's reason."""
-    reason = exc.strerror if exc.errno is not None else str(exc)
-    message = f"could not unlink the file of blob {blob_id}: {reason}"
-    return OSError(exc.errno, message) if exc.errno is not None else OSError(message)
 
 
 def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: int, first: bool) -> dict[str, Any]:
@@ -202,23 +207,26 @@ def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: in
     shared = sorted(blob_id for blob_id in ids if live.get(blob_id))
     doomed = [row for row in rows if not live.get(row.id)]
     q.mark_blobs(conn, [row.id for row in doomed], from_state=BlobState.PRESENT, to_state=BlobState.DELETING)
+    last = len(ids) < limit  # a short batch is the last one
     return {
         "retained": len(shared),
         "reasons": {"blob referenced by live content": shared} if shared else None,
         "restart_retained": first,
         "doomed": [(row.id, row.kind, row.path) for row in doomed],
-        "last": ids[-1] if len(ids) == limit else None,  # a short batch is the last one
+        "last": None if last else ids[-1],
+        "done": last and not doomed,  # nothing to unlink: this batch finishes the step
     }
 
 
-def _mark_deleted(conn: Connection, *, blob_ids: list[str]) -> dict[str, Any]:
-    return {"removed": q.mark_blobs(conn, blob_ids, from_state=BlobState.DELETING, to_state=BlobState.DELETED)}
+def _mark_deleted(conn: Connection, *, blob_ids: list[str], last: bool) -> dict[str, Any]:
+    marked = q.mark_blobs(conn, blob_ids, from_state=BlobState.DELETING, to_state=BlobState.DELETED)
+    return {"removed": marked, "done": last}
 
 
 # -- memory -------------------------------------------------------------------------------------
 
 
-def remove_memory(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> list[str]:
+def remove_memory(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
     """Prove ownership, rename aside, prove the marker there, remove without following
     symlinks, verify. A retry finishes an aside directory it finds."""
     selectors = entry.selectors
@@ -240,7 +248,7 @@ def remove_memory(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry
     return _memory_done(ctx, held, removed=1)
 
 
-def _nothing_left(ctx: StepContext, held: steps.Claim, repository: Path) -> list[str]:
+def _nothing_left(ctx: StepContext, held: steps.Claim, repository: Path) -> Ran:
     """Nothing at the path and no aside: done if an earlier attempt set it aside (and then
     removed it), or if it lay inside another repository purgekeeper erased; otherwise the
     repository went elsewhere before purgekeeper touched it, and claiming it erased would be
@@ -253,9 +261,9 @@ def _nothing_left(ctx: StepContext, held: steps.Claim, repository: Path) -> list
     return _memory_done(ctx, held, removed=1)
 
 
-def _memory_done(ctx: StepContext, held: steps.Claim, *, removed: int) -> list[str]:
-    _batch(ctx, held, lambda _conn: {"removed": removed, "remaining": 0}, durable=True)
-    return []
+def _memory_done(ctx: StepContext, held: steps.Claim, *, removed: int) -> Ran:
+    _batch(ctx, held, lambda _conn: {"removed": removed, "remaining": 0, "done": True})
+    return Ran(finished=True)
 
 
 def _prove(ctx: StepContext, repository: Path, bot_id: str, marker_id: Any) -> None:

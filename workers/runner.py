@@ -78,7 +78,7 @@ def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Out
     if held is None:
         return Outcome("skipped")
     try:
-        wake = _with_transient_retries(lambda: cleanup.run(ctx, held, entry))
+        ran = _with_transient_retries(lambda: cleanup.run(ctx, held, entry))
     except steps.LeaseLost:
         log.warning("step %s: the lease was lost; this attempt's writes were rejected", step_id)
         return Outcome("lease_lost")
@@ -92,7 +92,9 @@ def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Out
             held.attempt, base=policy.backoff_base.total_seconds(), cap=policy.backoff_cap.total_seconds()
         )
         return _finish(ctx, held, StepStatus.RETRYING, _describe(exc), retry_in=dt.timedelta(seconds=delay))
-    return _finish(ctx, held, StepStatus.DONE, None, wake=tuple(wake))
+    if ran.finished:  # its last batch set it done, in the same commit
+        return Outcome(StepStatus.DONE.value, ran.wake)
+    return _finish(ctx, held, StepStatus.DONE, None, wake=ran.wake)
 
 
 def _claim(
@@ -103,7 +105,7 @@ def _claim(
     return held, (ledger.entry_by_purge_id(conn, held.purge_id) if held else None)
 
 
-def _with_transient_retries(work: Callable[[], list[str]]) -> list[str]:
+def _with_transient_retries(work: Callable[[], cleanup.Ran]) -> cleanup.Ran:
     """tenacity, for short transient faults only: a dropped connection, a locked database."""
     for attempt in Retrying(
         retry=retry_if_exception_type(InfrastructureError),

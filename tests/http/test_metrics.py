@@ -81,7 +81,7 @@ def steps(samples: Samples) -> dict[tuple[str, str], float]:
 
 @dataclass(frozen=True)
 class FailingStore(BlobStore):
-    def discard(self, kind: Any, relative: str) -> bool:
+    def discard(self, blob_id: str, kind: Any, relative: str) -> bool:
         raise OSError("the disk said no")
 
 

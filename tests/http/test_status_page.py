@@ -96,7 +96,7 @@ class FailingStore(BlobStore):
 
     message: str = HOSTILE
 
-    def discard(self, kind: Any, relative: str) -> bool:
+    def discard(self, blob_id: str, kind: Any, relative: str) -> bool:
         raise OSError(self.message)
 
 

@@ -291,7 +291,9 @@ def test_cas_bytes_land_under_blob_root_by_hash_and_blob_id(pk: Pk, roots: dict[
     assert read_bytes(pk, attachment.id) == data
 
 
-def test_a_real_file_lands_under_file_root_with_its_name(pk: Pk, roots: dict[str, Path]) -> None:
+def test_a_real_file_lands_under_file_root_named_by_its_blob(pk: Pk, roots: dict[str, Path]) -> None:
+    """The name is the attachment's; on disk the file is ``ab/cd/<blob id>``, so a purged
+    attachment's name is not left in the blob's path (migration-free: blobs.path per row)."""
     pk.create_conversation("c1")
     data = b"%PDF-1.7 pretend"
     event = say(pk, "c1", attachments=[NewAttachment.file(data, name="report.pdf")])
@@ -300,7 +302,7 @@ def test_a_real_file_lands_under_file_root_with_its_name(pk: Pk, roots: dict[str
     row = blob(pk, attachment.blob_id)
     assert (row.kind, row.state) == ("file", "present")
     stored = roots["file_root"] / row.path
-    assert stored.name == "report.pdf"
+    assert row.path == f"{row.id[:2]}/{row.id[2:4]}/{row.id}" and "report" not in row.path
     assert roots["file_root"] in stored.parents
     assert stored.read_bytes() == data
     assert files_under(roots["blob_root"]) == []
@@ -644,6 +646,30 @@ def test_a_fenced_provider_event_is_never_ingested_again(pk: Pk) -> None:
         say(pk, "c1", provider_event_id="p-purged")
     assert count(pk, "events") == 0
     assert say(pk, "c1", provider_event_id="p-other").provider_event_id == "p-other"
+
+
+def test_a_redelivery_after_a_conversation_purge_never_reads_the_event_back(pk: Pk) -> None:
+    """Between the acceptance of a conversation purge and its bodies step, the event still has
+    its body, and no tombstone names its provider event id yet. A duplicate delivery used to
+    return that event, body included. Tried: the redelivery into another conversation right
+    after the acceptance (no cleanup runs here), then after the bodies step (the event is
+    fenced; its provider event id through it)."""
+    from workers import runner
+
+    pk.create_conversation("c1")
+    pk.create_conversation("c2")
+    say(pk, "c1", body="secret", provider_event_id="p-gone", event_id="e-gone")
+    purge_id = pk.purge_conversation("c1", actor="op", reason="test").purge_id
+    with pytest.raises(commands.ContentPurged):
+        say(pk, "c2", body="redelivered", provider_event_id="p-gone")
+    with pk.db.read() as conn:
+        [step_id] = conn.execute(
+            text("SELECT id FROM cleanup_steps WHERE purge_id = :p AND kind = 'bodies'"), {"p": purge_id}
+        ).scalars()
+    assert runner.run_step(pk.step_context(), step_id, policy=runner.Policy()).status == "done"
+    with pytest.raises(commands.ContentPurged):
+        say(pk, "c2", body="redelivered", provider_event_id="p-gone")
+    assert count(pk, "events") == 1 and pk.read_conversation("c2") == []
 
 
 def test_a_deleted_channel_keeps_its_history_and_refuses_ingest(pk: Pk) -> None:

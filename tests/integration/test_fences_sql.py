@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 
 from schema.errors import (
     BotDeleted,
@@ -137,6 +138,25 @@ def test_fenced_provider_event_id_cannot_be_ingested_again(seeded: RawSQL) -> No
         "VALUES ('fresh', 'p-dup', 'a', CURRENT_TIMESTAMP, 'again')",
         ContentPurged,
     )
+
+
+def test_the_provider_event_id_of_a_fenced_event_cannot_be_ingested_again(seeded: RawSQL) -> None:
+    """A conversation purge's bodies step fences events only: the provider event id that a
+    fenced event carries is fenced through it. Tried: a raw INSERT of a new event reusing p1
+    after e1 was fenced (ContentPurged, before the unique constraint could say anything
+    else), then p4, whose event e4 is not fenced (the unique constraint refuses it, not the
+    fence)."""
+    tombstone(seeded, "event", "e1")
+    seeded.refused(
+        "INSERT INTO events (id, provider_event_id, author, occurred_at, body) "
+        "VALUES ('fresh', 'p1', 'a', CURRENT_TIMESTAMP, 'again')",
+        ContentPurged,
+    )
+    with pytest.raises(IntegrityError):
+        seeded.run(
+            "INSERT INTO events (id, provider_event_id, author, occurred_at, body) "
+            "VALUES ('fresh', 'p4', 'a', CURRENT_TIMESTAMP, 'again')"
+        )
 
 
 # -- a purged conversation ------------------------------------------------------------------

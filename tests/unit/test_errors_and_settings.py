@@ -355,9 +355,9 @@ def test_cas_path_is_sharded_by_hash_and_unique_by_blob() -> None:
     assert cas_path(SHA, "blob1") != cas_path(SHA, "blob2")
 
 
-def test_file_path_keeps_the_name_in_a_directory_of_its_own() -> None:
-    assert file_path("9f8e7d", "report.pdf") == "9f/9f8e7d/report.pdf"
-    assert Path(file_path("9f8e7d", "a.txt")).parent != Path(file_path("9f8e7e", "a.txt")).parent
+def test_file_path_is_sharded_by_blob_id_and_holds_no_attachment_name() -> None:
+    assert file_path("9f8e7d6c") == "9f/8e/9f8e7d6c"
+    assert file_path("9f8e7d6c") != file_path("9f8e7d6d")
 
 
 # -- the public API -----------------------------------------------------------------------
