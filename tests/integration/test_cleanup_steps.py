@@ -1166,3 +1166,38 @@ def test_the_scheduler_does_not_pile_up_wake_ups_for_a_step_still_due(pk: Pk) ->
         loop.tick()
     assert len(sent) == 1
     assert pk.resume() == 1  # the operator's resume always sends
+
+
+def test_a_steps_last_batch_finishes_it_in_the_same_commit(pk: Pk, roots: Roots) -> None:
+    """The last batch of each step sets it ``done`` (lease released) in its own UPDATE and
+    commit, so no separate finish is needed and a crash right after it cannot leave the step
+    running. Tried: the bodies and then the attachments step of a conversation purge, each
+    claimed and carried out by ``cleanup.run`` directly, with no finish call afterwards; and a
+    content purge's bodies step the same way."""
+    from workers import cleanup
+
+    pk.create_conversation("c1")
+    pk.ingest_event("c1", author="ada", body=f"{SECRET} gone", attachments=[NewAttachment.file(b"gone", name="g")])
+    second = pk.ingest_event("c1", author="ada", body=f"{SECRET} also gone")
+    purge_id = pk.purge_conversation("c1", **WHO).purge_id
+
+    def claim_and_run(step_id: str) -> cleanup.Ran:
+        held = pk.db.transact(lambda conn: steps.claim(conn, step_id, owner="test-owner", lease=POLICY.lease))
+        assert held is not None
+        return cleanup.run(pk.step_context(), held)
+
+    bodies, attachments = step_of(pk, purge_id, "bodies"), step_of(pk, purge_id, "attachments")
+    assert claim_and_run(bodies.id) == cleanup.Ran((attachments.id,), finished=True)
+    assert step_of(pk, purge_id, "bodies").status == "done" and lease_of(pk, bodies.id) == (None, None)
+    assert claim_and_run(attachments.id) == cleanup.Ran(finished=True)
+    assert step_of(pk, purge_id, "attachments").status == "done" and lease_of(pk, attachments.id) == (None, None)
+    assert pk.status(purge_id).status == "complete"
+    assert_purges_leave_nothing(pk, roots)
+
+    pk.create_conversation("c2")
+    other = pk.ingest_event("c2", author="ada", body=f"{SECRET} selected")
+    scope = EventScope(event_ids=[other.id])
+    content = pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **WHO).purge_id
+    assert claim_and_run(step_of(pk, content, "bodies").id).finished
+    assert step_of(pk, content, "bodies").status == "done"
+    assert body_of(pk, other.id) is None and body_of(pk, second.id) is None

@@ -293,7 +293,7 @@ def test_cas_bytes_land_under_blob_root_by_hash_and_blob_id(pk: Pk, roots: dict[
 
 def test_a_real_file_lands_under_file_root_named_by_its_blob(pk: Pk, roots: dict[str, Path]) -> None:
     """The name is the attachment's; on disk the file is ``ab/cd/<blob id>``, so a purged
-    attachment's name is not left in the blob's path (migration-free: blobs.path per row)."""
+    attachment's name is not left in the blob's immutable path."""
     pk.create_conversation("c1")
     data = b"%PDF-1.7 pretend"
     event = say(pk, "c1", attachments=[NewAttachment.file(data, name="report.pdf")])
