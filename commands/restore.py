@@ -38,11 +38,11 @@ from schema import ledger
 from schema import purges as pq
 from schema import restore as rq
 from schema.db import Database
-from schema.errors import MessagingUnavailable, ValidationError
+from schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
 from schema.states import PurgeKind, StepKind, TombstoneKind
 from schema.steps import PARKED_UNTIL
 from workers import checkpoint, failpoints, memory
-from workers.blobstore import BlobStore
+from workers.blobstore import BlobStore, discard_failed
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,10 @@ class RestoreCommands:
         removed = 0
         for row in rows:
             with contextlib.suppress(ValueError):  # a path that escapes its root is never touched
-                removed += self.blobs.discard(row.id, row.kind, row.path)
+                try:
+                    removed += self.blobs.discard(row.id, row.kind, row.path)
+                except OSError as exc:  # by blob id: an earlier layout's path holds the attachment name
+                    raise InfrastructureError(str(discard_failed(row.id, exc))) from None
         return removed
 
 

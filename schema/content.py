@@ -14,7 +14,6 @@ from typing import Any
 from sqlalchemy import Connection, Row, Table, and_, exists, func, insert, literal_column, not_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from schema.idlists import IDS, among
 from schema.states import BlobState, ConversationState, TombstoneKind
 from schema.tables import (
     admissions,
@@ -151,31 +150,6 @@ def live_event(event_id: Any) -> Any:
 
 def is_event_live(conn: Connection, event_id: str) -> bool:
     return bool(conn.scalar(select(live_event(event_id))))
-
-
-_FENCED_AMONG = select(tombstones.c.id).where(
-    tombstones.c.kind == literal_column(f"'{TombstoneKind.EVENT.value}'"), among(tombstones.c.id, IDS)
-)
-_PLACED_LIVE_AMONG = (
-    select(placements.c.event_id)
-    .join(conversations, conversations.c.id == placements.c.conversation_id)
-    .where(among(placements.c.event_id, IDS), NOT_PURGED)
-    .distinct()
-)
-
-
-def live_among(conn: Connection, event_ids: Sequence[str]) -> set[str]:
-    """Which of these events are live now, as :func:`live_event` decides, for a batch. Two
-    statements, each searching a primary key by the listed ids: one correlated statement with
-    NOT EXISTS lets PostgreSQL plan an anti-join that reads every event tombstone, a cost
-    that grows with the purges ever made instead of with the batch."""
-    if not event_ids:
-        return set()
-    params = {"ids": list(event_ids)}
-    placed = set(conn.scalars(_PLACED_LIVE_AMONG, params))
-    if not placed:
-        return placed
-    return placed - set(conn.scalars(_FENCED_AMONG, {"ids": sorted(placed)}))
 
 
 def _tombstone_exists(kind: TombstoneKind, id_expr: Any) -> Any:

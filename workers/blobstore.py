@@ -95,8 +95,8 @@ class BlobStore:
         for blob_id, kind, relative in share:
             try:
                 self.discard(blob_id, kind, relative)
-            except OSError as exc:
-                first = first or _discard_failed(blob_id, exc)
+            except (OSError, ValueError) as exc:  # ValueError: a path that escapes its root, never touched
+                first = first or discard_failed(blob_id, exc)
         return first
 
     def open(self, kind: BlobKind | str, relative: str) -> BinaryIO:
@@ -116,9 +116,11 @@ def file_path(blob_id: str) -> str:
     return f"{blob_id[:2]}/{blob_id[2:4]}/{blob_id}"
 
 
-def _discard_failed(blob_id: str, exc: OSError) -> OSError:
+def discard_failed(blob_id: str, exc: OSError | ValueError) -> OSError:
     """The unlink's error without its path: by blob id, with the system's reason (OSError
     picks the subclass of the errno, e.g. IsADirectoryError)."""
+    if isinstance(exc, ValueError):
+        return OSError(f"could not unlink the file of blob {blob_id}: its path escapes its root (left untouched)")
     reason = exc.strerror if exc.errno is not None else str(exc)
     message = f"could not unlink the file of blob {blob_id}: {reason}"
     return OSError(exc.errno, message) if exc.errno is not None else OSError(message)

@@ -203,9 +203,9 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
 def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: int, first: bool) -> dict[str, Any]:
     rows = q.lock_candidate_blobs(conn, purge_id, after=after, limit=limit)
     ids = [row.id for row in rows]
-    live = q.live_references(conn, ids) if ids else {}
-    shared = sorted(blob_id for blob_id in ids if live.get(blob_id))
-    doomed = [row for row in rows if not live.get(row.id)]
+    live = q.live_referenced(conn, ids) if ids else set()
+    shared = sorted(blob_id for blob_id in ids if blob_id in live)
+    doomed = [row for row in rows if row.id not in live]
     q.mark_blobs(conn, [row.id for row in doomed], from_state=BlobState.PRESENT, to_state=BlobState.DELETING)
     last = len(ids) < limit  # a short batch is the last one
     return {

@@ -75,3 +75,19 @@ def test_a_file_of_the_earlier_layout_leaves_no_empty_directory(store: BlobStore
     put(store, "file", f"{busy_id[:2]}/{busy_id}/b.txt")
     assert store.discard(busy_id, "file", f"{busy_id[:2]}/{busy_id}/a.txt")
     assert busy.parent.is_dir() and not busy.exists()
+
+
+def test_a_path_that_escapes_its_root_is_never_touched_and_reported_by_blob_id(
+    store: BlobStore, tmp_path: Path
+) -> None:
+    """A blob row whose path leads out of its root (a hand-edited row): the file there stays,
+    the other files of the batch go, and the error names the blob, not the path. Tried with
+    ``../outside.txt`` next to a regular blob."""
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"not a blob")
+    regular = "cd" + "6" * 30
+    put(store, "file", file_path(regular))
+    with pytest.raises(OSError) as info:
+        store.discard_all([("escaper", "file", "../outside.txt"), (regular, "file", file_path(regular))], threads=4)
+    assert "escaper" in str(info.value) and "outside" not in str(info.value)
+    assert outside.read_bytes() == b"not a blob" and not store.exists("file", file_path(regular))

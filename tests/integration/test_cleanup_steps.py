@@ -184,7 +184,9 @@ def interleaved(pk: Pk, meanwhile: Callable[[], None]) -> Any:
             meanwhile()
 
     store = InterleavedStore(pk.blobs.blob_root, pk.blobs.file_root, meanwhile=once)
-    return dataclasses.replace(pk.step_context(), blobs=store)
+    # one unlink at a time: ``meanwhile`` runs once, before any file of the batch is gone (with
+    # several threads, two could race into ``once`` or unlink while it runs)
+    return dataclasses.replace(pk.step_context(), blobs=store, unlink_threads=1)
 
 
 @contextlib.contextmanager

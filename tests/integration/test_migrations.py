@@ -8,6 +8,8 @@ import os
 import sqlite3
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from schema import fences, migrate
 from schema.db import Database
 from schema.errors import SchemaMismatch
 from schema.tables import metadata
+from tests.conftest import create_database, drop_database, postgres_url
 
 
 def installed_triggers(db: Database) -> set[str]:
@@ -153,3 +156,82 @@ def test_sqlite_write_transactions_begin_immediate(db: Database, database_url: s
             other.execute("ROLLBACK")
     finally:
         other.close()
+
+
+@pytest.fixture
+def empty_database_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A database with no schema at all, on either backend."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    name = f"pk_t_{uuid.uuid4().hex[:16]}"
+    create_database(name)
+    yield postgres_url(name)
+    drop_database(name)
+
+
+def test_an_upgrade_from_0004_with_data_purges_what_0004_wrote(empty_database_url: str, tmp_path: Path) -> None:
+    """Migration 0005 on a database in use: a real file stored by 0004 in its own directory
+    (``<id[:2]>/<blob id>/<name>``), an event with a provider event id. After the upgrade a
+    conversation purge removes the file and its emptied directory, and the provider event id
+    is fenced through its event (0005 writes no provider tombstone for a conversation purge).
+    Tried on both backends: the whole purge after the upgrade, then a redelivery through the
+    library and a raw INSERT of the same provider event id."""
+    from alembic import command
+
+    from workers import runner
+
+    db = Database(empty_database_url)
+    config = migrate.alembic_config()
+    with db.write() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0004")
+    file_root, blob_id = tmp_path / "files", "ab" + "7" * 30
+    old_path = f"{blob_id[:2]}/{blob_id}/report.pdf"
+    (file_root / old_path).parent.mkdir(parents=True)
+    (file_root / old_path).write_bytes(b"written by 0004")
+    with db.write() as conn:
+        for sql in (
+            "INSERT INTO conversations (id) VALUES ('c-old')",
+            "INSERT INTO events (id, provider_event_id, author, occurred_at, body) "
+            "VALUES ('e-old', 'p-old', 'ada', CURRENT_TIMESTAMP, 'secret from 0004')",
+            "INSERT INTO placements (event_id, conversation_id) VALUES ('e-old', 'c-old')",
+            f"INSERT INTO blobs (id, kind, sha256, size, path) "
+            f"VALUES ('{blob_id}', 'file', '{'c' * 64}', 15, '{old_path}')",
+            f"INSERT INTO attachments (id, event_id, blob_id, binding, name) "
+            f"VALUES ('a-old', 'e-old', '{blob_id}', 'real_file', 'report.pdf')",
+        ):
+            conn.execute(text(sql))
+    assert migrate.upgrade(db).changed
+    db.dispose()
+
+    pk = commands.open(
+        empty_database_url,
+        blob_root=tmp_path / "blobs",
+        file_root=file_root,
+        memory_roots=[tmp_path / "memory"],
+        checkpoint_dir=tmp_path / "ledger",
+        workers="none",
+    )
+    try:
+        purge_id = pk.purge_conversation("c-old", actor="op", reason="after the upgrade").purge_id
+        for kind in ("bodies", "attachments"):
+            [step] = [s for s in pk.status(purge_id).steps if s.kind == kind]
+            assert runner.run_step(pk.step_context(), step.id, policy=runner.Policy()).status == "done"
+        assert pk.status(purge_id).status == "complete"
+        assert not (file_root / old_path).exists() and not (file_root / old_path).parent.exists()
+        with pk.db.read() as conn:
+            assert conn.scalar(text("SELECT body FROM events WHERE id = 'e-old'")) is None
+            assert conn.scalar(text(f"SELECT state FROM blobs WHERE id = '{blob_id}'")) == "deleted"
+        pk.create_conversation("c-new")
+        with pytest.raises(commands.ContentPurged):
+            pk.ingest_event("c-new", author="ada", body="again", provider_event_id="p-old")
+        with pytest.raises(commands.ContentPurged), pk.db.write() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO events (id, provider_event_id, author, occurred_at, body) "
+                    "VALUES ('e-raw', 'p-old', 'ada', CURRENT_TIMESTAMP, 'raw again')"
+                )
+            )
+    finally:
+        pk.close()

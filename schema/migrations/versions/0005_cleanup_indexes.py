@@ -10,8 +10,8 @@ Revises: 0004
   (``fillfactor``) so both new row versions fit on the row's own page (a HOT update).
   Rows already on disk are rewritten with that room only by ``VACUUM FULL``; new ones get it.
 - ``tombstones``: the index by purge holds only event tombstones, the only kind ever looked
-  up by purge (the attachments step and a restore merge); a conversation purge writes one
-  provider-event tombstone per event, which no longer costs an entry there.
+  up by purge (the attachments step and a restore merge); the provider-event tombstones of
+  content purges and the identity tombstones no longer cost an entry there.
 - PostgreSQL: the blob trigger's function runs only for a change it refuses (a WHEN clause
   holding its conditions), not once per blob marked.
 - Both: a provider event id is fenced when the event that carries it is fenced, so the
