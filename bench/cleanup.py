@@ -5,7 +5,7 @@ schema's triggers fire): 1,000 conversations of 1,000 events each (1,000,000 eve
 shrinks the events per conversation), each event with a 200-byte body, a provider event id and
 one placement. Every fifth event (20%) carries one attachment of 4 KiB (``--file-bytes``), its
 bytes written to disk at the path its blob row names: CAS blobs (``ab/cd/<sha256>-<blob id>``
-under the blob root) and real files (``<id[:2]>/<blob id>/<name>`` under the file root),
+under the blob root) and real files (``ab/cd/<blob id>`` under the file root),
 alternately. The 1,000 conversations have these roles:
 
 - 100 per run (``--per-run``) for the library, 100 per run for the baseline (600 in all);
@@ -30,9 +30,12 @@ Measured in each of ``--runs`` runs (default 3), on 100 fresh conversations per 
     derivatives are seeded, so neither side deletes any).
 (b) files/s of attachment deletion. ``purgekeeper``: ``runner.run_step`` of each purge's
     attachments step (which the bodies step unparked): the blobs it unlinked (its ``removed``
-    progress) over the summed wall time of those calls; the shared blobs are retained.
-    ``baseline``: plain ``os.unlink`` of as many files of the same shape (the unshared
-    attachment files of the baseline's conversations; paths read beforehand, untimed).
+    progress) over the summed wall time of those calls; the shared blobs are retained. The
+    step unlinks a batch's files ``StepContext.unlink_threads`` at a time (``--unlink-threads``,
+    default ``workers.cleanup.DEFAULT_UNLINK_THREADS``; 1 measures it one after another).
+    ``baseline``: plain ``os.unlink`` of as many files of the same shape, one after another
+    (the unshared attachment files of the baseline's conversations; paths read beforehand,
+    untimed).
 (c) time from acceptance to complete: from the first ``purge_conversation`` of the 100 to the
     end of the last attachments step; and per conversation, its acceptance plus its two steps.
 
@@ -81,7 +84,7 @@ from commands.handle import Purgekeeper
 from schema import migrate
 from schema.db import Database
 from workers import runner
-from workers.cleanup import DEFAULT_BATCH_SIZE, StepContext
+from workers.cleanup import DEFAULT_BATCH_SIZE, DEFAULT_UNLINK_THREADS, StepContext
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 CONVERSATIONS = 1_000
@@ -239,7 +242,7 @@ INSERT INTO blobs (id, kind, sha256, size, path)
 SELECT b.id, b.kind, b.sha, %(file_bytes)s::int,
        CASE WHEN b.kind = 'cas'
             THEN substr(b.sha, 1, 2) || '/' || substr(b.sha, 3, 2) || '/' || b.sha || '-' || b.id
-            ELSE substr(b.id, 1, 2) || '/' || b.id || '/' || b.name END
+            ELSE substr(b.id, 1, 2) || '/' || substr(b.id, 3, 2) || '/' || b.id END
   FROM (SELECT o.id, o.kind, o.name,
                encode(sha256(convert_to(left(repeat(o.id, %(file_bytes)s::int / 32 + 1), %(file_bytes)s::int), 'UTF8')),
                       'hex') AS sha
@@ -722,6 +725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--scale", type=float, default=1.0, help=f"events per conversation: {EVENTS_PER_CONVERSATION:,} x scale"
     )
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="both sides' batch size")
+    parser.add_argument("--unlink-threads", type=int, default=DEFAULT_UNLINK_THREADS, help="files unlinked at a time")
     parser.add_argument("--file-bytes", type=int, default=FILE_BYTES, help="bytes per attachment file")
     parser.add_argument("--dir", default=None, help="where the temporary attachment files go")
     parser.add_argument(
@@ -754,7 +758,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"purgekeeper cleanup benchmark: PostgreSQL {version} at {shown_url(scratch.admin_url)}")
         print(
             f"scratch database {scratch.name}; synchronous_commit={synchronous_commit} (server default, both sides); "
-            f"{args.runs} runs; {os.cpu_count()} CPUs; files under {root}"
+            f"{args.runs} runs; {os.cpu_count()} CPUs; files under {root}; the attachments step unlinks "
+            f"{args.unlink_threads} at a time, the baseline one after another"
         )
         if args.scale != 1.0 or args.file_bytes != FILE_BYTES:
             print(f"NOT THE FULL SIZE: --scale {args.scale:g}, --file-bytes {args.file_bytes:,}")
@@ -768,7 +773,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             memory_roots=[root / "memory"],
             workers="none",  # nothing runs in the background: the steps are run here, directly
         )
-        ctx = dataclasses.replace(pk.step_context(), batch_size=args.batch_size)
+        ctx = dataclasses.replace(pk.step_context(), batch_size=args.batch_size, unlink_threads=args.unlink_threads)
         conn: psycopg.Connection[Any] | None = None
         try:
             conn = psycopg.connect(scratch.url)
@@ -792,6 +797,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             figures = report(results, layout, args.batch_size)
             figures["checks_ok"] = not bench.problems
             figures["file_bytes"] = args.file_bytes
+            figures["unlink_threads"] = args.unlink_threads
             figures["warm_up"] = not args.cold
             print()
             print(f"checks after each run: {'ok' if not bench.problems else 'FAILED'}")
