@@ -1,0 +1,67 @@
+"""The benchmark scripts still run, at a tiny size, and their own checks pass. Nothing here
+looks at a timing: a benchmark's figures come from ``make bench`` at full size. What this
+catches is a script that no longer runs against the code (a changed signature, a seed that
+breaks a trigger), and, through the cleanup script's checks after each run, a purge that
+does not complete at volume: every purge ``complete``, bodies NULL and placements gone, the
+exclusive blobs ``deleted`` with their files gone, the shared ones ``present`` with theirs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import POSTGRES_ADMIN_URL
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_script(script: str, *args: str, tmp_path: Path) -> dict[str, object]:
+    env = {**os.environ, "PK_BENCH_POSTGRES_URL": POSTGRES_ADMIN_URL, "PURGEKEEPER_DATA_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    figures: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
+
+
+@pytest.mark.parametrize("unlink_threads", ["1", "4"])
+def test_the_cleanup_benchmark_runs_and_its_checks_pass(tmp_path: Path, unlink_threads: str) -> None:
+    figures = run_script(
+        "cleanup.py",
+        *("--scale", "0.02", "--runs", "1", "--per-run", "4", "--unlink-threads", unlink_threads, "--dir"),
+        str(tmp_path),
+        tmp_path=tmp_path,
+    )
+    assert figures["checks_ok"] is True
+    assert figures["unlink_threads"] == int(unlink_threads)
+    # 4 conversations of 20 events, 4 attachments each: 2 exclusive blobs unlinked, 2 shared kept
+    assert (figures["files_per_run"], figures["retained_per_run"]) == (4 * 2, 4 * 2)
+    assert figures["rows_per_run"] == 4 * 20 * 2  # per event: a NULLed body and a deleted placement
+
+
+def test_the_acceptance_benchmark_runs_and_its_ledger_check_passes(tmp_path: Path) -> None:
+    figures = run_script(
+        "acceptance.py",
+        "--runs",
+        "1",
+        "--threads",
+        "2",
+        "--per-thread",
+        "2",
+        "--large-events",
+        "500",
+        tmp_path=tmp_path,
+    )
+    assert figures["ledger_ok"] is True
