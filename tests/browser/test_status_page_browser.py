@@ -33,6 +33,7 @@ import commands
 from commands import EventScope, NewAttachment
 from commands.settings import Settings
 from commands.webauth import COOKIE_NAME
+from tests import helpers
 from tests.conftest import ON_CI
 from workers import runner
 
@@ -63,16 +64,7 @@ class Prepared:
 
 
 def settle(pk: commands.Purgekeeper, purge_id: str) -> commands.PurgeStatus:
-    deadline = time.monotonic() + WAIT_S
-    policy = runner.Policy()
-    while True:
-        status = pk.status(purge_id)
-        waiting = [s for s in status.steps if s.status not in ("done", "incomplete")]
-        if not waiting:
-            return status
-        assert time.monotonic() < deadline, waiting
-        for step in waiting:
-            runner.run_step(pk.step_context(), step.id, policy=policy)
+    return helpers.settle(pk, purge_id, policy=runner.Policy(), timeout_s=WAIT_S)
 
 
 def purge_event(pk: commands.Purgekeeper, conversation_id: str, *, name: str) -> tuple[str, commands.Event]:

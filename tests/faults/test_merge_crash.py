@@ -23,15 +23,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 import commands
 from commands import EventScope, NewAttachment
 from tests.conftest import create_database, drop_database
+from tests.helpers import rows, scalar
 from workers import checkpoint, runner
 
 Pk = commands.Purgekeeper
@@ -97,16 +96,6 @@ def back_up(database_url: str, directory: Path, copies: list[str]) -> Callable[[
         create_database(name, template=copy)
 
     return restore_postgres
-
-
-def rows(pk: Pk, sql: str, **params: Any) -> list[Any]:
-    with pk.db.read() as conn:
-        return list(conn.execute(text(sql), params))
-
-
-def scalar(pk: Pk, sql: str, **params: Any) -> Any:
-    with pk.db.read() as conn:
-        return conn.execute(text(sql), params).scalar()
 
 
 def restored_database(

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import time
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -22,8 +20,7 @@ from commands import EventScope, NewAttachment, metrics
 from commands.webauth import Tokens
 from schema import ledger
 from schema.tables import UtcDateTime
-from workers import runner
-from workers.blobstore import BlobStore
+from tests.helpers import FailingStore, settle
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
@@ -36,13 +33,7 @@ OPERATOR = "operator-token-7f3a"
 HOST = "host-token-91c2"
 TOKENS = Tokens(api=HOST, operator=OPERATOR)
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
-POLICY = runner.Policy(
-    lease=dt.timedelta(seconds=2),
-    backoff_base=dt.timedelta(milliseconds=10),
-    backoff_cap=dt.timedelta(milliseconds=50),
-)
 LONG_AGO = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-SETTLE_S = 10.0
 STEP_STATUSES = ("pending", "running", "retrying", "done", "incomplete")
 STEP_KINDS = ("bodies", "attachments", "memory")
 
@@ -79,12 +70,6 @@ def steps(samples: Samples) -> dict[tuple[str, str], float]:
 # -- purges in every state ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FailingStore(BlobStore):
-    def discard(self, blob_id: str, kind: Any, relative: str) -> bool:
-        raise OSError("the disk said no")
-
-
 def purge_new_event(pk: Pk, conversation_id: str, *, files: int = 0, shared_blob: str | None = None) -> str:
     pk.create_conversation(conversation_id)
     attachments = [NewAttachment.file(f"bytes {n}".encode(), name=f"f{n}.txt") for n in range(files)]
@@ -93,18 +78,6 @@ def purge_new_event(pk: Pk, conversation_id: str, *, files: int = 0, shared_blob
     purged = pk.ingest_event(conversation_id, author="ada", body="gone soon", attachments=attachments)
     scope = EventScope(event_ids=[purged.id])
     return pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **WHO).purge_id
-
-
-def settle(pk: Pk, purge_id: str, ctx: Any = None) -> commands.PurgeStatus:
-    deadline = time.monotonic() + SETTLE_S
-    while True:
-        status = pk.status(purge_id)
-        waiting = [s for s in status.steps if s.status not in ("done", "incomplete")]
-        if not waiting:
-            return status
-        assert time.monotonic() < deadline, waiting
-        for step in waiting:
-            runner.run_step(ctx or pk.step_context(), step.id, policy=POLICY)
 
 
 def set_due_since(pk: Pk, purge_id: str, moment: dt.datetime) -> None:

@@ -15,7 +15,6 @@ import re
 import time
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -26,8 +25,7 @@ import commands
 from commands import EventScope, NewAttachment, status_page
 from commands.webauth import COOKIE_NAME, Tokens
 from schema.tables import UtcDateTime
-from workers import runner
-from workers.blobstore import BlobStore
+from tests.helpers import FailingStore, settle
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
@@ -41,13 +39,7 @@ TOKENS = Tokens(api=HOST, operator=OPERATOR)
 SECRET = "S3CR3T-content"
 WHO = {"actor": "actor-not-shown@example.org", "reason": "reason-not-shown"}
 HOSTILE = "<script>alert('pwned')</script> & \"quoted\""
-POLICY = runner.Policy(
-    lease=dt.timedelta(seconds=2),
-    backoff_base=dt.timedelta(milliseconds=10),
-    backoff_cap=dt.timedelta(milliseconds=50),
-)
 LONG_AGO = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-SETTLE_S = 10.0
 
 
 # -- the app and its client -------------------------------------------------------------------------
@@ -90,16 +82,6 @@ def section(html: str, name: str) -> str:
 # -- purges in every state ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FailingStore(BlobStore):
-    """The real store, except that every unlink fails with ``message``."""
-
-    message: str = HOSTILE
-
-    def discard(self, blob_id: str, kind: Any, relative: str) -> bool:
-        raise OSError(self.message)
-
-
 def purge_new_event(pk: Pk, conversation_id: str, *, attachment: bool = False) -> str:
     pk.create_conversation(conversation_id)
     files = [NewAttachment.file(f"{SECRET} bytes".encode(), name="doc.txt")] if attachment else []
@@ -107,19 +89,6 @@ def purge_new_event(pk: Pk, conversation_id: str, *, attachment: bool = False) -
     scope = EventScope(event_ids=[event.id])
     acceptance = pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **WHO)
     return acceptance.purge_id
-
-
-def settle(pk: Pk, purge_id: str, ctx: Any = None) -> commands.PurgeStatus:
-    """Run the purge's steps, as a worker would, until each is done or incomplete."""
-    deadline = time.monotonic() + SETTLE_S
-    while True:
-        status = pk.status(purge_id)
-        waiting = [s for s in status.steps if s.status not in ("done", "incomplete")]
-        if not waiting:
-            return status
-        assert time.monotonic() < deadline, waiting
-        for step in waiting:
-            runner.run_step(ctx or pk.step_context(), step.id, policy=POLICY)
 
 
 def incomplete_purge(pk: Pk, conversation_id: str, message: str = HOSTILE) -> str:

@@ -22,6 +22,7 @@ from sqlalchemy import text
 
 import commands
 from commands import RepositoryIdentity
+from tests.helpers import scalar
 from workers.memory import MARKER_NAME, OWNERSHIP_REASONS, write_marker
 
 Pk = commands.Purgekeeper
@@ -48,11 +49,6 @@ def marker_of(repository: Path) -> dict[str, Any]:
 
 def register(pk: Pk, bot_id: str, repository: Path) -> commands.Bot:
     return pk.register_bot(bot_id, name=f"Bot {bot_id}", memory_path=repository)
-
-
-def scalar(pk: Pk, sql: str, **params: object) -> Any:
-    with pk.db.read() as conn:
-        return conn.execute(text(sql), params).scalar()
 
 
 def count(pk: Pk, table: str) -> int:

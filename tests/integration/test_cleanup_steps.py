@@ -37,6 +37,7 @@ from commands import EventScope, NewAttachment
 from schema import steps
 from schema.states import BlobKind, StepStatus
 from schema.tables import UtcDateTime, metadata
+from tests.helpers import POLICY, SETTLE_S, rows, scalar
 from workers import broker, memory, runner
 from workers.blobstore import BlobStore, cas_path
 from workers.cleanup import ASIDE_PREFIX
@@ -47,26 +48,10 @@ Roots = dict[str, Path]
 
 SECRET = "S3CR3T-purged"
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
-POLICY = runner.Policy(
-    lease=dt.timedelta(seconds=2),
-    backoff_base=dt.timedelta(milliseconds=10),
-    backoff_cap=dt.timedelta(milliseconds=50),
-)
 LONG_AGO = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-SETTLE_S = 10.0
 
 
 # -- reading and poking the database -------------------------------------------------------------
-
-
-def rows(pk: Pk, sql: str, **params: Any) -> list[Any]:
-    with pk.db.read() as conn:
-        return list(conn.execute(text(sql), params))
-
-
-def scalar(pk: Pk, sql: str, **params: Any) -> Any:
-    with pk.db.read() as conn:
-        return conn.execute(text(sql), params).scalar()
 
 
 def body_of(pk: Pk, event_id: str) -> str | None:
@@ -1184,9 +1169,7 @@ def test_a_steps_last_batch_finishes_it_in_the_same_commit(pk: Pk, roots: Roots)
     purge_id = pk.purge_conversation("c1", **WHO).purge_id
 
     def claim_and_run(step_id: str) -> cleanup.Ran:
-        held = pk.db.transact(lambda conn: steps.claim(conn, step_id, owner="test-owner", lease=POLICY.lease))
-        assert held is not None
-        return cleanup.run(pk.step_context(), held)
+        return cleanup.run(pk.step_context(), claim_as(pk, step_id, "test-owner"))
 
     bodies, attachments = step_of(pk, purge_id, "bodies"), step_of(pk, purge_id, "attachments")
     assert claim_and_run(bodies.id) == cleanup.Ran((attachments.id,), finished=True)

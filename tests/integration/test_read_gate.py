@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 import commands
 from commands import EventScope, NewAttachment
 from schema import ledger
 from tests.conftest import create_database, drop_database
+from tests.helpers import rows
 from workers import checkpoint
 
 Pk = commands.Purgekeeper
@@ -161,11 +161,6 @@ def automatic_checkpoint(pk: Pk) -> checkpoint.Checkpoint:
     made = checkpoint.automatic(pk.db, pk.settings.checkpoint_dir)
     assert made is not None, "the ledger moved, so an automatic checkpoint is due"
     return made
-
-
-def rows(pk: Pk, sql: str, **params: Any) -> list[Any]:
-    with pk.db.read() as conn:
-        return list(conn.execute(text(sql), params))
 
 
 def ledger_rows(pk: Pk) -> int:

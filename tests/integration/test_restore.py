@@ -42,6 +42,7 @@ from commands import EventScope, NewAttachment
 from schema import ledger
 from schema.tables import metadata
 from tests.conftest import POSTGRES_ADMIN_URL
+from tests.helpers import rows, scalar
 from workers import checkpoint, runner
 from workers.cleanup import ASIDE_PREFIX
 
@@ -61,16 +62,6 @@ SHARED_BYTES = b"shared bytes, kept"
 
 
 # -- handles, rows and cleanup ------------------------------------------------------------------
-
-
-def rows(pk: Pk, sql: str, **params: Any) -> list[Any]:
-    with pk.db.read() as conn:
-        return list(conn.execute(text(sql), params))
-
-
-def scalar(pk: Pk, sql: str, **params: Any) -> Any:
-    with pk.db.read() as conn:
-        return conn.execute(text(sql), params).scalar()
 
 
 def snapshot(pk: Pk) -> dict[str, list[tuple[Any, ...]]]:

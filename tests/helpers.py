@@ -1,0 +1,63 @@
+"""Helpers several test modules share: raw reads of the database behind a handle, running a
+purge's steps as a worker would, and a blob store whose unlinks fail."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import text
+
+import commands
+from workers import runner
+from workers.blobstore import BlobStore
+
+# Short timings: a 2 s lease, a 10 ms backoff capped at 50 ms.
+POLICY = runner.Policy(
+    lease=dt.timedelta(seconds=2),
+    backoff_base=dt.timedelta(milliseconds=10),
+    backoff_cap=dt.timedelta(milliseconds=50),
+)
+SETTLE_S = 10.0
+
+
+def rows(pk: commands.Purgekeeper, sql: str, **params: Any) -> list[Any]:
+    with pk.db.read() as conn:
+        return list(conn.execute(text(sql), params))
+
+
+def scalar(pk: commands.Purgekeeper, sql: str, **params: Any) -> Any:
+    with pk.db.read() as conn:
+        return conn.execute(text(sql), params).scalar()
+
+
+def settle(
+    pk: commands.Purgekeeper,
+    purge_id: str,
+    ctx: Any = None,
+    *,
+    policy: runner.Policy = POLICY,
+    timeout_s: float = SETTLE_S,
+) -> commands.PurgeStatus:
+    """Run the purge's steps, as a worker would, until each is done or incomplete."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = pk.status(purge_id)
+        waiting = [s for s in status.steps if s.status not in ("done", "incomplete")]
+        if not waiting:
+            return status
+        assert time.monotonic() < deadline, waiting
+        for step in waiting:
+            runner.run_step(ctx or pk.step_context(), step.id, policy=policy)
+
+
+@dataclass(frozen=True)
+class FailingStore(BlobStore):
+    """The real store, except that every unlink fails with ``message``."""
+
+    message: str = "the disk said no"
+
+    def discard(self, blob_id: str, kind: Any, relative: str) -> bool:
+        raise OSError(self.message)
