@@ -367,10 +367,10 @@ def _duplicate_delivery(conn: Connection, provider_event_id: str) -> Any:
     """The event already ingested with this provider event id, if any. A purged one is refused,
     never returned: fenced by its own tombstone, by its event's, or no longer live at all (its
     conversations purged, the bodies step not yet run), so a redelivery cannot read it back."""
-    if q.is_tombstoned(conn, [TombstoneKind.PROVIDER_EVENT], provider_event_id):
-        raise ContentPurged(f"provider event {provider_event_id} was purged; it is never ingested again")
     existing = q.event_by_provider_id(conn, provider_event_id)
-    if existing is not None and not q.is_event_live(conn, existing.id):
+    if q.is_tombstoned(conn, [TombstoneKind.PROVIDER_EVENT], provider_event_id) or (
+        existing is not None and not q.is_event_live(conn, existing.id)
+    ):
         raise ContentPurged(f"provider event {provider_event_id} was purged; it is never ingested again")
     return existing
 
