@@ -401,6 +401,8 @@ def _blob_for(conn: Connection, attachment: NewAttachment, blob: StagedBlob | No
         row = _require(q.blob_row(conn, attachment.blob_id or "", lock_shared=True), f"no blob {attachment.blob_id}")
         if row.state != BlobState.PRESENT:
             raise ContentPurged(f"blob {row.id} is {row.state}; it cannot be bound again")
+        if q.blob_holds_purged_content(conn, row.id):
+            raise ContentPurged(f"blob {row.id} holds purged content; it cannot be bound again")
         return str(row.id)
     if attachment.source == "cas":
         twin = q.present_cas_blob(conn, blob.sha256)

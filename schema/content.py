@@ -159,17 +159,34 @@ def _tombstone_exists(kind: TombstoneKind, id_expr: Any) -> Any:
 # -- blobs and attachments ----------------------------------------------------------------
 
 
+def holds_purged_content(blob_id: Any) -> Any:
+    """The blob is bound, and only by events that are not live: its bytes are purged
+    content, however present, and are bound to nothing new (the attachments trigger says
+    the same). ``blob_id`` is a value or a column."""
+    bound = attachments.alias("bound")
+    return and_(
+        exists().where(bound.c.blob_id == blob_id),
+        ~exists().where(bound.c.blob_id == blob_id, live_event(bound.c.event_id)),
+    )
+
+
 def present_cas_blob(conn: Connection, sha256: str) -> Row[Any] | None:
-    """A present CAS blob with these bytes, locked shared so deletion cannot pass it."""
+    """A present CAS blob with these bytes, locked shared so deletion cannot pass it. A blob
+    that holds purged content is no twin: the upload gets a blob of its own."""
     query = (
         select(blobs)
         .where(blobs.c.kind == "cas", blobs.c.sha256 == sha256)
         .where(blobs.c.state == BlobState.PRESENT.value)
+        .where(not_(holds_purged_content(blobs.c.id)))
         .order_by(blobs.c.created_at, blobs.c.id)
         .limit(1)
         .with_for_update(read=True)
     )
     return conn.execute(query).first()
+
+
+def blob_holds_purged_content(conn: Connection, blob_id: str) -> bool:
+    return bool(conn.scalar(select(holds_purged_content(blob_id))))
 
 
 def blob_row(conn: Connection, blob_id: str, *, lock_shared: bool = False) -> Row[Any] | None:

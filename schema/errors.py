@@ -157,6 +157,8 @@ CONSTRAINT_ERRORS: dict[str, tuple[type[PurgekeeperError], str]] = {
     "fk_admissions_event_id_events": (NotFound, "no such event"),
     "fk_admissions_run_id_runs": (NotFound, "no such run"),
     "fk_attachments_blob_id_blobs": (NotFound, "no such blob"),
+    # a REPEATABLE READ writer whose snapshot predates a reservation meets it here (0006)
+    "pk_identity_reservations": (IdReserved, "the id belongs to a purged or deleted identity and is never reused"),
 }
 
 # SQLite names no constraint in its messages; it names the columns instead.

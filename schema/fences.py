@@ -41,6 +41,31 @@ POSTGRESQL_TRIGGERS = frozenset(
         "pk_purge_ledger_append_only",
         "pk_purge_ledger_no_truncate",
         "pk_purge_ledger_chain",
+        # 0006
+        "pk_events_never_deleted",
+        "pk_cleanup_steps_never_deleted",
+        "pk_admissions_after_delete",
+        "pk_derivative_sources_after_delete",
+        "pk_attachments_after_delete",
+        "pk_blobs_before_insert",
+        "pk_identity_reservations_permanent",
+        *(
+            f"pk_{table}_no_truncate"
+            for table in (
+                "bots",
+                "conversations",
+                "events",
+                "placements",
+                "runs",
+                "admissions",
+                "derivatives",
+                "derivative_sources",
+                "blobs",
+                "attachments",
+                "cleanup_steps",
+                "identity_reservations",
+            )
+        ),
     }
 )
 
@@ -84,6 +109,16 @@ SQLITE_TRIGGERS = frozenset(
         "pk_purge_ledger_no_delete",
         "pk_purge_ledger_chain",
         "pk_purge_ledger_moves_head",
+        # 0006
+        "pk_events_never_deleted",
+        "pk_placements_before_delete",
+        "pk_admissions_before_delete",
+        "pk_derivative_sources_before_delete",
+        "pk_attachments_before_delete",
+        "pk_cleanup_steps_never_deleted",
+        "pk_blobs_before_insert",
+        "pk_identity_reservations_no_update",
+        "pk_identity_reservations_no_delete",
     }
 )
 

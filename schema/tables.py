@@ -234,7 +234,7 @@ attachments = Table(
     Column("event_id", String(ID_LENGTH), ForeignKey("events.id"), nullable=False),
     Column("blob_id", String(64), ForeignKey("blobs.id"), nullable=False),
     Column("binding", String(16), nullable=False),
-    Column("name", Text, nullable=False),
+    Column("name", Text),  # NULLed by the bodies step of a purge: a name is content (0006)
     Column("position", Integer, nullable=False, server_default="0"),
     _created_at(),
     Index("ix_attachments_event_id", "event_id"),
@@ -298,6 +298,18 @@ tombstones = Table(
 # purge: a bound value would hide it from SQLite's planner and from a generic PostgreSQL plan,
 # and neither could then use the partial index.
 IS_EVENT_TOMBSTONE = tombstones.c.kind == literal_column("'event'")
+
+# One row per reserved (tombstoned) conversation or bot id, written with its tombstone
+# (0006): creating an id on PostgreSQL probes this primary key, which sees every committed
+# row whatever the writer's snapshot.
+identity_reservations = Table(
+    "identity_reservations",
+    metadata,
+    Column("namespace", String(16), nullable=False),
+    Column("id", String(ID_LENGTH), nullable=False),
+    PrimaryKeyConstraint("namespace", "id"),
+    _enum_check("namespace", ("conversation", "bot"), "namespace"),
+)
 
 cleanup_steps = Table(
     "cleanup_steps",
@@ -370,4 +382,13 @@ CONTENT_TABLES = (
     blobs,
     attachments,
 )
-PURGE_TABLES = (purge_ledger, ledger_head, tombstones, cleanup_steps, purge_previews, purge_audit, leader_leases)
+PURGE_TABLES = (
+    purge_ledger,
+    ledger_head,
+    tombstones,
+    identity_reservations,
+    cleanup_steps,
+    purge_previews,
+    purge_audit,
+    leader_leases,
+)

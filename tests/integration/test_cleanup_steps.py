@@ -544,16 +544,19 @@ def test_a_cas_reupload_while_the_old_blob_is_deleted_keeps_the_new_bytes(pk: Pk
     assert_purges_leave_nothing(pk, roots)
 
 
-def test_a_cas_reupload_before_cleanup_shares_the_present_blob_and_keeps_it(pk: Pk, roots: Roots) -> None:
+def test_a_cas_reupload_before_cleanup_gets_its_own_blob_and_the_purged_one_goes(pk: Pk, roots: Roots) -> None:
+    """A present blob bound only by purged events holds purged content: a CAS upload of the
+    same bytes is no reason to keep it, so the upload gets a blob of its own (issue 11)."""
     pk.create_conversation("c1")
     data = b"uploaded again before the cleanup ran"
     old = pk.ingest_event("c1", author="ada", body=f"{SECRET} old", attachments=[NewAttachment.cas(data, name="x")])
     purge_id = purge_events(pk, old.id)
     again = pk.ingest_event("c1", author="bob", body="again", attachments=[NewAttachment.cas(data, name="y")])
-    assert again.attachments[0].blob_id == old.attachments[0].blob_id  # deduped onto the present blob
+    assert again.attachments[0].blob_id != old.attachments[0].blob_id
     clean(pk, purge_id)
     assert read_attachment(pk, again.attachments[0].id) == data
-    assert step_of(pk, purge_id, "attachments").progress.retained_shared == 1
+    attachments_step = step_of(pk, purge_id, "attachments")
+    assert (attachments_step.progress.removed, attachments_step.progress.retained_shared) == (1, 0)
     assert_purges_leave_nothing(pk, roots)
 
 

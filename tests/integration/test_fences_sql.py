@@ -40,7 +40,9 @@ def seed(raw: RawSQL) -> None:
     for event, conv in (("e1", "c1"), ("e2", "c1"), ("e2", "c2"), ("e3", "ch"), ("e4", "c2")):
         raw.run("INSERT INTO placements (event_id, conversation_id) VALUES (:e, :c)", e=event, c=conv)
     raw.run(
-        "INSERT INTO blobs (id, kind, sha256, size, path) VALUES ('bl1', 'cas', :sha, 3, 'aa/bb/x-bl1')", sha="a" * 64
+        "INSERT INTO blobs (id, kind, sha256, size, path) VALUES ('bl01', 'cas', :sha, 3, :path)",
+        sha="a" * 64,
+        path=f"aa/aa/{'a' * 64}-bl01",
     )
     raw.run("INSERT INTO runs (id, conversation_id, bot_id, status) VALUES ('r1', 'c1', 'b1', 'running')")
     raw.run("INSERT INTO derivatives (id, conversation_id, kind, payload) VALUES ('d1', 'c1', 'summary', '\"s\"')")
@@ -185,7 +187,7 @@ def test_event_placed_only_in_a_purged_conversation_is_not_live(seeded: RawSQL) 
     seeded.refused("INSERT INTO placements (event_id, conversation_id) VALUES ('e1', 'c2')", ContentPurged)
     seeded.refused("UPDATE events SET body = 'resurrected' WHERE id = 'e1'", ContentPurged)
     seeded.refused(
-        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at9', 'e1', 'bl1', 'real_file', 'f')",
+        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at9', 'e1', 'bl01', 'real_file', 'f')",
         ContentPurged,
     )
 
@@ -205,7 +207,7 @@ DELETED_CHANNEL_WRITES = {
     "new derivative": "INSERT INTO derivatives (id, conversation_id, kind, payload) VALUES ('d9', 'ch', 'k', '1')",
     "history edit": "UPDATE events SET body = 'rewritten' WHERE id = 'e3'",
     "history attachment": (
-        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at9', 'e3', 'bl1', 'real_file', 'f')"
+        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at9', 'e3', 'bl01', 'real_file', 'f')"
     ),
     "channel row update": "UPDATE conversations SET bot_id = NULL WHERE id = 'ch'",
 }
@@ -232,7 +234,7 @@ FENCED_EVENT_WRITES = {
     "re-author": "UPDATE events SET author = 'mallory' WHERE id = 'e2'",
     "place": "INSERT INTO placements (event_id, conversation_id) VALUES ('e2', 'ch')",
     "attach": (
-        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at9', 'e2', 'bl1', 'legacy_cas', 'f')"
+        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at9', 'e2', 'bl01', 'legacy_cas', 'f')"
     ),
     "admit": "INSERT INTO admissions (id, event_id, run_id, payload) VALUES ('a9', 'e2', 'r1', '1')",
     "derive": "INSERT INTO derivative_sources (derivative_id, event_id) VALUES ('d1', 'e2')",
@@ -274,11 +276,11 @@ def test_deleted_bot_gets_no_new_runs_or_admissions(seeded: RawSQL, sql: str) ->
 
 @pytest.mark.parametrize("state", ["deleting", "deleted"])
 def test_attachment_binds_only_to_a_present_blob(seeded: RawSQL, state: str) -> None:
-    seeded.run("UPDATE blobs SET state = 'deleting' WHERE id = 'bl1'")
+    seeded.run("UPDATE blobs SET state = 'deleting' WHERE id = 'bl01'")
     if state == "deleted":
-        seeded.run("UPDATE blobs SET state = 'deleted' WHERE id = 'bl1'")
+        seeded.run("UPDATE blobs SET state = 'deleted' WHERE id = 'bl01'")
     seeded.refused(
-        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at9', 'e4', 'bl1', 'real_file', 'f')",
+        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at9', 'e4', 'bl01', 'real_file', 'f')",
         ContentPurged,
     )
 
@@ -286,8 +288,8 @@ def test_attachment_binds_only_to_a_present_blob(seeded: RawSQL, state: str) -> 
 @pytest.mark.parametrize(
     "sql",
     [
-        "UPDATE blobs SET state = 'deleted' WHERE id = 'bl1'",
-        "UPDATE blobs SET path = 'elsewhere' WHERE id = 'bl1'",
+        "UPDATE blobs SET state = 'deleted' WHERE id = 'bl01'",
+        "UPDATE blobs SET path = 'elsewhere' WHERE id = 'bl01'",
     ],
     ids=["skip deleting", "move path"],
 )
@@ -295,9 +297,50 @@ def test_blob_changes_only_forward_in_state(seeded: RawSQL, sql: str) -> None:
     seeded.refused(sql, ValidationError)
 
 
+BAD_BLOB_ROWS = {
+    "a second spelling of a live file's path": ("bl02", "cas", "a" * 64, f"aa/./aa/{'a' * 64}-bl01"),
+    "another blob's path": ("bl02", "cas", "a" * 64, f"aa/aa/{'a' * 64}-bl01"),
+    "a path climbing out": ("bl02", "file", "a" * 64, "../../etc/bl02"),
+    "a real file under its name": ("bl02", "file", "a" * 64, "bl/bl02/divorce.pdf"),
+    "a path of another kind": ("bl02", "file", "a" * 64, f"aa/aa/{'a' * 64}-bl02"),
+    "an id with a slash": ("bl/b2", "file", "a" * 64, "bl//b/bl/b2"),
+    "an id with dots": ("..b2", "file", "a" * 64, "../b2/..b2"),
+    "a hash that is not hex": ("bl02", "cas", "z" * 64, f"zz/zz/{'z' * 64}-bl02"),
+}
+
+
+@pytest.mark.parametrize("row", BAD_BLOB_ROWS.values(), ids=BAD_BLOB_ROWS.keys())
+def test_a_blob_lives_only_at_its_canonical_path(seeded: RawSQL, row: tuple[str, str, str, str]) -> None:
+    """Tried: raw blob rows whose path is not exactly ``ab/cd/<sha256>-<id>`` (CAS) or
+    ``ab/cd/<id>`` (file) for their own id, or whose id or hash could spell a path."""
+    blob_id, kind, sha, path = row
+    seeded.refused(
+        "INSERT INTO blobs (id, kind, sha256, size, path) VALUES (:id, :kind, :sha, 1, :path)",
+        ValidationError,
+        id=blob_id,
+        kind=kind,
+        sha=sha,
+        path=path,
+    )
+    seeded.run(
+        "INSERT INTO blobs (id, kind, sha256, size, path) VALUES ('bl02', 'file', :sha, 1, 'bl/02/bl02')", sha="a" * 64
+    )
+
+
+def test_a_blob_path_changes_only_to_its_canonical_one_once_deleted(seeded: RawSQL) -> None:
+    """An earlier version's layout kept a real file under its attachment name; once its bytes
+    are deleted its row may take the canonical path (the name goes with the old one)."""
+    seeded.refused("UPDATE blobs SET path = 'bl/01/bl01' WHERE id = 'bl01'", ValidationError)
+    seeded.run("UPDATE blobs SET state = 'deleting' WHERE id = 'bl01'")
+    seeded.refused(
+        f"UPDATE blobs SET path = 'aa/aa/{'a' * 64}-bl09', state = 'deleted' WHERE id = 'bl01'", ValidationError
+    )
+    seeded.run(f"UPDATE blobs SET path = 'aa/aa/{'a' * 64}-bl01', state = 'deleted' WHERE id = 'bl01'")
+
+
 def test_deleting_blob_never_becomes_present_again(seeded: RawSQL) -> None:
-    seeded.run("UPDATE blobs SET state = 'deleting' WHERE id = 'bl1'")
-    seeded.refused("UPDATE blobs SET state = 'present' WHERE id = 'bl1'", ValidationError)
+    seeded.run("UPDATE blobs SET state = 'deleting' WHERE id = 'bl01'")
+    seeded.refused("UPDATE blobs SET state = 'present' WHERE id = 'bl01'", ValidationError)
 
 
 # -- versions -----------------------------------------------------------------------------------
@@ -307,14 +350,14 @@ VERSIONED_WRITES = {
     "body edit": ("c2", "UPDATE events SET body = 'edited' WHERE id = 'e4'"),
     "attachment": (
         "c2",
-        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at9', 'e4', 'bl1', 'real_file', 'f')",
+        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at9', 'e4', 'bl01', 'real_file', 'f')",
     ),
     "run": ("c2", "INSERT INTO runs (id, conversation_id, bot_id) VALUES ('r9', 'c2', 'b1')"),
     "run finish": ("c1", "UPDATE runs SET status = 'succeeded' WHERE id = 'r1'"),
     "admission": ("c1", "INSERT INTO admissions (id, event_id, run_id, payload) VALUES ('a9', 'e4', 'r1', '1')"),
     "derivative": ("c2", "INSERT INTO derivatives (id, conversation_id, kind, payload) VALUES ('d9', 'c2', 'k', '1')"),
     "conversation row": ("c2", "UPDATE conversations SET bot_id = NULL WHERE id = 'c2'"),
-    "placement removed": ("c2", "DELETE FROM placements WHERE event_id = 'e4' AND conversation_id = 'c2'"),
+    "placement removed": ("c2", "DELETE FROM placements WHERE event_id = 'e2' AND conversation_id = 'c2'"),
 }
 
 
@@ -345,7 +388,10 @@ CLEANUP_WRITES = [
     "DELETE FROM derivative_sources WHERE derivative_id = 'd1'",
     "DELETE FROM derivatives WHERE id = 'd1'",
     "DELETE FROM admissions WHERE id = 'a1'",
-    "DELETE FROM attachments WHERE id = 'at1'",
+    "UPDATE attachments SET name = NULL WHERE id = 'at1'",
+    "UPDATE blobs SET state = 'deleting' WHERE id = 'bl01'",
+    "UPDATE blobs SET state = 'deleted' WHERE id = 'bl01'",
+    "DELETE FROM attachments WHERE id = 'at1'",  # once its bytes are gone
     "DELETE FROM placements WHERE conversation_id = 'c1'",
 ]
 
@@ -354,7 +400,7 @@ def test_cleanup_of_a_purged_conversation_is_let_through(seeded: RawSQL) -> None
     seeded.run("INSERT INTO admissions (id, event_id, run_id, payload) VALUES ('a1', 'e1', 'r1', '\"in\"')")
     seeded.run("INSERT INTO derivative_sources (derivative_id, event_id) VALUES ('d1', 'e1')")
     seeded.run(
-        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at1', 'e1', 'bl1', 'real_file', 'f')"
+        "INSERT INTO attachments (id, event_id, blob_id, binding, name) VALUES ('at1', 'e1', 'bl01', 'real_file', 'f')"
     )
     tombstone(seeded, "conversation", "c1")
     tombstone(seeded, "event", "e1")

@@ -26,7 +26,7 @@ SETUP = [
     "INSERT INTO conversations (id) VALUES ('c2')",
     "INSERT INTO events (id, author, occurred_at, body) VALUES ('e1', 'ada', CURRENT_TIMESTAMP, 'secret')",
     "INSERT INTO placements (event_id, conversation_id) VALUES ('e1', 'c1')",
-    "INSERT INTO blobs (id, kind, sha256, size, path) VALUES ('bl1', 'file', 'ab', 1, 'x/bl1/f')",
+    f"INSERT INTO blobs (id, kind, sha256, size, path) VALUES ('bl01', 'file', '{'ab' * 32}', 1, 'bl/01/bl01')",
 ]
 
 
@@ -82,7 +82,7 @@ STALE_WRITES: dict[str, tuple[str, dict[str, str], type[PurgekeeperError]]] = {
     ),
     "attachment bound to the fenced event": (
         "INSERT INTO attachments (id, event_id, blob_id, binding, name) "
-        "VALUES ('a-late', 'e1', 'bl1', 'real_file', 'f')",
+        "VALUES ('a-late', 'e1', 'bl01', 'real_file', 'f')",
         {"event": "e1"},
         ContentPurged,
     ),
@@ -236,12 +236,12 @@ def test_binding_locks_the_blob_row_shared(db: Database) -> None:
         binder.execute(
             text(
                 "INSERT INTO attachments (id, event_id, blob_id, binding, name) "
-                "VALUES ('a1', 'e1', 'bl1', 'real_file', 'f')"
+                "VALUES ('a1', 'e1', 'bl01', 'real_file', 'f')"
             )
         )
         with db.engine.connect() as deleter, deleter.begin():
             with pytest.raises(OperationalError, match="could not obtain lock"):
-                deleter.execute(text("SELECT id FROM blobs WHERE id = 'bl1' FOR UPDATE NOWAIT"))
+                deleter.execute(text("SELECT id FROM blobs WHERE id = 'bl01' FOR UPDATE NOWAIT"))
             deleter.rollback()
         with db.engine.connect() as reader, reader.begin():  # other bindings share the lock
-            reader.execute(text("SELECT id FROM blobs WHERE id = 'bl1' FOR SHARE NOWAIT"))
+            reader.execute(text("SELECT id FROM blobs WHERE id = 'bl01' FOR SHARE NOWAIT"))
