@@ -22,7 +22,7 @@ Measured in each of ``--runs`` runs (default 3), on 100 fresh conversations per 
     then ``runner.run_step`` of each purge's bodies step, called directly, in one thread, with
     the library's ``StepContext.batch_size`` (``--batch-size``, default
     ``workers.cleanup.DEFAULT_BATCH_SIZE``); the figure is the steps' ``removed`` progress (the
-    NULLed bodies and the deleted placements) over the summed wall time of those
+    NULLed bodies, the deleted placements and the NULLed attachment names) over the summed wall time of those
     ``run_step`` calls (claim, batches, unparking the attachments step, finish).
     ``baseline``: plain psycopg on one connection, per conversation, batches of the same size,
     each ``SELECT`` the next event ids from its placements, ``UPDATE events SET body = NULL``,
@@ -453,8 +453,12 @@ class BaselineSide:
 
 def baseline_bodies(conn: psycopg.Connection[Any], conversations: list[str], batch_size: int) -> tuple[int, float]:
     """Per conversation, batches of ``batch_size`` events: NULL their bodies, delete their
-    placements, commit. Returns the rows changed and the wall time."""
+    placements, commit. Returns the rows changed and the wall time. Plain SQL with no
+    fences: the session runs with triggers off (``session_replication_role = replica``,
+    this session only), since the fences refuse to unplace live events."""
     rows = 0
+    conn.execute("SET session_replication_role = replica")
+    conn.commit()
     begin = time.perf_counter()
     for conversation_id in conversations:
         while True:
@@ -472,11 +476,17 @@ def baseline_bodies(conn: psycopg.Connection[Any], conversations: list[str], bat
                 "UPDATE events SET body = NULL WHERE id = ANY(%s) AND body IS NOT NULL", (event_ids,)
             ).rowcount
             rows += conn.execute(
+                "UPDATE attachments SET name = NULL WHERE event_id = ANY(%s) AND name IS NOT NULL", (event_ids,)
+            ).rowcount
+            rows += conn.execute(
                 "DELETE FROM placements WHERE conversation_id = %s AND event_id = ANY(%s)",
                 (conversation_id, event_ids),
             ).rowcount
             conn.commit()
-    return rows, time.perf_counter() - begin
+    elapsed = time.perf_counter() - begin
+    conn.execute("SET session_replication_role = DEFAULT")
+    conn.commit()
+    return rows, elapsed
 
 
 def baseline_unlink(paths: list[Path]) -> float:
@@ -562,7 +572,7 @@ class Bench:
         """Untimed: what each side was meant to do, it did."""
         layout = self.layout
         problems: list[str] = []
-        expected_rows = 2 * layout.events_each * layout.per_run
+        expected_rows = (2 * layout.events_each + layout.attachments_each) * layout.per_run
         if side.rows != expected_rows or base.rows != expected_rows:
             problems.append(
                 f"rows removed: purgekeeper {side.rows:,}, baseline {base.rows:,}, expected {expected_rows:,}"
@@ -577,11 +587,12 @@ class Bench:
         prefixes = [layout.conversation_id(i) for i in layout.product(run) + layout.baseline(run)]
         left = self.conn.execute(
             """SELECT (SELECT count(*) FROM events WHERE left(id, 5) = ANY(%(c)s) AND body IS NOT NULL),
-                      (SELECT count(*) FROM placements WHERE conversation_id = ANY(%(c)s))""",
+                      (SELECT count(*) FROM placements WHERE conversation_id = ANY(%(c)s)),
+                      (SELECT count(*) FROM attachments WHERE left(event_id, 5) = ANY(%(c)s) AND name IS NOT NULL)""",
             {"c": prefixes},
         ).fetchone()
-        if left != (0, 0):
-            problems.append(f"bodies and placements left: {left}")
+        if left != (0, 0, 0):
+            problems.append(f"bodies, placements and attachment names left: {left}")
         unshared = layout.blob_ids(layout.product(run), shared=False)
         shared = layout.blob_ids(layout.product(run), shared=True)
         for ids, state, on_disk in ((unshared, "deleted", False), (shared, "present", True)):
@@ -612,7 +623,7 @@ def report(results: list[RunResult], layout: Layout, batch_size: int) -> dict[st
     print()
     print(
         f"Per run: {layout.per_run} conversations of {layout.events_each:,} events per side, batch size {batch_size}; "
-        "rows = NULLed bodies + deleted placements; files = unlinked blobs"
+        "rows = NULLed bodies + deleted placements + NULLed attachment names; files = unlinked blobs"
     )
     print(
         f"{'run':>3}  {'order':<17}  {'side':<11}  {'rows':>8}  {'bodies s':>8}  {'rows/s':>8}  "

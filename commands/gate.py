@@ -59,7 +59,7 @@ class GateState:
     open: bool
     problems: tuple[str, ...] = ()
     ledger_rows: int = 0
-    checkpoint: str | None = None  # the checkpoint file compared with, if any
+    checkpoint: str | None = None  # the name of the checkpoint file compared with, if any
     warnings: tuple[str, ...] = field(default=())  # newer checkpoint files that did not verify
     checked_at: dt.datetime | None = None
 
@@ -117,7 +117,7 @@ class Gate:
                 open=not problems,
                 problems=tuple(problems[:MAX_PROBLEMS]),
                 ledger_rows=report.rows,
-                checkpoint=str(newest.path) if newest else None,
+                checkpoint=newest.path.name if newest else None,
                 warnings=tuple(skipped[:MAX_PROBLEMS]),
                 checked_at=head.now,
             )
@@ -220,7 +220,8 @@ def _went_back(seq: int, seen: int, floor: tuple[int, str]) -> str | None:
     if seq < floor[0]:
         return (
             f"the ledger head is at seq {seq}, behind checkpoint {Path(floor[1]).name} (seq {floor[0]}): "
-            f"the database was restored underneath this process; run: purgectl ledger merge {floor[1]}"
+            "the database was restored underneath this process; run: purgectl ledger merge with that file "
+            "from the checkpoint directory"
         )
     if seq < seen:
         return (
@@ -242,7 +243,7 @@ def _behind(known: dict[str, dict[str, object]], newest: checkpoint.CheckpointFi
         problems.append(
             f"the ledger lacks {len(missing)} purge(s) that checkpoint {newest.path.name} holds "
             f"(e.g. {', '.join(missing[:EXAMPLES])}): a restored older database? "
-            f"run: purgectl ledger merge {newest.path}"
+            f"run: purgectl ledger merge with that file from the checkpoint directory"
         )
     if differing:
         problems.append(

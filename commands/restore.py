@@ -159,13 +159,14 @@ def _unknown(
             mine = known.get(entry.purge_id)
             if mine is not None and mine.content() != entry.content():
                 raise ValidationError(
-                    f"rejected, nothing changed: purge {entry.purge_id} in {file.path} differs from the one "
+                    f"rejected, nothing changed: purge {entry.purge_id} in {file.path.name} differs from the one "
                     "this ledger holds"
                 )
             prior = incoming.get(entry.purge_id)
             if prior is not None and prior[0].content() != entry.content():
                 raise ValidationError(
-                    f"rejected, nothing changed: purge {entry.purge_id} differs between {prior[1].path} and {file.path}"
+                    f"rejected, nothing changed: purge {entry.purge_id} differs between {prior[1].path.name} "
+                    f"and {file.path.name}"
                 )
             if mine is None and prior is None:
                 incoming[entry.purge_id] = (entry, file)

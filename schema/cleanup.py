@@ -14,6 +14,7 @@ from sqlalchemy import (
     Connection,
     Row,
     bindparam,
+    case,
     delete,
     exists,
     func,
@@ -28,7 +29,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.content import NOT_PURGED, live_event
 from schema.idlists import IDS, among
-from schema.states import BlobState, TombstoneKind
+from schema.states import BlobKind, BlobState, TombstoneKind
 from schema.tables import (
     IS_EVENT_TOMBSTONE,
     admissions,
@@ -55,10 +56,13 @@ _HAS_DEPENDENTS = select(
     or_(
         exists().where(among(admissions.c.event_id, IDS)),
         exists().where(among(derivative_sources.c.event_id, IDS)),
+        exists().where(among(attachments.c.event_id, IDS), attachments.c.name.is_not(None)),
     )
 )
 _NULL_DEPENDENTS = (
     update(admissions).where(among(admissions.c.event_id, IDS), admissions.c.payload.is_not(None)).values(payload=None),
+    # an attachment's name is content; the attachments step deletes its bytes
+    update(attachments).where(among(attachments.c.event_id, IDS), attachments.c.name.is_not(None)).values(name=None),
     update(runs)
     .where(
         runs.c.id.in_(select(admissions.c.run_id).where(among(admissions.c.event_id, IDS))),
@@ -77,9 +81,10 @@ _NULL_DEPENDENTS = (
 
 
 def null_content_of(conn: Connection, event_ids: Sequence[str]) -> int:
-    """NULL the bodies of these events, the payloads of their admissions, the outputs of the
-    runs that admitted them, and the payloads of what was derived from them. The three
-    dependent UPDATEs run only when one EXISTS probe finds something for them to do."""
+    """NULL the bodies of these events, the names of their attachments, the payloads of
+    their admissions, the outputs of the runs that admitted them, and the payloads of what
+    was derived from them. The dependent UPDATEs run only when one EXISTS probe finds
+    something for them to do."""
     if not event_ids:
         return 0
     params = {"ids": event_ids}
@@ -244,15 +249,34 @@ def live_referenced(conn: Connection, blob_ids: Sequence[str]) -> set[str]:
     return {row.value for row in result if row.via is not None}
 
 
-_MARK_BLOBS = (
+def canonical_path(kind: Any, sha256: Any, blob_id: Any) -> Any:
+    """A blob's canonical path as SQL, the layout the blobs trigger requires (0006)."""
+    cas = func.substr(sha256, 1, 2) + "/" + func.substr(sha256, 3, 2) + "/" + sha256 + "-" + blob_id
+    return case(
+        (kind == BlobKind.CAS.value, cas),
+        else_=func.substr(blob_id, 1, 2) + "/" + func.substr(blob_id, 3, 2) + "/" + blob_id,
+    )
+
+
+_MARK_DELETING = (
     update(blobs)
-    .where(among(blobs.c.id, IDS), blobs.c.state == bindparam("from_state"))
-    .values(state=bindparam("to_state"))
+    .where(among(blobs.c.id, IDS), blobs.c.state == BlobState.PRESENT.value)
+    .values(state=BlobState.DELETING.value)
+)
+# Deleted, a blob takes its canonical path: a row written by an earlier layout held the
+# attachment's name in its path (an unchanged value keeps the update HOT).
+_MARK_DELETED = (
+    update(blobs)
+    .where(among(blobs.c.id, IDS), blobs.c.state == BlobState.DELETING.value)
+    .values(state=BlobState.DELETED.value, path=canonical_path(blobs.c.kind, blobs.c.sha256, blobs.c.id))
 )
 
 
-def mark_blobs(conn: Connection, blob_ids: Sequence[str], *, from_state: BlobState, to_state: BlobState) -> int:
-    if not blob_ids:
-        return 0
-    params = {"ids": blob_ids, "from_state": from_state.value, "to_state": to_state.value}
-    return int(conn.execute(_MARK_BLOBS, params).rowcount or 0)
+def mark_deleting(conn: Connection, blob_ids: Sequence[str]) -> int:
+    """present → deleting, before any unlink."""
+    return int(conn.execute(_MARK_DELETING, {"ids": blob_ids}).rowcount or 0) if blob_ids else 0
+
+
+def mark_deleted(conn: Connection, blob_ids: Sequence[str]) -> int:
+    """deleting → deleted, once the files are gone."""
+    return int(conn.execute(_MARK_DELETED, {"ids": blob_ids}).rowcount or 0) if blob_ids else 0

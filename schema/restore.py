@@ -46,6 +46,7 @@ _CONTENT_LEFT = select(
             ),
             derivatives.c.payload.is_not(None),
         ),
+        exists().where(among(attachments.c.event_id, IDS), attachments.c.name.is_not(None)),
     )
 )
 
@@ -55,6 +56,7 @@ _CONVERSATION_LEFT = select(
         exists().where(runs.c.conversation_id == _CONVERSATION),
         exists().where(derivatives.c.conversation_id == _CONVERSATION),
         exists().where(events.c.id.in_(_FENCED_BY_PURGE), events.c.body.is_not(None)),
+        exists().where(attachments.c.event_id.in_(_FENCED_BY_PURGE), attachments.c.name.is_not(None)),
     )
 )
 
@@ -74,13 +76,14 @@ _BYTES_LEFT = select(
 
 
 def content_left(conn: Connection, event_ids: Sequence[str]) -> bool:
-    """Bodies, payloads or outputs of these events that are not NULL (again)."""
+    """Bodies, attachment names, payloads or outputs of these events that are not NULL
+    (again)."""
     return bool(event_ids) and bool(conn.scalar(_CONTENT_LEFT, {"ids": list(event_ids)}))
 
 
 def conversation_left(conn: Connection, conversation_id: str, purge_id: str) -> bool:
-    """Placements, runs or derivatives of the purged conversation, or bodies of the events
-    the purge fenced."""
+    """Placements, runs or derivatives of the purged conversation, or bodies or attachment
+    names of the events the purge fenced."""
     return bool(conn.scalar(_CONVERSATION_LEFT, {"conversation_id": conversation_id, "purge_id": purge_id}))
 
 

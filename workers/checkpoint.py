@@ -89,7 +89,8 @@ def load(path: Path) -> dict[str, Any]:
 
 class CheckpointInvalid(ValueError):
     """A checkpoint file that cannot be trusted: unreadable, truncated, tampered, of another
-    format or version. The message says why (ids and positions only, never content)."""
+    format or version. The message says why (the file's name, ids and positions only, never
+    content or a server path)."""
 
 
 @dataclass(frozen=True)
@@ -104,39 +105,43 @@ class CheckpointFile:
 
 
 def read(path: Path) -> CheckpointFile:
-    """Read and verify one checkpoint file; raises CheckpointInvalid with the reason."""
+    """Read and verify one checkpoint file; raises CheckpointInvalid with the reason. The
+    reason names the file by its name only: a server path in a diagnostic is a leak."""
+    label = Path(path).name
     try:
         data = json.loads(Path(path).read_bytes().decode("utf-8"))
     except FileNotFoundError:
-        raise CheckpointInvalid(f"{path}: no such file") from None
+        raise CheckpointInvalid(f"{label}: no such file") from None
     except OSError as exc:
-        raise CheckpointInvalid(f"{path}: cannot be read ({exc.strerror})") from None
+        raise CheckpointInvalid(f"{label}: cannot be read ({exc.strerror})") from None
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointInvalid(f"{path}: not a JSON document (truncated or damaged)") from None
+        raise CheckpointInvalid(f"{label}: not a JSON document (truncated or damaged)") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise CheckpointInvalid(f"{path}: not a purgekeeper ledger checkpoint")
+        raise CheckpointInvalid(f"{label}: not a purgekeeper ledger checkpoint")
     if data.get("version") != VERSION:
         raise CheckpointInvalid(
-            f"{path}: unsupported checkpoint version {data.get('version')!r} (this code reads version {VERSION})"
+            f"{label}: unsupported checkpoint version {data.get('version')!r} (this code reads version {VERSION})"
         )
     head, rows, database_id = data.get("head"), data.get("rows"), data.get("database_id")
     if not isinstance(head, dict) or not isinstance(rows, list) or not isinstance(database_id, str):
-        raise CheckpointInvalid(f"{path}: the head, the rows or the database id is missing")
+        raise CheckpointInvalid(f"{label}: the head, the rows or the database id is missing")
     entries = []
     for index, row in enumerate(rows):
         try:
             entries.append(ledger.LedgerEntry.from_checkpoint(row))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CheckpointInvalid(f"{path}: row {index + 1} is malformed ({type(exc).__name__}: {exc})") from None
+            raise CheckpointInvalid(f"{label}: row {index + 1} is malformed ({type(exc).__name__}: {exc})") from None
     count, last_hash, problems = ledger.walk_chain(entries)
     if problems:
         shown = "; ".join(problems[: ledger.MAX_PROBLEMS])
-        raise CheckpointInvalid(f"{path}: its chain does not verify: {shown}")
+        raise CheckpointInvalid(f"{label}: its chain does not verify: {shown}")
     if head.get("seq") != count or head.get("hash") != last_hash:
-        raise CheckpointInvalid(f"{path}: its head (seq {head.get('seq')!r}) does not match its last row (seq {count})")
+        raise CheckpointInvalid(
+            f"{label}: its head (seq {head.get('seq')!r}) does not match its last row (seq {count})"
+        )
     ids = [entry.purge_id for entry in entries]
     if len(set(ids)) != len(ids):
-        raise CheckpointInvalid(f"{path}: a purge id appears twice")
+        raise CheckpointInvalid(f"{label}: a purge id appears twice")
     return CheckpointFile(Path(path), database_id, count, last_hash, tuple(entries))
 
 

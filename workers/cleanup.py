@@ -24,7 +24,7 @@ from schema import cleanup as q
 from schema import ledger, steps
 from schema import purges as pq
 from schema.db import Database, commit_without_flush
-from schema.states import BlobState, StepKind
+from schema.states import StepKind
 from workers import failpoints, memory
 from workers.blobstore import BlobStore
 
@@ -206,7 +206,7 @@ def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: in
     live = q.live_referenced(conn, ids) if ids else set()
     shared = sorted(blob_id for blob_id in ids if blob_id in live)
     doomed = [row for row in rows if row.id not in live]
-    q.mark_blobs(conn, [row.id for row in doomed], from_state=BlobState.PRESENT, to_state=BlobState.DELETING)
+    q.mark_deleting(conn, [row.id for row in doomed])
     last = len(ids) < limit  # a short batch is the last one
     return {
         "retained": len(shared),
@@ -219,7 +219,7 @@ def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: in
 
 
 def _mark_deleted(conn: Connection, *, blob_ids: list[str], last: bool) -> dict[str, Any]:
-    marked = q.mark_blobs(conn, blob_ids, from_state=BlobState.DELETING, to_state=BlobState.DELETED)
+    marked = q.mark_deleted(conn, blob_ids)
     return {"removed": marked, "done": last}
 
 

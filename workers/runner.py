@@ -85,7 +85,7 @@ def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Out
     except NotProvable as exc:
         return _finish(ctx, held, StepStatus.INCOMPLETE, f"memory erasure unavailable: {exc}")
     except Exception as exc:  # every failure is recorded on the step, where the operator sees it
-        log.warning("step %s attempt %s failed: %r", step_id, held.attempt, exc)
+        log.warning("step %s attempt %s failed: %s", step_id, held.attempt, _describe(exc))
         if held.attempt >= held.max_attempts:
             return _finish(ctx, held, StepStatus.INCOMPLETE, _describe(exc))
         delay = steps.backoff(

@@ -463,7 +463,9 @@ def test_bodies_step_nulls_the_fenced_content_everywhere_and_only_once(pk: Pk) -
     assert body_of(pk, "e-kept") == "kept body"
     after = step_of(pk, purge_id, "bodies")
     assert (after.status, after.attempts, after.last_error) == ("done", 1, None)
-    assert (after.progress.removed, after.progress.remaining) == (4, 0)
+    # the body, the admission's payload, the run's output, the derivative's payload and the
+    # names of the event's three attachments
+    assert (after.progress.removed, after.progress.remaining) == (7, 0)
     assert run(pk, bodies.id).status == "skipped"  # a late duplicate does nothing
     assert step_of(pk, purge_id, "bodies").attempts == 1
 
@@ -620,7 +622,8 @@ def test_many_small_batches_clean_everything(pk: Pk, roots: Roots) -> None:
         for step in waiting:
             runner.run_step(ctx, step.id, policy=POLICY)
     content, whole = ({s.kind: s for s in pk.status(p).steps} for p in purges)
-    assert (content["bodies"].progress.removed, content["attachments"].progress.removed) == (7, 14)
+    # seven bodies and their fourteen attachment names; fourteen files
+    assert (content["bodies"].progress.removed, content["attachments"].progress.removed) == (21, 14)
     assert (whole["bodies"].progress.retained_shared, whole["attachments"].progress.retained_shared) == (7, 7)
     assert [len(pk.read_conversation("c3")), scalar(pk, "SELECT COUNT(*) FROM runs")] == [7, 0]
     assert_purges_leave_nothing(pk, roots)

@@ -171,7 +171,7 @@ def empty_database_url(backend: str, tmp_path: Path) -> Iterator[str]:
 
 
 def test_an_upgrade_from_0004_with_data_purges_what_0004_wrote(empty_database_url: str, tmp_path: Path) -> None:
-    """Migration 0005 on a database in use: a real file stored by 0004 in its own directory
+    """Migrations 0005 and 0006 on a database in use: a real file stored by 0004 in its own directory
     (``<id[:2]>/<blob id>/<name>``), an event with a provider event id. After the upgrade a
     conversation purge removes the file and its emptied directory, and the provider event id
     is fenced through its event (0005 writes no provider tombstone for a conversation purge).
@@ -223,6 +223,11 @@ def test_an_upgrade_from_0004_with_data_purges_what_0004_wrote(empty_database_ur
         with pk.db.read() as conn:
             assert conn.scalar(text("SELECT body FROM events WHERE id = 'e-old'")) is None
             assert conn.scalar(text(f"SELECT state FROM blobs WHERE id = '{blob_id}'")) == "deleted"
+            # 0006: the old layout's path held the attachment's name; deleted, the row takes
+            # the canonical path, and the bodies step NULLed the name itself
+            path = conn.scalar(text(f"SELECT path FROM blobs WHERE id = '{blob_id}'"))
+            assert path == f"{blob_id[:2]}/{blob_id[2:4]}/{blob_id}"
+            assert conn.scalar(text("SELECT name FROM attachments WHERE id = 'a-old'")) is None
         pk.create_conversation("c-new")
         with pytest.raises(commands.ContentPurged):
             pk.ingest_event("c-new", author="ada", body="again", provider_event_id="p-old")

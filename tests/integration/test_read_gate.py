@@ -253,7 +253,7 @@ def test_an_automatic_checkpoint_of_this_very_ledger_keeps_the_gate_open(gated: 
     made = automatic_checkpoint(gated)
     fresh = open_pk()
     state = fresh.messaging_status()
-    assert (state.open, state.problems, state.checkpoint) == (True, (), str(made.path))
+    assert (state.open, state.problems, state.checkpoint) == (True, (), made.path.name)
     assert [e.id for e in fresh.read_conversation("c-kept")] == ["e-kept"]
 
 
@@ -269,7 +269,7 @@ def test_a_restored_older_database_is_closed_to_content_until_merged(
 
     state = restored.messaging_status()
     assert not state.open and state.problems
-    assert state.checkpoint == str(ids["checkpoint"])
+    assert state.checkpoint == ids["checkpoint"].name
     assert any(ids["content"] in problem and ids["whole"] in problem for problem in state.problems)
     assert SECRET not in " ".join(state.problems)
     assert_operator_commands_work(restored, ids["early"], tmp_path)
@@ -433,7 +433,7 @@ def test_a_newer_checkpoint_that_does_not_verify_is_skipped_for_the_older_valid_
 
     with caplog.at_level(logging.WARNING, logger="commands.gate"):
         state = open_pk().messaging_status()
-    assert (state.open, state.problems, state.checkpoint) == (True, (), str(valid))
+    assert (state.open, state.problems, state.checkpoint) == (True, (), valid.name)
     assert len(state.warnings) == 2 and any(forged.name in w for w in state.warnings)
     assert "skipped a checkpoint that does not verify" in caplog.text
 
@@ -441,7 +441,7 @@ def test_a_newer_checkpoint_that_does_not_verify_is_skipped_for_the_older_valid_
     backups.restore(backup)
     restored = open_pk()
     state = restored.messaging_status()
-    assert not state.open and state.checkpoint == str(valid)
+    assert not state.open and state.checkpoint == valid.name
     assert any(content in problem and valid.name in problem for problem in state.problems)
     assert all("f" * 32 not in problem for problem in state.problems)
     assert_closed(restored, ids, valid.name, content)
