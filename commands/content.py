@@ -211,9 +211,13 @@ class ContentCommands:
             if row.blob_state != BlobState.PRESENT:
                 raise ContentPurged(f"attachment {attachment_id} bytes are {row.blob_state}")
             try:
-                return self.blobs.open(row.blob_kind, row.path)
+                return self.blobs.open(row.blob_id, row.blob_kind, row.path)
             except FileNotFoundError as exc:
                 raise ContentPurged(f"attachment {attachment_id} bytes are gone") from exc
+            except (OSError, ValueError) as exc:  # a symlink or a hand-edited path: never followed
+                raise InfrastructureError(
+                    f"attachment {attachment_id}: its file cannot be read safely: {_reason(exc)}"
+                ) from None
 
     # -- runs, admissions, derivatives ----------------------------------------------------
 
@@ -325,7 +329,12 @@ class ContentCommands:
 
 
 def _filesystem_error(exc: OSError) -> Exception:
-    return InfrastructureError(f"could not write attachment bytes: {exc.strerror}")
+    return InfrastructureError(f"could not write attachment bytes: {_reason(exc)}")
+
+
+def _reason(exc: OSError | ValueError) -> str:
+    """The system's reason for a file error, never its path (a path can hold a name)."""
+    return (exc.strerror or str(exc)) if isinstance(exc, OSError) and exc.errno is not None else str(exc)
 
 
 def _require(row: Any, message: str) -> Any:

@@ -59,5 +59,5 @@ class FailingStore(BlobStore):
 
     message: str = "the disk said no"
 
-    def discard(self, blob_id: str, kind: Any, relative: str) -> bool:
+    def discard(self, blob_id: str, kind: Any, relative: str, **_: Any) -> bool:
         raise OSError(self.message)

@@ -4,26 +4,41 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
+TEMPORARY_PREFIX = ".incoming-"
 
-def atomic_write(path: Path, data: bytes, *, prefix: str = ".incoming-") -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory, fsync it,
-    rename it into place, and fsync the directory so the rename survives a crash."""
+
+def atomic_write(path: Path, data: bytes, *, prefix: str = TEMPORARY_PREFIX) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory (created if
+    missing): see :func:`atomic_write_at`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix)
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        atomic_write_at(directory, path.name, data, prefix=prefix)
+    finally:
+        os.close(directory)
+
+
+def atomic_write_at(directory: int, name: str, data: bytes, *, prefix: str = TEMPORARY_PREFIX) -> None:
+    """Write ``data`` as ``name`` in the directory open at ``directory``: a new temporary file
+    there (never through a symlink), fsynced, renamed into place, and the directory fsynced so
+    the rename survives a crash."""
+    temporary = f"{prefix}{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o600, dir_fd=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(temporary, dir_fd=directory)
         raise
-    fsync_directory(path.parent)
+    os.fsync(directory)
 
 
 def fsync_directory(directory: Path) -> None:

@@ -155,9 +155,9 @@ class InterleavedStore(BlobStore):
 
     meanwhile: Callable[[], None] = lambda: None
 
-    def discard(self, blob_id: str, kind: BlobKind | str, relative: str) -> bool:
+    def discard(self, blob_id: str, kind: BlobKind | str, relative: str, **options: Any) -> bool:
         self.meanwhile()
-        return super().discard(blob_id, kind, relative)
+        return super().discard(blob_id, kind, relative, **options)
 
 
 def interleaved(pk: Pk, meanwhile: Callable[[], None]) -> Any:
@@ -560,6 +560,49 @@ def test_a_cas_reupload_before_cleanup_gets_its_own_blob_and_the_purged_one_goes
     attachments_step = step_of(pk, purge_id, "attachments")
     assert (attachments_step.progress.removed, attachments_step.progress.retained_shared) == (1, 0)
     assert_purges_leave_nothing(pk, roots)
+
+
+def test_a_symlinked_shard_directory_makes_cleanup_touch_nothing_outside_the_root(
+    pk: Pk, roots: Roots, tmp_path: Path
+) -> None:
+    """Tried (issue 11): the shard directory of a purged real file (``files/ab``) replaced by a
+    symlink to a directory outside the root that holds a file at the same relative path. The
+    attachments step unlinks nothing outside; it retries and ends incomplete, saying why by
+    blob id, never by path; the purged bytes stay unreadable through the library."""
+    pk.create_conversation("c1")
+    doomed = pk.ingest_event("c1", author="ada", body=SECRET, attachments=[NewAttachment.file(b"doomed", name="d")])
+    [attachment] = doomed.attachments
+    shard = pk.settings.file_root / attachment.blob_id[:2]
+    outside = tmp_path / "elsewhere"
+    shutil.move(shard, outside)
+    shard.symlink_to(outside, target_is_directory=True)
+    target = outside / attachment.blob_id[2:4] / attachment.blob_id
+    assert target.read_bytes() == b"doomed"
+    purge_id = purge_events(pk, doomed.id)
+    clean(pk, purge_id)
+    step = step_of(pk, purge_id, "attachments")
+    assert (step.status, step.attempts) == ("incomplete", step.max_attempts)
+    assert step.last_error and "symlink" in step.last_error and attachment.blob_id in step.last_error
+    assert str(outside) not in step.last_error and str(pk.settings.file_root) not in step.last_error
+    assert target.read_bytes() == b"doomed"
+    assert pk.status(purge_id).status == "incomplete"
+    with pytest.raises(commands.ContentPurged):
+        pk.open_attachment(attachment.id)
+
+
+def test_a_live_file_swapped_for_a_symlink_never_serves_the_target(pk: Pk) -> None:
+    """Tried (issue 11): a live attachment's file replaced by a symlink to a fenced blob's
+    file. ``open_attachment`` of the live one refuses rather than serve the fenced bytes."""
+    pk.create_conversation("c1")
+    live = pk.ingest_event("c1", author="ada", body="kept", attachments=[NewAttachment.file(b"live", name="l")])
+    fenced = pk.ingest_event("c1", author="ada", body=SECRET, attachments=[NewAttachment.file(b"FENCED", name="f")])
+    purge_events(pk, fenced.id)
+    live_file = blob_file(pk, live.attachments[0].blob_id)
+    live_file.unlink()
+    live_file.symlink_to(blob_file(pk, fenced.attachments[0].blob_id))
+    with pytest.raises(commands.InfrastructureError, match="symlink") as refused:
+        pk.open_attachment(live.attachments[0].id)
+    assert str(pk.settings.file_root) not in str(refused.value)
 
 
 def test_a_symlink_at_a_purged_blob_path_is_removed_and_its_target_kept(pk: Pk, roots: Roots) -> None:
