@@ -881,11 +881,19 @@ def ledger_checkpoint(out: Path | None, as_json: bool) -> None:
 
 @json_command(ledger_group, "merge")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-def ledger_merge(files: tuple[Path, ...], as_json: bool) -> None:
+@click.option(
+    "--from-other-database",
+    is_flag=True,
+    help="Also merge files written by another database (another database id); refused otherwise.",
+)
+def ledger_merge(files: tuple[Path, ...], from_other_database: bool, as_json: bool) -> None:
     """Restore: verify the checkpoint files, append the purges the database lacks, re-apply
-    every fence and re-create cleanup; content reads and writes reopen only afterwards."""
+    every fence and re-create cleanup; content reads and writes reopen only afterwards. The
+    report names the database each file came from."""
 
-    run_with_handle(as_json, lambda pk: pk.merge_ledger(*files), render_mapping)
+    run_with_handle(
+        as_json, lambda pk: pk.merge_ledger(*files, allow_other_database=from_other_database), render_mapping
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -84,7 +84,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, Literal
 
-from fastapi import APIRouter, Body, FastAPI, File, Header, Query, Request, Security, UploadFile
+from fastapi import APIRouter, Body, FastAPI, File, Form, Header, Query, Request, Security, UploadFile
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -594,13 +594,16 @@ def _operator_routes(pk: Purgekeeper) -> APIRouter:
     @router.post("/ledger/merge")
     def merge_ledger(
         files: Annotated[list[UploadFile], File(description="checkpoint files to merge (restore)")],
+        from_other_database: Annotated[
+            bool, Form(description="also merge files written by another database; refused otherwise")
+        ] = False,
     ) -> JSONResponse:
-        return _json(_merge(pk, files))
+        return _json(_merge(pk, files, allow_other_database=from_other_database))
 
     return router
 
 
-def _merge(pk: Purgekeeper, files: Sequence[UploadFile]) -> dict[str, Any]:
+def _merge(pk: Purgekeeper, files: Sequence[UploadFile], *, allow_other_database: bool) -> dict[str, Any]:
     """The uploads go to private temporary files under names chosen here; the report names
     the files as the client did."""
     if not 1 <= len(files) <= MAX_MERGE_FILES:
@@ -612,7 +615,7 @@ def _merge(pk: Purgekeeper, files: Sequence[UploadFile]) -> dict[str, Any]:
             with path.open("wb") as target:
                 shutil.copyfileobj(upload.file, target)
             paths.append(path)
-        report = surface.plain(pk.merge_ledger(*paths))
+        report = surface.plain(pk.merge_ledger(*paths, allow_other_database=allow_other_database))
     report["files"] = [upload.filename or f"upload-{number:03d}" for number, upload in enumerate(files)]
     return dict(report)
 

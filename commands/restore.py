@@ -1,20 +1,26 @@
 """``merge_ledger``: restore a database's purges from checkpoint files, in DESIGN.md's order.
 
-1. Verify every file: an invalid, truncated, tampered or unsupported file, a purge id that
-   two files (or a file and this database) hold with different content, is rejected with the
-   reason (``ValidationError``) and nothing changes.
+1. Verify every file: an invalid, truncated, tampered or unsupported file, a row whose kind
+   or selectors its kind does not accept (``commands.ledger_rows``), a purge id that two
+   files (or a file and this database) hold with different content, or a file written by
+   another database (unless ``allow_other_database``) is rejected with the reason
+   (``ValidationError``, naming the file by its name and the row by its seq and purge id)
+   and nothing changes.
 2. Close content reads and writes (``ledger_head.gate_reason``, durable: a merge that
    crashes leaves them closed until a rerun completes).
-3. Append the unknown purges, a union keyed by ``purge_id``, in acceptance order, chained into
-   this ledger. Each appended row keeps every field of its source except ``origin``, which
-   names the source (``{"merged_from": {database_id, seq, row_hash}, "origin": ...}``). No row
-   of this ledger is touched.
-4. Re-write every fence and tombstone of the whole ledger; set the non-terminal runs that a
-   restore brought back into purged scopes to ``abandoned``.
-5. Re-create cleanup for what came back: content of fenced rows, blobs with bytes bound to
-   fenced events, erased repositories present again with their recorded marker. Files of
-   blobs already marked ``deleted`` are unlinked at once (nothing can bind to them again).
-6. Reopen reads and writes, and take the gate's verdict again.
+3. In ONE transaction (a failure there writes nothing, and the gate's flag goes back to what
+   the merge found):
+
+   - append the unknown purges, a union keyed by ``purge_id``, in acceptance order, chained
+     into this ledger. Each appended row keeps every field of its source except ``origin``,
+     which names the source (``{"merged_from": {database_id, seq, row_hash}, "origin": ...}``).
+     No row of this ledger is touched;
+   - re-write every fence and tombstone of the whole ledger; set the non-terminal runs that a
+     restore brought back into purged scopes to ``abandoned``;
+   - re-create cleanup for what came back: content of fenced rows, blobs with bytes bound to
+     fenced events, erased repositories present again with their recorded marker.
+4. Unlink the files of blobs already marked ``deleted`` (nothing can bind to them again).
+5. Reopen reads and writes, and take the gate's verdict again.
 
 A merge is idempotent: merging the same files again appends nothing and re-arms only what
 still has content. Its cost follows the size of the ledger (it reads every row once and
@@ -24,6 +30,7 @@ checks each purge for residue): a rare operator action, not a hot path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -33,6 +40,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from commands import ledger_rows
 from commands.gate import Gate, GateState
 from schema import ledger
 from schema import purges as pq
@@ -53,6 +61,7 @@ MAX_PATHS = 100
 @dataclass(frozen=True)
 class MergeReport:
     files: tuple[str, ...]
+    sources: tuple[str, ...]  # the database ids the files were written by, in file order
     appended: tuple[str, ...]  # purge ids appended, in order
     already_known: int  # rows of the files this ledger already held
     runs_abandoned: int
@@ -75,32 +84,42 @@ class RestoreCommands:
         checkpoint); otherwise the last verdict is returned."""
         return self.gate.evaluate() if refresh else self.gate.state
 
-    def merge_ledger(self, *paths: str | Path) -> MergeReport:
+    def merge_ledger(self, *paths: str | Path, allow_other_database: bool = False) -> MergeReport:
         """Restore: union the files' purges into this ledger and re-apply every purge before
-        any reader sees content again (see the module docstring for the order)."""
+        any reader sees content again (see the module docstring for the order). A file
+        written by another database is refused unless ``allow_other_database``."""
+        if not isinstance(allow_other_database, bool):
+            raise ValidationError("allow_other_database must be true or false")
         files = _verified(paths)
+        _check_sources(files, self.database_key, allow_other_database)
         with self.db.exclusive("merge") as alone:
             if not alone:
                 raise MessagingUnavailable("another merge is under way: run this one again when it has finished")
             return self._merge(paths, files)
 
+    database_key: str
+
     def _merge(self, paths: Sequence[str | Path], files: list[checkpoint.CheckpointFile]) -> MergeReport:
         """The merge itself, while this process holds the merge lock (one merge at a time:
-        another could reopen reads between this one's append and its fences)."""
+        another could reopen reads between this one's append and its fences). The append,
+        the fences and the re-armed cleanup are one transaction: a merge that fails there
+        writes nothing, and the gate's flag goes back to what it was."""
         with self.db.read(snapshot=True) as conn:
             known: dict[str, ledger.LedgerEntry] = {}
             report = ledger.verify(conn, visit=lambda entry: known.__setitem__(entry.purge_id, entry))
+            found = ledger.read_head(conn).gate_reason
         if not report.ok:
             raise MessagingUnavailable("this database's own ledger does not verify", diagnostics=report.problems)
         unknown = _unknown(files, known)
 
         self.db.transact(lambda conn: ledger.set_gate(conn, _closing_reason(conn)))
         failpoints.hit("merge.closed")
-        appended = self.db.transact(lambda conn: _append(conn, unknown))
-        failpoints.hit("merge.appended")
-        abandoned = self.db.transact(_reapply_fences)
-        failpoints.hit("merge.fenced")
-        rearmed = self.db.transact(_rearm_cleanup)
+        try:
+            appended, abandoned, rearmed = self.db.transact(functools.partial(_apply, unknown=unknown))
+        except BaseException:
+            self.db.transact(lambda conn: ledger.set_gate(conn, found))
+            self.gate.evaluate()
+            raise
         removed = self._remove_deleted_files()
         failpoints.hit("merge.rearmed")
         self.db.transact(lambda conn: ledger.set_gate(conn, None))
@@ -108,10 +127,14 @@ class RestoreCommands:
         if rearmed:
             self._wake(rearmed)
         log.info(
-            "merge of %s: appended %d purges, re-armed %d steps", [str(p) for p in paths], len(appended), len(rearmed)
+            "merge of %s: appended %d purges, re-armed %d steps",
+            [Path(p).name for p in paths],
+            len(appended),
+            len(rearmed),
         )
         return MergeReport(
             files=tuple(str(f.path) for f in files),
+            sources=tuple(f.database_id for f in files),
             appended=tuple(appended),
             already_known=sum(len(f.entries) for f in files) - len(unknown),
             runs_abandoned=abandoned,
@@ -134,6 +157,7 @@ class RestoreCommands:
 
 
 def _verified(paths: Iterable[str | Path]) -> list[checkpoint.CheckpointFile]:
+    """Every file read, its chain verified, and each of its rows one its kind accepts."""
     given = list(paths)
     if not given:
         raise ValidationError("merge needs at least one checkpoint file")
@@ -142,10 +166,43 @@ def _verified(paths: Iterable[str | Path]) -> list[checkpoint.CheckpointFile]:
     files = []
     for path in given:
         try:
-            files.append(checkpoint.read(Path(path)))
+            file = checkpoint.read(Path(path))
         except checkpoint.CheckpointInvalid as exc:
             raise ValidationError(f"rejected, nothing changed: {exc}") from None
+        for entry in file.entries:
+            try:
+                ledger_rows.check(entry)
+            except ledger_rows.RowInvalid as exc:
+                raise ValidationError(
+                    f"rejected, nothing changed: {file.path.name} row {entry.seq} "
+                    f"(purge {entry.purge_id[: ledger_rows.MAX_PURGE_ID_LENGTH]}): {exc}"
+                ) from None
+        files.append(file)
     return files
+
+
+def _check_sources(files: Sequence[checkpoint.CheckpointFile], database_id: str, allowed: bool) -> None:
+    """A file written by another database (another database id) purges content here only
+    when the operator asks for it: a fresh ``init`` after losing the database, say."""
+    others = [f for f in files if f.database_id != database_id]
+    if others and not allowed:
+        shown = ", ".join(f"{f.path.name} (database {f.database_id[:64]})" for f in others[:5])
+        raise ValidationError(
+            f"rejected, nothing changed: {shown} was written by another database, not this one "
+            f"({database_id}); merge it only if you mean to, with --from-other-database "
+            "(allow_other_database=True)"
+        )
+
+
+def _apply(
+    conn: Connection, *, unknown: Sequence[tuple[ledger.LedgerEntry, checkpoint.CheckpointFile]]
+) -> tuple[list[str], int, list[str]]:
+    """Append the unknown purges, re-apply every fence, re-arm cleanup: one transaction."""
+    appended = _append(conn, unknown)
+    failpoints.hit("merge.appended")
+    abandoned = _reapply_fences(conn)
+    failpoints.hit("merge.fenced")
+    return appended, abandoned, _rearm_cleanup(conn)
 
 
 def _unknown(

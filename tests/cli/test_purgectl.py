@@ -388,6 +388,22 @@ def test_ledger_verify_text_and_merge(pk: Pk, purgectl: Purgectl, tmp_path: Path
 
 
 @pytest.mark.sqlite_only
+def test_ledger_merge_of_another_database_s_file_needs_the_flag(pk: Pk, purgectl: Purgectl, tmp_path: Path) -> None:
+    """A checkpoint written by another database (issue 11, case 13): exit 2 without
+    ``--from-other-database``; with it, merged, and the report names its database."""
+    with commands.open(
+        f"sqlite:///{tmp_path / 'other.db'}", checkpoint_dir=tmp_path / "other", workers="none"
+    ) as other:
+        other.purge_conversation("c-there", actor="ops@example.org", reason="elsewhere")
+        written = other.checkpoint_ledger(tmp_path / "other.json")
+    refused = purgectl.error(2, "validation_error", "ledger", "merge", str(written.path))
+    assert "another database" in refused["detail"] and "--from-other-database" in refused["detail"]
+    report = purgectl.json("ledger", "merge", str(written.path), "--from-other-database")
+    assert report["sources"] == [written.database_id] and len(report["appended"]) == 1
+    assert count(pk, "purge_ledger") == 1
+
+
+@pytest.mark.sqlite_only
 def test_ledger_verify_reports_a_tampered_chain_with_exit_4(pk: Pk, purgectl: Purgectl) -> None:
     pk.purge_conversation("c-a", actor="ops@example.org", reason="reserve")
     with pk.db.engine.connect() as conn, conn.begin():  # an attacker with the database password

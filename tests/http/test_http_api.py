@@ -352,6 +352,23 @@ def test_operator_endpoints(client: TestClient, world: World) -> None:
     merged = ok(client.post("/v1/ledger/merge", files=[("files", ("mine.json", download.content, "application/json"))]))
     assert merged["files"] == ["mine.json"]
     assert merged["appended"] == [] and merged["already_known"] == 1
+    assert merged["sources"] == [world.pk.database_key]
+
+
+def test_merge_upload_of_another_database_s_file_needs_the_form_field(client: TestClient, tmp_path: Path) -> None:
+    """Issue 11, case 13: refused (400) unless ``from_other_database=true`` is sent."""
+    with commands.open(
+        f"sqlite:///{tmp_path / 'other.db'}", checkpoint_dir=tmp_path / "other", workers="none"
+    ) as other:
+        other.purge_conversation("c-there", **WHO)
+        upload = [("files", ("other.json", other.checkpoint_ledger(tmp_path / "o.json").path.read_bytes(), "x"))]
+        other_id = other.database_key
+    body = refused(client.post("/v1/ledger/merge", files=upload, headers=AS_OPERATOR), 400, "validation_error")
+    assert "another database" in body["detail"] and str(tmp_path) not in body["detail"]
+    merged = ok(
+        client.post("/v1/ledger/merge", files=upload, data={"from_other_database": "true"}, headers=AS_OPERATOR)
+    )
+    assert merged["sources"] == [other_id] and len(merged["appended"]) == 1
 
 
 # -- tokens ---------------------------------------------------------------------------------------

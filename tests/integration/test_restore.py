@@ -562,7 +562,42 @@ VARIANTS: dict[str, tuple[Callable[[str, dict[str, Any]], str | bytes], str]] = 
         lambda raw, data: as_json(rechain({**data, "rows": [*data["rows"], {**data["rows"][1], "seq": 4}]})),
         "appears twice",
     ),
+    # valid hashes, a row that its kind does not accept (issue 11, case 12): each is named
+    "a-conversation-row-with-empty-selectors": (
+        lambda raw, data: with_extra_row(data, kind="conversation", selectors={}),
+        "row 4 (purge p-extra)",
+    ),
+    "an-unknown-kind": (
+        lambda raw, data: with_extra_row(data, kind="erase_everything", selectors={"conversation_id": "c9"}),
+        "unknown purge kind",
+    ),
+    "an-event-id-longer-than-the-column": (
+        lambda raw, data: with_extra_row(
+            data, kind="content", selectors={"event_ids": ["e" * 201], "provider_event_ids": [], "already_fenced": []}
+        ),
+        "event_ids",
+    ),
+    "a-bot-row-whose-erasure-is-not-a-flag": (
+        lambda raw, data: with_extra_row(data, kind="bot", selectors={"bot_id": "b9", "erase_memory": "yes"}),
+        "erase_memory",
+    ),
+    "a-channel-id-that-is-no-id": (
+        lambda raw, data: with_extra_row(data, kind="channel", selectors={"channel_id": "../../etc"}),
+        "channel_id",
+    ),
+    "a-digest-that-is-not-a-digest": (
+        lambda raw, data: as_json(
+            rechain({**data, "rows": [*data["rows"][:2], {**data["rows"][2], "scope_digest": 7}]})
+        ),
+        "malformed",
+    ),
 }
+
+
+def with_extra_row(data: dict[str, Any], *, kind: str, selectors: dict[str, Any]) -> str:
+    """A fourth row, hashes recomputed: the file verifies, its row is what is wrong."""
+    row = {**data["rows"][2], "seq": 4, "purge_id": "p-extra", "kind": kind, "selectors": selectors}
+    return as_json(rechain({**data, "rows": [*data["rows"], row]}))
 
 
 def write_variant(directory: Path, name: str, damaged: str | bytes) -> Path:
@@ -696,3 +731,70 @@ def test_merging_a_ledger_that_holds_a_bot_deletion_with_erasure(
     pk.delete_bot("b1", **WHO, erase_memory=True, reviewed_repository=identity)
     report = pk.merge_ledger(pk.checkpoint_ledger(tmp_path / "own.json").path)
     assert report.appended == () and report.gate.open
+
+
+# -- a merge is all or nothing ---------------------------------------------------------------------
+
+
+def test_a_merge_that_fails_half_way_changes_nothing_and_leaves_the_gate_as_it_was(
+    tampering: Tampering, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tried (issue 11, case 12): the merge fails after it appended the unknown rows (the
+    fences cannot be re-applied). Nothing it wrote stays; the gate is as it found it (no merge
+    flag left behind); the same file then merges."""
+    from commands import restore
+
+    destination = tampering.destination
+    before, gate = snapshot(destination), destination.messaging_status()
+
+    def broken(conn: Any) -> int:
+        raise RuntimeError("the fences could not be re-applied")
+
+    monkeypatch.setattr(restore, "_reapply_fences", broken)
+    with pytest.raises(RuntimeError):
+        destination.merge_ledger(tampering.valid)
+    assert snapshot(destination) == before
+    state = destination.messaging_status()
+    assert (state.open, state.problems) == (gate.open, gate.problems)
+    monkeypatch.undo()
+    assert destination.merge_ledger(tampering.valid).appended == tampering.purges[1:]
+    assert destination.messaging_status().open
+
+
+# -- another database's checkpoint -------------------------------------------------------------------
+
+
+def other_database_checkpoint(tmp_path: Path) -> tuple[Path, str, str]:
+    """A checkpoint written by another database (its own random id) that purges c1 here."""
+    with commands.open(
+        f"sqlite:///{tmp_path / 'other.db'}",
+        blob_root=tmp_path / "other" / "blobs",
+        file_root=tmp_path / "other" / "files",
+        checkpoint_dir=tmp_path / "other" / "ledger",
+        workers="none",
+    ) as other:
+        purge_id = other.purge_conversation("c1", **WHO).purge_id
+        written = other.checkpoint_ledger(tmp_path / "other.json")
+        return written.path, written.database_id, purge_id
+
+
+def test_another_database_s_checkpoint_is_merged_only_when_asked_for(open_pk: Callable[[], Pk], tmp_path: Path) -> None:
+    """Tried (issue 11, case 13): a checkpoint of another database (another database id)
+    that would purge c1 here: refused, nothing changed; with ``allow_other_database`` it
+    merges, and the report names the database it came from."""
+    pk = open_pk()
+    pk.create_conversation("c1")
+    pk.ingest_event("c1", author="ada", body=f"{SECRET} here", event_id="e1")
+    path, other_id, purge_id = other_database_checkpoint(tmp_path)
+    before = snapshot(pk)
+    with pytest.raises(commands.ValidationError, match="another database") as refused:
+        pk.merge_ledger(path)
+    assert other_id in str(refused.value) and "nothing changed" in str(refused.value)
+    assert snapshot(pk) == before and [e.id for e in pk.read_conversation("c1")] == ["e1"]
+
+    report = pk.merge_ledger(path, allow_other_database=True)
+    assert report.appended == (purge_id,)
+    assert report.sources == (other_id,)
+    assert pk.read_conversation("c1") == []
+    own = pk.checkpoint_ledger(tmp_path / "own.json")
+    assert pk.merge_ledger(own.path).sources == (pk.database_key,)
