@@ -494,7 +494,7 @@ def scheduler() -> None:
     settings.make_directories()
     loop = Scheduler(
         db,
-        _logged_enqueue(key),
+        _logged_enqueue(settings.broker_url, key),
         interval=settings.sweep_interval,
         resend_after=settings.step_lease,
         after_sweep=functools.partial(checkpoint.automatic, db, settings.checkpoint_dir),
@@ -504,10 +504,10 @@ def scheduler() -> None:
     loop.run()
 
 
-def _logged_enqueue(key: str) -> Callable[[Sequence[str]], None]:
+def _logged_enqueue(broker_url: str, key: str) -> Callable[[Sequence[str]], None]:
     def send(step_ids: Sequence[str]) -> None:
         try:
-            broker.enqueue(key, step_ids)
+            broker.enqueue(broker_url, key, step_ids)
         except Exception as exc:  # the broker is down: the next sweep sends them again
             click.echo(f"enqueue of {len(step_ids)} step(s) failed: {exc}", err=True)
 

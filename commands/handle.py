@@ -73,7 +73,7 @@ class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands, RestoreComma
         if self.workers == "none" and self.settings.broker_url is None:
             return _no_enqueue
         broker.setup(self.settings.broker_url)
-        return functools.partial(broker.enqueue, self.database_key)
+        return functools.partial(broker.enqueue, self.settings.broker_url, self.database_key)
 
     def _start_in_process(self, sweep_interval: dt.timedelta) -> None:
         broker.register(self.database_key, broker.Runtime(self.step_context(), self.policy))

@@ -360,13 +360,16 @@ def _refuse_active_runs(run_ids: Sequence[str]) -> None:
 
 
 def _replay(conn: Connection, causal: Causal, kind: PurgeKind, request: dict[str, Any]) -> Acceptance | None:
-    """The original acceptance for a repeated idempotency key, or a conflict."""
+    """The original acceptance for a repeated idempotency key, or a conflict. A key names
+    one request: its kind, what it asked for, and who asked and why; any other request with
+    the same key is an IdempotencyConflict."""
     if causal.idempotency_key is None:
         return None
     entry = ledger.entry_by_idempotency_key(conn, causal.idempotency_key)
     if entry is None:
         return None
-    if entry.kind != kind.value or entry.selectors.get("request") != json.loads(ledger.canonical_json(request)):
+    asked = (kind.value, json.loads(ledger.canonical_json(request)), causal.actor, causal.reason)
+    if (entry.kind, entry.selectors.get("request"), entry.actor, entry.reason) != asked:
         raise IdempotencyConflict(f"idempotency key {causal.idempotency_key} was used for another request")
     return Acceptance(entry.purge_id, entry.seq, "accepted")
 

@@ -95,11 +95,15 @@ def session_value(token: str, *, expires: int) -> str:
     return f"{expires}.{_mac(token, expires)}"
 
 
+MAX_EXPIRY_DIGITS = 18  # an expiry in Unix seconds; longer is no expiry this code wrote
+
+
 def session_valid(value: str | None, token: str, *, now: float) -> bool:
+    """Any value at all gives True or False, never an error (a cookie is the client's)."""
     if not value or not token:
         return False
     expiry, _, mac = value.partition(".")
-    if not (expiry.isascii() and expiry.isdigit()) or int(expiry) <= now:
+    if not (expiry.isascii() and expiry.isdigit()) or len(expiry) > MAX_EXPIRY_DIGITS or int(expiry) <= now:
         return False
     return hmac.compare_digest(mac.encode(), _mac(token, int(expiry)).encode())
 

@@ -160,8 +160,9 @@ def finish(
     outcome: StepStatus,
     error: str | None = None,
     retry_in: dt.timedelta = dt.timedelta(0),
-) -> bool:
-    """End the attempt; False if the lease was lost meanwhile (someone else owns the step)."""
+) -> None:
+    """End the attempt; LeaseLost if the lease was lost meanwhile (someone else owns the
+    step), and then nothing is written."""
     c = cleanup_steps.c
     values: dict[str, Any] = {
         "status": outcome.value,
@@ -179,7 +180,8 @@ def finish(
         .values(**values)
         .returning(c.id)
     ).first()
-    return row is not None
+    if row is None:
+        raise LeaseLost(f"step {held.step_id} is no longer leased to {held.owner}")
 
 
 def release(conn: Connection, owner: str) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import dramatiq
@@ -37,10 +37,17 @@ class Runtime:
 _runtimes: dict[str, Runtime] = {}
 _holders: dict[str, int] = {}  # handles in this process serving each database
 _lock = threading.Lock()
-_broker: dramatiq.Broker | None = None
-_broker_url: str | None = None
-_actor: dramatiq.Actor[..., None] | None = None
+_buses: dict[str | None, Bus] = {}  # by broker URL; None is the in-process StubBroker
 _embedded_worker: dramatiq.Worker | None = None
+
+
+@dataclass(frozen=True)
+class Bus:
+    """One broker and the actor declared on it (dramatiq declares an actor per broker, so
+    one process can send to Redis and run an in-process StubBroker worker at once)."""
+
+    broker: dramatiq.Broker
+    actor: dramatiq.Actor[..., None]
 
 
 def register(key: str, runtime: Runtime) -> None:
@@ -59,47 +66,67 @@ def unregister(key: str) -> None:
             _runtimes.pop(key, None)
 
 
-def run_cleanup_step(database_key: str, step_id: str) -> None:
-    """The actor: load by id, run the plain function, wake what it unparked."""
+def run_cleanup_step(broker_url: str | None, database_key: str, step_id: str) -> None:
+    """The actor's body: load by id, run the plain function, wake what it unparked on the
+    broker that delivered the message."""
     runtime = _runtimes.get(database_key)
     if runtime is None:
         log.warning("no database %s is served by this worker; step %s is left to the sweep", database_key, step_id)
         return
     outcome = runner.run_step(runtime.ctx, step_id, policy=runtime.policy)
     if outcome.wake:
-        enqueue(database_key, outcome.wake)
+        enqueue(broker_url, database_key, outcome.wake)
+
+
+def _actor_function(broker_url: str | None) -> Callable[[str, str], None]:
+    def run_cleanup_step_actor(database_key: str, step_id: str) -> None:
+        run_cleanup_step(broker_url, database_key, step_id)
+
+    return run_cleanup_step_actor
 
 
 def setup(broker_url: str | None) -> dramatiq.Broker:
-    """The process's broker, made once: Redis for a URL, a StubBroker without one."""
-    global _broker, _broker_url, _actor
+    """The process's broker for this URL, made once: Redis for a URL, a StubBroker without
+    one. The first one made is also dramatiq's global broker (the ``dramatiq`` CLI reads it)."""
+    return _bus(broker_url).broker
+
+
+def _bus(broker_url: str | None) -> Bus:
     with _lock:
-        if _broker is not None:
-            if broker_url != _broker_url:
-                raise RuntimeError(f"this process already uses broker {_broker_url!r}, not {broker_url!r}")
-            return _broker
-        broker: dramatiq.Broker
+        bus = _buses.get(broker_url)
+        if bus is not None:
+            return bus
+        the_broker: dramatiq.Broker
         if broker_url:
             from dramatiq.brokers.redis import RedisBroker
 
-            broker = RedisBroker(url=broker_url)
+            the_broker = RedisBroker(url=broker_url)
         else:
-            broker = StubBroker()
-        dramatiq.set_broker(broker)
+            the_broker = StubBroker()
+        if not _buses:
+            dramatiq.set_broker(the_broker)
         declare = dramatiq.actor(
-            actor_name=ACTOR_NAME, queue_name=QUEUE, broker=broker, max_retries=0, time_limit=ACTOR_TIME_LIMIT_MS
+            actor_name=ACTOR_NAME, queue_name=QUEUE, broker=the_broker, max_retries=0, time_limit=ACTOR_TIME_LIMIT_MS
         )
-        _actor = declare(run_cleanup_step)
-        _broker, _broker_url = broker, broker_url
-        return broker
+        bus = _buses[broker_url] = Bus(the_broker, declare(_actor_function(broker_url)))
+        return bus
 
 
-def enqueue(database_key: str, step_ids: Sequence[str]) -> None:
-    """Send one wake-up per step. Raises if the broker is down; callers log and move on."""
-    if _actor is None:
-        raise RuntimeError("the broker is not set up")
+def enqueue(broker_url: str | None, database_key: str, step_ids: Sequence[str]) -> None:
+    """Send one wake-up per step on the broker of ``broker_url`` (set up if need be). Raises
+    if the broker is down; callers log and move on."""
+    actor = _bus(broker_url).actor
     for step_id in step_ids:
-        _actor.send(database_key, step_id)
+        actor.send(database_key, step_id)
+
+
+def forget(broker_url: str) -> None:
+    """Drop this process's broker for ``broker_url`` (tests): the next setup makes a new one."""
+    with _lock:
+        bus = _buses.pop(broker_url, None)
+    client = getattr(bus.broker, "client", None) if bus else None
+    if client is not None:
+        client.connection_pool.disconnect()
 
 
 def start_embedded_worker() -> dramatiq.Worker:

@@ -128,9 +128,9 @@ def _finish(
     wake: tuple[str, ...] = (),
 ) -> Outcome:
     finish = functools.partial(steps.finish, held=held, outcome=status, error=error, retry_in=retry_in)
-    # durable: a status once shown (done, incomplete) never reverts after a server crash
-    kept = ctx.db.transact(finish)
-    if not kept:
+    try:  # durable: a status once shown (done, incomplete) never reverts after a server crash
+        ctx.db.transact(finish)
+    except steps.LeaseLost:
         return Outcome("lease_lost")
     return Outcome(status.value, wake)
 

@@ -11,7 +11,6 @@ stops Redis gets it restarted by the ``restartable_redis`` teardown, whatever ha
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import signal
@@ -177,18 +176,14 @@ def restartable_redis(redis_client: redis.Redis) -> Iterator[redis.Redis]:
 
 @pytest.fixture
 def redis_broker(redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> Iterator[dramatiq.Broker]:
-    """This test process's broker is a fresh RedisBroker on the test database; whatever broker
-    the process had before (an embedded StubBroker, say) is put back afterwards."""
-    for name in ("_broker", "_broker_url", "_actor"):
-        monkeypatch.setattr(broker, name, None)
-    monkeypatch.setattr(importlib.import_module("dramatiq.broker"), "global_broker", None)
+    """This test process's broker for the test Redis is a fresh RedisBroker, dropped after
+    the test; the process's other brokers (an embedded StubBroker, say) are left alone."""
+    broker.forget(REDIS_URL)
     the_broker = broker.setup(REDIS_URL)
     try:
         yield the_broker
     finally:
-        client: Any = getattr(the_broker, "client", None)
-        if client is not None:
-            client.connection_pool.disconnect()
+        broker.forget(REDIS_URL)
 
 
 # -- processes ---------------------------------------------------------------------------------

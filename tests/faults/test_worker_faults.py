@@ -25,6 +25,7 @@ from sqlalchemy import text
 import commands
 from commands import EventScope
 from schema.states import StepStatus
+from tests.conftest import REDIS_URL
 from tests.faults.conftest import WAIT_S, Processes, start_redis, stop_redis, wait_until
 from workers import broker
 
@@ -246,7 +247,7 @@ def test_the_same_step_delivered_twice_at_once_runs_once(
         """,
     )
 
-    broker.enqueue(pk.database_key, [step_id, step_id])
+    broker.enqueue(REDIS_URL, pk.database_key, [step_id, step_id])
     assert queued(redis_client) == 2
 
     worker = processes.worker()  # its two threads take both deliveries at once

@@ -17,8 +17,10 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import hypothesis
 import pytest
 from fastapi import FastAPI
+from hypothesis import strategies as st
 from sqlalchemy import bindparam, text
 
 import commands
@@ -209,6 +211,28 @@ def test_a_forged_expired_or_foreign_cookie_is_refused(client: TestClient) -> No
     assert client.get("/status", headers={"Cookie": f"{COOKIE_NAME}={genuine}"}).status_code == 200
     for digit in ("\u00b2", "\u0663"):  # str.isdigit() says yes, int() says no (or reads 3)
         assert not status_page.session_valid(f"{digit}.{genuine.partition('.')[2]}", OPERATOR, now=time.time())
+
+
+@hypothesis.settings(
+    max_examples=300, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture]
+)
+@hypothesis.given(
+    value=st.one_of(
+        st.text(max_size=300),
+        st.builds(lambda digits, mac: f"{digits}.{mac}", st.text("0123456789", min_size=1, max_size=6000), st.text()),
+        st.sampled_from(["9" * 5000 + ".00", "1" * 4301, ".", "..", "1.", "-1.ab", "1e309.x", "\u0000.1"]),
+    )
+)
+def test_any_cookie_value_gets_the_login_page_never_a_server_error(client: TestClient, value: str) -> None:
+    """Issue 11, case 14: fuzzed session cookies, among them an expiry of 5,000 digits (past
+    Python's integer-string limit). Each is refused with 401 and the sign-in form."""
+    response = client.get("/status", headers={"Cookie": f"{COOKIE_NAME}={_cookie_safe(value)}"})
+    assert response.status_code == 401, (value[:80], response.status_code)
+
+
+def _cookie_safe(value: str) -> str:
+    """What a client can put in a Cookie header: visible ASCII without ; or a quote."""
+    return "".join(c for c in value if " " < c < "\x7f" and c not in ';"\\,') or "x"
 
 
 def test_a_session_ends_when_the_token_changes(pk: Pk, client: TestClient) -> None:

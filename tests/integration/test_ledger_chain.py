@@ -140,6 +140,7 @@ def test_concurrent_confirmations_never_fork_or_lose_a_fence(pk: Pk) -> None:
     for i, event_id in enumerate(ids):
         pk.ingest_event(f"c{i % 4}", author="ada", body=f"secret {event_id}", event_id=event_id)
     accepted: list[commands.Acceptance] = []
+    gave_up: list[list[str]] = []  # windows whose every attempt was stale
     errors: list[BaseException] = []
     stop = threading.Event()
     lock = threading.Lock()
@@ -159,6 +160,9 @@ def test_concurrent_confirmations_never_fork_or_lose_a_fence(pk: Pk) -> None:
                 with lock:
                     accepted.append(acceptance)
                 break
+            else:
+                with lock:
+                    gave_up.append(window)
 
     def ingester(n: int) -> None:
         i = 0
@@ -176,15 +180,19 @@ def test_concurrent_confirmations_never_fork_or_lose_a_fence(pk: Pk) -> None:
     for thread in ingesters:
         thread.join(30)
     assert not errors, errors
+    # not vacuous (issue 11, case 19): most windows went through, many of them as new purges
+    assert len(accepted) + len(gave_up) == 8 * 6 and len(accepted) >= 8 * 6 * 3 // 4, (len(accepted), gave_up)
     report = pk.verify_ledger()
     assert report.ok, report.problems
     fresh = [a for a in accepted if a.outcome == "accepted"]
+    assert len(fresh) >= 8, len(fresh)
     assert sorted(a.ledger_seq for a in fresh) == list(range(1, report.rows + 1))
     with pk.db.read() as conn:
         fenced = _fenced_by_ledger(conn)
         tombstoned = {row.id: row.purge_id for row in conn.execute(text("SELECT id, purge_id FROM tombstones"))}
     for event_id, purge_id in fenced.items():
         assert tombstoned.get(event_id) == purge_id, f"{event_id} is in the ledger but its fence is missing"
+    assert len(fenced) >= len(ids) // 2, len(fenced)
     readable = {e.id for c in range(4) for e in pk.read_conversation(f"c{c}")}
     assert not readable & set(fenced), "a fenced event is readable"
     assert set(ids) - set(fenced) <= readable

@@ -39,3 +39,50 @@ def test_open_refuses_an_unknown_worker_mode(tmp_path: Path, workers: object) ->
 def test_open_refuses_an_unsupported_database(tmp_path: Path) -> None:
     with pytest.raises(commands.ValidationError, match="unsupported database"):
         commands.open("mysql://root@127.0.0.1/test", checkpoint_dir=tmp_path / "l")
+
+
+def test_one_process_holds_an_embedded_handle_and_a_redis_handle(
+    database_url: str, roots: dict[str, Path], tmp_path: Path
+) -> None:
+    """Issue 11, case 15: a process that opened an embedded handle (the StubBroker and its
+    in-process worker) then opens one with a Redis broker URL. Both work: the embedded one's
+    purge is cleaned in-process, the Redis one's wake-up lands in Redis, and each broker keeps
+    its own actor."""
+    import redis
+
+    from tests.conftest import REDIS_URL, service_missing
+    from workers import broker
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        service_missing("Redis", exc)
+    client.flushdb()
+    with commands.open(
+        f"sqlite:///{tmp_path / 'embedded.db'}",
+        blob_root=tmp_path / "e-blobs",
+        file_root=tmp_path / "e-files",
+        checkpoint_dir=tmp_path / "e-ledger",
+    ) as embedded:
+        with commands.open(
+            database_url,
+            blob_root=roots["blob_root"],
+            file_root=roots["file_root"],
+            checkpoint_dir=roots["checkpoint_dir"],
+            broker_url=REDIS_URL,
+        ) as remote:
+            remote_purge = remote.purge_conversation("c-remote", actor="op", reason="test")
+            assert remote.status(remote_purge.purge_id).status == "complete"  # an absent id: no steps
+            remote.create_conversation("c2")
+            remote.ingest_event("c2", author="ada", body="x")
+            purge_id = remote.purge_conversation("c2", actor="op", reason="test").purge_id
+            assert client.llen(f"dramatiq:{broker.QUEUE}") >= 1  # the wake-up went to Redis
+            assert remote.status(purge_id).status == "accepted"  # and no worker of this process took it
+        embedded.create_conversation("c1")
+        embedded.ingest_event("c1", author="ada", body="x")
+        local = embedded.purge_conversation("c1", actor="op", reason="test").purge_id
+        assert embedded.wait(local, 20).status == "complete"
+    assert broker.setup(None) is not broker.setup(REDIS_URL)
+    client.flushdb()
+    client.close()

@@ -279,6 +279,49 @@ def test_idempotency_key_replays_or_conflicts(pk: Pk, world: dict[str, Any]) -> 
     assert count(pk, "SELECT count(*) FROM purge_ledger") == 1
 
 
+def _accept(pk: Pk, kind: str, target: str, *, actor: str = "op", reason: str = "asked to", key: str = "k-1") -> Any:
+    """One acceptance of ``kind`` on ``target`` with the idempotency key ``key``."""
+    who = {"actor": actor, "reason": reason, "idempotency_key": key}
+    if kind == "content":
+        scope = EventScope(event_ids=[target])
+        return pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **who)
+    if kind == "conversation":
+        return pk.purge_conversation(target, **who)
+    if kind == "channel":
+        return pk.delete_channel(target, **who)
+    return pk.delete_bot(target, **who)
+
+
+KEYED = {"content": ("e1", "e-late"), "conversation": ("c1", "c2"), "channel": ("ch1", "ch2"), "bot": ("b1", "b2")}
+
+
+@pytest.mark.parametrize("kind", KEYED)
+def test_an_idempotency_key_conflicts_on_every_other_request(pk: Pk, world: dict[str, Any], kind: str) -> None:
+    """Issue 11, case 17. A key names one request: its kind, its scope or target, and who
+    asked why. The same request again replays the acceptance; the same key on another kind,
+    another scope, another actor's request or another reason is IdempotencyConflict and
+    writes nothing."""
+    for channel in ("ch1", "ch2"):
+        pk.create_conversation(channel, kind="channel")
+    pk.register_bot("b2", name="Other")
+    first, other = KEYED[kind]
+    accepted = _accept(pk, kind, first)
+    assert _accept(pk, kind, first) == accepted
+    before = written(pk)
+    another_kind = next(k for k in KEYED if k != kind)
+    attempts = {
+        "another kind": lambda: _accept(pk, another_kind, KEYED[another_kind][1]),
+        "another scope": lambda: _accept(pk, kind, other),
+        "another actor's request": lambda: _accept(pk, kind, first, actor="mallory"),
+        "another reason": lambda: _accept(pk, kind, first, reason="something else"),
+    }
+    for name, attempt in attempts.items():
+        with pytest.raises(commands.IdempotencyConflict):
+            attempt()
+        assert written(pk) == before, name
+    assert _accept(pk, kind, first) == accepted
+
+
 BAD_CONFIRMATIONS = {
     "reason too long": {"reason": "x" * (MAX_REASON_LENGTH + 1)},
     "empty reason": {"reason": ""},
