@@ -127,7 +127,7 @@ def opened() -> Iterator[Purgekeeper]:
     """A handle on the configured database, with no in-process worker: the one-shot commands
     only accept, read and wake; the worker and scheduler processes (or ``serve``) clean up."""
     settings = Settings.from_env()
-    db = Database(settings.database_url)
+    db = settings.open_database(role="cli")
     try:
         require_initialised(settings, db)
         settings.make_directories()
@@ -436,7 +436,7 @@ def init(as_json: bool) -> None:
     def action() -> dict[str, Any]:
         settings = Settings.from_env()
         settings.make_directories()
-        db = Database(settings.database_url)
+        db = settings.open_database(role="cli")
         try:
             result = migrate.upgrade(db)
         finally:
@@ -484,7 +484,7 @@ def scheduler() -> None:
         settings = Settings.from_env()
         if not settings.broker_url:
             raise ValidationError("purgectl scheduler needs PURGEKEEPER_BROKER_URL; embedded mode runs it in-process")
-        db = Database(settings.database_url)
+        db = settings.open_database(role="scheduler")
         require_initialised(settings, db)
         with db.read() as conn:
             key = ledger.read_head(conn).database_id
@@ -498,6 +498,7 @@ def scheduler() -> None:
         interval=settings.sweep_interval,
         resend_after=settings.step_lease,
         after_sweep=functools.partial(checkpoint.automatic, db, settings.checkpoint_dir),
+        queued=functools.partial(broker.queued_steps, settings.broker_url, key),
     )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop_soon())
     click.echo(f"scheduler {loop.owner}: sweeping every {settings.sweep_interval.total_seconds():g}s", err=True)
@@ -517,11 +518,12 @@ def _logged_enqueue(broker_url: str, key: str) -> Callable[[Sequence[str]], None
 @json_command(main)
 def health(as_json: bool) -> None:
     """Check the database answers, its schema is current, its ledger verifies and holds every
-    purge of the newest checkpoint, and no merge is under way (exit 4 if not)."""
+    purge of the newest checkpoint, no merge is under way, and a checkpoint can be written
+    into the checkpoint directory (exit 4 if not)."""
 
     def action() -> dict[str, Any]:
         settings = Settings.from_env()
-        db = Database(settings.database_url)
+        db = settings.open_database(role="cli")
         try:
             revision = migrate.check_current(db)
             if revision is None:
@@ -536,6 +538,9 @@ def health(as_json: bool) -> None:
             db.dispose()
         if not state.open:
             raise MessagingUnavailable("content reads and writes are closed", diagnostics=state.problems)
+        unwritable = checkpoint.unwritable(settings.checkpoint_dir)
+        if unwritable is not None:
+            raise InfrastructureError(f"the checkpoint directory cannot be written: {unwritable}")
         return {"ok": True, "revision": revision, "ledger_rows": report.rows, "head_hash": report.head_hash}
 
     run_command(as_json, action, lambda r: f"ok: schema {r['revision']}, ledger {r['ledger_rows']} rows verified")

@@ -137,7 +137,7 @@ def open(
         broker_url=broker_url,
     )
     settings.make_directories()
-    db = Database(settings.database_url)
+    db = settings.open_database()
     try:
         if migrate_schema:
             migrate.upgrade(db)

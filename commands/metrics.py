@@ -15,6 +15,7 @@ nothing is read per purge. The metrics (all prefixed ``purgekeeper_``):
     ledger_rows                        gauge    rows in the purge ledger (the head's seq)
     ledger_verified                    gauge    1 when the hash chain verifies, else 0
     messaging_available                gauge    1 when the read gate is open, else 0
+    checkpoint_dir_writable            gauge    1 when a checkpoint can be written now, else 0
 
 ``messaging_available`` is what the next content read would meet (``commands.gate``);
 ``ledger_verified`` is this scrape's own walk of the chain. They can differ: the gate takes its
@@ -49,6 +50,7 @@ from schema import ledger
 from schema.errors import MessagingUnavailable, PurgekeeperError
 from schema.states import StepKind, StepStatus
 from schema.tables import cleanup_steps
+from workers import checkpoint
 
 PREFIX = "purgekeeper_"
 VERIFY_MAX_AGE = dt.timedelta(seconds=60)
@@ -78,6 +80,7 @@ class Snapshot:
     stalled_purges: int
     ledger: LedgerReport
     gate_problems: tuple[str, ...]  # why content reads and writes are closed; empty when open
+    checkpoint_problem: str | None = None  # why the checkpoint directory cannot be written
 
     @property
     def messaging_available(self) -> bool:
@@ -205,6 +208,7 @@ def take_snapshot(pk: Purgekeeper, check: LedgerCheck) -> Snapshot:
         stalled_purges=stalled,
         ledger=check.report((head.seq, head.head_hash)),
         gate_problems=gate_problems,
+        checkpoint_problem=checkpoint.unwritable(pk.settings.checkpoint_dir),
     )
 
 
@@ -247,6 +251,11 @@ class PurgekeeperCollector(Collector):
         yield _gauge("ledger_rows", "Rows in the purge ledger.", snap.ledger_seq)
         yield _gauge("ledger_verified", "1 when the ledger hash chain verifies.", int(snap.ledger.ok))
         yield _gauge("messaging_available", "1 when content reads and writes are open.", int(snap.messaging_available))
+        yield _gauge(
+            "checkpoint_dir_writable",
+            "1 when a ledger checkpoint can be written into the checkpoint directory now.",
+            int(snap.checkpoint_problem is None),
+        )
 
     @staticmethod
     def _work(snap: Snapshot) -> Iterator[Metric]:

@@ -15,6 +15,9 @@ PURGEKEEPER_OPERATOR_TOKEN optional; when set, the operator endpoints require it
 PURGEKEEPER_STEP_LEASE     seconds a claimed step is leased for (default 30)
 PURGEKEEPER_SWEEP_INTERVAL seconds between scheduler sweeps (default 5)
 PURGEKEEPER_BACKOFF_BASE   seconds of the first retry backoff (default 2)
+PURGEKEEPER_IDLE_IN_TRANSACTION_TIMEOUT
+                           PostgreSQL: seconds after which the server ends a session idle
+                           inside a transaction, releasing its locks (default 10)
 PURGEKEEPER_FAILPOINTS     fault tests only: ``bodies.batch=exit`` and the like
 ========================== ==============================================================
 """
@@ -27,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from schema.db import IDLE_IN_TRANSACTION_TIMEOUT, Database
 from schema.errors import ValidationError
 
 ENV_PREFIX = "PURGEKEEPER_"
@@ -47,6 +51,7 @@ class Settings:
     step_lease: dt.timedelta = dt.timedelta(seconds=30)
     sweep_interval: dt.timedelta = dt.timedelta(seconds=5)
     backoff_base: dt.timedelta = dt.timedelta(seconds=2)
+    idle_in_transaction_timeout: dt.timedelta = IDLE_IN_TRANSACTION_TIMEOUT
     failpoints: str = ""
 
     @classmethod
@@ -74,7 +79,18 @@ class Settings:
             step_lease=_seconds(get("STEP_LEASE"), 30),
             sweep_interval=_seconds(get("SWEEP_INTERVAL"), 5),
             backoff_base=_seconds(get("BACKOFF_BASE"), 2),
+            idle_in_transaction_timeout=_seconds(
+                get("IDLE_IN_TRANSACTION_TIMEOUT"), IDLE_IN_TRANSACTION_TIMEOUT.total_seconds()
+            ),
             failpoints=get("FAILPOINTS") or "",
+        )
+
+    def open_database(self, *, role: str = "handle") -> Database:
+        """The configured database, its PostgreSQL sessions named ``purgekeeper-<role>``."""
+        return Database(
+            self.database_url,
+            idle_in_transaction_timeout=self.idle_in_transaction_timeout,
+            application_name=f"purgekeeper-{role}",
         )
 
     def make_directories(self) -> None:

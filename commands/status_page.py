@@ -210,6 +210,15 @@ def render_summary(snap: metrics.Snapshot) -> str:
             + (f'<ul id="ledger-problems">{problems}</ul>' if problems else ""),
         ),
         ("Messaging", _flag(snap.messaging_available, "available", "UNAVAILABLE", "messaging") + gate),
+        (
+            "Checkpoint directory",
+            _flag(
+                snap.checkpoint_problem is None,
+                "writable",
+                f"the checkpoint directory cannot be written: {snap.checkpoint_problem}",
+                "checkpoint-dir",
+            ),
+        ),
         ("Incomplete purges", f'<span id="incomplete-count">{snap.incomplete_purges}</span>'),
         ("Stalled purges", f'<span id="stalled-count">{snap.stalled_purges}</span>'),
         ("Oldest due step waits", f"{snap.oldest_due_age.total_seconds():.0f} s"),

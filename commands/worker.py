@@ -82,7 +82,7 @@ def configure() -> Database:
         raise SystemExit("the worker process needs PURGEKEEPER_BROKER_URL (redis://...)")
     failpoints.arm(settings.failpoints)
     the_broker = broker.setup(settings.broker_url)
-    db = Database(settings.database_url)
+    db = settings.open_database(role="worker")
     migrate.check_current(db)
     with db.read() as conn:
         key = ledger.read_head(conn).database_id

@@ -10,6 +10,7 @@ Driver errors become domain errors here, through :func:`schema.errors.translate_
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import fcntl
 import functools
 import hashlib
@@ -39,6 +40,23 @@ WRITE_ATTEMPTS = 5
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 RETRY_WAIT_MAX_S = 0.5
 PING_AFTER_IDLE_S = 2.0
+APPLICATION_NAME = "purgekeeper"
+
+# PostgreSQL sessions: how long a frozen or cut-off client can hold what it locked.
+# - A session idle inside a transaction (its client stopped, paused or partitioned between
+#   two statements) is ended by the server after IDLE_IN_TRANSACTION_TIMEOUT: its locks go
+#   with it. Every purgekeeper transaction is short (no network or file work inside one).
+# - TCP keepalives on both ends, and the server's user timeout, end a session whose peer is
+#   gone in about TCP_KEEPALIVE_IDLE_S + TCP_KEEPALIVE_INTERVAL_S * TCP_KEEPALIVE_COUNT.
+# - The server checks every CLIENT_CHECK_INTERVAL_MS that the client of a running query is
+#   still there; connecting gives up after CONNECT_TIMEOUT_S.
+IDLE_IN_TRANSACTION_TIMEOUT = dt.timedelta(seconds=10)
+TCP_KEEPALIVE_IDLE_S = 10
+TCP_KEEPALIVE_INTERVAL_S = 5
+TCP_KEEPALIVE_COUNT = 3
+TCP_USER_TIMEOUT_MS = 30_000
+CLIENT_CHECK_INTERVAL_MS = 5_000
+CONNECT_TIMEOUT_S = 10
 
 
 def normalise_url(url: str) -> str:
@@ -63,6 +81,8 @@ class Database:
         *,
         write_attempts: int = WRITE_ATTEMPTS,
         sqlite_busy_timeout_ms: int = SQLITE_BUSY_TIMEOUT_MS,
+        idle_in_transaction_timeout: dt.timedelta = IDLE_IN_TRANSACTION_TIMEOUT,
+        application_name: str = APPLICATION_NAME,
     ) -> None:
         try:
             self.url = normalise_url(url)
@@ -72,7 +92,12 @@ class Database:
         if self.dialect not in ("postgresql", "sqlite"):
             raise ValidationError(f"unsupported database {self.dialect!r}: use postgresql or sqlite")
         self.write_attempts = write_attempts
-        self.engine = _create_engine(self.url, self.dialect, sqlite_busy_timeout_ms)
+        if self.dialect == "sqlite":
+            self.engine = _sqlite_engine(self.url, sqlite_busy_timeout_ms)
+        else:
+            self.engine = _postgresql_engine(
+                self.url, session_options(idle_in_transaction_timeout, application_name=application_name)
+            )
 
     @property
     def is_sqlite(self) -> bool:
@@ -143,10 +168,11 @@ class Database:
                     conn.exec_driver_sql("SELECT pg_advisory_unlock(%s)", (key,))
 
     def transact(self, work: Callable[[Connection], T], *, durable: bool = True) -> T:
-        """Run ``work`` in a write transaction, again on a deadlock or a busy database."""
+        """Run ``work`` in a write transaction, again on a deadlock, a busy database, or a
+        connection lost before the commit (a restarted server, a terminated session: the
+        transaction never committed, so running it again is safe)."""
         try:  # the common case: one attempt, no retry machinery
-            with self.write(durable=durable) as conn:
-                return work(conn)
+            return self._attempt(work, durable)
         except _Retryable:
             if self.write_attempts <= 1:
                 raise InfrastructureError("the database stayed busy after 1 attempt") from None
@@ -158,12 +184,51 @@ class Database:
         )
         try:
             for attempt in retrying:
-                with attempt, self.write(durable=durable) as conn:
-                    return work(conn)
+                with attempt:
+                    return self._attempt(work, durable)
         except RetryError as exc:
             last = exc.last_attempt.exception()
             raise InfrastructureError(f"the database stayed busy after {self.write_attempts} attempts") from last
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _attempt(self, work: Callable[[Connection], T], durable: bool) -> T:
+        with self.write(durable=durable) as conn:
+            try:
+                return work(conn)
+            except sa_exc.DBAPIError as exc:
+                if exc.connection_invalidated:  # before the commit: nothing of it was written
+                    raise _Retryable(f"the database connection was lost: {type(exc.orig).__name__}") from exc
+                raise
+
+
+def session_options(idle_in_transaction_timeout: dt.timedelta, *, application_name: str) -> dict[str, Any]:
+    """libpq connection parameters of every purgekeeper session on PostgreSQL (see the
+    constants above), named in ``pg_stat_activity`` by ``application_name``."""
+    server = {
+        "idle_in_transaction_session_timeout": max(int(idle_in_transaction_timeout.total_seconds() * 1000), 1),
+        "tcp_keepalives_idle": TCP_KEEPALIVE_IDLE_S,
+        "tcp_keepalives_interval": TCP_KEEPALIVE_INTERVAL_S,
+        "tcp_keepalives_count": TCP_KEEPALIVE_COUNT,
+        "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+        "client_connection_check_interval": CLIENT_CHECK_INTERVAL_MS,
+    }
+    return {
+        "application_name": application_name[:63],
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "keepalives": 1,
+        "keepalives_idle": TCP_KEEPALIVE_IDLE_S,
+        "keepalives_interval": TCP_KEEPALIVE_INTERVAL_S,
+        "keepalives_count": TCP_KEEPALIVE_COUNT,
+        "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+        "options": " ".join(f"-c {name}={value}" for name, value in server.items()),
+    }
+
+
+def bound_lock_waits(conn: Connection, timeout: dt.timedelta) -> None:
+    """In this transaction, waiting for a row lock ends after ``timeout`` with LockTimeout
+    (PostgreSQL; SQLite's writers wait on its busy timeout instead)."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{max(int(timeout.total_seconds() * 1000), 1)}ms'")
 
 
 def commit_without_flush(conn: Connection) -> None:
@@ -202,17 +267,21 @@ def redacted_or_raw(url: str) -> str:
         return "<unparseable>"
 
 
-def _create_engine(url: str, dialect: str, busy_timeout_ms: int) -> Engine:
-    if dialect == "sqlite":
-        # One connection per use: SQLite connections are cheap and NullPool keeps no file
-        # handle open across tests, threads or a restore.
-        engine = create_engine(url, poolclass=NullPool, connect_args={"check_same_thread": False})
-        event.listen(engine, "connect", functools.partial(_sqlite_on_connect, busy_timeout_ms=busy_timeout_ms))
-    else:
-        engine = create_engine(url, pool_size=10, max_overflow=20)
-        event.listen(engine, "checkout", _ping_if_idle)
-        event.listen(engine, "checkin", _note_checkin)
+def _sqlite_engine(url: str, busy_timeout_ms: int) -> Engine:
+    # One connection per use: SQLite connections are cheap and NullPool keeps no file
+    # handle open across tests, threads or a restore.
+    engine = create_engine(url, poolclass=NullPool, connect_args={"check_same_thread": False})
+    event.listen(engine, "connect", functools.partial(_sqlite_on_connect, busy_timeout_ms=busy_timeout_ms))
     event.listen(engine, "begin", _on_begin)
+    return engine
+
+
+def _postgresql_engine(url: str, connect_args: dict[str, Any]) -> Engine:
+    """A pool whose connections survive a server restart: one idle for a while is pinged
+    at checkout, and a connection found dead invalidates every older one (SQLAlchemy)."""
+    engine = create_engine(url, pool_size=10, max_overflow=20, connect_args=connect_args)
+    event.listen(engine, "checkout", _ping_if_idle)
+    event.listen(engine, "checkin", _note_checkin)
     return engine
 
 

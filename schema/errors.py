@@ -17,6 +17,7 @@
     ├── MemoryErasureUnavailable   carries a machine-readable ``reason``
     ├── MessagingUnavailable       carries bounded ``diagnostics``
     └── InfrastructureError        transient database, broker or filesystem faults
+        ├── LockTimeout            a row stayed locked by another session past the bound
         └── SchemaMismatch         the database schema is newer than this code
 
 Each class's docstring is its default message. The database triggers raise errors whose
@@ -128,6 +129,10 @@ class SchemaMismatch(InfrastructureError):
     """The database schema does not match this version of purgekeeper."""
 
 
+class LockTimeout(InfrastructureError):
+    """A row this transaction needs stayed locked by another session past the lock timeout."""
+
+
 # Codes raised by the triggers in schema/sql/*/. The SQL files spell the same strings.
 TRIGGER_ERRORS: dict[str, type[PurgekeeperError]] = {
     "conversation_purged": ConversationPurged,
@@ -174,6 +179,7 @@ _SQLITE_UNIQUE_COLUMNS: dict[str, str] = {
 _TRIGGER_CODE = re.compile(r"purgekeeper:([a-z_]+)(?::\s*(.*))?", re.S)
 # psycopg SQLSTATEs that mean "run the transaction again".
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout expired
 
 
 def translate_db_error(exc: BaseException) -> PurgekeeperError | None:
@@ -189,6 +195,8 @@ def translate_db_error(exc: BaseException) -> PurgekeeperError | None:
     if constraint in CONSTRAINT_ERRORS:
         cls, detail_text = CONSTRAINT_ERRORS[constraint]
         return cls(detail_text)
+    if getattr(exc.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+        return LockTimeout()
     if is_retryable(exc) or isinstance(exc, sa_exc.OperationalError):
         return InfrastructureError(f"database unavailable: {type(exc.orig).__name__}")
     return None

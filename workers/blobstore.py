@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from schema.states import BlobKind
+from workers import failpoints
 from workers.files import atomic_write_at
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -198,6 +199,7 @@ class _Directories:
         parts = _components(relative)
         try:
             directory = self.parent(kind, parts)
+            failpoints.hit("blobs.unlink")
             os.unlink(parts[-1], dir_fd=directory)  # unlinkat: a symlink here is removed, never followed
         except FileNotFoundError:
             return False

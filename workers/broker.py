@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import dramatiq
+from dramatiq import Message
 from dramatiq.brokers.stub import StubBroker
+from dramatiq.common import dq_name, q_name
 
 from workers import runner
 from workers.cleanup import StepContext
@@ -118,6 +120,25 @@ def enqueue(broker_url: str | None, database_key: str, step_ids: Sequence[str]) 
     actor = _bus(broker_url).actor
     for step_id in step_ids:
         actor.send(database_key, step_id)
+
+
+def queued_steps(broker_url: str | None, database_key: str) -> set[str] | None:
+    """The steps of ``database_key`` with a wake-up in the broker (waiting, delayed, or taken
+    by a worker and not yet acknowledged), or None when the broker cannot say (the
+    in-process StubBroker). One read of the queue's message hashes: its cost follows the
+    queue, which holds at most about one wake-up per due step."""
+    the_broker = _bus(broker_url).broker
+    client = getattr(the_broker, "client", None)
+    if client is None:
+        return None
+    prefix = f"{getattr(the_broker, 'namespace', 'dramatiq')}:"
+    steps: set[str] = set()
+    for queue in (q_name(QUEUE), dq_name(QUEUE)):
+        for raw in client.hvals(f"{prefix}{queue}.msgs"):
+            args = Message.decode(raw).args
+            if len(args) == 2 and args[0] == database_key:
+                steps.add(str(args[1]))
+    return steps
 
 
 def forget(broker_url: str) -> None:

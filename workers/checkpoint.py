@@ -8,13 +8,17 @@ database's random id, so several databases can share one directory:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from schema import ledger
 from schema.db import Database
+from workers import failpoints
 from workers.files import atomic_write
 
 FORMAT = "purgekeeper-ledger-checkpoint"
@@ -55,6 +59,7 @@ def _row(entry: ledger.LedgerEntry) -> dict[str, Any]:
 
 def write(db: Database, path: Path) -> Checkpoint:
     data = snapshot(db)
+    failpoints.hit("checkpoint.write")
     atomic_write(path, (ledger.canonical_json(data) + "\n").encode("utf-8"))
     return Checkpoint(path, data["database_id"], data["head"]["seq"], data["head"]["hash"])
 
@@ -71,6 +76,28 @@ def automatic(db: Database, directory: Path, *, keep: int = KEEP_NEWEST) -> Chec
     for _seq, old in own_checkpoints(directory, head.database_id)[:-keep]:
         old.unlink(missing_ok=True)
     return written
+
+
+PROBE_PREFIX = ".purgekeeper-probe-"
+
+
+def unwritable(directory: Path) -> str | None:
+    """Why a checkpoint cannot be written into ``directory`` now (the system's reason, never
+    the path), or None when it can: a small probe file is created, written and removed."""
+    probe = directory / f"{PROBE_PREFIX}{secrets.token_hex(6)}"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        failpoints.hit("checkpoint.write")
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, b"probe")
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
 
 
 def own_checkpoints(directory: Path, database_id: str) -> list[tuple[int, Path]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -23,13 +24,17 @@ from sqlalchemy import Connection
 from schema import cleanup as q
 from schema import ledger, steps
 from schema import purges as pq
-from schema.db import Database, commit_without_flush
+from schema.db import Database, bound_lock_waits, commit_without_flush
+from schema.errors import LockTimeout
 from schema.states import StepKind
 from workers import failpoints, memory
 from workers.blobstore import BlobStore
 
+log = logging.getLogger(__name__)
+
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_UNLINK_THREADS = 4  # a batch's files are unlinked this many at a time
+DEFAULT_MAX_LOCK_WAIT = dt.timedelta(minutes=5)
 PROGRESS_FIELDS = frozenset({"removed", "retained", "reasons", "remaining", "restart_retained", "done"})
 ASIDE_PREFIX = ".purgekeeper-aside-"
 
@@ -44,7 +49,11 @@ class NotProvable(Exception):
 
 @dataclass(frozen=True)
 class StepContext:
-    """What a step needs: the database, the roots, and its knobs."""
+    """What a step needs: the database, the roots, and its knobs.
+
+    ``lock_timeout``: a batch waits at most this long for a row lock (default a third of the
+    lease), then renews its lease and tries again, up to ``max_lock_wait`` in all: waiting on
+    a lock (a frozen session's, until the server ends it) burns no attempt."""
 
     db: Database
     blobs: BlobStore
@@ -52,6 +61,12 @@ class StepContext:
     lease: dt.timedelta
     batch_size: int = DEFAULT_BATCH_SIZE
     unlink_threads: int = DEFAULT_UNLINK_THREADS
+    lock_timeout: dt.timedelta | None = None
+    max_lock_wait: dt.timedelta = DEFAULT_MAX_LOCK_WAIT
+
+    @property
+    def batch_lock_timeout(self) -> dt.timedelta:
+        return self.lock_timeout or self.lease / 3
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,7 @@ def _batch(
     is touched next, and for a batch that finishes the step (a shown status never reverts)."""
 
     def transaction(conn: Connection) -> dict[str, Any]:
+        bound_lock_waits(conn, ctx.batch_lock_timeout)
         done = work(conn)
         failpoints.hit(f"{held.kind}.batch")
         steps.progress(conn, held, lease=ctx.lease, **{k: v for k, v in done.items() if k in PROGRESS_FIELDS})
@@ -99,7 +115,20 @@ def _batch(
             commit_without_flush(conn)
         return done
 
-    return ctx.db.transact(transaction)
+    waited = dt.timedelta(0)
+    while True:
+        try:
+            return ctx.db.transact(transaction)
+        except LockTimeout:
+            waited += ctx.batch_lock_timeout
+            if waited >= ctx.max_lock_wait:
+                raise LockTimeout(f"a row stayed locked by another session for {waited.total_seconds():g}s") from None
+            log.info(
+                "step %s: waiting for a row lock (%gs so far); the lease is renewed",
+                held.step_id,
+                waited.total_seconds(),
+            )
+            ctx.db.transact(functools.partial(steps.progress, held=held, lease=ctx.lease))  # LeaseLost if taken over
 
 
 # -- bodies -------------------------------------------------------------------------------------
@@ -237,6 +266,7 @@ def remove_memory(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry
         if not _exists(repository):
             return _nothing_left(ctx, held, repository)
         _prove(ctx, repository, bot_id, marker_id)
+        failpoints.hit("memory.rename")
         os.rename(repository, aside)
         _batch(ctx, held, lambda _conn: {"remaining": 1}, durable=True)  # one directory set aside, to remove
     marker = memory.read_marker(aside)

@@ -23,6 +23,7 @@ DEFAULT_RESEND_AFTER = dt.timedelta(seconds=30)
 SWEEP_LIMIT = 1000
 
 Enqueue = Callable[[Sequence[str]], None]
+Queued = Callable[[], "set[str] | None"]  # the step ids with a wake-up in the broker, or None: unknown
 
 
 def sweep(db: Database, enqueue: Enqueue, *, limit: int = SWEEP_LIMIT) -> int:
@@ -45,12 +46,14 @@ class Scheduler:
         interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
         resend_after: dt.timedelta = DEFAULT_RESEND_AFTER,
         after_sweep: Callable[[], object] | None = None,
+        queued: Queued | None = None,
     ) -> None:
         self.db = db
         self.enqueue = enqueue
         self.interval = interval
         self.resend_after = resend_after
         self.after_sweep = after_sweep
+        self.queued = queued
         self._sent: dict[str, float] = {}
         self.owner = worker_identity()
         self._stop = threading.Event()
@@ -61,24 +64,35 @@ class Scheduler:
         return self.db.transact(lambda conn: steps.take_leadership(conn, LEADER_NAME, owner=self.owner, lease=lease))
 
     def tick(self) -> int:
-        """One round: sweep if this process leads. Errors are logged; the next tick retries."""
+        """One round: sweep if this process leads. Errors are logged; the next tick retries.
+        A round that failed (the database or the broker was down) forgets what was sent: a
+        wake-up a worker took meanwhile may have found no database to claim its step in."""
         try:
             if not self.lead():
                 return 0
             sent = sweep(self.db, self._send_unless_recent)
-            if self.after_sweep is not None:
-                self.after_sweep()
-            return sent
         except Exception:
             log.warning("scheduler sweep failed; retrying in %s", self.interval, exc_info=True)
+            self._sent.clear()
             return 0
+        if self.after_sweep is not None:
+            try:
+                self.after_sweep()
+            except OSError as exc:  # the checkpoint directory: its reason, never its path
+                log.warning("the automatic checkpoint failed (%s); retrying after the next sweep", exc.strerror)
+            except Exception:
+                log.warning("the automatic checkpoint failed; retrying after the next sweep", exc_info=True)
+        return sent
 
     def _send_unless_recent(self, step_ids: Sequence[str]) -> None:
         """A step still due is sent again only once ``resend_after`` has passed, so wake-ups do
-        not pile up in the queue while no worker runs; a lost one is re-sent after that."""
+        not pile up in the queue while no worker runs; a lost one is re-sent after that. When
+        the broker can say which steps have a wake-up queued (Redis), a step that is due and
+        has none is sent at once: its wake-up was taken and came to nothing."""
         now = time.monotonic()
         self._sent = {k: t for k, t in self._sent.items() if now - t < self.resend_after.total_seconds()}
-        fresh = [step_id for step_id in step_ids if step_id not in self._sent]
+        waiting = self.queued() if self.queued is not None and self._sent else None
+        fresh = [s for s in step_ids if s not in self._sent or (waiting is not None and s not in waiting)]
         if fresh:
             self.enqueue(fresh)
             self._sent.update(dict.fromkeys(fresh, now))

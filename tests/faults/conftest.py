@@ -11,11 +11,14 @@ stops Redis gets it restarted by the ``restartable_redis`` teardown, whatever ha
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -279,6 +282,16 @@ class Processes:
         proc = self._start("scheduler", [*self._command("purgectl", "commands.cli"), "scheduler"], {})
         return self._wait_ready(proc, SCHEDULER_READY)
 
+    def serve(self, port: int) -> Proc:
+        """``purgectl serve`` on 127.0.0.1 (the API only: a broker URL is set)."""
+        argv = [*self._command("purgectl", "commands.cli"), "serve", "--host", "127.0.0.1", "--port", str(port)]
+        return self._wait_ready(self._start("api", argv, {}), "Uvicorn running on")
+
+    def run_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """One ``purgectl`` command with the test's environment, to its end."""
+        argv = [*self._command("purgectl", "commands.cli"), *args]
+        return subprocess.run(argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=WAIT_S, check=False)
+
     def kill(self, proc: Proc) -> int:
         """SIGKILL the whole process group and reap its leader; returns the leader's exit code."""
         try:
@@ -363,3 +376,127 @@ def open_handle(
 def pk(open_handle: Callable[..., commands.Purgekeeper]) -> commands.Purgekeeper:
     """Overrides the top-level ``pk``: PostgreSQL only, confirmations enqueue to Redis."""
     return open_handle()
+
+
+# -- a throw-away PostgreSQL cluster -------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _postgres_bin() -> Path | None:
+    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (candidate / "initdb").exists():
+            return candidate
+    found = shutil.which("initdb")
+    return Path(found).parent if found else None
+
+
+@dataclass
+class Cluster:
+    """A PostgreSQL cluster of the test's own (``initdb`` into a temporary directory as the
+    postgres user, ``pg_ctl`` on a free port): a test may restart or stop it. Never the
+    machine's shared server."""
+
+    bin: Path
+    directory: Path
+    port: int
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def _as_postgres(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        command = list(argv) if os.geteuid() != 0 else ["runuser", "-u", "postgres", "--", *argv]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+
+    def ctl(self, *args: str) -> None:
+        log = self.directory / "server.log"
+        self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.directory / "data"), "-l", str(log), "-w", *args)
+
+    def restart(self) -> None:
+        self.ctl("restart", "-m", "fast")
+
+    def terminate_backends(self, database: str, *, application_name: str | None = None) -> int:
+        """``pg_terminate_backend`` of every other session on ``database``; returns how many."""
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            sql = (
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()"
+            )
+            return int(conn.execute(sql, (database,)).fetchone()[0])  # type: ignore[index]
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    binaries = _postgres_bin()
+    if binaries is None:
+        service_missing("initdb", FileNotFoundError("no PostgreSQL server binaries"))
+    assert binaries is not None
+    # not under pytest's tmp_path: its parents are private to root, and the server runs as postgres
+    directory = Path(tempfile.mkdtemp(prefix="purgekeeper-cluster-"))
+    if os.geteuid() == 0:
+        shutil.chown(directory, "postgres", "postgres")
+    made = Cluster(binaries, directory, _free_port())
+    data = directory / "data"
+    try:
+        made._as_postgres(str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        service_missing("a throw-away PostgreSQL cluster", exc)
+    with (data / "postgresql.conf").open("a") as conf:
+        conf.write(
+            f"port = {made.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{directory}'\n"
+            "fsync = off\nfull_page_writes = off\nshared_buffers = 32MB\nmax_connections = 60\n"
+        )
+    made.ctl("start")
+    try:
+        yield made
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            made.ctl("stop", "-m", "immediate")
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+# -- content -----------------------------------------------------------------------------------
+
+
+def seed_conversation(pk: commands.Purgekeeper, conversation_id: str, events: int) -> None:
+    """A conversation of ``events`` events with bodies, written in two statements (the
+    triggers fire): ``<conversation>-e1`` .. ``-e<events>``."""
+    from sqlalchemy import text
+
+    pk.create_conversation(conversation_id)
+    with pk.db.write() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO events (id, author, occurred_at, body) "
+                "SELECT :c || '-e' || g, 'ada', now(), 'SECRET ' || g FROM generate_series(1, :n) g"
+            ),
+            {"c": conversation_id, "n": events},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO placements (event_id, conversation_id) "
+                "SELECT :c || '-e' || g, :c FROM generate_series(1, :n) g"
+            ),
+            {"c": conversation_id, "n": events},
+        )
+
+
+def process_states(proc: Proc) -> dict[int, str]:
+    """The state letter (R, S, T, ...) of every process in ``proc``'s group, by pid."""
+    states = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == proc.pid:  # the process group
+            states[int(entry.name)] = fields[0]
+    return states

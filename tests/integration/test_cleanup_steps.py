@@ -35,6 +35,7 @@ from sqlalchemy import bindparam, select, text
 import commands
 from commands import EventScope, NewAttachment
 from schema import steps
+from schema.errors import InfrastructureError
 from schema.states import BlobKind, StepStatus
 from schema.tables import UtcDateTime, metadata
 from tests.helpers import POLICY, SETTLE_S, rows, scalar
@@ -1251,6 +1252,40 @@ def test_the_scheduler_does_not_pile_up_wake_ups_for_a_step_still_due(pk: Pk) ->
         loop.tick()
     assert len(sent) == 1
     assert pk.resume() == 1  # the operator's resume always sends
+
+
+def test_the_scheduler_resends_a_due_step_whose_wake_up_is_gone(pk: Pk) -> None:
+    """Issue 11, case 8: within ``resend_after``, a due step is sent again when the broker
+    says no wake-up for it is queued any more (a worker took it and could not claim the step,
+    the database being down), and not while one is; a sweep that failed forgets what it
+    sent, so the next one sends everything due."""
+    pk.create_conversation("c-due")
+    event = pk.ingest_event("c-due", author="ada", body="x")
+    purge_events(pk, event.id)
+    sent: list[str] = []
+    in_broker: set[str] = set()
+    loop = Scheduler(pk.db, sent.extend, resend_after=dt.timedelta(hours=1), queued=lambda: set(in_broker))
+    loop.tick()
+    in_broker.update(sent)  # the wake-up waits in the queue
+    loop.tick()
+    loop.tick()
+    assert len(sent) == 1
+    in_broker.clear()  # a worker took it, and it came to nothing
+    loop.tick()
+    assert len(sent) == 2
+
+    loop.queued = None  # a broker that cannot say (the in-process StubBroker)
+    loop.tick()
+    assert len(sent) == 2
+
+    def database_down() -> bool:
+        raise InfrastructureError("the database is down")
+
+    loop.lead = database_down  # type: ignore[method-assign]
+    loop.tick()
+    del loop.lead
+    loop.tick()
+    assert len(sent) == 3  # sent again after the failed round, not an hour later
 
 
 def test_a_steps_last_batch_finishes_it_in_the_same_commit(pk: Pk, roots: Roots) -> None:
