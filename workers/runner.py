@@ -11,22 +11,24 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy import Connection
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from schema import ledger, steps
-from schema.errors import InfrastructureError
+from schema.errors import InfrastructureError, LockTimeout
 from schema.states import StepStatus
 from workers import cleanup
 from workers.cleanup import NotProvable, StepContext
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_LEASE = dt.timedelta(seconds=30)
 DEFAULT_BACKOFF_BASE = dt.timedelta(seconds=2)
 DEFAULT_BACKOFF_CAP = dt.timedelta(minutes=10)
-TRANSIENT_ATTEMPTS = 3
+TRANSIENT_WAIT_MAX_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Out
     if held is None:
         return Outcome("skipped")
     try:
-        ran = _with_transient_retries(lambda: cleanup.run(ctx, held, entry))
+        ran = _with_transient_retries(lambda: cleanup.run(ctx, held, entry), patience=policy.lease)
     except steps.LeaseLost:
         log.warning("step %s: the lease was lost; this attempt's writes were rejected", step_id)
         return Outcome("lease_lost")
@@ -105,17 +107,25 @@ def _claim(
     return held, (ledger.entry_by_purge_id(conn, held.purge_id) if held else None)
 
 
-def _with_transient_retries(work: Callable[[], cleanup.Ran]) -> cleanup.Ran:
-    """tenacity, for short transient faults only: a dropped connection, a locked database."""
+def _with_transient_retries(work: Callable[[], T], *, patience: dt.timedelta) -> T:
+    """tenacity, for transient faults: a dropped connection, a database restarting or
+    failing over, a locked database. They are retried for as long as the attempt's lease
+    (``patience``), backing off up to 2 s: the batches are idempotent, and a step whose
+    database comes back within its lease goes on in the same attempt, spending no other.
+    A lock that stayed held past the step's whole lock budget is not transient."""
     for attempt in Retrying(
-        retry=retry_if_exception_type(InfrastructureError),
-        stop=stop_after_attempt(TRANSIENT_ATTEMPTS),
-        wait=wait_exponential(multiplier=0.05, max=1),
+        retry=retry_if_exception(_transient),
+        stop=stop_after_delay(patience.total_seconds()),
+        wait=wait_exponential(multiplier=0.05, max=TRANSIENT_WAIT_MAX_S),
         reraise=True,
     ):
         with attempt:
             return work()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _transient(exc: BaseException) -> bool:
+    return isinstance(exc, InfrastructureError) and not isinstance(exc, LockTimeout)
 
 
 def _finish(
@@ -129,7 +139,7 @@ def _finish(
 ) -> Outcome:
     finish = functools.partial(steps.finish, held=held, outcome=status, error=error, retry_in=retry_in)
     try:  # durable: a status once shown (done, incomplete) never reverts after a server crash
-        ctx.db.transact(finish)
+        _with_transient_retries(lambda: ctx.db.transact(finish), patience=ctx.lease)
     except steps.LeaseLost:
         return Outcome("lease_lost")
     return Outcome(status.value, wake)

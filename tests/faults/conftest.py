@@ -416,8 +416,15 @@ class Cluster:
         log = self.directory / "server.log"
         self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.directory / "data"), "-l", str(log), "-w", *args)
 
-    def restart(self) -> None:
-        self.ctl("restart", "-m", "fast")
+    def restart(self, *, down_for: float = 0.0) -> None:
+        """``pg_ctl restart -m fast``; with ``down_for``, a stop, that long with no server (a
+        failover takes seconds), and a start."""
+        if not down_for:
+            self.ctl("restart", "-m", "fast")
+            return
+        self.ctl("stop", "-m", "fast")
+        time.sleep(down_for)
+        self.ctl("start")
 
     def terminate_backends(self, database: str, *, application_name: str | None = None) -> int:
         """``pg_terminate_backend`` of every other session on ``database``; returns how many."""

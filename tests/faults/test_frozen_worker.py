@@ -48,11 +48,14 @@ def test_a_frozen_worker_releases_its_locks_and_costs_one_attempt(
     frozen = processes.worker("bodies.batch=hang")
     seed_conversation(pk, "c1", EVENTS)
     purge_id = pk.purge_conversation("c1", actor="op", reason="frozen worker").purge_id
-    wait_until(lambda: frozen_sessions(pk) >= 1, "the worker's batch to hold its transaction open")
+
+    def inside_its_batch() -> bool:  # the claim committed, the batch's transaction held open
+        [bodies] = [step for step in pk.status(purge_id).steps if step.kind == "bodies"]
+        return (bodies.status, bodies.attempts) == ("running", 1) and frozen_sessions(pk) >= 1
+
+    wait_until(inside_its_batch, "the worker's batch to hold its transaction open")
     os.killpg(frozen.pid, signal.SIGSTOP)
     wait_until(lambda: set(process_states(frozen).values()) == {"T"}, "the worker to be stopped")
-    [bodies] = [step for step in pk.status(purge_id).steps if step.kind == "bodies"]
-    assert (bodies.status, bodies.attempts) == ("running", 1)
 
     healthy = processes.worker()
     scheduler = processes.scheduler()
