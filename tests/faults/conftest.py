@@ -347,13 +347,13 @@ def processes(fault_env: dict[str, str], tmp_path: Path, redis_client: redis.Red
 def open_handle(
     postgres_clone: str, roots: dict[str, Path], redis_broker: dramatiq.Broker
 ) -> Iterator[Callable[..., commands.Purgekeeper]]:
-    """Open handles on the test database whose confirmations enqueue to Redis (no in-process
-    worker); they are closed at teardown."""
+    """Open handles on the test database (or ``database_url``) whose confirmations enqueue to
+    Redis (no in-process worker); they are closed at teardown."""
     handles: list[commands.Purgekeeper] = []
 
-    def open_one(**kwargs: Any) -> commands.Purgekeeper:
+    def open_one(database_url: str | None = None, **kwargs: Any) -> commands.Purgekeeper:
         handle = commands.open(
-            postgres_clone,
+            database_url or postgres_clone,
             blob_root=roots["blob_root"],
             file_root=roots["file_root"],
             checkpoint_dir=roots["checkpoint_dir"],
@@ -468,7 +468,19 @@ def cluster() -> Iterator[Cluster]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-# -- content -----------------------------------------------------------------------------------
+# -- content and sessions ----------------------------------------------------------------------
+
+
+def open_transactions(pk: commands.Purgekeeper) -> int:
+    """Other sessions of the test database idle inside a transaction (a batch stopped mid-way)."""
+    from sqlalchemy import text
+
+    with pk.db.read() as conn:
+        sql = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
+        )
+        return int(conn.scalar(text(sql)))
 
 
 def seed_conversation(pk: commands.Purgekeeper, conversation_id: str, events: int) -> None:

@@ -17,8 +17,7 @@ import signal
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,7 +27,6 @@ from sqlalchemy import text
 import commands
 from schema import migrate
 from schema.db import Database
-from tests.conftest import REDIS_URL
 from tests.faults.conftest import WAIT_S, Cluster, Processes, _free_port, seed_conversation, wait_until
 from workers import broker
 
@@ -58,17 +56,9 @@ def on_cluster(cluster_url: str, processes: Processes) -> Processes:
 
 
 @pytest.fixture
-def handle(cluster_url: str, roots: dict[str, Path], redis_broker: Any) -> Iterator[Pk]:
-    with commands.open(
-        cluster_url,
-        blob_root=roots["blob_root"],
-        file_root=roots["file_root"],
-        checkpoint_dir=roots["checkpoint_dir"],
-        memory_roots=[roots["memory_root"]],
-        broker_url=REDIS_URL,
-        workers="none",
-    ) as pk:
-        yield pk
+def handle(cluster_url: str, open_handle: Callable[..., Pk]) -> Pk:
+    """A handle on the throw-away cluster, enqueueing to Redis."""
+    return open_handle(database_url=cluster_url)
 
 
 def api_get(port: int, path: str) -> int:

@@ -23,20 +23,10 @@ import pytest
 from sqlalchemy import text
 
 import commands
-from tests.faults.conftest import Processes, process_states, seed_conversation, wait_until
+from tests.faults.conftest import Processes, open_transactions, process_states, seed_conversation, wait_until
 
 Pk = commands.Purgekeeper
 EVENTS = 1500  # three batches of 500
-
-
-def frozen_sessions(pk: Pk) -> int:
-    """Other sessions on the test database that sit idle inside a transaction."""
-    with pk.db.read() as conn:
-        sql = (
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
-        )
-        return int(conn.scalar(text(sql)))
 
 
 @pytest.mark.parametrize("idle_timeout", ["1", "6"], ids=["ended-before-the-lease-expires", "ended-after"])
@@ -51,7 +41,7 @@ def test_a_frozen_worker_releases_its_locks_and_costs_one_attempt(
 
     def inside_its_batch() -> bool:  # the claim committed, the batch's transaction held open
         [bodies] = [step for step in pk.status(purge_id).steps if step.kind == "bodies"]
-        return (bodies.status, bodies.attempts) == ("running", 1) and frozen_sessions(pk) >= 1
+        return (bodies.status, bodies.attempts) == ("running", 1) and open_transactions(pk) >= 1
 
     wait_until(inside_its_batch, "the worker's batch to hold its transaction open")
     os.killpg(frozen.pid, signal.SIGSTOP)
@@ -64,7 +54,7 @@ def test_a_frozen_worker_releases_its_locks_and_costs_one_attempt(
     [bodies] = [step for step in status.steps if step.kind == "bodies"]
     assert (bodies.attempts, bodies.last_error) == (2, None), bodies
     assert "T" in process_states(frozen).values(), "the frozen worker was never resumed"
-    assert frozen_sessions(pk) == 0, "the server did not end the frozen session"
+    assert open_transactions(pk) == 0, "the server did not end the frozen session"
     with pk.db.read() as conn:
         left = conn.scalar(text("SELECT count(*) FROM events WHERE body IS NOT NULL AND id LIKE 'c1-%'"))
     assert left == 0

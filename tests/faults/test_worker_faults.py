@@ -26,7 +26,7 @@ import commands
 from commands import EventScope
 from schema.states import StepStatus
 from tests.conftest import REDIS_URL
-from tests.faults.conftest import WAIT_S, Processes, start_redis, stop_redis, wait_until
+from tests.faults.conftest import WAIT_S, Processes, open_transactions, start_redis, stop_redis, wait_until
 from workers import broker
 
 Pk = commands.Purgekeeper
@@ -64,16 +64,6 @@ def step_row(pk: Pk, step_id: str) -> Any:
 def body_of(pk: Pk, event_id: str) -> str | None:
     with pk.db.read() as conn:
         return conn.scalar(text("SELECT body FROM events WHERE id = :id"), {"id": event_id})
-
-
-def open_transactions(pk: Pk) -> int:
-    """Sessions of the test database idle inside a transaction (a batch stopped mid-way)."""
-    with pk.db.read() as conn:
-        sql = (
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
-        )
-        return int(conn.scalar(text(sql)))
 
 
 def execute(pk: Pk, sql: str) -> None:
