@@ -14,10 +14,13 @@
 -- - A blob's path is the canonical one for its kind and id.
 -- - An id that is reserved (tombstoned) is refused whatever the writer's snapshot.
 
+-- Every check below probes an index per row: scalar subqueries with LIMIT 1, never EXISTS
+-- over a transition table, which a cached (generic) plan turns into an anti-join that reads
+-- every event tombstone or every placement, a cost that grows with the database.
 CREATE FUNCTION pk_event_is_live(ev_id text) RETURNS boolean LANGUAGE sql STABLE AS $$
-    SELECT NOT EXISTS (SELECT 1 FROM tombstones WHERE kind = 'event' AND id = ev_id)
-       AND EXISTS (SELECT 1 FROM placements p JOIN conversations c ON c.id = p.conversation_id
-                    WHERE p.event_id = ev_id AND c.state <> 'purged');
+    SELECT (SELECT 1 FROM tombstones WHERE kind = 'event' AND id = ev_id LIMIT 1) IS NULL
+       AND (SELECT 1 FROM placements p JOIN conversations c ON c.id = p.conversation_id
+             WHERE p.event_id = ev_id AND c.state <> 'purged' LIMIT 1) IS NOT NULL;
 $$;
 -- ;;
 CREATE FUNCTION pk_first_unlive_event(ev_ids text[]) RETURNS text LANGUAGE plpgsql AS $$
@@ -30,11 +33,15 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM 1 FROM conversations
-     WHERE id IN (SELECT conversation_id FROM placements WHERE event_id = ANY(ev_ids))
+     WHERE id = ANY(ARRAY(SELECT DISTINCT conversation_id FROM placements WHERE event_id = ANY(ev_ids)))
      ORDER BY id FOR KEY SHARE;
     PERFORM 1 FROM events WHERE id = ANY(ev_ids) ORDER BY id FOR KEY SHARE;
-    SELECT e INTO found FROM unnest(ev_ids) AS e WHERE NOT pk_event_is_live(e) ORDER BY e LIMIT 1;
-    RETURN found;
+    FOREACH found IN ARRAY (SELECT array_agg(e ORDER BY e) FROM unnest(ev_ids) AS e) LOOP
+        IF NOT pk_event_is_live(found) THEN
+            RETURN found;
+        END IF;
+    END LOOP;
+    RETURN NULL;
 END $$;
 -- ;;
 CREATE FUNCTION pk_lock_for_write(conv_id text, ev_id text, event_history boolean, first_placement boolean)
@@ -97,22 +104,30 @@ END $$;
 -- ;;
 CREATE OR REPLACE FUNCTION pk_placements_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    orphan record;
+    unfenced text[];
+    orphan text;
+    orphan_state text;
 BEGIN
-    -- The deleters of one event's placements take turns (the event row, in id order), so two
-    -- of them cannot each leave the other's placement as the one that keeps it live.
-    PERFORM 1 FROM events WHERE id IN (SELECT event_id FROM old_rows) ORDER BY id FOR NO KEY UPDATE;
-    SELECT o.event_id, c.state INTO orphan
-      FROM old_rows o LEFT JOIN conversations c ON c.id = o.conversation_id
-     WHERE NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.kind = 'event' AND t.id = o.event_id)
-       AND NOT EXISTS (SELECT 1 FROM placements p JOIN conversations pc ON pc.id = p.conversation_id
-                        WHERE p.event_id = o.event_id AND pc.state <> 'purged')
-     ORDER BY c.state = 'purged' DESC
-     LIMIT 1;
-    IF orphan.event_id IS NOT NULL AND orphan.state = 'purged' THEN
-        RAISE EXCEPTION 'purgekeeper:content_purged: event % was placed in a purged conversation; only the purge''s cleanup removes that placement', orphan.event_id;
-    ELSIF orphan.event_id IS NOT NULL THEN
-        RAISE EXCEPTION 'purgekeeper:invalid_change: event % keeps its last live placement; place it elsewhere first, or purge it', orphan.event_id;
+    -- A fenced event stays fenced whatever is deleted (a purge's own cleanup deletes only
+    -- those, or events live elsewhere). The others must keep a live placement: their
+    -- deleters take turns (the event row, in id order), so two of them cannot each leave the
+    -- other's placement as the one that keeps it live.
+    unfenced := ARRAY(SELECT DISTINCT o.event_id FROM old_rows o
+                       WHERE (SELECT 1 FROM tombstones t WHERE t.kind = 'event' AND t.id = o.event_id LIMIT 1) IS NULL);
+    IF cardinality(unfenced) > 0 THEN
+        PERFORM 1 FROM events WHERE id = ANY(unfenced) ORDER BY id FOR NO KEY UPDATE;
+        SELECT o.event_id, (SELECT c.state FROM conversations c WHERE c.id = o.conversation_id)
+          INTO orphan, orphan_state
+          FROM old_rows o
+         WHERE o.event_id = ANY(unfenced)
+           AND (SELECT 1 FROM placements p JOIN conversations pc ON pc.id = p.conversation_id
+                 WHERE p.event_id = o.event_id AND pc.state <> 'purged' LIMIT 1) IS NULL
+         LIMIT 1;
+    END IF;
+    IF orphan IS NOT NULL AND orphan_state = 'purged' THEN
+        RAISE EXCEPTION 'purgekeeper:content_purged: event % was placed in a purged conversation; only the purge''s cleanup removes that placement', orphan;
+    ELSIF orphan IS NOT NULL THEN
+        RAISE EXCEPTION 'purgekeeper:invalid_change: event % keeps its last live placement; place it elsewhere first, or purge it', orphan;
     END IF;
     PERFORM pk_bump_versions(ARRAY(SELECT DISTINCT conversation_id FROM old_rows));
     RETURN NULL;
@@ -214,8 +229,8 @@ BEGIN
     -- from. Runs of a purged conversation go with their admissions (the purge's cleanup).
     source := pk_first_unlive_event(ARRAY(
         SELECT o.event_id FROM old_rows o
-          JOIN runs r ON r.id = o.run_id JOIN conversations c ON c.id = r.conversation_id
-         WHERE c.state <> 'purged'));
+         WHERE (SELECT c.state FROM runs r JOIN conversations c ON c.id = r.conversation_id
+                 WHERE r.id = o.run_id) <> 'purged'));
     IF source IS NOT NULL THEN
         RAISE EXCEPTION 'purgekeeper:content_purged: the admission of event % stays: the event is purged or no longer live', source;
     END IF;
@@ -232,8 +247,8 @@ DECLARE
 BEGIN
     source := pk_first_unlive_event(ARRAY(
         SELECT o.event_id FROM old_rows o
-          JOIN derivatives d ON d.id = o.derivative_id JOIN conversations c ON c.id = d.conversation_id
-         WHERE c.state <> 'purged'));
+         WHERE (SELECT c.state FROM derivatives d JOIN conversations c ON c.id = d.conversation_id
+                 WHERE d.id = o.derivative_id) <> 'purged'));
     IF source IS NOT NULL THEN
         RAISE EXCEPTION 'purgekeeper:content_purged: the derivative source event % stays: the event is purged or no longer live', source;
     END IF;
@@ -250,7 +265,7 @@ DECLARE
 BEGIN
     -- The attachments step finds a purged event's bytes through this binding.
     source := pk_first_unlive_event(ARRAY(
-        SELECT o.event_id FROM old_rows o JOIN blobs b ON b.id = o.blob_id WHERE b.state <> 'deleted'));
+        SELECT o.event_id FROM old_rows o WHERE (SELECT b.state FROM blobs b WHERE b.id = o.blob_id) <> 'deleted'));
     IF source IS NOT NULL THEN
         RAISE EXCEPTION 'purgekeeper:content_purged: the attachment of event % stays until the purge''s cleanup has deleted its bytes', source;
     END IF;
@@ -280,8 +295,8 @@ BEGIN
         RAISE EXCEPTION 'purgekeeper:blob_not_present: blob % is %', NEW.blob_id, blob_state;
     END IF;
     -- Bytes bound only by events that are not live are purged content, however present.
-    IF EXISTS (SELECT 1 FROM attachments WHERE blob_id = NEW.blob_id)
-       AND NOT EXISTS (SELECT 1 FROM attachments WHERE blob_id = NEW.blob_id AND pk_event_is_live(event_id)) THEN
+    IF (SELECT 1 FROM attachments WHERE blob_id = NEW.blob_id LIMIT 1) IS NOT NULL
+       AND (SELECT 1 FROM attachments WHERE blob_id = NEW.blob_id AND pk_event_is_live(event_id) LIMIT 1) IS NULL THEN
         RAISE EXCEPTION 'purgekeeper:content_purged: blob % holds purged content; it is bound to nothing new', NEW.blob_id;
     END IF;
     RETURN NEW;
