@@ -74,6 +74,7 @@ class RestoreCommands:
     db: Database
     gate: Gate
     blobs: BlobStore
+    database_key: str
 
     def _wake(self, step_ids: Sequence[str]) -> None:  # provided by PurgeCommands
         raise NotImplementedError
@@ -96,8 +97,6 @@ class RestoreCommands:
             if not alone:
                 raise MessagingUnavailable("another merge is under way: run this one again when it has finished")
             return self._merge(paths, files)
-
-    database_key: str
 
     def _merge(self, paths: Sequence[str | Path], files: list[checkpoint.CheckpointFile]) -> MergeReport:
         """The merge itself, while this process holds the merge lock (one merge at a time:

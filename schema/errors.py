@@ -202,6 +202,28 @@ def translate_db_error(exc: BaseException) -> PurgekeeperError | None:
     return None
 
 
+# SQLSTATEs of a server that went away or is not there yet: a restart, a failover, an
+# administrator ending the session (class 08 is "connection exception").
+CONNECTION_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """The error (or one it was raised from) is a lost or refused database connection: a
+    restart or a failover, worth waiting out; not an error the server will give again."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, sa_exc.DBAPIError):
+            if seen.connection_invalidated:
+                return True
+            sqlstate = getattr(seen.orig, "sqlstate", None)
+            if isinstance(seen, sa_exc.OperationalError) and sqlstate is None:
+                return True  # no server answered (refused, reset, timed out)
+            if sqlstate is not None and (sqlstate.startswith("08") or sqlstate in CONNECTION_SQLSTATES):
+                return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def is_retryable(exc: BaseException) -> bool:
     """Deadlocks, serialization failures and a locked SQLite database are worth a rerun."""
     if not isinstance(exc, sa_exc.DBAPIError):

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sqlalchemy import Connection
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
 
 from schema import ledger, steps
-from schema.errors import InfrastructureError, LockTimeout
+from schema.errors import InfrastructureError, LockTimeout, connection_lost
 from schema.states import StepStatus
 from workers import cleanup
 from workers.cleanup import NotProvable, StepContext
@@ -28,6 +28,7 @@ T = TypeVar("T")
 DEFAULT_LEASE = dt.timedelta(seconds=30)
 DEFAULT_BACKOFF_BASE = dt.timedelta(seconds=2)
 DEFAULT_BACKOFF_CAP = dt.timedelta(minutes=10)
+TRANSIENT_ATTEMPTS = 3  # of a transient fault other than a lost connection
 TRANSIENT_WAIT_MAX_S = 2.0
 
 
@@ -108,14 +109,15 @@ def _claim(
 
 
 def _with_transient_retries(work: Callable[[], T], *, patience: dt.timedelta) -> T:
-    """tenacity, for transient faults: a dropped connection, a database restarting or
-    failing over, a locked database. They are retried for as long as the attempt's lease
-    (``patience``), backing off up to 2 s: the batches are idempotent, and a step whose
-    database comes back within its lease goes on in the same attempt, spending no other.
-    A lock that stayed held past the step's whole lock budget is not transient."""
+    """tenacity, for transient faults. A lost database connection (a restart, a failover, a
+    terminated session) is retried for as long as the attempt's lease (``patience``),
+    backing off up to 2 s: the batches are idempotent, and a step whose database comes back
+    within its lease goes on in the same attempt, spending no other. Another transient
+    fault (a locked database) is retried a few times. A lock that stayed held past the
+    step's whole lock budget is not transient."""
     for attempt in Retrying(
         retry=retry_if_exception(_transient),
-        stop=stop_after_delay(patience.total_seconds()),
+        stop=functools.partial(_give_up, patience=patience.total_seconds()),
         wait=wait_exponential(multiplier=0.05, max=TRANSIENT_WAIT_MAX_S),
         reraise=True,
     ):
@@ -126,6 +128,13 @@ def _with_transient_retries(work: Callable[[], T], *, patience: dt.timedelta) ->
 
 def _transient(exc: BaseException) -> bool:
     return isinstance(exc, InfrastructureError) and not isinstance(exc, LockTimeout)
+
+
+def _give_up(state: RetryCallState, *, patience: float) -> bool:
+    if (state.seconds_since_start or 0.0) >= patience:
+        return True
+    failed = state.outcome.exception() if state.outcome is not None else None
+    return not (failed is not None and connection_lost(failed)) and state.attempt_number >= TRANSIENT_ATTEMPTS
 
 
 def _finish(

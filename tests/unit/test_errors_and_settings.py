@@ -233,6 +233,36 @@ def test_busy_and_operational_errors_are_infrastructure_errors() -> None:
         assert type(translate_db_error(error)) is InfrastructureError
 
 
+def test_an_expired_lock_timeout_is_a_lock_timeout_and_an_infrastructure_error() -> None:
+    domain = translate_db_error(dbapi_error("canceling statement due to lock timeout", sqlstate="55P03"))
+    assert type(domain) is errors.LockTimeout and isinstance(domain, InfrastructureError)
+
+
+@pytest.mark.parametrize(
+    ("error", "lost"),
+    [
+        (dbapi_error("connection refused", kind=sa_exc.OperationalError), True),
+        (dbapi_error("terminating connection due to administrator command", sqlstate="57P01"), True),
+        (dbapi_error("the database system is starting up", sqlstate="57P03"), True),
+        (dbapi_error("connection failure", sqlstate="08006"), True),
+        (dbapi_error("record is not assigned yet", sqlstate="55000", kind=sa_exc.OperationalError), False),
+        (dbapi_error("deadlock detected", sqlstate="40P01"), False),
+        (dbapi_error("database is locked"), False),
+    ],
+    ids=["refused", "terminated", "starting-up", "class-08", "a-server-error", "deadlock", "sqlite-busy"],
+)
+def test_a_lost_connection_is_told_from_an_error_the_server_would_give_again(
+    error: sa_exc.DBAPIError, lost: bool
+) -> None:
+    """What a step waits out for its whole lease (issue 11): a lost or refused connection,
+    also when it comes wrapped in the domain error it was translated to."""
+    assert errors.connection_lost(error) is lost
+    try:
+        raise InfrastructureError("database unavailable") from error
+    except InfrastructureError as wrapped:
+        assert errors.connection_lost(wrapped) is lost
+
+
 # -- settings -----------------------------------------------------------------------------
 
 
