@@ -235,12 +235,12 @@ def _closing_reason(conn: Connection) -> str:
 
 
 def _append(conn: Connection, unknown: Sequence[tuple[ledger.LedgerEntry, checkpoint.CheckpointFile]]) -> list[str]:
+    """The unknown purges chained after this ledger's head, inserted many to a statement."""
     head = ledger.lock_head(conn)
-    appended = []
+    rows = []
     for entry, file in unknown:
         source = {"database_id": file.database_id, "seq": entry.seq, "row_hash": entry.row_hash}
-        row = ledger.append(
-            conn,
+        row = ledger.next_entry(
             head,
             purge_id=entry.purge_id,
             kind=entry.kind,
@@ -253,9 +253,10 @@ def _append(conn: Connection, unknown: Sequence[tuple[ledger.LedgerEntry, checkp
             origin=ledger.canonical_json({"merged_from": source, "origin": entry.origin}),
             accepted_at=entry.accepted_at,
         )
-        head = ledger.Head(row.seq, row.row_hash, head.database_id, head.now, head.gate_reason)
-        appended.append(entry.purge_id)
-    return appended
+        rows.append(row)
+        head = ledger.following(head, row)
+    ledger.insert_entries(conn, rows)
+    return [row.purge_id for row in rows]
 
 
 def _reapply_fences(conn: Connection) -> int:

@@ -49,6 +49,8 @@ POSTGRESQL_TRIGGERS = frozenset(
         "pk_attachments_after_delete",
         "pk_blobs_before_insert",
         "pk_identity_reservations_permanent",
+        # 0007
+        "pk_purge_ledger_move_head",
         *(
             f"pk_{table}_no_truncate"
             for table in (

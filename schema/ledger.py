@@ -12,11 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, func, insert, literal_column, select
+from sqlalchemy import JSON, Connection, Row, bindparam, cast, func, insert, literal_column, select
 
 from schema.tables import ledger_head, purge_ledger
 
@@ -217,7 +217,39 @@ def append(
     accepted_at: dt.datetime | None = None,
 ) -> LedgerEntry:
     """Append one row after ``head`` (which the caller locked); the database checks that it
-    extends the head and moves the head to it (trigger ``pk_purge_ledger_chain``)."""
+    extends the ledger and moves the head to it (the chain triggers)."""
+    entry = next_entry(
+        head,
+        purge_id=purge_id,
+        kind=kind,
+        selectors=selectors,
+        scope_digest=scope_digest,
+        actor=actor,
+        reason=reason,
+        request_id=request_id,
+        idempotency_key=idempotency_key,
+        origin=origin,
+        accepted_at=accepted_at,
+    )
+    insert_entries(conn, [entry])
+    return entry
+
+
+def next_entry(
+    head: Head,
+    *,
+    purge_id: str,
+    kind: str,
+    selectors: Mapping[str, Any],
+    scope_digest: str,
+    actor: str,
+    reason: str,
+    request_id: str | None,
+    idempotency_key: str | None,
+    origin: str | None,
+    accepted_at: dt.datetime | None = None,
+) -> LedgerEntry:
+    """The row that would extend ``head``, hashed (nothing is written)."""
     fields: dict[str, Any] = {
         "seq": head.seq + 1,
         "purge_id": purge_id,
@@ -231,17 +263,47 @@ def append(
         "origin": origin,
         "accepted_at": accepted_at or head.now,
     }
-    entry = LedgerEntry(**fields, prev_hash=head.head_hash, row_hash=row_hash(head.head_hash, fields))
-    conn.execute(
-        _INSERT,
+    return LedgerEntry(**fields, prev_hash=head.head_hash, row_hash=row_hash(head.head_hash, fields))
+
+
+def following(head: Head, entry: LedgerEntry) -> Head:
+    """The head once ``entry`` extends it."""
+    return Head(entry.seq, entry.row_hash, head.database_id, head.now, head.gate_reason)
+
+
+INSERT_CHUNK = 1000  # rows per INSERT statement of a bulk append on PostgreSQL
+
+# PostgreSQL: a chunk of rows as ONE statement and one parameter (the rows as a JSON array):
+# the head moves once per statement (migration 0007), and the statement is compiled once.
+_COLUMNS = [*HASHED_FIELDS, "prev_hash", "row_hash"]
+_INSERT_JSON_ROWS = insert(purge_ledger).from_select(
+    _COLUMNS,
+    select(*(literal_column(name) for name in _COLUMNS)).select_from(
+        func.json_populate_recordset(literal_column("NULL::purge_ledger"), cast(bindparam("rows"), JSON))
+    ),
+)
+
+
+def insert_entries(conn: Connection, entries: Sequence[LedgerEntry]) -> None:
+    """Insert chained rows. PostgreSQL: ``INSERT_CHUNK`` rows to a statement, so a merge of n
+    rows moves the head n / INSERT_CHUNK times, not n times. SQLite updates its head in
+    place, row by row, at no growing cost."""
+    values = [
         {
-            **fields,
-            "selectors": canonical_json(fields["selectors"]),
+            **entry.hashed_fields(),
+            "selectors": canonical_json(entry.selectors),
             "prev_hash": entry.prev_hash,
             "row_hash": entry.row_hash,
-        },
-    )
-    return entry
+        }
+        for entry in entries
+    ]
+    if not values:
+        return
+    if len(values) == 1 or conn.dialect.name != "postgresql":
+        conn.execute(_INSERT, values[0] if len(values) == 1 else values)
+        return
+    for start in range(0, len(values), INSERT_CHUNK):
+        conn.execute(_INSERT_JSON_ROWS, {"rows": canonical_json(values[start : start + INSERT_CHUNK])})
 
 
 def entry_by_purge_id(conn: Connection, purge_id: str) -> LedgerEntry | None:
