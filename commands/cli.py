@@ -63,7 +63,7 @@ from schema.errors import (
     SchemaMismatch,
     ValidationError,
 )
-from workers import broker, checkpoint
+from workers import broker, checkpoint, ledger_copy
 from workers.scheduler import Scheduler
 
 T = TypeVar("T")
@@ -497,12 +497,13 @@ def scheduler() -> None:
         _logged_enqueue(settings.broker_url, key),
         interval=settings.sweep_interval,
         resend_after=settings.step_lease,
-        after_sweep=functools.partial(checkpoint.automatic, db, settings.checkpoint_dir),
+        after_sweep=functools.partial(ledger_copy.catch_up, db, ledger_copy.LedgerCopy(settings.checkpoint_dir, key)),
         queued=functools.partial(broker.queued_steps, settings.broker_url, key),
     )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop_soon())
     click.echo(f"scheduler {loop.owner}: sweeping every {settings.sweep_interval.total_seconds():g}s", err=True)
     loop.run()
+    loop.release()  # a SIGTERM gives the lease up: the next scheduler leads at once
 
 
 def _logged_enqueue(broker_url: str, key: str) -> Callable[[Sequence[str]], None]:
@@ -866,38 +867,47 @@ def ledger_verify(as_json: bool) -> None:
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="The file to write; without it, the checkpoint directory (PURGEKEEPER_CHECKPOINT_DIR), "
-    "named <database id>-<seq>.json, as the scheduler names its automatic ones.",
+    help="Export the whole ledger to this one file (format version 2); without it, bring the "
+    "ledger's copy in the checkpoint directory (PURGEKEEPER_CHECKPOINT_DIR) up to the database.",
 )
 def ledger_checkpoint(out: Path | None, as_json: bool) -> None:
-    """Write a versioned checkpoint file of every ledger row and the head hash. Keep it
-    outside database backups: `ledger merge` restores purges from it. After a database dump,
-    run it without --out: the read gate compares the database with that directory."""
+    """Export the ledger as one self-contained file (--out), or bring its copy in the
+    checkpoint directory up to date (every acceptance already adds its row there before it
+    returns). Keep both outside database backups: `ledger merge` restores purges from them."""
 
     def action(pk: Purgekeeper) -> checkpoint.Checkpoint:
         if out is not None:
             return pk.checkpoint_ledger(out)
-        with pk.db.read() as conn:
-            seq = ledger.read_head(conn).seq
-        return pk.checkpoint_ledger(pk.settings.checkpoint_dir / f"{pk.database_key}-{seq:012d}.json")
+        seq = pk.copy_ledger()
+        head = pk.copy.head()
+        return checkpoint.Checkpoint(pk.copy.directory, pk.database_key, seq, head.row_hash if head else "")
 
     run_with_handle(as_json, action, render_checkpoint)
 
 
 @json_command(ledger_group, "merge")
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--from-other-database",
     is_flag=True,
-    help="Also merge files written by another database (another database id); refused otherwise.",
+    help="Also merge ledgers written by another database (another database id); refused otherwise.",
 )
-def ledger_merge(files: tuple[Path, ...], from_other_database: bool, as_json: bool) -> None:
-    """Restore: verify the checkpoint files, append the purges the database lacks, re-apply
-    every fence and re-create cleanup; content reads and writes reopen only afterwards. The
-    report names the database each file came from."""
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Also re-apply every purge the database holds already, and unlink the files of deleted "
+    "blobs: for a database restored together with its files from older backups.",
+)
+def ledger_merge(sources: tuple[Path, ...], from_other_database: bool, full: bool, as_json: bool) -> None:
+    """Restore: from the checkpoint directory, a ledger copy, an export or a version 1 file,
+    append the purges the database lacks, re-apply their fences and re-create their cleanup;
+    content reads and writes reopen only afterwards. The report names the database each
+    source came from."""
 
     run_with_handle(
-        as_json, lambda pk: pk.merge_ledger(*files, allow_other_database=from_other_database), render_mapping
+        as_json,
+        lambda pk: pk.merge_ledger(*sources, allow_other_database=from_other_database, full=full),
+        render_mapping,
     )
 
 

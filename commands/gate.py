@@ -1,34 +1,40 @@
 """The gate on content reads and writes: closed while the ledger cannot be trusted.
 
-A restore of an old database backup brings back purged content AND an older, shorter ledger
-(it lives in the same database). The checkpoint directory, outside any backup, remembers
-more. The gate is closed (content reads and writes raise ``MessagingUnavailable``, with at
-most ``MAX_PROBLEMS`` diagnostics that never hold content) while:
+A restore of an old database backup brings purged content back AND an older, shorter ledger
+(it lives in the same database). The ledger's copy outside the database
+(``workers.ledger_copy``, in the checkpoint directory, outside any backup) remembers more:
+every acceptance is in it before its call returns. The gate is closed (content reads and
+writes raise ``MessagingUnavailable``, with at most ``MAX_PROBLEMS`` diagnostics that never
+hold content or a server path) while:
 
 - a restore merge is under way, or one crashed before finishing (``ledger_head.gate_reason``,
   durable, seen by every process);
-- the ledger's own chain does not verify;
-- the ledger lacks a purge that this database's newest valid checkpoint holds, or holds it
-  with different content (a restored old database);
-- the ledger head went back since this process last saw it, or is below the seq in the
-  name of the newest checkpoint file (the database was restored underneath a running
-  process); this holds until a merge or an operator's re-check (``messaging_status``).
+- the ledger is behind its copy (the database was restored), or differs from it at the
+  copy's head (another history);
+- the background audit found the ledger's own chain, or the copy, damaged;
+- before the first copy exists: a checkpoint file of the earlier format (version 1) holds
+  rows the ledger lacks.
 
-A closed gate takes its verdict again when content is asked for and the head row moved or
-its flag changed since the verdict (a merge by another process, a cleared flag): it reopens
-as soon as its cause is gone, and a flood of refused calls costs no ledger walks.
+**Cost.** Every content call compares the database's head with the copy's in O(1): the one
+primary-key read of ``ledger_head`` it makes anyway, and a ``stat`` of the copy's head file,
+which is read again only when it changed. While the copy is behind the database (an
+acceptance between its commit and its copy, or a copy that failed), the row at the copy's
+head is read once by its key and the verdict kept. Nothing on the request path lists a
+directory or walks the ledger. A handle's start does the same O(1) check.
 
-The verdict is taken when a handle opens, after every merge, and again in the background
-once it is older than ``RECHECK_AFTER`` (a ledger tampered with later closes the gate within
-about that long); each content call costs one primary-key read of ``ledger_head`` (purge
-acceptances reuse the head row they lock anyway). Purge status, the operator commands and
-the cleanup workers never wait on the gate: cleanup only removes, and the operator needs
-them to repair.
+**The audit** walks the whole chain again in the background, ``audit_rows`` rows at a time
+every ``audit_interval`` (it remembers the prefix it verified; a new round starts once it
+reached the head and ``audit_cycle`` passed), recomputing every row's hash and comparing it
+with the copy's row. It never blocks a call; what it finds closes the gate until an
+operator's full check (``messaging_status()``, ``purgectl ledger verify``) or a merge finds
+the ledger sound. Purge status, the operator commands and the cleanup workers never wait on
+the gate: cleanup only removes, and the operator needs them to repair.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import logging
 import threading
 import time
@@ -42,14 +48,16 @@ from schema.db import Database
 from schema.errors import MessagingUnavailable
 from schema.tables import ledger_head
 from workers import checkpoint
+from workers.ledger_copy import CopyHead, CopyInvalid, LedgerCopy
 
 log = logging.getLogger(__name__)
 
 MAX_PROBLEMS = MessagingUnavailable.MAX_DIAGNOSTICS
-RECHECK_AFTER = dt.timedelta(seconds=60)
-MAX_KNOWN_FILES = 64
-_UNSEEN = object()
+AUDIT_INTERVAL = dt.timedelta(seconds=1)
+AUDIT_ROWS = 5000  # rows the audit verifies per interval: a million in under four minutes
+AUDIT_CYCLE = dt.timedelta(minutes=10)  # a new walk from the first row, at most this often
 EXAMPLES = 5
+MERGE_HINT = "run: purgectl ledger merge with the checkpoint directory"
 
 
 @dataclass(frozen=True)
@@ -59,176 +67,231 @@ class GateState:
     open: bool
     problems: tuple[str, ...] = ()
     ledger_rows: int = 0
-    checkpoint: str | None = None  # the name of the checkpoint file compared with, if any
-    warnings: tuple[str, ...] = field(default=())  # newer checkpoint files that did not verify
+    checkpoint: str | None = None  # the copy (or version 1 file) compared with, by name
+    warnings: tuple[str, ...] = field(default=())  # version 1 checkpoint files that did not verify
     checked_at: dt.datetime | None = None
 
 
-_HEAD_GATE = select(ledger_head.c.seq, ledger_head.c.gate_reason).where(ledger_head.c.id == 1)
+_HEAD_GATE = select(ledger_head.c.seq, ledger_head.c.head_hash, ledger_head.c.gate_reason).where(ledger_head.c.id == 1)
 
 
 class Gate:
     """One handle's view of the gate (thread-safe)."""
 
     def __init__(
-        self, db: Database, checkpoint_dir: Path, database_id: str, *, recheck_after: dt.timedelta = RECHECK_AFTER
+        self,
+        db: Database,
+        checkpoint_dir: Path,
+        database_id: str,
+        *,
+        audit_interval: dt.timedelta = AUDIT_INTERVAL,
+        audit_rows: int = AUDIT_ROWS,
+        audit_cycle: dt.timedelta = AUDIT_CYCLE,
     ) -> None:
         self.db = db
         self.checkpoint_dir = checkpoint_dir
         self.database_id = database_id
-        self.recheck_after = recheck_after.total_seconds()
+        self.copy = LedgerCopy(checkpoint_dir, database_id)
+        self.audit_interval = audit_interval.total_seconds()
+        self.audit_rows = audit_rows
+        self.audit_cycle = audit_cycle.total_seconds()
         self._lock = threading.Lock()
         self._state = GateState(open=True)
+        self._legacy: tuple[str, ...] = ()  # a version 1 checkpoint ahead of the ledger (no copy yet)
+        self._legacy_checked = False
+        self._verified_copy: tuple[int, str] | None = None  # the copy's head, found in the ledger
         self._seen_seq = 0
-        self._evaluated_at = time.monotonic()
-        self._rechecking = False
-        self._sticky = False
-        self._basis: tuple[int, str | None] = (-1, None)  # the head the verdict was taken on
-        self._verified: dict[tuple[str, int, int], object] = {}  # checkpoint file -> its seq, or None
+        self._audit_problems: tuple[str, ...] = ()
+        self._audited = (0, ledger.GENESIS_HASH)  # the prefix the audit verified
+        self._audit_started_at = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     @property
     def state(self) -> GateState:
         with self._lock:
             return self._state
 
-    def evaluate(self, *, lift_sticky: bool = True) -> GateState:
-        """Verify the ledger against its chain and against the newest checkpoint; remember.
-        The checkpoint is read first: the database can only be ahead of its own checkpoints,
-        so an acceptance and a checkpoint written in between never look like a missing purge.
-        ``lift_sticky=False`` (the background re-check) keeps a "restored underneath" verdict:
-        only a merge or an operator's re-check lifts that."""
+    # -- the O(1) check ----------------------------------------------------------------------
+
+    def require_open(self, conn: Connection) -> None:
+        """For a content read or write: one primary-key read of the head, in its transaction,
+        and a stat of the copy's head file."""
+        row = conn.execute(_HEAD_GATE).one()
+        self._check(conn, int(row.seq), row.head_hash, row.gate_reason)
+
+    def check_head(self, conn: Connection, head: ledger.Head) -> None:
+        """For a purge acceptance, with the head row it has locked anyway."""
+        self._check(conn, head.seq, head.head_hash, head.gate_reason)
+
+    def quick(self) -> GateState:
+        """The O(1) verdict now (a handle's start): what the next content call would meet."""
+        with self.db.read() as conn:
+            head = ledger.read_head(conn)
+            problems = self._problems(conn, head.seq, head.head_hash, head.gate_reason)
+        return self._set(problems, head)
+
+    def _check(self, conn: Connection, seq: int, head_hash: str, gate_reason: str | None) -> None:
+        problems = self._problems(conn, seq, head_hash, gate_reason)
+        if problems:
+            with self._lock:
+                self._state = GateState(False, tuple(problems[:MAX_PROBLEMS]), seq, self._copy_name())
+            raise MessagingUnavailable(f"content reads and writes are closed: {problems[0]}", diagnostics=problems)
+        with self._lock:
+            if not self._state.open:
+                self._state = GateState(True, (), seq, self._copy_name())
+
+    def _problems(self, conn: Connection, seq: int, head_hash: str, gate_reason: str | None) -> list[str]:
+        if gate_reason:
+            return [gate_reason]
+        problems = list(self._audit_problems)
+        with self._lock:
+            if seq < self._seen_seq:
+                self._verified_copy = None  # the head went back: the database changed underneath
+            self._seen_seq = seq
+        try:
+            copy_head = self.copy.head()
+        except CopyInvalid as exc:
+            return [*problems, f"the ledger's copy in the checkpoint directory cannot be read: {exc}"]
+        if copy_head is None:
+            return [*problems, *self._legacy_problems(seq)]
+        return [*problems, *self._against_copy(conn, seq, head_hash, copy_head)]
+
+    def _against_copy(self, conn: Connection, seq: int, head_hash: str, copy_head: CopyHead) -> list[str]:
+        name = self.copy.directory.name
+        if copy_head.seq > seq:
+            return [
+                f"the ledger head is at seq {seq}, behind its copy {name} (seq {copy_head.seq}): "
+                f"the database was restored from an older backup; {MERGE_HINT}"
+            ]
+        if copy_head.seq == seq:
+            return [] if copy_head.row_hash == head_hash else [f"the ledger differs from its copy {name} at seq {seq}"]
+        if self._verified_copy == (copy_head.seq, copy_head.row_hash):
+            return []
+        entry = ledger.entry_at(conn, copy_head.seq) if copy_head.seq else None
+        found = entry.row_hash if entry else ledger.GENESIS_HASH
+        if found != copy_head.row_hash:
+            return [f"the ledger differs from its copy {name} at seq {copy_head.seq}"]
+        with self._lock:
+            self._verified_copy = (copy_head.seq, copy_head.row_hash)
+        return []
+
+    def _legacy_problems(self, seq: int) -> list[str]:
+        """No copy yet: a version 1 checkpoint of this database ahead of the ledger (read and
+        verified once per handle; a copy is made at the first acceptance or sweep)."""
+        if not self._legacy_checked:
+            self._legacy = tuple(self._legacy_verdict())
+            self._legacy_checked = True
+        return list(self._legacy)
+
+    def _legacy_verdict(self) -> list[str]:
         newest, skipped = checkpoint.newest(self.checkpoint_dir, self.database_id)
         for warning in skipped:
             log.warning("skipped a checkpoint that does not verify: %s", warning)
+        if newest is None:
+            return []
+        with self.db.read(snapshot=True) as conn:
+            known = {entry.purge_id: entry.content() for entry in ledger.entries(conn)}
+        return _behind(known, newest)
+
+    # -- the full check ----------------------------------------------------------------------
+
+    def evaluate(self, *, lift_sticky: bool = True) -> GateState:
+        """The full verdict (an operator's re-check, a merge's end, ``purgectl health``):
+        the whole chain, the whole copy, then the O(1) comparison; what the audit found is
+        lifted when the walk finds the ledger sound (``lift_sticky``)."""
         with self.db.read(snapshot=True) as conn:
             head = ledger.read_head(conn)
-            known: dict[str, dict[str, object]] = {}
-            report = ledger.verify(conn, visit=lambda entry: known.__setitem__(entry.purge_id, entry.content()))
-        problems: list[str] = []
-        if head.gate_reason:
-            problems.append(head.gate_reason)
-        problems.extend(f"the ledger does not verify: {problem}" for problem in report.problems)
-        if newest is not None:
-            problems.extend(_behind(known, newest))
-        with self._lock:
-            if not lift_sticky and self._sticky:
-                problems.extend(p for p in self._state.problems if p not in problems)
-            state = GateState(
-                open=not problems,
-                problems=tuple(problems[:MAX_PROBLEMS]),
-                ledger_rows=report.rows,
-                checkpoint=newest.path.name if newest else None,
-                warnings=tuple(skipped[:MAX_PROBLEMS]),
-                checked_at=head.now,
+            report = ledger.verify(conn)
+            self._legacy_checked = False
+            with self._lock:
+                self._verified_copy = None
+                if lift_sticky:
+                    self._audit_problems = ()
+            problems = [f"the ledger does not verify: {problem}" for problem in report.problems]
+            _seq, _hash, copy_problems = self.copy.verify()
+            problems.extend(f"the ledger's copy does not verify: {problem}" for problem in copy_problems)
+            problems.extend(
+                p for p in self._problems(conn, head.seq, head.head_hash, head.gate_reason) if p not in problems
             )
-            self._state, self._basis = state, (head.seq, head.gate_reason)
-            self._seen_seq = max(self._seen_seq, head.seq) if not lift_sticky else head.seq
-            self._evaluated_at = time.monotonic()
-            self._sticky = self._sticky and not lift_sticky
+        if not problems:
+            with self._lock:
+                self._audited = (report.rows, report.head_hash)
+        state = self._set(problems, head)
         if not state.open:
             log.error("content reads and writes are closed: %s", "; ".join(state.problems))
         return state
 
-    def require_open(self, conn: Connection) -> None:
-        """For a content read or write: one primary-key read of the head, in its transaction.
-        The checkpoint directory is listed before the head is read, so a checkpoint written
-        meanwhile (of an acceptance committed after the head read) is never mistaken for a
-        restore."""
-        listing = self._listing()
-        row = conn.execute(_HEAD_GATE).one()
-        self._check(int(row.seq), row.gate_reason, self._floor(listing, int(row.seq)))
-
-    def check_head(self, head: ledger.Head) -> None:
-        """For a purge acceptance, with the head row it has locked anyway (no checkpoint can
-        be ahead of a locked head)."""
-        self._check(head.seq, head.gate_reason, self._floor(self._listing(), head.seq))
-
-    def _recheck(self) -> None:
-        try:
-            self.evaluate(lift_sticky=False)
-        except Exception:  # the next content call tries again; the current verdict stands
-            log.exception("re-checking the ledger failed")
-        finally:
-            with self._lock:
-                self._rechecking = False
-
-    def _check(self, seq: int, gate_reason: str | None, floor: tuple[int, str]) -> None:
-        if gate_reason:
-            raise MessagingUnavailable(f"content reads and writes are closed: {gate_reason}", diagnostics=[gate_reason])
+    def _set(self, problems: list[str], head: ledger.Head) -> GateState:
+        state = GateState(
+            open=not problems,
+            problems=tuple(problems[:MAX_PROBLEMS]),
+            ledger_rows=head.seq,
+            checkpoint=self._copy_name(),
+            checked_at=head.now,
+        )
         with self._lock:
-            if not self._rechecking and time.monotonic() - self._evaluated_at > self.recheck_after:
-                self._rechecking = True
-                threading.Thread(target=self._recheck, name="purgekeeper-gate", daemon=True).start()
-            went_back = _went_back(seq, self._seen_seq, floor)
-            if went_back and not self._sticky:
-                problems = (*self._state.problems, went_back) if not self._state.open else (went_back,)
-                self._state = GateState(open=False, problems=problems[:MAX_PROBLEMS], ledger_rows=seq)
-                self._sticky = True  # until the head is no longer behind (a merge), or an operator re-checks
-            elif not went_back and self._sticky:
-                self._sticky = False  # the head caught up with what was seen and checkpointed: re-check below
-            self._seen_seq = max(self._seen_seq, seq)
-            state = self._state
-            stale = not state.open and not self._sticky and (seq, gate_reason) != self._basis
-        if stale:  # the head moved or the flag changed since: a merge elsewhere? take the verdict again
-            state = self.evaluate(lift_sticky=False)
-        if not state.open:
-            raise MessagingUnavailable(
-                f"content reads and writes are closed: {state.problems[0]}", diagnostics=state.problems
-            )
+            self._state = state
+        return state
 
-    def _listing(self) -> list[tuple[int, Path]]:
-        """This database's checkpoint files, newest first, by name (one directory listing)."""
-        try:
-            return list(reversed(checkpoint.own_checkpoints(self.checkpoint_dir, self.database_id)))
-        except OSError:
-            return []
+    def _copy_name(self) -> str | None:
+        return self.copy.directory.name if self.copy.exists() else None
 
-    def _floor(self, listing: list[tuple[int, Path]], head_seq: int) -> tuple[int, str]:
-        """The newest checkpoint listed (BEFORE the head was read) that holds more rows than
-        the head: the database was restored underneath. A checkpoint is written from
-        committed rows, so one listed before the head was read can only be ahead of it after
-        a restore. Only files named above the head are read, each once (cached by size and
-        mtime), and only a file that verifies counts: a stray or damaged one never keeps the
-        gate closed."""
-        for named_seq, path in listing:
-            if named_seq <= head_seq:
-                return 0, ""
+    # -- the audit ---------------------------------------------------------------------------
+
+    def start_audit(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._audit_loop, name="purgekeeper-audit", daemon=True)
+            self._thread.start()
+
+    def stop_audit(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _audit_loop(self) -> None:
+        while not self._stop.wait(self.audit_interval):
             try:
-                stat = path.stat()
-            except OSError:
-                continue
-            key = (str(path), stat.st_mtime_ns, stat.st_size)
-            with self._lock:
-                known = self._verified.get(key, _UNSEEN)
-            if known is _UNSEEN:
-                try:
-                    read = checkpoint.read(path)
-                    known = read.seq if read.database_id == self.database_id else None
-                except checkpoint.CheckpointInvalid as exc:
-                    log.warning("a checkpoint file does not verify and is not trusted: %s", exc)
-                    known = None
-                with self._lock:
-                    if len(self._verified) >= MAX_KNOWN_FILES:
-                        self._verified.clear()
-                    self._verified[key] = known
-            if isinstance(known, int) and known > head_seq:
-                return known, str(path)
-        return 0, ""
+                self.audit_step()
+            except Exception:  # the next round tries again; a call never waits for the audit
+                log.warning("the ledger audit could not run", exc_info=True)
 
+    def audit_step(self) -> tuple[int, tuple[str, ...]]:
+        """Verify the next ``audit_rows`` rows after the prefix already verified, each against
+        the row before it and against the copy's row at its seq. Returns (the seq verified
+        to, the problems found so far)."""
+        with self._lock:
+            seq, prev = self._audited
+            if seq and time.monotonic() - self._audit_started_at > self.audit_cycle:
+                seq, prev = 0, ledger.GENESIS_HASH  # a new round from the first row
+                self._audit_started_at = time.monotonic()
+        with self.db.read() as conn:
+            rows = list(itertools.islice(ledger.entries(conn, after=seq, batch=self.audit_rows), self.audit_rows))
+        count, last, problems = ledger.walk_chain(rows, start=seq + 1, prev_hash=prev)
+        problems.extend(self._copy_mismatches(rows))
+        with self._lock:
+            if problems:
+                self._audit_problems = tuple(dict.fromkeys([*self._audit_problems, *problems]))[:MAX_PROBLEMS]
+            else:
+                self._audited = (seq + count, last)
+            return self._audited[0], self._audit_problems
 
-def _went_back(seq: int, seen: int, floor: tuple[int, str]) -> str | None:
-    if seq < floor[0]:
-        return (
-            f"the ledger head is at seq {seq}, behind checkpoint {Path(floor[1]).name} (seq {floor[0]}): "
-            "the database was restored underneath this process; run: purgectl ledger merge with that file "
-            "from the checkpoint directory"
-        )
-    if seq < seen:
-        return (
-            f"the ledger head went back from seq {seen} to {seq}: the database was restored "
-            "underneath this process; merge the newest checkpoint (purgectl ledger merge)"
-        )
-    return None
+    def _copy_mismatches(self, rows: list[ledger.LedgerEntry]) -> list[str]:
+        if not rows:
+            return []
+        try:
+            copied = {
+                entry.seq: entry.row_hash
+                for entry in self.copy.rows(after=rows[0].seq - 1)
+                if entry.seq <= rows[-1].seq
+            }
+        except CopyInvalid as exc:
+            return [f"the ledger's copy does not verify: {exc}"]
+        return [
+            f"the ledger differs from its copy at seq {entry.seq}"
+            for entry in rows
+            if entry.seq in copied and copied[entry.seq] != entry.row_hash
+        ][:EXAMPLES]
 
 
 def _behind(known: dict[str, dict[str, object]], newest: checkpoint.CheckpointFile) -> list[str]:
@@ -243,7 +306,7 @@ def _behind(known: dict[str, dict[str, object]], newest: checkpoint.CheckpointFi
         problems.append(
             f"the ledger lacks {len(missing)} purge(s) that checkpoint {newest.path.name} holds "
             f"(e.g. {', '.join(missing[:EXAMPLES])}): a restored older database? "
-            f"run: purgectl ledger merge with that file from the checkpoint directory"
+            "run: purgectl ledger merge with that file from the checkpoint directory"
         )
     if differing:
         problems.append(

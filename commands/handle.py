@@ -19,8 +19,8 @@ from commands.restore import RestoreCommands
 from commands.settings import Settings
 from schema import ledger, migrate
 from schema.db import Database
-from schema.errors import ValidationError
-from workers import broker, checkpoint, runner
+from schema.errors import InfrastructureError, ValidationError
+from workers import broker, ledger_copy, runner
 from workers.blobstore import BlobStore
 from workers.cleanup import StepContext
 from workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
@@ -57,7 +57,9 @@ class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands, RestoreComma
         with db.read() as conn:
             self.database_key = ledger.read_head(conn).database_id
         self.gate = Gate(db, settings.checkpoint_dir, self.database_key)
-        self.gate.evaluate()  # at start-up: the ledger against its chain and the newest checkpoint
+        self.copy = self.gate.copy  # one copy per handle: its head's cache serves the gate and acceptances
+        self.gate.quick()  # at start-up: the O(1) check against the copy; the audit walks the rest
+        self.gate.start_audit()
         self._scheduler: Scheduler | None = None
         self._closed = False
         self.enqueue: EnqueueHook = enqueue or self._broker_enqueue()
@@ -83,9 +85,19 @@ class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands, RestoreComma
             self._wake,
             interval=sweep_interval,
             resend_after=self.policy.lease,
-            after_sweep=functools.partial(checkpoint.automatic, self.db, self.settings.checkpoint_dir),
+            after_sweep=self.copy_ledger,
         )
         self._scheduler.start()
+
+    def copy_ledger(self) -> int:
+        """Copy every committed ledger row the checkpoint directory lacks (the scheduler does
+        this after every sweep; an acceptance copies its own row before it returns). Returns
+        the seq the copy holds."""
+        try:
+            return ledger_copy.catch_up(self.db, self.copy).seq
+        except (OSError, ledger_copy.CopyInvalid, ledger_copy.CopyDiverged) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise InfrastructureError(f"the ledger could not be copied to the checkpoint directory: {reason}") from exc
 
     def close(self) -> None:
         """Stop the in-process parts and release the database connections."""
@@ -94,6 +106,7 @@ class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands, RestoreComma
             if self._scheduler is not None:
                 self._scheduler.stop()
                 broker.unregister(self.database_key)
+            self.gate.stop_audit()
             self.db.dispose()
 
     def __enter__(self) -> Purgekeeper:

@@ -87,7 +87,7 @@ from typing import Annotated, Any, BinaryIO, Literal
 from fastapi import APIRouter, Body, FastAPI, File, Form, Header, Query, Request, Security, UploadFile
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, StrictBool
@@ -581,15 +581,21 @@ def _operator_routes(pk: Purgekeeper) -> APIRouter:
     @router.get(
         "/ledger/checkpoint",
         response_class=Response,
-        responses={200: {"content": {"application/json": {}}, "description": "a ledger checkpoint file"}},
+        responses={200: {"content": {"application/x-ndjson": {}}, "description": "a ledger export (version 2)"}},
     )
     def checkpoint_ledger() -> Response:
-        with tempfile.TemporaryDirectory(prefix="purgekeeper-checkpoint-") as directory:
-            written = pk.checkpoint_ledger(Path(directory) / "checkpoint.json")
-            data = written.path.read_bytes()
-        filename = f"{written.database_id}-{written.seq:012d}.json"
-        headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
-        return Response(data, media_type="application/json", headers=headers)
+        directory = tempfile.mkdtemp(prefix="purgekeeper-checkpoint-")  # removed once it is sent
+        try:
+            written = pk.checkpoint_ledger(Path(directory) / "checkpoint.jsonl")
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return FileResponse(
+            written.path,
+            media_type="application/x-ndjson",
+            filename=f"{written.database_id}-{written.seq:012d}.jsonl",
+            background=BackgroundTask(shutil.rmtree, directory, ignore_errors=True),
+        )
 
     @router.post("/ledger/merge")
     def merge_ledger(

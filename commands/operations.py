@@ -20,7 +20,7 @@ from schema import purges as pq
 from schema.db import Database
 from schema.errors import InfrastructureError, NotFound, ValidationError
 from schema.states import StepStatus
-from workers import checkpoint, scheduler
+from workers import checkpoint, ledger_copy, scheduler
 
 STALL_AFTER = dt.timedelta(minutes=10)
 WAIT_POLL_S = 0.05
@@ -125,14 +125,15 @@ class OperatorCommands:
             return ledger.verify(conn)
 
     def checkpoint_ledger(self, path: str | Path) -> checkpoint.Checkpoint:
-        """Write a versioned checkpoint file of every ledger row and the head, atomically."""
+        """Export the whole ledger as one self-contained file (format version 2: a header
+        line, then one row per line), atomically; ``merge_ledger`` reads it back."""
         if not isinstance(path, str | Path) or not str(path).strip():
             raise ValidationError("path must name a file")
         target = Path(path).expanduser().absolute()
         if target.is_dir():
             raise ValidationError(f"{target} is a directory; name a file")
         try:
-            return checkpoint.write(self.db, target)
+            return ledger_copy.write_export(self.db, target)
         except OSError as exc:
             raise InfrastructureError(f"could not write the checkpoint: {exc.strerror}") from exc
 

@@ -31,14 +31,16 @@ from schema.db import Database
 from schema.errors import (
     ActiveRuns,
     IdempotencyConflict,
+    LedgerNotCopied,
     MemoryErasureUnavailable,
     NotFound,
+    PurgekeeperError,
     StaleConfirmation,
     ValidationError,
     VersionConflict,
 )
 from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
-from workers import memory
+from workers import ledger_copy, memory
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,7 @@ class PurgeCommands:
     settings: Settings
     enqueue: EnqueueHook
     gate: Gate
+    copy: ledger_copy.LedgerCopy
 
     # -- content purges -----------------------------------------------------------------
 
@@ -154,7 +157,7 @@ class PurgeCommands:
                 return replay, []
             row = pq.lock_conversation(conn, conversation_id)
             head = ledger.lock_head(conn)
-            self.gate.check_head(head)
+            self.gate.check_head(conn, head)
             done = pq.tombstone_of(conn, TombstoneKind.CONVERSATION, conversation_id)
             if done:
                 return _already_purged(done), []
@@ -206,7 +209,7 @@ class PurgeCommands:
             if row.kind != ConversationKind.CHANNEL:
                 raise ValidationError(f"{channel_id} is a conversation, not a channel; purge it instead")
             head = ledger.lock_head(conn)
-            self.gate.check_head(head)
+            self.gate.check_head(conn, head)
             done = pq.tombstone_of(conn, TombstoneKind.CHANNEL, channel_id) or pq.tombstone_of(
                 conn, TombstoneKind.CONVERSATION, channel_id
             )
@@ -264,7 +267,7 @@ class PurgeCommands:
             if bot is None:
                 raise NotFound(f"no bot {bot_id}")
             head = ledger.lock_head(conn)
-            self.gate.check_head(head)
+            self.gate.check_head(conn, head)
             done = pq.tombstone_of(conn, TombstoneKind.BOT, bot_id)
             if done:
                 return _already_purged(done), []
@@ -289,10 +292,30 @@ class PurgeCommands:
     # -- helpers --------------------------------------------------------------------------
 
     def _accept(self, work: Callable[[Connection], tuple[Acceptance, list[str]]]) -> Acceptance:
+        """Commit, then copy the ledger row out (flushed), then wake the steps; the call
+        returns only once the row is in the checkpoint directory."""
         acceptance, step_ids = self.db.transact(work)
-        if step_ids:
-            self._wake(step_ids)
+        try:
+            self._copy_out(acceptance)
+        finally:
+            if step_ids:
+                self._wake(step_ids)
         return acceptance
+
+    def _copy_out(self, acceptance: Acceptance) -> None:
+        """After the commit, never before: a row may be outside and not yet in a database
+        that was later restored, never the reverse. A failure leaves the purge accepted."""
+        try:
+            ledger_copy.catch_up(self.db, self.copy, upto=acceptance.ledger_seq)
+        except (OSError, ledger_copy.CopyInvalid, ledger_copy.CopyDiverged, PurgekeeperError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise LedgerNotCopied(
+                f"purge {acceptance.purge_id} is accepted and fenced (ledger seq {acceptance.ledger_seq}), but its "
+                f"ledger row is not in the checkpoint directory yet ({reason}); the same request again "
+                "(same idempotency key), the next acceptance or the scheduler completes the copy",
+                purge_id=acceptance.purge_id,
+                ledger_seq=acceptance.ledger_seq,
+            ) from exc
 
     def _wake(self, step_ids: Sequence[str]) -> None:
         """After the commit, never before; a failure is logged and the sweep heals it."""
@@ -419,7 +442,7 @@ def _accept_content(
         "request": request,
     }
     head = ledger.lock_head(conn)
-    gate.check_head(head)
+    gate.check_head(conn, head)
     entry = _append(conn, head, PurgeKind.CONTENT, selectors, causal, digest=report.scope_digest, purge_id=purge_id)
     return _accepted(entry), steps
 

@@ -1,30 +1,36 @@
-"""``merge_ledger``: restore a database's purges from checkpoint files, in DESIGN.md's order.
+"""``merge_ledger``: restore a database's purges from the ledger kept outside it.
 
-1. Verify every file: an invalid, truncated, tampered or unsupported file, a row whose kind
-   or selectors its kind does not accept (``commands.ledger_rows``), a purge id that two
-   files (or a file and this database) hold with different content, or a file written by
-   another database (unless ``allow_other_database``) is rejected with the reason
-   (``ValidationError``, naming the file by its name and the row by its seq and purge id)
-   and nothing changes.
+A merge reads any of: the checkpoint directory (this database's copy in it, else its newest
+version 1 file), a copy's directory, a version 2 export (``purgectl ledger checkpoint
+--out``) or a version 1 file. In DESIGN.md's order:
+
+1. Plan, reading only what is missing. A source of this database whose row at this ledger's
+   head seq has this ledger's head hash holds this ledger as its prefix: its rows after the
+   head are the missing ones, checked as they are read (each chains from the head and its
+   hash recomputes) and appended **verbatim** (the same seq, hashes and origin), so the
+   database and its copy are one chain again. Any other source (another database's, or a
+   history that diverged) is read whole and verified, and its purges this ledger lacks (a
+   lookup by purge id, a chunk at a time) are appended re-chained, in acceptance order, with
+   an ``origin`` that names the source (``{"merged_from": {database_id, seq, row_hash},
+   "origin": ...}``). A damaged source, a row its kind does not accept
+   (``commands.ledger_rows``), a purge id held with different content, or another
+   database's source (unless ``allow_other_database``) is rejected with the reason
+   (``ValidationError``, naming the source by its name) and nothing changes.
 2. Close content reads and writes (``ledger_head.gate_reason``, durable: a merge that
    crashes leaves them closed until a rerun completes).
 3. In ONE transaction (a failure there writes nothing, and the gate's flag goes back to what
-   the merge found):
+   the merge found): append the rows; write the fences and tombstones of the appended rows;
+   set the non-terminal runs that a restore brought back into purged scopes to
+   ``abandoned``; re-create cleanup for what the appended purges find again.
+4. Bring the copy up to the database (a copy whose chain this ledger no longer extends is
+   moved aside, to ``<name>.diverged-<time>``, and written again from the database), then
+   reopen reads and writes with the gate's O(1) verdict.
 
-   - append the unknown purges, a union keyed by ``purge_id``, in acceptance order, chained
-     into this ledger. Each appended row keeps every field of its source except ``origin``,
-     which names the source (``{"merged_from": {database_id, seq, row_hash}, "origin": ...}``).
-     No row of this ledger is touched;
-   - re-write every fence and tombstone of the whole ledger; set the non-terminal runs that a
-     restore brought back into purged scopes to ``abandoned``;
-   - re-create cleanup for what came back: content of fenced rows, blobs with bytes bound to
-     fenced events, erased repositories present again with their recorded marker.
-4. Unlink the files of blobs already marked ``deleted`` (nothing can bind to them again).
-5. Reopen reads and writes, and take the gate's verdict again.
-
-A merge is idempotent: merging the same files again appends nothing and re-arms only what
-still has content. Its cost follows the size of the ledger (it reads every row once and
-checks each purge for residue): a rare operator action, not a hot path.
+Its cost follows what is missing: the rows appended and what they re-apply, never the whole
+ledger. ``full=True`` (``purgectl ledger merge --full``) also re-applies every purge of the
+whole ledger and unlinks the files of blobs already marked ``deleted``: for a database AND
+its files restored from older backups, where content of purges the ledger already held may
+have come back too. A merge is idempotent: merging the same source again appends nothing.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from schema.db import Database
 from schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
 from schema.states import PurgeKind, StepKind, TombstoneKind
 from schema.steps import PARKED_UNTIL
-from workers import checkpoint, failpoints, memory
+from workers import checkpoint, failpoints, ledger_copy, memory
 from workers.blobstore import BlobStore, discard_failed
 
 log = logging.getLogger(__name__)
@@ -61,13 +67,22 @@ MAX_PATHS = 100
 @dataclass(frozen=True)
 class MergeReport:
     files: tuple[str, ...]
-    sources: tuple[str, ...]  # the database ids the files were written by, in file order
+    sources: tuple[str, ...]  # the database ids the sources were written by, in order
     appended: tuple[str, ...]  # purge ids appended, in order
-    already_known: int  # rows of the files this ledger already held
+    already_known: int  # rows of the sources this ledger already held
     runs_abandoned: int
     steps_rearmed: tuple[str, ...]
     deleted_files_removed: int
     gate: GateState
+    verbatim: int = 0  # of the appended rows, those this database's own copy held (same seq and hashes)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    head: tuple[int, str]  # the ledger's head the plan was made against
+    verbatim: list[ledger.LedgerEntry]  # this ledger's own history, appended as it was
+    rechained: list[tuple[ledger.LedgerEntry, checkpoint.Source]]  # the rest, in acceptance order
+    already_known: int
 
 
 class RestoreCommands:
@@ -75,72 +90,93 @@ class RestoreCommands:
     gate: Gate
     blobs: BlobStore
     database_key: str
+    copy: ledger_copy.LedgerCopy
 
     def _wake(self, step_ids: Sequence[str]) -> None:  # provided by PurgeCommands
         raise NotImplementedError
 
     def messaging_status(self, *, refresh: bool = True) -> GateState:
         """Whether content reads and writes are open, with the bounded reasons when not.
-        ``refresh`` takes the verdict again (it reads the whole ledger and the newest
-        checkpoint); otherwise the last verdict is returned."""
+        ``refresh`` takes the full verdict again (it walks the whole ledger and its copy);
+        otherwise the last verdict is returned."""
         return self.gate.evaluate() if refresh else self.gate.state
 
-    def merge_ledger(self, *paths: str | Path, allow_other_database: bool = False) -> MergeReport:
-        """Restore: union the files' purges into this ledger and re-apply every purge before
-        any reader sees content again (see the module docstring for the order). A file
-        written by another database is refused unless ``allow_other_database``."""
-        if not isinstance(allow_other_database, bool):
-            raise ValidationError("allow_other_database must be true or false")
-        files = _verified(paths)
-        _check_sources(files, self.database_key, allow_other_database)
+    def merge_ledger(self, *paths: str | Path, allow_other_database: bool = False, full: bool = False) -> MergeReport:
+        """Restore: bring this ledger's missing purges back from the ledger kept outside it,
+        and re-apply them before any reader sees content again (see the module docstring).
+        A source written by another database is refused unless ``allow_other_database``;
+        ``full`` re-applies every purge of the ledger, not only the missing ones."""
+        for name, value in (("allow_other_database", allow_other_database), ("full", full)):
+            if not isinstance(value, bool):
+                raise ValidationError(f"{name} must be true or false")
+        sources = _opened(paths, self.database_key)
+        _check_sources(sources, self.database_key, allow_other_database)
         with self.db.exclusive("merge") as alone:
             if not alone:
                 raise MessagingUnavailable("another merge is under way: run this one again when it has finished")
-            return self._merge(paths, files)
+            return self._merge(paths, sources, full)
 
-    def _merge(self, paths: Sequence[str | Path], files: list[checkpoint.CheckpointFile]) -> MergeReport:
+    def _merge(self, paths: Sequence[str | Path], sources: list[checkpoint.Source], full: bool) -> MergeReport:
         """The merge itself, while this process holds the merge lock (one merge at a time:
         another could reopen reads between this one's append and its fences). The append,
         the fences and the re-armed cleanup are one transaction: a merge that fails there
         writes nothing, and the gate's flag goes back to what it was."""
         with self.db.read(snapshot=True) as conn:
-            known: dict[str, ledger.LedgerEntry] = {}
-            report = ledger.verify(conn, visit=lambda entry: known.__setitem__(entry.purge_id, entry))
-            found = ledger.read_head(conn).gate_reason
-        if not report.ok:
-            raise MessagingUnavailable("this database's own ledger does not verify", diagnostics=report.problems)
-        unknown = _unknown(files, known)
+            head = ledger.read_head(conn)
+            if full:
+                report = ledger.verify(conn)
+                if not report.ok:
+                    raise MessagingUnavailable(
+                        "this database's own ledger does not verify", diagnostics=report.problems
+                    )
+            plan = _plan(conn, sources, head, self.database_key)
+        found = head.gate_reason
 
         self.db.transact(lambda conn: ledger.set_gate(conn, _closing_reason(conn)))
         failpoints.hit("merge.closed")
         try:
-            appended, abandoned, rearmed = self.db.transact(functools.partial(_apply, unknown=unknown))
+            appended, abandoned, rearmed = self.db.transact(functools.partial(_apply, plan=plan, full=full))
         except BaseException:
             self.db.transact(lambda conn: ledger.set_gate(conn, found))
-            self.gate.evaluate()
+            self.gate.quick()
             raise
-        removed = self._remove_deleted_files()
+        removed = self._remove_deleted_files() if full else 0
         failpoints.hit("merge.rearmed")
+        self._reconcile_copy(replace=any(_same(source.path, self.copy.directory) for source in sources))
         self.db.transact(lambda conn: ledger.set_gate(conn, None))
-        state = self.gate.evaluate()
+        state = self.gate.evaluate() if full else self.gate.quick()
         if rearmed:
             self._wake(rearmed)
         log.info(
-            "merge of %s: appended %d purges, re-armed %d steps",
+            "merge of %s: appended %d purges (%d verbatim), re-armed %d steps",
             [Path(p).name for p in paths],
             len(appended),
+            len(plan.verbatim),
             len(rearmed),
         )
         return MergeReport(
-            files=tuple(str(f.path) for f in files),
-            sources=tuple(f.database_id for f in files),
+            files=tuple(str(source.path) for source in sources),
+            sources=tuple(source.database_id for source in sources),
             appended=tuple(appended),
-            already_known=sum(len(f.entries) for f in files) - len(unknown),
+            already_known=plan.already_known,
             runs_abandoned=abandoned,
             steps_rearmed=tuple(rearmed),
             deleted_files_removed=removed,
             gate=state,
+            verbatim=len(plan.verbatim),
         )
+
+    def _reconcile_copy(self, *, replace: bool) -> None:
+        """The copy brought up to the merged ledger; one this ledger no longer extends is
+        moved aside first, if the merge read it. A failure is logged: the next acceptance or
+        sweep tries again, and until then the gate compares with what the copy holds."""
+        try:
+            aside = ledger_copy.reconcile(self.db, self.copy, replace=replace)
+        except (OSError, ledger_copy.CopyInvalid, ledger_copy.CopyDiverged) as exc:
+            log.warning("after the merge, the ledger's copy could not be brought up to date: %s", exc)
+            return
+        if aside is not None:
+            log.warning("the ledger's copy held another history; it was moved aside to %s and written again", aside)
 
     def _remove_deleted_files(self) -> int:
         with self.db.read() as conn:
@@ -155,37 +191,31 @@ class RestoreCommands:
         return removed
 
 
-def _verified(paths: Iterable[str | Path]) -> list[checkpoint.CheckpointFile]:
-    """Every file read, its chain verified, and each of its rows one its kind accepts."""
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def _opened(paths: Iterable[str | Path], database_id: str) -> list[checkpoint.Source]:
     given = list(paths)
     if not given:
-        raise ValidationError("merge needs at least one checkpoint file")
+        raise ValidationError("merge needs at least one checkpoint file or directory")
     if len(given) > MAX_PATHS:
-        raise ValidationError(f"merge takes at most {MAX_PATHS} files at once")
-    files = []
-    for path in given:
-        try:
-            file = checkpoint.read(Path(path))
-        except checkpoint.CheckpointInvalid as exc:
-            raise ValidationError(f"rejected, nothing changed: {exc}") from None
-        for entry in file.entries:
-            try:
-                ledger_rows.check(entry)
-            except ledger_rows.RowInvalid as exc:
-                raise ValidationError(
-                    f"rejected, nothing changed: {file.path.name} row {entry.seq} "
-                    f"(purge {entry.purge_id[: ledger_rows.MAX_PURGE_ID_LENGTH]}): {exc}"
-                ) from None
-        files.append(file)
-    return files
+        raise ValidationError(f"merge takes at most {MAX_PATHS} sources at once")
+    try:
+        return [ledger_copy.open_source(Path(path), database_id) for path in given]
+    except checkpoint.CheckpointInvalid as exc:
+        raise ValidationError(f"rejected, nothing changed: {exc}") from None
 
 
-def _check_sources(files: Sequence[checkpoint.CheckpointFile], database_id: str, allowed: bool) -> None:
-    """A file written by another database (another database id) purges content here only
+def _check_sources(sources: Sequence[checkpoint.Source], database_id: str, allowed: bool) -> None:
+    """A source written by another database (another database id) purges content here only
     when the operator asks for it: a fresh ``init`` after losing the database, say."""
-    others = [f for f in files if f.database_id != database_id]
+    others = [s for s in sources if s.database_id != database_id]
     if others and not allowed:
-        shown = ", ".join(f"{f.path.name} (database {f.database_id[:64]})" for f in others[:5])
+        shown = ", ".join(f"{s.label} (database {s.database_id[:64]})" for s in others[:5])
         raise ValidationError(
             f"rejected, nothing changed: {shown} was written by another database, not this one "
             f"({database_id}); merge it only if you mean to, with --from-other-database "
@@ -193,40 +223,93 @@ def _check_sources(files: Sequence[checkpoint.CheckpointFile], database_id: str,
         )
 
 
-def _apply(
-    conn: Connection, *, unknown: Sequence[tuple[ledger.LedgerEntry, checkpoint.CheckpointFile]]
-) -> tuple[list[str], int, list[str]]:
-    """Append the unknown purges, re-apply every fence, re-arm cleanup: one transaction."""
-    appended = _append(conn, unknown)
+def _plan(conn: Connection, sources: Sequence[checkpoint.Source], head: ledger.Head, database_id: str) -> _Plan:
+    """What the merge appends, every row of it checked, before anything is written."""
+    try:
+        ahead = [s for s in sources if s.database_id == database_id and _extends(s, head)]
+        longest = max(ahead, key=lambda s: s.seq, default=None)
+        verbatim = list(longest.rows(after=head.seq, after_hash=head.head_hash)) if longest else []
+        hashes = {entry.seq: entry.row_hash for entry in verbatim}
+        hashes[head.seq] = head.head_hash
+        prefixes = [s for s in ahead if hashes.get(s.seq) == s.head_hash]
+        behind = [s for s in sources if s.database_id == database_id and s.seq < head.seq and _held(conn, s)]
+        read = [(source, list(source.rows())) for source in sources if source not in prefixes + behind]
+    except checkpoint.CheckpointInvalid as exc:
+        raise ValidationError(f"rejected, nothing changed: {exc}") from None
+    wanted = [entry.purge_id for entry in verbatim] + [entry.purge_id for _s, rows in read for entry in rows]
+    known = ledger.entries_by_purge_id(conn, wanted)
+    incoming: dict[str, tuple[ledger.LedgerEntry, checkpoint.Source]] = {}
+    for entry in verbatim:
+        assert longest is not None
+        if entry.purge_id in known:
+            raise ValidationError(
+                f"rejected, nothing changed: {longest.label} holds purge {entry.purge_id} twice (at seq {entry.seq})"
+            )
+        incoming[entry.purge_id] = (entry, longest)
+    rechained = []
+    for source, rows in read:
+        for entry in rows:
+            prior = known.get(entry.purge_id) or incoming.get(entry.purge_id, (None, None))[0]
+            if prior is None:
+                incoming[entry.purge_id] = (entry, source)
+                rechained.append((entry, source))
+            elif prior.content() != entry.content():
+                raise ValidationError(
+                    f"rejected, nothing changed: purge {entry.purge_id} in {source.label} differs from the one "
+                    + ("this ledger holds" if entry.purge_id in known else f"in {incoming[entry.purge_id][1].label}")
+                )
+    for entry, source in incoming.values():
+        _check_row(entry, source)
+    already = sum(min(s.seq, head.seq) for s in prefixes + behind) + sum(
+        sum(1 for entry in rows if entry.purge_id in known) for _s, rows in read
+    )
+    rechained.sort(key=lambda item: (item[0].accepted_at, item[0].purge_id))
+    return _Plan((head.seq, head.head_hash), verbatim, rechained, already)
+
+
+def _extends(source: checkpoint.Source, head: ledger.Head) -> bool:
+    """Whether ``source`` holds this ledger as its prefix: its row at the head's seq is the
+    head's row (one row read)."""
+    if source.seq < head.seq:
+        return False
+    if head.seq == 0:
+        return True
+    row = source.row(head.seq)
+    return row is not None and row.row_hash == head.head_hash
+
+
+def _held(conn: Connection, source: checkpoint.Source) -> bool:
+    """Whether this ledger holds all of ``source`` (shorter): its head is this ledger's row."""
+    if source.seq == 0:
+        return True
+    mine = ledger.entry_at(conn, source.seq)
+    return mine is not None and mine.row_hash == source.head_hash
+
+
+def _check_row(entry: ledger.LedgerEntry, source: checkpoint.Source) -> None:
+    try:
+        ledger_rows.check(entry)
+    except ledger_rows.RowInvalid as exc:
+        raise ValidationError(
+            f"rejected, nothing changed: {source.label} row {entry.seq} "
+            f"(purge {entry.purge_id[: ledger_rows.MAX_PURGE_ID_LENGTH]}): {exc}"
+        ) from None
+
+
+def _apply(conn: Connection, *, plan: _Plan, full: bool) -> tuple[list[str], int, list[str]]:
+    """Append, fence, re-arm: one transaction."""
+    head = ledger.lock_head(conn)
+    if (head.seq, head.head_hash) != plan.head:
+        raise MessagingUnavailable("the ledger moved while the merge was being planned: run the merge again")
+    appended = _append(conn, head, plan)
     failpoints.hit("merge.appended")
-    abandoned = _reapply_fences(conn)
+    abandoned = _reapply_fences(conn, ledger.entries(conn) if full else appended)
     failpoints.hit("merge.fenced")
-    return appended, abandoned, _rearm_cleanup(conn)
-
-
-def _unknown(
-    files: Sequence[checkpoint.CheckpointFile], known: dict[str, ledger.LedgerEntry]
-) -> list[tuple[ledger.LedgerEntry, checkpoint.CheckpointFile]]:
-    """The files' purges this ledger lacks, in acceptance order; a purge id held with other
-    content (by this ledger, or by two files) rejects the merge."""
-    incoming: dict[str, tuple[ledger.LedgerEntry, checkpoint.CheckpointFile]] = {}
-    for file in files:
-        for entry in file.entries:
-            mine = known.get(entry.purge_id)
-            if mine is not None and mine.content() != entry.content():
-                raise ValidationError(
-                    f"rejected, nothing changed: purge {entry.purge_id} in {file.path.name} differs from the one "
-                    "this ledger holds"
-                )
-            prior = incoming.get(entry.purge_id)
-            if prior is not None and prior[0].content() != entry.content():
-                raise ValidationError(
-                    f"rejected, nothing changed: purge {entry.purge_id} differs between {prior[1].path.name} "
-                    f"and {file.path.name}"
-                )
-            if mine is None and prior is None:
-                incoming[entry.purge_id] = (entry, file)
-    return sorted(incoming.values(), key=lambda item: (item[0].accepted_at, item[0].purge_id))
+    return (
+        [entry.purge_id for entry in appended],
+        abandoned,
+        _rearm_cleanup(conn, ledger.entries(conn) if full else appended),
+    )
 
 
 def _closing_reason(conn: Connection) -> str:
@@ -234,12 +317,14 @@ def _closing_reason(conn: Connection) -> str:
     return f"a restore merge is under way (started {ledger.utc_text(now)}); rerun it if it stopped"
 
 
-def _append(conn: Connection, unknown: Sequence[tuple[ledger.LedgerEntry, checkpoint.CheckpointFile]]) -> list[str]:
-    """The unknown purges chained after this ledger's head, inserted many to a statement."""
-    head = ledger.lock_head(conn)
-    rows = []
-    for entry, file in unknown:
-        source = {"database_id": file.database_id, "seq": entry.seq, "row_hash": entry.row_hash}
+def _append(conn: Connection, head: ledger.Head, plan: _Plan) -> list[ledger.LedgerEntry]:
+    """This ledger's own missing rows as they were, then the other sources' purges chained
+    after them, inserted many to a statement."""
+    rows = list(plan.verbatim)
+    if rows:
+        head = ledger.following(head, rows[-1])
+    for entry, source in plan.rechained:
+        where = {"database_id": source.database_id, "seq": entry.seq, "row_hash": entry.row_hash}
         row = ledger.next_entry(
             head,
             purge_id=entry.purge_id,
@@ -250,19 +335,19 @@ def _append(conn: Connection, unknown: Sequence[tuple[ledger.LedgerEntry, checkp
             reason=entry.reason,
             request_id=entry.request_id,
             idempotency_key=entry.idempotency_key,
-            origin=ledger.canonical_json({"merged_from": source, "origin": entry.origin}),
+            origin=ledger.canonical_json({"merged_from": where, "origin": entry.origin}),
             accepted_at=entry.accepted_at,
         )
         rows.append(row)
         head = ledger.following(head, row)
     ledger.insert_entries(conn, rows)
-    return [row.purge_id for row in rows]
+    return rows
 
 
-def _reapply_fences(conn: Connection) -> int:
-    """Every tombstone the ledger implies (an existing one is kept as it is); returns the
-    runs abandoned."""
-    for entry in ledger.entries(conn):
+def _reapply_fences(conn: Connection, entries: Iterable[ledger.LedgerEntry]) -> int:
+    """Every tombstone these rows imply (an existing one is kept as it is); returns the runs
+    abandoned."""
+    for entry in entries:
         selectors = entry.selectors
         if entry.kind == PurgeKind.CONTENT.value:
             pq.insert_tombstones(
@@ -284,11 +369,12 @@ def _reapply_fences(conn: Connection) -> int:
     return rq.abandon_runs_in_purged_scopes(conn)
 
 
-def _rearm_cleanup(conn: Connection) -> list[str]:
-    """Pending steps for what came back; returns the ids of the steps made due now."""
+def _rearm_cleanup(conn: Connection, entries: Iterable[ledger.LedgerEntry]) -> list[str]:
+    """Pending steps for what these purges find again; returns the ids of the steps made due
+    now."""
     due_now: list[str] = []
     now = ledger.clock(conn)
-    for entry in ledger.entries(conn):
+    for entry in entries:
         for kind, parked in _cleanup_needed(conn, entry):
             due = PARKED_UNTIL if parked else now
             step_id = rq.rearm_step(conn, entry.purge_id, kind.value, due=due, note=REARM_NOTE)

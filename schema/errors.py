@@ -17,6 +17,7 @@
     ├── MemoryErasureUnavailable   carries a machine-readable ``reason``
     ├── MessagingUnavailable       carries bounded ``diagnostics``
     └── InfrastructureError        transient database, broker or filesystem faults
+        ├── LedgerNotCopied        accepted and fenced, but not yet in the copy outside
         ├── LockTimeout            a row stayed locked by another session past the bound
         └── SchemaMismatch         the database schema is newer than this code
 
@@ -127,6 +128,17 @@ class InfrastructureError(PurgekeeperError):
 
 class SchemaMismatch(InfrastructureError):
     """The database schema does not match this version of purgekeeper."""
+
+
+class LedgerNotCopied(InfrastructureError):
+    """The purge is accepted and fenced, but its ledger row is not yet in the checkpoint
+    directory; retrying with the same idempotency key, the next acceptance or the scheduler
+    completes the copy."""
+
+    def __init__(self, detail: str | None = None, *, purge_id: str = "", ledger_seq: int = 0) -> None:
+        self.purge_id = purge_id
+        self.ledger_seq = ledger_seq
+        super().__init__(detail)
 
 
 class LockTimeout(InfrastructureError):

@@ -317,19 +317,43 @@ def entry_by_idempotency_key(conn: Connection, key: str) -> LedgerEntry | None:
     return LedgerEntry.from_row(row) if row else None
 
 
-def entries(conn: Connection, *, batch: int = VERIFY_BATCH) -> Iterator[LedgerEntry]:
-    """Every row in seq order, read in batches so memory does not grow with the ledger."""
-    last = None
+def entries(
+    conn: Connection, *, batch: int = VERIFY_BATCH, after: int = 0, upto: int | None = None
+) -> Iterator[LedgerEntry]:
+    """The rows with ``after < seq <= upto`` (every row by default) in seq order, read in
+    batches by the primary key, so memory does not grow with the ledger and the rows before
+    ``after`` are never read."""
+    last = after
     while True:
-        query = select(purge_ledger).order_by(purge_ledger.c.seq).limit(batch)
-        if last is not None:
-            query = query.where(purge_ledger.c.seq > last)
+        query = select(purge_ledger).where(purge_ledger.c.seq > last).order_by(purge_ledger.c.seq).limit(batch)
+        if upto is not None:
+            query = query.where(purge_ledger.c.seq <= upto)
         rows = list(conn.execute(query))
         for row in rows:
             yield LedgerEntry.from_row(row)
         if len(rows) < batch:
             return
         last = rows[-1].seq
+
+
+PURGE_ID_CHUNK = 1000
+
+
+def entries_by_purge_id(conn: Connection, purge_ids: Iterable[str]) -> dict[str, LedgerEntry]:
+    """The rows of these purges that the ledger holds, looked up by the unique purge_id
+    index a chunk at a time (never a read of the whole ledger)."""
+    wanted = list(dict.fromkeys(purge_ids))
+    found: dict[str, LedgerEntry] = {}
+    for start in range(0, len(wanted), PURGE_ID_CHUNK):
+        chunk = wanted[start : start + PURGE_ID_CHUNK]
+        for row in conn.execute(select(purge_ledger).where(purge_ledger.c.purge_id.in_(chunk))):
+            found[row.purge_id] = LedgerEntry.from_row(row)
+    return found
+
+
+def entry_at(conn: Connection, seq: int) -> LedgerEntry | None:
+    row = conn.execute(select(purge_ledger).where(purge_ledger.c.seq == seq)).first()
+    return LedgerEntry.from_row(row) if row else None
 
 
 @dataclass(frozen=True)
@@ -364,11 +388,14 @@ def _visited(chain: Iterator[LedgerEntry], visit: Callable[[LedgerEntry], None])
         yield entry
 
 
-def walk_chain(chain: Iterable[LedgerEntry]) -> tuple[int, str, list[str]]:
-    """The chain checks of one ledger (a database's or a checkpoint file's): returns the row
-    count, the last row_hash and the problems found (ids only, never content)."""
+def walk_chain(
+    chain: Iterable[LedgerEntry], *, start: int = 1, prev_hash: str = GENESIS_HASH
+) -> tuple[int, str, list[str]]:
+    """The chain checks of one ledger (a database's or a checkpoint file's), or of a stretch
+    of it that begins at seq ``start`` after a row whose hash is ``prev_hash``: returns the
+    rows walked, the last row_hash and the problems found (ids only, never content)."""
     problems: list[str] = []
-    expected_seq, prev_hash, rows = 1, GENESIS_HASH, 0
+    expected_seq, rows = start, 0
     for entry in chain:
         rows += 1
         if entry.seq != expected_seq:

@@ -261,3 +261,16 @@ def take_leadership(conn: Connection, name: str, *, owner: str, lease: dt.timede
         statement.on_conflict_do_nothing(index_elements=["name"]).returning(leader_leases.c.name)
     ).first()
     return inserted is not None
+
+
+def give_up_leadership(conn: Connection, name: str, *, owner: str) -> bool:
+    """End ``owner``'s lease of ``name`` now (a scheduler that stops): the next one leads at
+    its next tick instead of waiting for the lease to run out."""
+    now = database_now(conn)
+    ended = conn.execute(
+        update(leader_leases)
+        .where(leader_leases.c.name == name, leader_leases.c.owner == owner, leader_leases.c.expires_at > now)
+        .values(expires_at=now)
+        .returning(leader_leases.c.name)
+    ).first()
+    return ended is not None

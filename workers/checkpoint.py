@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -182,3 +183,47 @@ def newest(directory: Path, database_id: str) -> tuple[CheckpointFile | None, li
         except CheckpointInvalid as exc:
             skipped.append(str(exc))
     return None, skipped
+
+
+# -- what a merge reads: a version 1 file, a version 2 export, a copy, a checkpoint directory --
+
+
+@dataclass(frozen=True)
+class Source:
+    """One ledger a merge reads, whatever its form. ``rows(after, after_hash)`` streams the
+    rows after seq ``after`` and checks, as it goes, that they chain from ``after_hash``, that
+    every ``row_hash`` recomputes and that the last one is the head; it raises
+    CheckpointInvalid at the first problem. ``row(seq)`` is one row, unchecked."""
+
+    label: str  # the file's or the directory's name, never a server path
+    path: Path
+    database_id: str
+    seq: int
+    head_hash: str
+    _rows: Callable[[int], Iterator[ledger.LedgerEntry]]
+
+    def rows(self, *, after: int = 0, after_hash: str = ledger.GENESIS_HASH) -> Iterator[ledger.LedgerEntry]:
+        expected, prev = after + 1, after_hash
+        for entry in self._rows(after):
+            if entry.seq != expected:
+                raise CheckpointInvalid(f"{self.label}: gap: expected seq {expected}, found {entry.seq}")
+            if entry.prev_hash != prev:
+                raise CheckpointInvalid(f"{self.label}: broken link at seq {entry.seq}")
+            if entry.expected_hash() != entry.row_hash:
+                raise CheckpointInvalid(f"{self.label}: tampered row at seq {entry.seq} (purge {entry.purge_id})")
+            yield entry
+            expected, prev = entry.seq + 1, entry.row_hash
+        if (expected - 1, prev) != (self.seq, self.head_hash) and after < self.seq:
+            raise CheckpointInvalid(f"{self.label}: its head (seq {self.seq}) does not match its last row")
+
+    def row(self, seq: int) -> ledger.LedgerEntry | None:
+        if not 1 <= seq <= self.seq:
+            return None
+        return next(self._rows(seq - 1), None)
+
+
+def from_file(file: CheckpointFile) -> Source:
+    entries = file.entries
+    return Source(
+        file.path.name, file.path, file.database_id, file.seq, file.head_hash, lambda after: iter(entries[after:])
+    )

@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Iterable
 from pathlib import Path
 
 TEMPORARY_PREFIX = ".incoming-"
 
 
-def atomic_write(path: Path, data: bytes, *, prefix: str = TEMPORARY_PREFIX) -> None:
+def atomic_write(path: Path, data: bytes | Iterable[bytes], *, prefix: str = TEMPORARY_PREFIX) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory (created if
     missing): see :func:`atomic_write_at`."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -21,16 +22,19 @@ def atomic_write(path: Path, data: bytes, *, prefix: str = TEMPORARY_PREFIX) -> 
         os.close(directory)
 
 
-def atomic_write_at(directory: int, name: str, data: bytes, *, prefix: str = TEMPORARY_PREFIX) -> None:
+def atomic_write_at(
+    directory: int, name: str, data: bytes | Iterable[bytes], *, prefix: str = TEMPORARY_PREFIX
+) -> None:
     """Write ``data`` as ``name`` in the directory open at ``directory``: a new temporary file
     there (never through a symlink), fsynced, renamed into place, and the directory fsynced so
-    the rename survives a crash."""
+    the rename survives a crash. ``data`` may come in pieces, so a large file is never held
+    in memory whole."""
     temporary = f"{prefix}{secrets.token_hex(8)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(temporary, flags, 0o600, dir_fd=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            handle.writelines([data] if isinstance(data, bytes) else data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)

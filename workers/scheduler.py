@@ -111,6 +111,14 @@ class Scheduler:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the loop, then give up the leader lease (best effort: it runs out anyway)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        self.release()
+
+    def release(self) -> None:
+        try:
+            self.db.transact(lambda conn: steps.give_up_leadership(conn, LEADER_NAME, owner=self.owner))
+        except Exception:  # the database is gone: the lease runs out by itself
+            log.warning("could not give up the scheduler's leader lease; it expires by itself", exc_info=True)

@@ -1,0 +1,560 @@
+"""The ledger outside the database: an append-only copy in the checkpoint directory, written
+at every acceptance, after its commit and before the call returns (format version 2).
+
+Layout, for the database whose random id is ``D``, in the checkpoint directory::
+
+    D.ledger/
+        head.json                      the head: seq, row_hash, and where the open segment ends
+        segment-000000000001.jsonl     rows 1 .. 4096, one row per line
+        segment-000000004097.jsonl     rows 4097 .. 8192
+        ...
+        .lock                          serialises the writers of every process (flock)
+
+- A **row** is one line: the canonical JSON (sorted keys, compact separators, UTC timestamps
+  with microseconds and a ``Z``) of the row's hashed fields with ``prev_hash`` and
+  ``row_hash``, exactly as a version 1 checkpoint file holds it, then ``\\n``.
+- A **segment** holds ``SEGMENT_ROWS`` rows, seq ``k * SEGMENT_ROWS + 1`` onwards, and is
+  named after its first seq. Only the last one (open) ever grows; once full it is sealed and
+  never written again. An append writes its lines at the end of the open segment and
+  fsyncs it, so writing costs the same at a million rows as at ten, and no file is ever
+  rewritten whole: rsync and object-store backups copy only what is new.
+- **head.json** (small; replaced atomically and fsynced after every append) holds
+  ``format``, ``version``, ``database_id``, ``seq``, ``row_hash``, ``segment`` (the first seq
+  of the open segment), ``segment_bytes`` (the open segment's length at ``seq``),
+  ``segment_rows`` and ``written_at``. Bytes of the open segment beyond ``segment_bytes`` (a
+  writer that died between its segment and its head) are not part of the copy; the next
+  writer truncates them and appends the rows again from the database.
+- **Every row chains** to the row before it through ``prev_hash`` (the first to 64 zeros),
+  across segments, and its ``row_hash`` is recomputed on reading, so a changed byte, a
+  truncated segment, a missing segment or a head that is not the last row is found.
+- **Ready for a Merkle tree** (RFC 6962, the C2SP tlog-tiles layout): rows are the leaves,
+  numbered ``seq - 1``; a segment is 16 full tiles of 256 leaves. A later version can add
+  leaf hashes ``SHA-256(0x00 || line without its newline)``, a tree head in head.json
+  (``tree_size``, ``root_hash``) and tile files beside the segments; a reader of version 2
+  ignores the fields and files it does not know.
+
+The commit comes first, then the copy: a row may be outside and not yet in a database that
+was later restored (the gate then closes reads until a merge), never the reverse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import fcntl
+import itertools
+import json
+import os
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from schema import ledger
+from schema.db import Database
+from workers import checkpoint, failpoints
+from workers.files import atomic_write, atomic_write_at
+
+FORMAT = "purgekeeper-ledger-copy"
+VERSION = 2
+SEGMENT_ROWS = 4096
+SUFFIX = ".ledger"
+HEAD_FILE = "head.json"
+LOCK_FILE = ".lock"
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+MAX_PROBLEMS = ledger.MAX_PROBLEMS
+
+
+class CopyInvalid(ValueError):
+    """The copy cannot be trusted: a damaged head, a missing or truncated segment, a row that
+    does not verify. The message says where (file names, seqs), never content."""
+
+
+class CopyGap(Exception):
+    """The rows given do not start right after the copy's head: the rows in between are
+    needed first (``after`` is the copy's head seq)."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+        super().__init__(f"the copy ends at seq {after}")
+
+
+class CopyDiverged(Exception):
+    """The rows given do not extend the copy's chain: the database is not the one the copy
+    was written from, or it was restored behind it."""
+
+
+@dataclass(frozen=True)
+class CopyHead:
+    database_id: str
+    seq: int
+    row_hash: str
+    segment: int  # the first seq of the open segment (0 while the copy is empty)
+    segment_bytes: int
+
+    @classmethod
+    def empty(cls, database_id: str) -> CopyHead:
+        return cls(database_id, 0, ledger.GENESIS_HASH, 0, 0)
+
+
+def segment_of(seq: int) -> int:
+    """The first seq of the segment that holds ``seq``."""
+    return (seq - 1) // SEGMENT_ROWS * SEGMENT_ROWS + 1
+
+
+def segment_name(first: int) -> str:
+    return f"segment-{first:012d}.jsonl"
+
+
+def row_line(entry: ledger.LedgerEntry) -> bytes:
+    """A row as one line of a segment (or of a version 2 export)."""
+    fields = entry.hashed_fields()
+    fields["accepted_at"] = ledger.utc_text(entry.accepted_at)
+    return (ledger.canonical_json({**fields, "prev_hash": entry.prev_hash, "row_hash": entry.row_hash}) + "\n").encode()
+
+
+def parse_line(line: bytes, where: str) -> ledger.LedgerEntry:
+    try:
+        return ledger.LedgerEntry.from_checkpoint(json.loads(line.decode("utf-8")))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CopyInvalid(f"{where}: a row is malformed ({type(exc).__name__})") from None
+
+
+class LedgerCopy:
+    """One database's copy in one checkpoint directory. Thread-safe; several processes may
+    append to the same copy (they take turns under an flock)."""
+
+    def __init__(self, checkpoint_dir: Path, database_id: str, *, directory: Path | None = None) -> None:
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.database_id = database_id
+        self.directory = directory or self.checkpoint_dir / f"{database_id}{SUFFIX}"
+        self._lock = threading.Lock()
+        self._cached: tuple[tuple[int, int, int], CopyHead] | None = None
+
+    # -- reading the head ------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        return (self.directory / HEAD_FILE).is_file()
+
+    def head(self) -> CopyHead | None:
+        """The head, or None while there is no copy. One ``stat`` of head.json; the file is
+        read again only when it changed since the last call."""
+        try:
+            info = os.stat(self.directory / HEAD_FILE)
+        except FileNotFoundError:
+            return None
+        key = (info.st_ino, info.st_size, info.st_mtime_ns)
+        cached = self._cached
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        head = self._read_head()
+        self._cached = (key, head)
+        return head
+
+    def _read_head(self) -> CopyHead:
+        try:
+            data = json.loads((self.directory / HEAD_FILE).read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CopyInvalid(f"{self.directory.name}/{HEAD_FILE} cannot be read ({type(exc).__name__})") from None
+        try:
+            if data["format"] != FORMAT or data["version"] != VERSION:
+                raise CopyInvalid(f"{self.directory.name}/{HEAD_FILE}: not a version {VERSION} ledger copy")
+            head = CopyHead(
+                str(data["database_id"]),
+                _count(data["seq"]),
+                str(data["row_hash"]),
+                _count(data["segment"]),
+                _count(data["segment_bytes"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, CopyInvalid):
+                raise
+            raise CopyInvalid(f"{self.directory.name}/{HEAD_FILE} is malformed ({type(exc).__name__})") from None
+        if head.database_id != self.database_id:
+            raise CopyInvalid(f"{self.directory.name}/{HEAD_FILE} belongs to database {head.database_id[:64]}")
+        return head
+
+    # -- appending -------------------------------------------------------------------------
+
+    def append(self, entries: Sequence[ledger.LedgerEntry]) -> CopyHead:
+        """Add the rows the copy lacks, in order, and flush them to disk before returning.
+        Rows the copy holds already are skipped (the one at its head must be the same row).
+        Raises CopyGap when the rows start beyond the copy's head + 1, and CopyDiverged when
+        they do not extend its chain."""
+        with self._lock, self._flocked() as directory:
+            head = self._read_head() if self.exists() else CopyHead.empty(self.database_id)
+            for entry in entries:
+                if entry.seq == head.seq and entry.row_hash != head.row_hash:
+                    raise CopyDiverged(f"row {entry.seq} differs from the copy's")
+            new = [entry for entry in entries if entry.seq > head.seq]
+            if not new:
+                return head
+            if new[0].seq != head.seq + 1:
+                raise CopyGap(head.seq)
+            if new[0].prev_hash != head.row_hash:
+                raise CopyDiverged(f"row {new[0].seq} does not extend the copy's head (seq {head.seq})")
+            failpoints.hit("ledger.copy")
+            written = self._write_rows(directory, head, new)
+            atomic_write_at(directory, HEAD_FILE, _head_bytes(written))
+            self._cached = None
+            return written
+
+    def _write_rows(self, directory: int, head: CopyHead, rows: Sequence[ledger.LedgerEntry]) -> CopyHead:
+        segment, size = head.segment, head.segment_bytes
+        for first, group in _by_segment(rows):
+            fd = os.open(
+                segment_name(first), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=directory
+            )
+            try:
+                start = size if first == segment else 0  # a new segment starts empty
+                os.ftruncate(fd, start)  # bytes beyond the head are no part of the copy
+                os.lseek(fd, start, os.SEEK_SET)
+                data = b"".join(row_line(entry) for entry in group)
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if first != segment:
+                os.fsync(directory)  # the new segment's name is durable too
+            segment, size = first, start + len(data)
+        last = rows[-1]
+        return CopyHead(self.database_id, last.seq, last.row_hash, segment, size)
+
+    @contextlib.contextmanager
+    def _flocked(self) -> Iterator[int]:
+        """The copy's directory (created if missing), open, with every other writer kept out."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        directory = os.open(self.directory, _DIRECTORY)
+        try:
+            lock = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=directory)
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                yield directory
+            finally:
+                os.close(lock)  # releases the flock
+        finally:
+            os.close(directory)
+
+    def move_aside(self) -> Path:
+        """Rename the copy to ``<name>.diverged-<UTC time>`` (kept, never deleted: an
+        operator may want it), so a new copy can be written from the database."""
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        aside = self.directory.with_name(f"{self.directory.name}.diverged-{stamp}")
+        with self._lock, self._flocked():
+            os.rename(self.directory, aside)
+            self._cached = None
+        return aside
+
+    # -- reading the rows ------------------------------------------------------------------
+
+    def rows(self, *, after: int = 0, head: CopyHead | None = None) -> Iterator[ledger.LedgerEntry]:
+        """The rows after seq ``after``, up to the head, reading from the segment that holds
+        ``after + 1`` (the rows before it are never read)."""
+        head = head or self.head()
+        if head is None or head.seq <= after:
+            return
+        first = segment_of(after + 1)
+        while first <= head.seq:
+            for entry in self._segment_rows(first, head):
+                if entry.seq > after:
+                    yield entry
+            first += SEGMENT_ROWS
+
+    def row(self, seq: int, *, head: CopyHead | None = None) -> ledger.LedgerEntry | None:
+        """Row ``seq`` (reading its segment only), or None beyond the head."""
+        return next(self.rows(after=seq - 1, head=head), None) if seq >= 1 else None
+
+    def _segment_rows(self, first: int, head: CopyHead) -> Iterator[ledger.LedgerEntry]:
+        name = segment_name(first)
+        limit = head.segment_bytes if first == head.segment else None
+        try:
+            with (self.directory / name).open("rb") as handle:
+                data = handle.read(limit) if limit is not None else handle.read()
+        except FileNotFoundError:
+            raise CopyInvalid(f"{self.directory.name}/{name} is missing") from None
+        except OSError as exc:
+            raise CopyInvalid(f"{self.directory.name}/{name} cannot be read ({exc.strerror})") from None
+        expected = min(SEGMENT_ROWS, head.seq - first + 1)
+        if (limit is not None and len(data) < limit) or not data.endswith(b"\n"):
+            raise CopyInvalid(f"{self.directory.name}/{name} is truncated")
+        lines = data.split(b"\n")[:-1]
+        if len(lines) != expected:
+            raise CopyInvalid(f"{self.directory.name}/{name} holds {len(lines)} rows, not {expected}")
+        for line in lines:
+            yield parse_line(line, f"{self.directory.name}/{name}")
+
+    def verify(self, *, after: int = 0, after_hash: str = ledger.GENESIS_HASH) -> tuple[int, str, list[str]]:
+        """Walk the chain from seq ``after`` (whose row_hash is ``after_hash``) to the head:
+        (the last seq, its row_hash, the problems found, at most ``MAX_PROBLEMS``)."""
+        head = self.head()
+        if head is None:
+            return 0, ledger.GENESIS_HASH, []
+        problems: list[str] = []
+        seq, prev = after, after_hash
+        try:
+            for entry in self.rows(after=after, head=head):
+                if entry.seq != seq + 1:
+                    problems.append(f"gap in the copy: expected seq {seq + 1}, found {entry.seq}")
+                if entry.prev_hash != prev:
+                    problems.append(f"broken link in the copy at seq {entry.seq}")
+                if entry.expected_hash() != entry.row_hash:
+                    problems.append(f"tampered row in the copy at seq {entry.seq} (purge {entry.purge_id})")
+                seq, prev = entry.seq, entry.row_hash
+                if len(problems) >= MAX_PROBLEMS:
+                    break
+        except CopyInvalid as exc:
+            problems.append(str(exc))
+        if not problems and (seq, prev) != (head.seq, head.row_hash):
+            problems.append(f"the copy's head (seq {head.seq}) is not its last row (seq {seq})")
+        return seq, prev, problems[:MAX_PROBLEMS]
+
+
+CATCH_UP_BATCH = 4096  # rows read from the database and appended at a time
+
+
+def catch_up(db: Database, copy: LedgerCopy, *, upto: int | None = None) -> CopyHead:
+    """Append every committed row the copy lacks, up to seq ``upto`` (default: the
+    database's head). One stat when the copy is there already; else the missing rows, read
+    by the primary key from the copy's head on (the first time, the whole ledger)."""
+    head = copy.head()
+    if head is None:
+        _refuse_a_bootstrap_behind(db, copy)
+        head = CopyHead.empty(copy.database_id)
+    if upto is not None and head.seq >= upto:
+        return head
+    while True:
+        with db.read() as conn:
+            rows = list(
+                itertools.islice(ledger.entries(conn, after=head.seq, upto=upto, batch=CATCH_UP_BATCH), CATCH_UP_BATCH)
+            )
+        if not rows:
+            return head
+        try:
+            head = copy.append(rows)
+        except CopyGap as gap:  # another writer is behind us: take it from where the copy is
+            head = dataclasses.replace(head, seq=gap.after)
+            continue
+        if len(rows) < CATCH_UP_BATCH:
+            return head
+
+
+def reconcile(db: Database, copy: LedgerCopy, *, replace: bool) -> Path | None:
+    """After a merge: bring the copy up to the database. A copy that the database's ledger
+    does not extend (another history, or a damaged head) is moved aside and written again,
+    but only when ``replace`` (the merge read it, so the database holds all its purges);
+    otherwise it raises CopyDiverged and the gate stays closed. Returns where it was moved."""
+    try:
+        head = copy.head()
+    except CopyInvalid:
+        if not replace:
+            raise
+        head = None
+        moved: Path | None = copy.move_aside()
+    else:
+        moved = None
+    if head is not None:
+        with db.read() as conn:
+            db_seq = ledger.read_head(conn).seq
+            row = ledger.entry_at(conn, head.seq) if 0 < head.seq <= db_seq else None
+        found = ledger.GENESIS_HASH if head.seq == 0 else (row.row_hash if row else None)
+        if found != head.row_hash:
+            if not replace:
+                raise CopyDiverged(f"the ledger does not extend its copy at seq {head.seq}")
+            moved = copy.move_aside()
+    catch_up(db, copy)
+    return moved
+
+
+class BehindLegacyCheckpoint(CopyInvalid):
+    """There is no copy yet, and a checkpoint file of the earlier format holds more rows than
+    the database: a copy made now would forget them. Merge that file first."""
+
+
+def _refuse_a_bootstrap_behind(db: Database, copy: LedgerCopy) -> None:
+    """The first copy is made from the database's ledger, unless a version 1 checkpoint of
+    this database (written before the copy existed) is ahead of it: the database was
+    restored, and only a merge may bring those rows back."""
+    legacy = checkpoint.own_checkpoints(copy.checkpoint_dir, copy.database_id)
+    if not legacy:
+        return
+    with db.read() as conn:
+        head_seq = ledger.read_head(conn).seq
+    if legacy[-1][0] > head_seq:
+        raise BehindLegacyCheckpoint(
+            f"checkpoint {legacy[-1][1].name} holds {legacy[-1][0]} rows and the database {head_seq}: "
+            "merge it before the ledger is copied"
+        )
+
+
+def export_lines(
+    database_id: str, head_seq: int, head_hash: str, entries: Iterable[ledger.LedgerEntry]
+) -> Iterator[bytes]:
+    """A version 2 export: a header line, then one row per line (a whole ledger in one
+    self-contained file that never has to be held in memory)."""
+    header = {
+        "format": checkpoint.FORMAT,
+        "version": VERSION,
+        "database_id": database_id,
+        "head": {"seq": head_seq, "hash": head_hash},
+        "written_at": ledger.utc_text(dt.datetime.now(dt.UTC)),
+    }
+    yield (ledger.canonical_json(header) + "\n").encode()
+    for entry in entries:
+        yield row_line(entry)
+
+
+def open_source(path: Path, database_id: str) -> checkpoint.Source:
+    """What ``path`` names: a version 1 file, a version 2 export, a ledger copy (a directory
+    with a head.json) or a checkpoint directory (this database's copy in it, else its newest
+    version 1 file that verifies). Raises checkpoint.CheckpointInvalid with the reason."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / HEAD_FILE).is_file():
+            return source(path)
+        return _in_directory(path, database_id)
+    try:
+        with path.open("rb") as handle:
+            first = handle.readline(4096)
+    except FileNotFoundError:
+        raise checkpoint.CheckpointInvalid(f"{path.name}: no such file") from None
+    except OSError as exc:
+        raise checkpoint.CheckpointInvalid(f"{path.name}: cannot be read ({exc.strerror})") from None
+    if _is_export_header(first):
+        return export_source(path)
+    return checkpoint.from_file(checkpoint.read(path))
+
+
+def _in_directory(directory: Path, database_id: str) -> checkpoint.Source:
+    own = directory / f"{database_id}{SUFFIX}"
+    if (own / HEAD_FILE).is_file():
+        return source(own)
+    newest_file, skipped = checkpoint.newest(directory, database_id)
+    if newest_file is not None:
+        return checkpoint.from_file(newest_file)
+    others = sorted(
+        {p.name for p in directory.glob(f"*{SUFFIX}") if p.is_dir()} | {p.name for p in directory.glob("*-*.json")}
+    )
+    shown = ", ".join(others[:5]) or "none"
+    reason = f"; skipped: {skipped[0]}" if skipped else ""
+    raise checkpoint.CheckpointInvalid(
+        f"{directory.name}: holds no ledger of this database ({database_id}){reason}; "
+        f"of other databases: {shown} (name one to merge it, with --from-other-database)"
+    )
+
+
+def _is_export_header(line: bytes) -> bool:
+    """A version 2 export begins with a header line of its own; a version 1 file is one JSON
+    document that holds its rows."""
+    if not line.endswith(b"\n"):
+        return False
+    try:
+        header = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(header, dict) and header.get("version") == VERSION and "rows" not in header
+
+
+def source(directory: Path) -> checkpoint.Source:
+    """A ledger copy as a merge source: its database id from its head, rows read from the
+    segment that holds the first one asked for."""
+    label = directory.name
+    try:
+        data = json.loads((directory / HEAD_FILE).read_bytes().decode("utf-8"))
+        database_id = str(data["database_id"])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise checkpoint.CheckpointInvalid(f"{label}/{HEAD_FILE} cannot be read ({type(exc).__name__})") from None
+    copy = LedgerCopy(directory.parent, database_id, directory=directory)
+    try:
+        head = copy.head()
+    except CopyInvalid as exc:
+        raise checkpoint.CheckpointInvalid(str(exc)) from None
+    assert head is not None
+
+    def rows(after: int) -> Iterator[ledger.LedgerEntry]:
+        try:
+            yield from copy.rows(after=after, head=head)
+        except CopyInvalid as exc:
+            raise checkpoint.CheckpointInvalid(str(exc)) from None
+
+    return checkpoint.Source(label, directory, database_id, head.seq, head.row_hash, rows)
+
+
+def export_source(path: Path) -> checkpoint.Source:
+    """A version 2 export as a merge source. Its header says the head; the rows are read
+    line by line (line n + 1 holds seq n), parsed only from the first one asked for."""
+    label = path.name
+    with path.open("rb") as handle:
+        try:
+            header = json.loads(handle.readline())
+            database_id, head = str(header["database_id"]), header["head"]
+            seq, head_hash = _count(head["seq"]), str(head["hash"])
+            if header.get("format") != checkpoint.FORMAT:
+                raise ValueError("not a ledger checkpoint")
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+            raise checkpoint.CheckpointInvalid(f"{label}: its header is malformed") from None
+
+    def rows(after: int) -> Iterator[ledger.LedgerEntry]:
+        with path.open("rb") as handle:
+            handle.readline()
+            for number, line in enumerate(handle, start=1):
+                if number <= after:
+                    continue
+                if not line.endswith(b"\n"):
+                    raise checkpoint.CheckpointInvalid(f"{label}: truncated at row {number}")
+                try:
+                    yield parse_line(line, label)
+                except CopyInvalid as exc:
+                    raise checkpoint.CheckpointInvalid(str(exc)) from None
+
+    return checkpoint.Source(label, path, database_id, seq, head_hash, rows)
+
+
+def write_export(db: Database, path: Path) -> checkpoint.Checkpoint:
+    """The whole ledger as one version 2 export at ``path``, written atomically from one
+    snapshot and streamed (never held in memory whole)."""
+    with db.read(snapshot=True) as conn:
+        head = ledger.read_head(conn)
+        lines = export_lines(head.database_id, head.seq, head.head_hash, ledger.entries(conn, upto=head.seq))
+        failpoints.hit("checkpoint.write")
+        atomic_write(path, lines)
+    return checkpoint.Checkpoint(path, head.database_id, head.seq, head.head_hash)
+
+
+def _by_segment(rows: Sequence[ledger.LedgerEntry]) -> Iterator[tuple[int, list[ledger.LedgerEntry]]]:
+    group: list[ledger.LedgerEntry] = []
+    for entry in rows:
+        if group and segment_of(entry.seq) != segment_of(group[0].seq):
+            yield segment_of(group[0].seq), group
+            group = []
+        group.append(entry)
+    if group:
+        yield segment_of(group[0].seq), group
+
+
+def _head_bytes(head: CopyHead) -> bytes:
+    data: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "database_id": head.database_id,
+        "seq": head.seq,
+        "row_hash": head.row_hash,
+        "segment": head.segment,
+        "segment_bytes": head.segment_bytes,
+        "segment_rows": SEGMENT_ROWS,
+        "written_at": ledger.utc_text(dt.datetime.now(dt.UTC)),
+    }
+    return (ledger.canonical_json(data) + "\n").encode()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _count(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError("not a count")
+    return value
