@@ -10,7 +10,8 @@ hold content or a server path) while:
 - a restore merge is under way, or one crashed before finishing (``ledger_head.gate_reason``,
   durable, seen by every process);
 - the ledger is behind its copy (the database was restored), or differs from it at the
-  copy's head (another history);
+  copy's head (another history); or its head went back since this process last saw it
+  (until a merge brings it back up, or an operator's full check);
 - the background audit found the ledger's own chain, or the copy, damaged;
 - before the first copy exists: a checkpoint file of the earlier format (version 1) holds
   rows the ledger lacks.
@@ -99,9 +100,11 @@ class Gate:
         self._state = GateState(open=True)
         self._legacy: tuple[str, ...] = ()  # a version 1 checkpoint ahead of the ledger (no copy yet)
         self._legacy_checked = False
+        self._legacy_file: tuple[str | None, tuple[str, ...]] = (None, ())  # its name, the newer ones skipped
         self._verified_copy: tuple[int, str] | None = None  # the copy's head, found in the ledger
         self._seen_seq = 0
         self._audit_problems: tuple[str, ...] = ()
+        self._damage: tuple[str, ...] = ()  # of those, the ledger's own chain's
         self._audited = (0, ledger.GENESIS_HASH)  # the prefix the audit verified
         self._audit_started_at = time.monotonic()
         self._stop = threading.Event()
@@ -146,9 +149,14 @@ class Gate:
             return [gate_reason]
         problems = list(self._audit_problems)
         with self._lock:
-            if seq < self._seen_seq:
-                self._verified_copy = None  # the head went back: the database changed underneath
-            self._seen_seq = seq
+            if seq < self._seen_seq:  # until a merge brings it back up, or an operator's full check
+                self._verified_copy = None
+                problems.append(
+                    f"the ledger head went back from seq {self._seen_seq} to {seq}: the database was restored "
+                    f"underneath this process; {MERGE_HINT}"
+                )
+            else:
+                self._seen_seq = seq
         try:
             copy_head = self.copy.head()
         except CopyInvalid as exc:
@@ -188,46 +196,52 @@ class Gate:
         newest, skipped = checkpoint.newest(self.checkpoint_dir, self.database_id)
         for warning in skipped:
             log.warning("skipped a checkpoint that does not verify: %s", warning)
+        with self._lock:
+            self._legacy_file = (newest.path.name if newest else None, tuple(skipped[:MAX_PROBLEMS]))
         if newest is None:
             return []
-        with self.db.read(snapshot=True) as conn:
-            known = {entry.purge_id: entry.content() for entry in ledger.entries(conn)}
-        return _behind(known, newest)
+        with self.db.read() as conn:
+            mine = ledger.entries_by_purge_id(conn, [entry.purge_id for entry in newest.entries])
+        return _behind({purge_id: entry.content() for purge_id, entry in mine.items()}, newest)
 
     # -- the full check ----------------------------------------------------------------------
 
     def evaluate(self, *, lift_sticky: bool = True) -> GateState:
-        """The full verdict (an operator's re-check, a merge's end, ``purgectl health``):
-        the whole chain, the whole copy, then the O(1) comparison; what the audit found is
-        lifted when the walk finds the ledger sound (``lift_sticky``)."""
+        """The full verdict (an operator's re-check, a merge with ``full``, ``purgectl
+        health``): the whole chain, the whole copy, then the O(1) comparison. What it finds
+        stays until the next full check (as what the audit finds does); with
+        ``lift_sticky``, what was found before is lifted when the walk finds it sound."""
         with self.db.read(snapshot=True) as conn:
             head = ledger.read_head(conn)
             report = ledger.verify(conn)
+            damage = tuple(f"the ledger does not verify: {problem}" for problem in report.problems)
+            _seq, _hash, copy_problems = self.copy.verify()
+            found = damage + tuple(f"the ledger's copy does not verify: {problem}" for problem in copy_problems)
             self._legacy_checked = False
             with self._lock:
                 self._verified_copy = None
                 if lift_sticky:
-                    self._audit_problems = ()
-            problems = [f"the ledger does not verify: {problem}" for problem in report.problems]
-            _seq, _hash, copy_problems = self.copy.verify()
-            problems.extend(f"the ledger's copy does not verify: {problem}" for problem in copy_problems)
-            problems.extend(
-                p for p in self._problems(conn, head.seq, head.head_hash, head.gate_reason) if p not in problems
-            )
-        if not problems:
-            with self._lock:
-                self._audited = (report.rows, report.head_hash)
+                    self._audit_problems, self._damage = found[:MAX_PROBLEMS], damage[:MAX_PROBLEMS]
+                    self._seen_seq = head.seq
+                else:
+                    self._audit_problems = tuple(dict.fromkeys([*self._audit_problems, *found]))[:MAX_PROBLEMS]
+                    self._damage = tuple(dict.fromkeys([*self._damage, *damage]))[:MAX_PROBLEMS]
+                if not found:
+                    self._audited = (report.rows, report.head_hash)
+            problems = self._problems(conn, head.seq, head.head_hash, head.gate_reason)
         state = self._set(problems, head)
         if not state.open:
             log.error("content reads and writes are closed: %s", "; ".join(state.problems))
         return state
 
     def _set(self, problems: list[str], head: ledger.Head) -> GateState:
+        name, skipped = (self._copy_name(), ()) if self.copy.exists() else self._legacy_file
         state = GateState(
             open=not problems,
             problems=tuple(problems[:MAX_PROBLEMS]),
             ledger_rows=head.seq,
-            checkpoint=self._copy_name(),
+            checkpoint=name,
+            warnings=skipped,
             checked_at=head.now,
         )
         with self._lock:
@@ -236,6 +250,12 @@ class Gate:
 
     def _copy_name(self) -> str | None:
         return self.copy.directory.name if self.copy.exists() else None
+
+    def known_damage(self) -> tuple[str, ...]:
+        """What the audit found wrong with the ledger's own chain (until a full check finds
+        it sound): a merge does not build on it."""
+        with self._lock:
+            return self._damage
 
     # -- the audit ---------------------------------------------------------------------------
 
@@ -267,11 +287,13 @@ class Gate:
                 self._audit_started_at = time.monotonic()
         with self.db.read() as conn:
             rows = list(itertools.islice(ledger.entries(conn, after=seq, batch=self.audit_rows), self.audit_rows))
-        count, last, problems = ledger.walk_chain(rows, start=seq + 1, prev_hash=prev)
-        problems.extend(self._copy_mismatches(rows))
+        count, last, damage = ledger.walk_chain(rows, start=seq + 1, prev_hash=prev)
+        damage = [f"the ledger does not verify: {problem}" for problem in damage]
+        problems = damage + self._copy_mismatches(rows)
         with self._lock:
             if problems:
                 self._audit_problems = tuple(dict.fromkeys([*self._audit_problems, *problems]))[:MAX_PROBLEMS]
+                self._damage = tuple(dict.fromkeys([*self._damage, *damage]))[:MAX_PROBLEMS]
             else:
                 self._audited = (seq + count, last)
             return self._audited[0], self._audit_problems

@@ -121,6 +121,10 @@ class RestoreCommands:
         another could reopen reads between this one's append and its fences). The append,
         the fences and the re-armed cleanup are one transaction: a merge that fails there
         writes nothing, and the gate's flag goes back to what it was."""
+        if self.gate.known_damage():
+            raise MessagingUnavailable(
+                "this database's own ledger does not verify", diagnostics=self.gate.known_damage()
+            )
         with self.db.read(snapshot=True) as conn:
             head = ledger.read_head(conn)
             if full:
@@ -254,10 +258,12 @@ def _plan(conn: Connection, sources: Sequence[checkpoint.Source], head: ledger.H
                 incoming[entry.purge_id] = (entry, source)
                 rechained.append((entry, source))
             elif prior.content() != entry.content():
-                raise ValidationError(
-                    f"rejected, nothing changed: purge {entry.purge_id} in {source.label} differs from the one "
-                    + ("this ledger holds" if entry.purge_id in known else f"in {incoming[entry.purge_id][1].label}")
+                where = (
+                    f"in {source.label} differs from the one this ledger holds"
+                    if entry.purge_id in known
+                    else f"differs between {incoming[entry.purge_id][1].label} and {source.label}"
                 )
+                raise ValidationError(f"rejected, nothing changed: purge {entry.purge_id} {where}")
     for entry, source in incoming.values():
         _check_row(entry, source)
     already = sum(min(s.seq, head.seq) for s in prefixes + behind) + sum(

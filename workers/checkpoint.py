@@ -1,9 +1,11 @@
-"""Ledger checkpoints: a versioned file of every ledger row (never content) and the head.
+"""Ledger checkpoints of format version 1 (one JSON document of every ledger row, never
+content, and the head), and what a merge reads (``Source``).
 
-The checkpoint directory lives outside database backups, so a restored old database can be
-compared with (and merged from) what it no longer remembers. Files are named after the
-database's random id, so several databases can share one directory:
-``<database id>-<seq, 12 digits>.json``. Each is written atomically.
+Earlier versions wrote these into the checkpoint directory after each sweep, named after the
+database's random id (``<database id>-<seq, 12 digits>.json``). The ledger's copy
+(``workers.ledger_copy``, version 2) replaced them; they are still read: by the gate until a
+database's first copy exists, and by a merge. ``write`` makes one (tests, and hosts that
+still want the old format).
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from workers.files import atomic_write
 
 FORMAT = "purgekeeper-ledger-checkpoint"
 VERSION = 1
-KEEP_NEWEST = 5
 
 
 @dataclass(frozen=True)
@@ -63,20 +64,6 @@ def write(db: Database, path: Path) -> Checkpoint:
     failpoints.hit("checkpoint.write")
     atomic_write(path, (ledger.canonical_json(data) + "\n").encode("utf-8"))
     return Checkpoint(path, data["database_id"], data["head"]["seq"], data["head"]["hash"])
-
-
-def automatic(db: Database, directory: Path, *, keep: int = KEEP_NEWEST) -> Checkpoint | None:
-    """Write a checkpoint into ``directory`` when the ledger moved past the newest one, and
-    keep the newest ``keep`` of this database's. Returns the new checkpoint, if any."""
-    with db.read() as conn:
-        head = ledger.read_head(conn)
-    existing = own_checkpoints(directory, head.database_id)
-    if head.seq == 0 or (existing and existing[-1][0] >= head.seq):
-        return None
-    written = write(db, directory / f"{head.database_id}-{head.seq:012d}.json")
-    for _seq, old in own_checkpoints(directory, head.database_id)[:-keep]:
-        old.unlink(missing_ok=True)
-    return written
 
 
 PROBE_PREFIX = ".purgekeeper-probe-"

@@ -373,18 +373,20 @@ class BehindLegacyCheckpoint(CopyInvalid):
 
 
 def _refuse_a_bootstrap_behind(db: Database, copy: LedgerCopy) -> None:
-    """The first copy is made from the database's ledger, unless a version 1 checkpoint of
-    this database (written before the copy existed) is ahead of it: the database was
-    restored, and only a merge may bring those rows back."""
-    legacy = checkpoint.own_checkpoints(copy.checkpoint_dir, copy.database_id)
-    if not legacy:
+    """The first copy is made from the database's ledger, unless this database's newest
+    version 1 checkpoint that verifies (written before the copy existed) holds a purge the
+    ledger lacks: the database was restored, and only a merge may bring those rows back. Read
+    once, when the copy is first made."""
+    newest, _skipped = checkpoint.newest(copy.checkpoint_dir, copy.database_id)
+    if newest is None:
         return
     with db.read() as conn:
-        head_seq = ledger.read_head(conn).seq
-    if legacy[-1][0] > head_seq:
+        known = ledger.entries_by_purge_id(conn, [entry.purge_id for entry in newest.entries])
+    missing = [entry.purge_id for entry in newest.entries if entry.purge_id not in known]
+    if missing:
         raise BehindLegacyCheckpoint(
-            f"checkpoint {legacy[-1][1].name} holds {legacy[-1][0]} rows and the database {head_seq}: "
-            "merge it before the ledger is copied"
+            f"checkpoint {newest.path.name} holds {len(missing)} purge(s) the ledger lacks "
+            f"(e.g. {missing[0]}): merge it before the ledger is copied"
         )
 
 

@@ -146,9 +146,11 @@ def assert_unwritable_is_shown(pk: Pk, reason: str) -> None:
 def test_an_unwritable_checkpoint_directory_shows_everywhere(pk: Pk, armed: Callable[[str], None], name: str) -> None:
     pk.purge_conversation("c-gone", actor="op", reason="r")
     armed(f"checkpoint.write={name}")
-    with pytest.raises(OSError):
-        checkpoint.automatic(pk.db, pk.settings.checkpoint_dir)
-    assert list(pk.settings.checkpoint_dir.glob("*.json")) == []
+    armed(f"ledger.copy={name}")
+    with pytest.raises(commands.LedgerNotCopied) as refused:  # accepted and fenced, not yet outside
+        pk.purge_conversation("c-also-gone", actor="op", reason="r")
+    assert os.strerror(getattr(errno, name)) in str(refused.value) and refused.value.ledger_seq == 2
+    assert pk.copy.head().seq == 1  # type: ignore[union-attr]
     reason = os.strerror(getattr(errno, name))
     assert checkpoint.unwritable(pk.settings.checkpoint_dir) == reason
     page, scraped = surfaces(pk)
@@ -158,7 +160,7 @@ def test_an_unwritable_checkpoint_directory_shows_everywhere(pk: Pk, armed: Call
     page, scraped = surfaces(pk)
     assert "checkpoint directory cannot be written" not in page
     assert "purgekeeper_checkpoint_dir_writable 1.0" in scraped
-    assert checkpoint.automatic(pk.db, pk.settings.checkpoint_dir) is not None
+    assert pk.copy_ledger() == 2  # what the scheduler does after a sweep
     assert health(pk).returncode == 0
 
 

@@ -108,7 +108,9 @@ def test_a_restore_right_after_an_acceptance_keeps_reads_closed_until_merged(
 
 
 @pytest.mark.sqlite_only
-def test_the_embedded_default_closed_within_seconds_of_its_purge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_embedded_default_closed_within_seconds_of_its_purge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The issue's reproduction, on the embedded default: open, close, open again, purge,
     wait for it to complete, close at once; restore the file from before the purge."""
     import shutil
@@ -171,7 +173,8 @@ import commands
 from commands import EventScope
 from workers import failpoints
 failpoints.arm("ledger.copy=exit")
-pk = commands.open(sys.argv[1], checkpoint_dir=sys.argv[2], blob_root=sys.argv[3], file_root=sys.argv[4], workers="none")
+url, checkpoints, blobs, files = sys.argv[1:5]
+pk = commands.open(url, checkpoint_dir=checkpoints, blob_root=blobs, file_root=files, workers="none")
 scope = EventScope(event_ids=["e1"])
 pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, actor="op", reason="killed")
 print("the copy was written")
@@ -189,7 +192,15 @@ def test_a_process_killed_between_its_commit_and_its_copy_is_healed(
     backup = backups.take()
     settings = pk.settings
     child = subprocess.run(
-        [sys.executable, "-c", CHILD, database_url, str(settings.checkpoint_dir), str(settings.blob_root), str(settings.file_root)],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            database_url,
+            str(settings.checkpoint_dir),
+            str(settings.blob_root),
+            str(settings.file_root),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

@@ -27,7 +27,7 @@ from commands.webauth import Tokens
 from schema.tables import metadata
 from tests.helpers import POLICY, settle
 from tests.integration.test_read_gate import Backups
-from workers import checkpoint, runner
+from workers import runner
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
@@ -80,8 +80,11 @@ def test_no_name_of_a_purged_attachment_remains_in_any_table(pk: Pk, purge: Call
     stored = everything_in_the_database(pk)
     assert NAME not in stored and CAS_NAME not in stored
     assert "kept-name.txt" in stored  # live content keeps its name
-    written = pk.checkpoint_ledger(pk.settings.checkpoint_dir / "export.json")
-    assert NAME not in written.path.read_text() and CAS_NAME not in written.path.read_text()
+    written = pk.checkpoint_ledger(pk.settings.checkpoint_dir / "export.jsonl")
+    outside = [written.path, *pk.copy.directory.iterdir()]
+    assert len(outside) > 2, "the copy's head and segment, and the export"
+    for path in outside:
+        assert NAME not in path.read_text() and CAS_NAME not in path.read_text(), path.name
     on_disk = [path.name for root in (pk.settings.blob_root, pk.settings.file_root) for path in root.rglob("*")]
     assert not [name for name in on_disk if NAME in name or CAS_NAME in name]
 
@@ -129,14 +132,14 @@ def test_a_failing_unlink_is_reported_by_its_reason_never_by_its_path(
 
 @pytest.fixture
 def restored(pk: Pk, open_pk: Callable[[], Pk], database_url: str, tmp_path: Path) -> Any:
-    """A database restored from a backup taken before a purge that the newest checkpoint
-    holds: content reads are closed, and the diagnostics name that checkpoint."""
+    """A database restored from a backup taken before a purge that the ledger's copy holds:
+    content reads are closed, and the diagnostics name that copy."""
     backups = Backups(database_url, tmp_path / "backups", handles=[pk])
     pk.create_conversation("c1")
     backup = backups.take()
     pk.purge_conversation("c1", actor="op", reason="erase")
-    made = checkpoint.automatic(pk.db, pk.settings.checkpoint_dir)
-    assert made is not None
+    made = pk.copy.directory  # the acceptance added its row to the copy
+    assert made.is_dir()
     pk.close()
     backups.restore(backup)
     yield open_pk(), made
@@ -149,14 +152,14 @@ def test_a_closed_gate_names_its_checkpoint_by_file_name_only(restored: Any) -> 
     with pytest.raises(commands.MessagingUnavailable) as closed:
         handle.read_conversation("c1")
     said = " ".join([str(closed.value), *closed.value.diagnostics, *handle.messaging_status().problems])
-    assert made.path.name in said and directory not in said
+    assert made.name in said and directory not in said
     state = handle.messaging_status()
-    assert state.checkpoint == made.path.name
+    assert state.checkpoint == made.name
 
     with TestClient(create_app(handle, tokens=TOKENS)) as client:
         response = client.get("/v1/conversations/c1/events", headers={"Authorization": "Bearer host-token-1"})
     assert response.status_code == 503
-    assert made.path.name in response.text and directory not in response.text
+    assert made.name in response.text and directory not in response.text
 
 
 def test_a_bad_checkpoint_is_named_by_its_file_name(pk: Pk, tmp_path: Path) -> None:

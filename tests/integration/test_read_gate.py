@@ -28,7 +28,7 @@ from commands import EventScope, NewAttachment
 from schema import ledger
 from tests.conftest import create_database, drop_database
 from tests.helpers import rows
-from workers import checkpoint
+from workers import checkpoint, ledger_copy
 
 Pk = commands.Purgekeeper
 Roots = dict[str, Path]
@@ -157,10 +157,15 @@ def purge_conversation(pk: Pk, conversation_id: str) -> str:
     return acceptance.purge_id
 
 
-def automatic_checkpoint(pk: Pk) -> checkpoint.Checkpoint:
-    made = checkpoint.automatic(pk.db, pk.settings.checkpoint_dir)
-    assert made is not None, "the ledger moved, so an automatic checkpoint is due"
-    return made
+def outside_copy(pk: Pk) -> Path:
+    """The ledger's copy in the checkpoint directory: every acceptance wrote its row there."""
+    assert (pk.copy.directory / ledger_copy.HEAD_FILE).is_file()
+    return pk.copy.directory
+
+
+def as_before_the_copy(pk: Pk) -> None:
+    """The checkpoint directory as the earlier version left it: no copy, version 1 files."""
+    shutil.rmtree(pk.copy.directory)
 
 
 def ledger_rows(pk: Pk) -> int:
@@ -168,14 +173,14 @@ def ledger_rows(pk: Pk) -> int:
 
 
 def restored_behind(pk: Pk, backups: Backups, open_pk: Callable[[], Pk]) -> tuple[Pk, dict[str, Any]]:
-    """Purge p-early, back up, purge e-doomed and c-whole, write the automatic checkpoint,
-    then restore the backup and open a new handle on it."""
+    """Purge p-early, back up, purge e-doomed and c-whole (each acceptance adds its row to
+    the copy outside), then restore the backup and open a new handle on it."""
     ids = seed(pk)
     ids["early"] = purge_conversation(pk, "c-early")
     backup = backups.take()
     ids["content"] = purge_events(pk, "e-doomed")
     ids["whole"] = purge_conversation(pk, "c-whole")
-    ids["checkpoint"] = automatic_checkpoint(pk).path
+    ids["checkpoint"] = outside_copy(pk)
     pk.close()
     backups.restore(backup)
     return open_pk(), ids
@@ -233,8 +238,8 @@ def assert_operator_commands_work(pk: Pk, purge_id: str, tmp_path: Path) -> None
     assert pk.status(purge_id).purge_id == purge_id
     assert purge_id in [p.purge_id for p in pk.list_purges().purges]
     assert pk.verify_ledger().ok
-    written = pk.checkpoint_ledger(tmp_path / "operator" / "ledger.json")
-    assert checkpoint.read(written.path).seq == written.seq
+    written = pk.checkpoint_ledger(tmp_path / "operator" / "ledger.jsonl")
+    assert ledger_copy.open_source(written.path, pk.database_key).seq == written.seq
 
 
 # -- tests ----------------------------------------------------------------------------------------
@@ -247,13 +252,13 @@ def test_a_fresh_database_is_open(pk: Pk) -> None:
     assert [e.id for e in pk.read_conversation("c-kept")] == ["e-kept"]
 
 
-def test_an_automatic_checkpoint_of_this_very_ledger_keeps_the_gate_open(gated: Pk, open_pk: Callable[[], Pk]) -> None:
+def test_the_copy_of_this_very_ledger_keeps_the_gate_open(gated: Pk, open_pk: Callable[[], Pk]) -> None:
     seed(gated)
     purge_events(gated, "e-doomed")
-    made = automatic_checkpoint(gated)
+    made = outside_copy(gated)
     fresh = open_pk()
     state = fresh.messaging_status()
-    assert (state.open, state.problems, state.checkpoint) == (True, (), made.path.name)
+    assert (state.open, state.problems, state.checkpoint) == (True, (), made.name)
     assert [e.id for e in fresh.read_conversation("c-kept")] == ["e-kept"]
 
 
@@ -265,17 +270,17 @@ def test_a_restored_older_database_is_closed_to_content_until_merged(
         "the restore brought the purged body back (the premise of this test)"
     )
     checkpoint_name = ids["checkpoint"].name
-    assert_closed(restored, ids, checkpoint_name, ids["content"], ids["whole"])
+    assert_closed(restored, ids, checkpoint_name, "behind", "seq 1", "seq 3")
 
     state = restored.messaging_status()
     assert not state.open and state.problems
     assert state.checkpoint == ids["checkpoint"].name
-    assert any(ids["content"] in problem and ids["whole"] in problem for problem in state.problems)
+    assert any("behind" in problem and checkpoint_name in problem for problem in state.problems)
     assert SECRET not in " ".join(state.problems)
     assert_operator_commands_work(restored, ids["early"], tmp_path)
 
-    report = restored.merge_ledger(ids["checkpoint"])
-    assert report.appended == (ids["content"], ids["whole"])
+    report = restored.merge_ledger(restored.settings.checkpoint_dir)  # the whole directory
+    assert (report.appended, report.verbatim) == ((ids["content"], ids["whole"]), 2)
     assert restored.messaging_status().open
     assert [e.id for e in restored.read_conversation("c-doomed")] == []
     assert restored.read_conversation("c-whole") == []
@@ -339,7 +344,8 @@ def test_a_handle_opened_before_a_merge_elsewhere_reopens_after_it(
 def test_a_ledger_head_that_goes_back_underneath_a_running_handle_closes_it(
     gated: Pk, backups: Backups, tmp_path: Path
 ) -> None:
-    """No checkpoint is written here: the running handle notices on its own."""
+    """The copy outside says the ledger is behind, and the running handle also notices on its
+    own that the head it saw went back."""
     ids = seed(gated)
     early = purge_conversation(gated, "c-early")
     backup = backups.take()
@@ -363,7 +369,7 @@ def test_a_running_handle_that_did_not_see_the_newer_head_closes_after_a_restore
     backup = backups.take()
     other = open_pk()  # another process accepts the purges; the scheduler writes the checkpoint
     purge_events(other, "e-doomed")
-    automatic_checkpoint(other)
+    outside_copy(other)
     backups.restore(backup)
     assert rows(gated, "SELECT body FROM events WHERE id = 'e-doomed'")[0][0] == f"{SECRET} body"
     with pytest.raises(commands.MessagingUnavailable):  # today: [Event(e-doomed, body=SECRET...)]
@@ -388,23 +394,27 @@ def tamper_first_row(pk: Pk) -> None:
 
 
 def test_a_corrupt_ledger_closes_content(pk: Pk, open_pk: Callable[[], Pk], tmp_path: Path) -> None:
+    """Tampering with an old row is found by the audit (a fresh handle's start only makes the
+    O(1) check) and by the full check; then the gate is closed and a merge refuses."""
     ids = seed(pk)
     first = purge_conversation(pk, "c-early")
     purge_events(pk, "e-doomed")
-    taken_before = pk.checkpoint_ledger(tmp_path / "before.json").path
+    taken_before = pk.checkpoint_ledger(tmp_path / "before.jsonl").path
     tamper_first_row(pk)
     assert rows(pk, "SELECT reason FROM purge_ledger WHERE seq = 1")[0][0] == "rewritten"
 
     fresh = open_pk()
+    fresh.gate.audit_step()  # what the background audit does, a step at a time
     refusals = assert_closed(fresh, ids, "tampered row at seq 1")
     assert any(first in " ".join(r.diagnostics) for r in refusals)
-    state = pk.messaging_status()  # the running handle, once it takes the verdict again
+    state = pk.messaging_status()  # the running handle, once it takes the full verdict
     assert not state.open and any("does not verify" in p for p in state.problems)
     assert_closed(pk, ids, "tampered row at seq 1")
     assert pk.status(first).purge_id == first
     assert not pk.verify_ledger().ok
-    with pytest.raises(commands.MessagingUnavailable):  # a merge does not build on a corrupt ledger
-        pk.merge_ledger(taken_before)
+    for full in (False, True):
+        with pytest.raises(commands.MessagingUnavailable):  # a merge does not build on a corrupt ledger
+            pk.merge_ledger(taken_before, full=full)
     assert rows(pk, "SELECT gate_reason FROM ledger_head")[0][0] is None
 
 
@@ -421,13 +431,22 @@ def forged_newer(valid: Path, database_id: str) -> Path:
     return path
 
 
-def test_a_newer_checkpoint_that_does_not_verify_is_skipped_for_the_older_valid_one(
+def version_1_checkpoint(pk: Pk, database_id: str | None = None) -> Path:
+    """A checkpoint file as the earlier version wrote them into the checkpoint directory."""
+    with pk.db.read() as conn:
+        seq = ledger.read_head(conn).seq
+    path = pk.settings.checkpoint_dir / f"{database_id or pk.database_key}-{seq:012d}.json"
+    return checkpoint.write(pk.db, path).path
+
+
+def test_before_the_first_copy_a_newer_version_1_checkpoint_that_does_not_verify_is_skipped(
     gated: Pk, backups: Backups, open_pk: Callable[[], Pk], caplog: pytest.LogCaptureFixture
 ) -> None:
     ids = seed(gated)
     backup = backups.take()
     content = purge_events(gated, "e-doomed")
-    valid = automatic_checkpoint(gated).path
+    as_before_the_copy(gated)
+    valid = version_1_checkpoint(gated)
     forged = forged_newer(valid, gated.database_key)
     (valid.parent / f"{gated.database_key}-{999:012d}.json").write_bytes(b'{"format": "purgekeeper-led')
 
@@ -445,20 +464,30 @@ def test_a_newer_checkpoint_that_does_not_verify_is_skipped_for_the_older_valid_
     assert any(content in problem and valid.name in problem for problem in state.problems)
     assert all("f" * 32 not in problem for problem in state.problems)
     assert_closed(restored, ids, valid.name, content)
+    assert not restored.copy.exists(), "no copy is made that would forget the file's purges"
+    with pytest.raises(commands.InfrastructureError, match="merge it"):
+        restored.copy_ledger()
+    assert restored.merge_ledger(restored.settings.checkpoint_dir).appended == (content,)
+    assert restored.copy_ledger() == 1 and restored.messaging_status().open
 
 
-def test_checkpoints_of_another_database_in_the_same_directory_are_not_compared(
+def test_ledgers_of_another_database_in_the_same_directory_are_not_compared(
     gated: Pk, backups: Backups, open_pk: Callable[[], Pk]
 ) -> None:
-    """A file named after another database id holds a purge this database lacks: ignored."""
+    """A copy and a version 1 file named after another database id hold a purge this
+    database lacks: ignored."""
     seed(gated)
     backup = backups.take()
     purge_events(gated, "e-doomed")
-    theirs = gated.checkpoint_ledger(gated.settings.checkpoint_dir / f"{uuid.uuid4().hex}-{1:012d}.json")
+    other = uuid.uuid4().hex
+    theirs = version_1_checkpoint(gated, other)
+    head = json.loads((outside_copy(gated) / ledger_copy.HEAD_FILE).read_text())
+    (outside_copy(gated) / ledger_copy.HEAD_FILE).write_text(json.dumps({**head, "database_id": other}))
+    outside_copy(gated).rename(gated.settings.checkpoint_dir / f"{other}{ledger_copy.SUFFIX}")
     gated.close()
     backups.restore(backup)
     restored = open_pk()
-    assert checkpoint.read(theirs.path).seq == 1 and ledger_rows(restored) == 0
+    assert checkpoint.read(theirs).seq == 1 and ledger_rows(restored) == 0
     state = restored.messaging_status()
     assert (state.open, state.problems, state.checkpoint) == (True, (), None)
     assert [e.id for e in restored.read_conversation("c-kept")] == ["e-kept"]
@@ -483,7 +512,7 @@ def test_a_merge_refuses_while_another_holds_the_merge_lock(pk: Pk, tmp_path: Pa
 def test_a_stray_checkpoint_file_named_far_ahead_never_closes_the_gate(pk: Pk) -> None:
     seed(pk)
     purge_events(pk, "e-doomed")
-    automatic_checkpoint(pk)
+    outside_copy(pk)
     stray = pk.settings.checkpoint_dir / f"{pk.database_key}-{10**11:012d}.json"
     stray.write_text('{"format": "purgekeeper-ledger-checkpoint", "version": 1, "rows": [')  # truncated
     assert [e.id for e in pk.read_conversation("c-kept")] == ["e-kept"]

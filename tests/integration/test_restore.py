@@ -2,9 +2,9 @@
 
 The end-to-end tests follow what an operator does (README, "Backups"): the database dump
 first (PostgreSQL: ``pg_dump -Fc``; SQLite: ``VACUUM INTO``), then the attachment roots and
-the Memory repository, then a checkpoint. Purges follow, their cleanup completes and the
-scheduler's automatic checkpoint lands in the checkpoint directory, which lives outside the
-backups. Then the old dump and the old files come back (PostgreSQL: ``pg_restore --clean
+the Memory repository, then a ledger export. Purges follow and their cleanup completes;
+each acceptance added its ledger row to the copy in the checkpoint directory, which lives
+outside the backups, before it returned. Then the old dump and the old files come back (PostgreSQL: ``pg_restore --clean
 --if-exists`` into the same database; SQLite: the file copied back) and a new handle opens.
 
 From that moment nothing purged may be readable: content is closed until the merge, and
@@ -43,7 +43,7 @@ from schema import ledger
 from schema.tables import metadata
 from tests.conftest import POSTGRES_ADMIN_URL
 from tests.helpers import rows, scalar
-from workers import checkpoint, runner
+from workers import checkpoint, ledger_copy, runner
 from workers.cleanup import ASIDE_PREFIX
 
 Pk = commands.Purgekeeper
@@ -326,18 +326,17 @@ def restore_from_backup(
     files = FileBackup(tmp_path / "backup" / "files", (roots["blob_root"], roots["file_root"], world.repository))
     dump.dump()
     files.take()
-    at_backup = pk.checkpoint_ledger(tmp_path / "backup" / "ledger.json")
+    at_backup = pk.checkpoint_ledger(tmp_path / "backup" / "ledger.jsonl")
     assert at_backup.seq == 1
 
-    # 3. purges, their cleanup, and the automatic checkpoint of the final ledger
+    # 3. purges and their cleanup (each acceptance in the copy outside before it returned)
     purged = purge_after_backup(pk, erase=erase)
     clean(pk)
     assert_all_done(pk)
     assert os.path.lexists(world.repository) is not erase
     assert all(not blob_path(pk, b).exists() for b in world.exclusive)
-    automatic = checkpoint.automatic(pk.db, pk.settings.checkpoint_dir)
-    assert automatic is not None and automatic.seq == 4 > at_backup.seq
-    assert checkpoint.newest(pk.settings.checkpoint_dir, pk.database_key)[0] is not None
+    outside = pk.copy.directory  # every acceptance added its row to the ledger's copy
+    assert ledger_copy.open_source(outside, pk.database_key).seq == 4 > at_backup.seq
 
     # 4. everything back as it was at backup time
     pk.close()
@@ -360,7 +359,8 @@ def restore_from_backup(
             attempt()
         assert SECRET not in " ".join([str(refused.value), *refused.value.diagnostics])
 
-    report = restored.merge_ledger(automatic.path)
+    report = restored.merge_ledger(restored.settings.checkpoint_dir)
+    assert report.verbatim == 3
     assert report.appended == purged
     assert (report.already_known, report.runs_abandoned) == (1, 1)
     assert report.gate.open and report.steps_rearmed
@@ -374,7 +374,7 @@ def restore_from_backup(
     assert {restored.status(p).status for p in purged} == {"complete"}
 
     before = snapshot(restored)  # merging again (with the backup's own checkpoint, too) appends nothing
-    again = restored.merge_ledger(automatic.path, at_backup.path)
+    again = restored.merge_ledger(outside, at_backup.path)
     assert (again.appended, again.already_known, again.runs_abandoned) == ((), 5, 0)
     after = snapshot(restored)
     for table in ("purge_ledger", "tombstones", "ledger_head"):
@@ -486,7 +486,7 @@ def tampering(database_url: str, roots: Roots, tmp_path: Path, open_pk: Callable
     scope = EventScope(event_ids=["e1"])
     second = pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **WHO).purge_id
     third = pk.purge_conversation("c-other", **WHO).purge_id
-    valid = pk.checkpoint_ledger(tmp_path / "valid.json").path
+    valid = checkpoint.write(pk.db, tmp_path / "valid.json").path  # version 1, as an earlier version wrote
     pk.close()
     dump.restore()
     destination = open_pk()
@@ -693,7 +693,8 @@ def test_merging_a_database_s_own_checkpoint_changes_nothing(open_pk: Callable[[
 
 def test_a_restored_file_of_a_deleted_blob_is_removed_by_the_merge(open_pk: Callable[[], Pk], tmp_path: Path) -> None:
     """Files restored from a backup older than the database: the blob row says ``deleted``,
-    so nothing can bind to it again; the merge unlinks the file at once."""
+    so nothing can bind to it again; a full merge unlinks the file at once (the default
+    merge looks only at what the missing purges touch)."""
     pk = open_pk()
     purge_with_attachment(pk, shared=False)
     blob_id = str(scalar(pk, "SELECT blob_id FROM attachments WHERE event_id = 'e1'"))
@@ -701,7 +702,9 @@ def test_a_restored_file_of_a_deleted_blob_is_removed_by_the_merge(open_pk: Call
     assert (blob_state(pk, blob_id), path.exists()) == ("deleted", False)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(SHARED_BYTES)
-    report = pk.merge_ledger(pk.checkpoint_ledger(tmp_path / "own.json").path)
+    own = pk.checkpoint_ledger(tmp_path / "own.jsonl").path
+    assert pk.merge_ledger(own).deleted_files_removed == 0 and path.exists()
+    report = pk.merge_ledger(own, full=True)
     assert (report.deleted_files_removed, report.steps_rearmed) == (1, ())
     assert not os.path.lexists(path)
     attachment = str(scalar(pk, "SELECT id FROM attachments WHERE event_id = 'e1'"))
@@ -747,7 +750,7 @@ def test_a_merge_that_fails_half_way_changes_nothing_and_leaves_the_gate_as_it_w
     destination = tampering.destination
     before, gate = snapshot(destination), destination.messaging_status()
 
-    def broken(conn: Any) -> int:
+    def broken(conn: Any, entries: Any) -> int:
         raise RuntimeError("the fences could not be re-applied")
 
     monkeypatch.setattr(restore, "_reapply_fences", broken)
