@@ -197,7 +197,7 @@ class ContentCommands:
         with self.db.read() as conn:
             self.gate.require_open(conn)
             rows = q.readable_events(conn, conversation_id)
-            by_event = _attachments_by_event(conn, [row.id for row in rows])
+            by_event = _grouped(q.attachments_in_conversation(conn, conversation_id)) if rows else {}
         return [Event.from_row(row, by_event.get(row.id, ())) for row in rows]
 
     def open_attachment(self, attachment_id: str) -> BinaryIO:
@@ -428,8 +428,12 @@ def _event_with_attachments(conn: Connection, row: Any) -> Event:
 
 
 def _attachments_by_event(conn: Connection, event_ids: Sequence[str]) -> dict[str, list[Attachment]]:
+    return _grouped(q.attachments_of(conn, event_ids))
+
+
+def _grouped(rows: Iterable[Any]) -> dict[str, list[Attachment]]:
     grouped: dict[str, list[Attachment]] = defaultdict(list)
-    for row in q.attachments_of(conn, event_ids):
+    for row in rows:
         grouped[row.event_id].append(Attachment.from_row(row))
     return grouped
 

@@ -104,7 +104,7 @@ class Gate:
         self._verified_copy: tuple[int, str] | None = None  # the copy's head, found in the ledger
         self._seen_seq = 0
         self._audit_problems: tuple[str, ...] = ()
-        self._damage: tuple[str, ...] = ()  # of those, the ledger's own chain's
+        self._damage: tuple[str, ...] = ()  # what is wrong with the ledger's own chain, as walk_chain says
         self._audited = (0, ledger.GENESIS_HASH)  # the prefix the audit verified
         self._audit_started_at = time.monotonic()
         self._stop = threading.Event()
@@ -214,9 +214,11 @@ class Gate:
         with self.db.read(snapshot=True) as conn:
             head = ledger.read_head(conn)
             report = ledger.verify(conn)
-            damage = tuple(f"the ledger does not verify: {problem}" for problem in report.problems)
+            damage = report.problems
             _seq, _hash, copy_problems = self.copy.verify()
-            found = damage + tuple(f"the ledger's copy does not verify: {problem}" for problem in copy_problems)
+            found = tuple(f"the ledger does not verify: {problem}" for problem in damage) + tuple(
+                f"the ledger's copy does not verify: {problem}" for problem in copy_problems
+            )
             self._legacy_checked = False
             with self._lock:
                 self._verified_copy = None
@@ -251,6 +253,11 @@ class Gate:
     def _copy_name(self) -> str | None:
         return self.copy.directory.name if self.copy.exists() else None
 
+    def audit_state(self) -> tuple[int, str, tuple[str, ...]]:
+        """(the seq the audit's round verified to, that row's hash, the damage it found)."""
+        with self._lock:
+            return (*self._audited, self._damage)
+
     def known_damage(self) -> tuple[str, ...]:
         """What the audit found wrong with the ledger's own chain (until a full check finds
         it sound): a merge does not build on it."""
@@ -282,14 +289,13 @@ class Gate:
         to, the problems found so far)."""
         with self._lock:
             seq, prev = self._audited
-            if seq and time.monotonic() - self._audit_started_at > self.audit_cycle:
-                seq, prev = 0, ledger.GENESIS_HASH  # a new round from the first row
+            if seq and time.monotonic() - self._audit_started_at >= self.audit_cycle:
+                seq, prev = self._audited = (0, ledger.GENESIS_HASH)  # a new round from the first row
                 self._audit_started_at = time.monotonic()
         with self.db.read() as conn:
             rows = list(itertools.islice(ledger.entries(conn, after=seq, batch=self.audit_rows), self.audit_rows))
         count, last, damage = ledger.walk_chain(rows, start=seq + 1, prev_hash=prev)
-        damage = [f"the ledger does not verify: {problem}" for problem in damage]
-        problems = damage + self._copy_mismatches(rows)
+        problems = [f"the ledger does not verify: {problem}" for problem in damage] + self._copy_mismatches(rows)
         with self._lock:
             if problems:
                 self._audit_problems = tuple(dict.fromkeys([*self._audit_problems, *problems]))[:MAX_PROBLEMS]

@@ -13,23 +13,21 @@ nothing is read per purge. The metrics (all prefixed ``purgekeeper_``):
     blobs_retained_shared              gauge    blobs kept because a live event still shares them
     step_attempts                      gauge    attempts of all steps (a retry re-arms them to 0)
     ledger_rows                        gauge    rows in the purge ledger (the head's seq)
-    ledger_verified                    gauge    1 when the hash chain verifies, else 0
+    ledger_verified                    gauge    0 once the audit found the hash chain damaged, else 1
+    ledger_audited_rows                gauge    rows the audit verified in its current round
     messaging_available                gauge    1 when the read gate is open, else 0
     checkpoint_dir_writable            gauge    1 when a checkpoint can be written now, else 0
 
-``messaging_available`` is what the next content read would meet (``commands.gate``);
-``ledger_verified`` is this scrape's own walk of the chain. They can differ: the gate takes its
-verdict when a handle opens and after a merge, so a row tampered later shows here as
-``ledger_verified 0`` first. Walking the chain costs a read of every row, so
-:class:`LedgerCheck` walks it again only when the head moved or the last walk is older than
-``max_age``: a tampered row that leaves the head alone shows up within ``max_age``.
+``messaging_available`` is what the next content read would meet (``commands.gate``).
+``ledger_verified`` and ``ledger_audited_rows`` are the gate's background audit (a few
+thousand rows a second, a new round every few minutes): a scrape never walks the chain. A
+tampered old row shows as ``ledger_verified 0`` once the audit's round reaches it, and the
+gate closes at the same moment; ``purgectl ledger verify`` walks the whole chain at once.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import threading
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -53,7 +51,6 @@ from schema.tables import cleanup_steps
 from workers import checkpoint
 
 PREFIX = "purgekeeper_"
-VERIFY_MAX_AGE = dt.timedelta(seconds=60)
 WAITING = (StepStatus.PENDING.value, StepStatus.RETRYING.value)
 
 
@@ -171,24 +168,15 @@ def stalled_purge_ids(conn: Connection, now: dt.datetime, stall_after: dt.timede
 
 
 class LedgerCheck:
-    """``verify_ledger()`` with a memory: a walk is reused while the head is unchanged and the
-    walk is younger than ``max_age``. One walk at a time; thread-safe."""
+    """What the gate's background audit has verified of the chain so far (``commands.gate``):
+    a scrape never walks the ledger, so its cost does not grow with it."""
 
-    def __init__(self, pk: Purgekeeper, *, max_age: dt.timedelta = VERIFY_MAX_AGE) -> None:
+    def __init__(self, pk: Purgekeeper) -> None:
         self.pk = pk
-        self.max_age = max_age
-        self._lock = threading.Lock()
-        self._last: tuple[tuple[int, str], float, LedgerReport] | None = None
 
     def report(self, head: tuple[int, str]) -> LedgerReport:
-        with self._lock:
-            if self._last is not None:
-                seen_head, walked_at, report = self._last
-                if seen_head == head and time.monotonic() - walked_at < self.max_age.total_seconds():
-                    return report
-            report = self.pk.verify_ledger()
-            self._last = (head, time.monotonic(), report)
-            return report
+        audited, audited_hash, damage = self.pk.gate.audit_state()
+        return LedgerReport(ok=not damage, rows=audited, head_hash=audited_hash, problems=damage)
 
 
 def take_snapshot(pk: Purgekeeper, check: LedgerCheck) -> Snapshot:
@@ -249,7 +237,10 @@ class PurgekeeperCollector(Collector):
         )
         yield from self._work(snap)
         yield _gauge("ledger_rows", "Rows in the purge ledger.", snap.ledger_seq)
-        yield _gauge("ledger_verified", "1 when the ledger hash chain verifies.", int(snap.ledger.ok))
+        yield _gauge("ledger_verified", "0 once the audit found the ledger hash chain damaged.", int(snap.ledger.ok))
+        yield _gauge(
+            "ledger_audited_rows", "Rows of the ledger the audit verified in its current round.", snap.ledger.rows
+        )
         yield _gauge("messaging_available", "1 when content reads and writes are open.", int(snap.messaging_available))
         yield _gauge(
             "checkpoint_dir_writable",
@@ -274,16 +265,16 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(PREFIX + name, documentation, value=value)
 
 
-def registry_for(pk: Purgekeeper, *, verify_max_age: dt.timedelta = VERIFY_MAX_AGE) -> CollectorRegistry:
+def registry_for(pk: Purgekeeper) -> CollectorRegistry:
     """A registry of this handle's metrics only (one per app: never the process-global one)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PurgekeeperCollector(pk, LedgerCheck(pk, max_age=verify_max_age)))
+    registry.register(PurgekeeperCollector(pk, LedgerCheck(pk)))
     return registry
 
 
-def router(pk: Purgekeeper, tokens: Tokens, *, verify_max_age: dt.timedelta = VERIFY_MAX_AGE) -> APIRouter:
+def router(pk: Purgekeeper, tokens: Tokens) -> APIRouter:
     """``GET /metrics``: the Prometheus text format; ``Authorization: Bearer <operator token>``."""
-    registry = registry_for(pk, verify_max_age=verify_max_age)
+    registry = registry_for(pk)
     api = APIRouter()
 
     @api.get("/metrics", include_in_schema=False)

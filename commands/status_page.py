@@ -305,12 +305,11 @@ def router(
     tokens: Tokens,
     *,
     recent: int = RECENT_PURGES,
-    verify_max_age: dt.timedelta = metrics.VERIFY_MAX_AGE,
     session_ttl: dt.timedelta = SESSION_TTL,
 ) -> APIRouter:
     """``GET /status`` (the page, or the sign-in form with 401), ``POST /status/login`` (form
     field ``token``) and ``POST /status/logout``."""
-    check = metrics.LedgerCheck(pk, max_age=verify_max_age)
+    check = metrics.LedgerCheck(pk)
     api = APIRouter()
 
     def signed_in(request: Request, authorization: str | None) -> bool:

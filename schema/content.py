@@ -224,6 +224,21 @@ def attachments_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]
     return list(conn.execute(query))
 
 
+def attachments_in_conversation(conn: Connection, conversation_id: str) -> list[Row[Any]]:
+    """The attachments whose bytes are present of the events placed in this conversation,
+    with their blob's size, by event and position: one join through the placements index (a
+    reader keeps those of the events it returns), never a list of event ids as parameters."""
+    query = (
+        select(attachments, blobs.c.size)
+        .join(placements, placements.c.event_id == attachments.c.event_id)
+        .join(blobs, blobs.c.id == attachments.c.blob_id)
+        .where(placements.c.conversation_id == conversation_id)
+        .where(blobs.c.state == BlobState.PRESENT.value)
+        .order_by(attachments.c.event_id, attachments.c.position)
+    )
+    return list(conn.execute(query))
+
+
 def attachment_with_blob(conn: Connection, attachment_id: str) -> Any:
     query = (
         select(

@@ -472,13 +472,15 @@ def cluster() -> Iterator[Cluster]:
 
 
 def open_transactions(pk: commands.Purgekeeper) -> int:
-    """Other sessions of the test database idle inside a transaction (a batch stopped mid-way)."""
+    """Other sessions of the test database idle inside a transaction for more than half a
+    second (a batch stopped mid-way; not the moment between two statements of a busy one)."""
     from sqlalchemy import text
 
     with pk.db.read() as conn:
         sql = (
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND state = 'idle in transaction' AND pid <> pg_backend_pid()"
+            "AND state = 'idle in transaction' AND pid <> pg_backend_pid() "
+            "AND state_change < clock_timestamp() - interval '500 milliseconds'"
         )
         return int(conn.scalar(text(sql)))
 

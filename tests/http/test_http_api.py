@@ -340,17 +340,19 @@ def test_operator_endpoints(client: TestClient, world: World) -> None:
 
     download = client.get("/v1/ledger/checkpoint")
     assert download.status_code == 200
-    assert download.headers["content-type"] == "application/json"
+    assert download.headers["content-type"] == "application/x-ndjson"
     filename = re.search(r'filename="([^"]+)"', download.headers["content-disposition"])
-    assert filename and filename.group(1) == f"{world.pk.database_key}-{1:012d}.json"
-    checkpoint = json.loads(download.content)
-    assert checkpoint["format"] == "purgekeeper-ledger-checkpoint"
-    assert checkpoint["head"] == {"seq": 1, "hash": report["head_hash"]}
-    assert [row["purge_id"] for row in checkpoint["rows"]] == [accepted.purge_id]
+    assert filename and filename.group(1) == f"{world.pk.database_key}-{1:012d}.jsonl"
+    header, *rows = [json.loads(line) for line in download.content.splitlines()]
+    assert (header["format"], header["version"]) == ("purgekeeper-ledger-checkpoint", 2)
+    assert header["head"] == {"seq": 1, "hash": report["head_hash"]}
+    assert [row["purge_id"] for row in rows] == [accepted.purge_id]
     assert not any(name.startswith("purgekeeper-checkpoint-") for name in os.listdir(tempfile.gettempdir()))
 
-    merged = ok(client.post("/v1/ledger/merge", files=[("files", ("mine.json", download.content, "application/json"))]))
-    assert merged["files"] == ["mine.json"]
+    merged = ok(
+        client.post("/v1/ledger/merge", files=[("files", ("mine.jsonl", download.content, "application/x-ndjson"))])
+    )
+    assert merged["files"] == ["mine.jsonl"]
     assert merged["appended"] == [] and merged["already_known"] == 1
     assert merged["sources"] == [world.pk.database_key]
 

@@ -41,7 +41,7 @@ STEP_KINDS = ("bodies", "attachments", "memory")
 @pytest.fixture
 def client(pk: Pk) -> Iterator[TestClient]:
     app = FastAPI()
-    app.include_router(metrics.router(pk, TOKENS, verify_max_age=dt.timedelta(0)))
+    app.include_router(metrics.router(pk, TOKENS))
     with TestClient(app) as test_client:
         yield test_client
 
@@ -228,17 +228,22 @@ def test_stalled_purges_and_the_oldest_due_age_use_the_database_clock(pk: Pk, cl
     assert [p.stalled for p in (pk.status(stalled), pk.status(recent))] == [True, False]
 
 
-def test_a_tampered_ledger_fails_verification_and_once_the_gate_sees_it_closes_messaging(
+def test_a_tampered_ledger_fails_verification_once_the_audit_reaches_it_and_closes_messaging(
     pk: Pk, client: TestClient
 ) -> None:
     for conversation_id in ("c1", "c2"):
         purge_new_event(pk, conversation_id)
     assert value(scrape(client), "messaging_available") == 1
+    pk.gate.stop_audit()  # the test takes the audit's steps itself
+    pk.gate.audit_step()
+    assert (value(scrape(client), "ledger_verified"), value(scrape(client), "ledger_audited_rows")) == (1, 2)
     tamper_ledger(pk, "UPDATE purge_ledger SET reason = 'nothing happened' WHERE seq = 2")
+    pk.gate.audit_cycle = 0  # the next round starts now (after AUDIT_CYCLE otherwise)
+    pk.gate.audit_step()
     samples = scrape(client)
     assert (value(samples, "ledger_verified"), value(samples, "ledger_rows")) == (0, 2)
-    assert not pk.gate.evaluate().open  # as at the next start, or after a merge
-    assert value(scrape(client), "messaging_available") == 0
+    assert value(samples, "messaging_available") == 0  # the audit closed the gate
+    assert not pk.gate.evaluate().open  # and the full check agrees
 
 
 def test_a_merge_under_way_closes_messaging_at_once(pk: Pk, client: TestClient) -> None:
@@ -251,15 +256,19 @@ def test_a_merge_under_way_closes_messaging_at_once(pk: Pk, client: TestClient) 
         pk.read_conversation("c1")  # the metric tells what a read meets
 
 
-def test_a_remembered_verification_is_reused_only_while_the_head_is_unchanged(pk: Pk) -> None:
-    purge_new_event(pk, "c1")
-    check = metrics.LedgerCheck(pk, max_age=dt.timedelta(hours=1))
-    first = check.report((1, "head-1"))
-    assert first.ok
+def test_the_audit_walks_the_chain_a_step_at_a_time_and_remembers_what_it_verified(pk: Pk) -> None:
+    for conversation_id in ("c1", "c2", "c3"):
+        purge_new_event(pk, conversation_id)
+    pk.gate.stop_audit()  # the test takes the audit's steps itself
+    pk.gate.audit_rows = 2
+    assert pk.gate.audit_step() == (2, ())
+    assert pk.gate.audit_step() == (3, ())
     tamper_ledger(pk, "UPDATE purge_ledger SET reason = 'nothing happened' WHERE seq = 1")
-    assert check.report((1, "head-1")) is first  # the same head, within max_age: not walked again
-    assert not check.report((2, "head-2")).ok  # the head moved: walked again
-    assert not metrics.LedgerCheck(pk, max_age=dt.timedelta(0)).report((1, "head-1")).ok
+    assert pk.gate.audit_step() == (3, ()), "the verified prefix is not walked again in this round"
+    pk.gate.audit_cycle = 0
+    seq, problems = pk.gate.audit_step()  # a new round
+    assert seq == 0 and any("tampered row at seq 1" in problem for problem in problems)
+    assert metrics.LedgerCheck(pk).report((3, "")).ok is False
 
 
 def test_a_scrape_runs_the_same_few_statements_however_many_purges_exist(pk: Pk, client: TestClient) -> None:
@@ -290,7 +299,7 @@ def test_a_database_fault_is_a_503_with_the_error_body(
     def busy(*args: Any, **kwargs: Any) -> Any:
         raise commands.InfrastructureError("the database stayed busy after 5 attempts")
 
-    monkeypatch.setattr(pk, "verify_ledger", busy)
+    monkeypatch.setattr(metrics, "step_totals", busy)
     response = client.get("/metrics", headers={"Authorization": f"Bearer {OPERATOR}"})
     assert response.status_code == 503
     assert response.json() == {"error": "infrastructure_error", "detail": "the database stayed busy after 5 attempts"}
