@@ -86,14 +86,9 @@ class Event:
 
     @classmethod
     def from_row(cls, row: Row[Any], attachments: Sequence[Attachment] = ()) -> Event:
-        return cls(
-            id=row.id,
-            provider_event_id=row.provider_event_id,
-            author=row.author,
-            occurred_at=row.occurred_at,
-            body=row.body,
-            attachments=tuple(attachments),
-        )
+        """From a row whose first columns are ``schema.content.EVENT_COLUMNS``, in order
+        (positional: a read of 10,000 events makes 10,000 of these)."""
+        return cls(row[0], row[1], row[2], row[3], row[4], tuple(attachments) if attachments else ())
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,20 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, Table, and_, exists, func, insert, literal_column, not_, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    Table,
+    and_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    literal_column,
+    not_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.states import BlobState, ConversationState, TombstoneKind
@@ -121,19 +134,9 @@ def placement_exists(conn: Connection, event_id: str, conversation_id: str) -> b
     return conn.execute(query).first() is not None
 
 
-def readable_events(conn: Connection, conversation_id: str) -> list[Row[Any]]:
-    """The conversation's events that no purge fences, in time order."""
-    query = (
-        select(events)
-        .join(placements, placements.c.event_id == events.c.id)
-        .join(conversations, conversations.c.id == placements.c.conversation_id)
-        .where(placements.c.conversation_id == conversation_id)
-        .where(NOT_PURGED)
-        .where(not_(_tombstone_exists(TombstoneKind.CONVERSATION, conversations.c.id)))
-        .where(not_(_tombstone_exists(TombstoneKind.EVENT, events.c.id)))
-        .order_by(events.c.occurred_at, events.c.id)
-    )
-    return list(conn.execute(query))
+def readable_events(conn: Connection, conversation_id: str) -> Sequence[Row[Any]]:
+    """The conversation's events that no purge fences, in time order (``EVENT_COLUMNS``)."""
+    return conn.execute(_READABLE_EVENTS, {"conversation_id": conversation_id}).all()
 
 
 def live_event(event_id: Any) -> Any:
@@ -154,6 +157,21 @@ def is_event_live(conn: Connection, event_id: str) -> bool:
 
 def _tombstone_exists(kind: TombstoneKind, id_expr: Any) -> Any:
     return exists().where(tombstones.c.kind == kind.value).where(tombstones.c.id == id_expr)
+
+
+# The reads of every content call are built once (a statement's construction costs as
+# much as its execution on a small conversation); SQLAlchemy caches their compiled form.
+EVENT_COLUMNS = (events.c.id, events.c.provider_event_id, events.c.author, events.c.occurred_at, events.c.body)
+_READABLE_EVENTS = (
+    select(*EVENT_COLUMNS)
+    .join(placements, placements.c.event_id == events.c.id)
+    .join(conversations, conversations.c.id == placements.c.conversation_id)
+    .where(placements.c.conversation_id == bindparam("conversation_id"))
+    .where(NOT_PURGED)
+    .where(not_(_tombstone_exists(TombstoneKind.CONVERSATION, conversations.c.id)))
+    .where(not_(_tombstone_exists(TombstoneKind.EVENT, events.c.id)))
+    .order_by(events.c.occurred_at, events.c.id)
+)
 
 
 # -- blobs and attachments ----------------------------------------------------------------
@@ -224,19 +242,21 @@ def attachments_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]
     return list(conn.execute(query))
 
 
-def attachments_in_conversation(conn: Connection, conversation_id: str) -> list[Row[Any]]:
+def attachments_in_conversation(conn: Connection, conversation_id: str) -> Sequence[Row[Any]]:
     """The attachments whose bytes are present of the events placed in this conversation,
     with their blob's size, by event and position: one join through the placements index (a
     reader keeps those of the events it returns), never a list of event ids as parameters."""
-    query = (
-        select(attachments, blobs.c.size)
-        .join(placements, placements.c.event_id == attachments.c.event_id)
-        .join(blobs, blobs.c.id == attachments.c.blob_id)
-        .where(placements.c.conversation_id == conversation_id)
-        .where(blobs.c.state == BlobState.PRESENT.value)
-        .order_by(attachments.c.event_id, attachments.c.position)
-    )
-    return list(conn.execute(query))
+    return conn.execute(_ATTACHMENTS_IN_CONVERSATION, {"conversation_id": conversation_id}).all()
+
+
+_ATTACHMENTS_IN_CONVERSATION = (
+    select(attachments, blobs.c.size)
+    .join(placements, placements.c.event_id == attachments.c.event_id)
+    .join(blobs, blobs.c.id == attachments.c.blob_id)
+    .where(placements.c.conversation_id == bindparam("conversation_id"))
+    .where(blobs.c.state == BlobState.PRESENT.value)
+    .order_by(attachments.c.event_id, attachments.c.position)
+)
 
 
 def attachment_with_blob(conn: Connection, attachment_id: str) -> Any:

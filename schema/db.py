@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import QueuePool
 from tenacity import (
     RetryError,
     Retrying,
@@ -268,9 +268,12 @@ def redacted_or_raw(url: str) -> str:
 
 
 def _sqlite_engine(url: str, busy_timeout_ms: int) -> Engine:
-    # One connection per use: SQLite connections are cheap and NullPool keeps no file
-    # handle open across tests, threads or a restore.
-    engine = create_engine(url, poolclass=NullPool, connect_args={"check_same_thread": False})
+    # A small pool: opening a connection and setting its pragmas costs several times a small
+    # read, on every content call. ``dispose()`` closes the idle ones (before a restore puts
+    # another file in place: see README, "Restore").
+    engine = create_engine(
+        url, poolclass=QueuePool, pool_size=5, max_overflow=15, connect_args={"check_same_thread": False}
+    )
     event.listen(engine, "connect", functools.partial(_sqlite_on_connect, busy_timeout_ms=busy_timeout_ms))
     event.listen(engine, "begin", _on_begin)
     return engine
