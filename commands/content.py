@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 
 from sqlalchemy import Connection
 
-from commands import validation
+from commands import collection, validation
 from commands.attachments import NewAttachment, StagedBlob, stage
 from commands.gate import Gate
 from commands.records import (
@@ -35,6 +35,7 @@ from schema.errors import (
     ValidationError,
 )
 from schema.states import (
+    Binding,
     BlobState,
     ConversationKind,
     ConversationState,
@@ -150,13 +151,14 @@ class ContentCommands:
         staged = [stage(a) for a in new]
 
         def work(conn: Connection) -> tuple[Event, set[str]]:
-            self.gate.require_open(conn)
+            head = self.gate.require_open(conn, q.HEAD_WITH_CONVERSATION, {"conversation_id": conversation_id})
             used: set[str] = set()  # fresh on every attempt: a rolled-back attempt bound nothing
             if provider_event_id is not None:
                 duplicate = _duplicate_delivery(conn, provider_event_id)
                 if duplicate is not None:
                     return _event_with_attachments(conn, duplicate), used
-            _require_conversation(conn, conversation_id)
+            if not head.conversation_known:  # the triggers refuse a purged or deleted one
+                raise NotFound(f"no conversation {conversation_id}")
             inserted = q.insert_event(
                 conn, event_id=event_id, provider_event_id=provider_event_id, author=author, occurred_at=when, body=body
             )
@@ -165,7 +167,9 @@ class ContentCommands:
             q.insert_placement(conn, event_id, conversation_id)
             for position, (attachment, blob) in enumerate(zip(new, staged, strict=True)):
                 _bind(conn, event_id, attachment, blob, used, position)
-            return _event_with_attachments(conn, q.event_row(conn, event_id)), used
+            # what was just written, as a read would return it (no read back: the values are known)
+            bound = _attachments_by_event(conn, [event_id]).get(event_id, ()) if new else ()
+            return Event(event_id, provider_event_id, author, when, body, tuple(bound)), used
 
         self._write_staged(new, staged)
         try:
@@ -194,11 +198,10 @@ class ContentCommands:
     def read_conversation(self, conversation_id: str) -> list[Event]:
         """The conversation's events that no purge fences; ``[]`` for a purged one."""
         validation.check_id(conversation_id, "conversation_id")
-        with self.db.read() as conn:
-            self.gate.require_open(conn)
-            rows = q.readable_events(conn, conversation_id)
-            by_event = _grouped(q.attachments_in_conversation(conn, conversation_id)) if rows else {}
-        return [Event.from_row(row, by_event.get(row.id, ())) for row in rows]
+        with self.db.single() as conn, collection.paused():  # the rows and events hold no cycles
+            read = q.read_conversation(conn, conversation_id)
+            self.gate.check_values(conn, read.seq, read.head_hash, read.gate_reason)  # before anything is returned
+            return _events_of(read)
 
     def open_attachment(self, attachment_id: str) -> BinaryIO:
         """The attachment's bytes as a binary file; ``ContentPurged`` once it is fenced."""
@@ -425,6 +428,18 @@ def _blob_for(conn: Connection, attachment: NewAttachment, blob: StagedBlob | No
 def _event_with_attachments(conn: Connection, row: Any) -> Event:
     by_event = _attachments_by_event(conn, [row.id])
     return Event.from_row(row, by_event.get(row.id, ()))
+
+
+def _events_of(read: q.ConversationRead) -> list[Event]:
+    """The events of a conversation read, each with its attachments."""
+    attached: dict[str, list[Attachment]] = defaultdict(list)
+    for row in read.attachments:  # part, id, event_id, blob_id, binding, name, -, size
+        attached[row[2]].append(Attachment(row[1], row[3], Binding(row[4]), row[5], int(row[7])))
+    when = q.utc_from_text
+    return [  # part, id, provider_event_id, author, body, -, occurred_at
+        Event(row[1], row[2], row[3], when(row[6]), row[4], tuple(attached[row[1]]) if row[1] in attached else ())
+        for row in read.events
+    ]
 
 
 def _attachments_by_event(conn: Connection, event_ids: Sequence[str]) -> dict[str, list[Attachment]]:

@@ -41,8 +41,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, Executable, Row, select
 
 from schema import ledger
 from schema.db import Database
@@ -117,11 +118,21 @@ class Gate:
 
     # -- the O(1) check ----------------------------------------------------------------------
 
-    def require_open(self, conn: Connection) -> None:
+    def require_open(
+        self, conn: Connection, statement: Executable = _HEAD_GATE, params: dict[str, Any] | None = None
+    ) -> Row[Any]:
         """For a content read or write: one primary-key read of the head, in its transaction,
-        and a stat of the copy's head file."""
-        row = conn.execute(_HEAD_GATE).one()
+        and a stat of the copy's head file. ``statement`` may read more in the same row (its
+        first columns are the head's ``seq``, ``head_hash`` and ``gate_reason``); the row is
+        returned."""
+        row = conn.execute(statement, params).one()
         self._check(conn, int(row.seq), row.head_hash, row.gate_reason)
+        return row
+
+    def check_values(self, conn: Connection, seq: int, head_hash: str, gate_reason: str | None) -> None:
+        """For a content read whose own statement read the head too, in the same snapshot
+        as the content (the content is returned only if this passes)."""
+        self._check(conn, int(seq), head_hash, gate_reason)
 
     def check_head(self, conn: Connection, head: ledger.Head) -> None:
         """For a purge acceptance, with the head row it has locked anyway."""

@@ -9,26 +9,36 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Integer,
     Row,
     Table,
+    Text,
     and_,
     bindparam,
+    cast,
     exists,
     func,
     insert,
+    literal,
     literal_column,
     not_,
+    null,
+    or_,
     select,
+    type_coerce,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.states import BlobState, ConversationState, TombstoneKind
 from schema.tables import (
+    UtcDateTime,
     admissions,
     attachments,
     blobs,
@@ -37,6 +47,7 @@ from schema.tables import (
     derivative_sources,
     derivatives,
     events,
+    ledger_head,
     placements,
     runs,
     tombstones,
@@ -134,9 +145,40 @@ def placement_exists(conn: Connection, event_id: str, conversation_id: str) -> b
     return conn.execute(query).first() is not None
 
 
-def readable_events(conn: Connection, conversation_id: str) -> Sequence[Row[Any]]:
+def readable_events(conn: Connection, conversation_id: str) -> Sequence[Any]:
     """The conversation's events that no purge fences, in time order (``EVENT_COLUMNS``)."""
     return conn.execute(_READABLE_EVENTS, {"conversation_id": conversation_id}).all()
+
+
+@dataclass(frozen=True)
+class ConversationRead:
+    """A read of a conversation: the ledger head as the same snapshot saw it (for the gate),
+    the readable events in time order as ``(id, provider_event_id, author, body,
+    occurred_at)`` and the attachments of events placed there whose bytes are present, in
+    position order, as ``(id, event_id, blob_id, binding, name, size)``."""
+
+    seq: int
+    head_hash: str
+    gate_reason: str | None
+    events: Sequence[Any]
+    attachments: Sequence[Any]
+
+
+def read_conversation(conn: Connection, conversation_id: str) -> ConversationRead:
+    """PostgreSQL: ONE statement (``_CONVERSATION_READ``), run outside an explicit
+    transaction by ``Database.single``, so a read is one round trip. SQLite, in process,
+    has no round trips to save: three statements are faster there than the union's sort."""
+    params = {"conversation_id": conversation_id}
+    if conn.dialect.name == "sqlite":
+        head = conn.execute(_HEAD_OF_READ).one()
+        found = conn.execute(_READABLE_EVENTS_AS_PARTS, params).all()
+        attached = conn.execute(_ATTACHMENTS_PART.order_by(attachments.c.position), params).all() if found else []
+        return ConversationRead(head.n, head.t1, head.t2, found, attached)
+    rows = conn.execute(_CONVERSATION_READ, params).all()
+    head, found, attached = rows[0], [], []
+    for row in rows[1:]:
+        (found if row[0] == 1 else attached).append(row)
+    return ConversationRead(head.n, head.t1, head.t2, found, attached)
 
 
 def live_event(event_id: Any) -> Any:
@@ -173,6 +215,113 @@ _READABLE_EVENTS = (
     .order_by(events.c.occurred_at, events.c.id)
 )
 
+
+# The gate's head read of an ingest, with whether its conversation id is known (a row, or a
+# conversation or channel tombstone: the triggers refuse those): one statement, not two.
+HEAD_WITH_CONVERSATION = select(
+    ledger_head.c.seq,
+    ledger_head.c.head_hash,
+    ledger_head.c.gate_reason,
+    or_(
+        exists().where(conversations.c.id == bindparam("conversation_id")),
+        exists().where(
+            tombstones.c.kind.in_([TombstoneKind.CONVERSATION.value, TombstoneKind.CHANNEL.value]),
+            tombstones.c.id == bindparam("conversation_id"),
+        ),
+    ).label("conversation_known"),
+).where(ledger_head.c.id == 1)
+
+
+# A read of a conversation as ONE statement: the head's row first (``part`` 0, for the gate),
+# then the events (``part`` 1), then the attachments of events placed there whose bytes are
+# present (``part`` 2). One snapshot, and on PostgreSQL one round trip (no BEGIN and COMMIT:
+# see ``Database.single``). The parts share eight columns, so a row of 10,000 is no wider
+# than an event's:
+#
+#   column      head         event               attachment
+#   t1          head_hash    id                  id
+#   t2          gate_reason  provider_event_id   event_id
+#   t3                       author              blob_id
+#   t4                       body                binding
+#   t5                                           name
+#   at                       occurred_at
+#   n           seq                              size
+#   k                                            position
+_HEAD_PART = select(
+    literal(0).label("part"),
+    ledger_head.c.head_hash.label("t1"),
+    ledger_head.c.gate_reason.label("t2"),
+    cast(null(), Text()).label("t3"),
+    cast(null(), Text()).label("t4"),
+    cast(null(), Text()).label("t5"),
+    cast(null(), UtcDateTime()).label("at"),
+    ledger_head.c.seq.label("n"),
+    cast(null(), Integer()).label("k"),
+).where(ledger_head.c.id == 1)
+_EVENTS_PART = _READABLE_EVENTS.order_by(None).with_only_columns(
+    literal(1),
+    events.c.id,
+    events.c.provider_event_id,
+    events.c.author,
+    events.c.body,
+    null(),
+    events.c.occurred_at,
+    null(),
+    null(),
+)
+_ATTACHMENTS_PART = (
+    select(
+        literal(2),
+        attachments.c.id,
+        attachments.c.event_id,
+        attachments.c.blob_id,
+        attachments.c.binding,
+        attachments.c.name,
+        null(),
+        blobs.c.size,
+        attachments.c.position,
+    )
+    .join(placements, placements.c.event_id == attachments.c.event_id)
+    .join(blobs, blobs.c.id == attachments.c.blob_id)
+    .where(placements.c.conversation_id == bindparam("conversation_id"))
+    .where(blobs.c.state == BlobState.PRESENT.value)
+)
+_HEAD_OF_READ = _HEAD_PART
+# SQLite: occurred_at as its stored text (UTC, naive), parsed by the caller in one C call
+# (``utc_from_text``): the type's two processors cost more than the rest of the row.
+_READABLE_EVENTS_AS_PARTS = (
+    _READABLE_EVENTS.order_by(None)
+    .with_only_columns(
+        literal(1),
+        events.c.id,
+        events.c.provider_event_id,
+        events.c.author,
+        events.c.body,
+        null(),
+        type_coerce(events.c.occurred_at, Text()),
+        null(),
+        null(),
+    )
+    .order_by(events.c.occurred_at, events.c.id)
+)
+
+
+def utc_from_text(value: Any) -> Any:
+    """A timestamp as a read gives it: a datetime already, or SQLite's stored text (naive
+    UTC as this code writes it; any other ISO form a raw writer left is read as
+    ``UtcDateTime`` reads it)."""
+    if value.__class__ is not str:
+        return value
+    try:
+        return dt.datetime.fromisoformat(value + "+00:00")
+    except ValueError:
+        parsed = dt.datetime.fromisoformat(value)
+        return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
+
+
+_PARTS = union_all(_HEAD_PART, _EVENTS_PART, _ATTACHMENTS_PART).subquery("parts")
+# events by (occurred_at, id); attachments by position (within each event, as listed)
+_CONVERSATION_READ = select(*_PARTS.c).order_by(_PARTS.c.part, _PARTS.c.at, _PARTS.c.k, _PARTS.c.t1)
 
 # -- blobs and attachments ----------------------------------------------------------------
 
@@ -242,7 +391,7 @@ def attachments_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]
     return list(conn.execute(query))
 
 
-def attachments_in_conversation(conn: Connection, conversation_id: str) -> Sequence[Row[Any]]:
+def attachments_in_conversation(conn: Connection, conversation_id: str) -> Sequence[Any]:
     """The attachments whose bytes are present of the events placed in this conversation,
     with their blob's size, by event and position: one join through the placements index (a
     reader keeps those of the events it returns), never a list of event ids as parameters."""

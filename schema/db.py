@@ -136,6 +136,18 @@ class Database:
                 yield conn
 
     @contextlib.contextmanager
+    def single(self) -> Iterator[Connection]:
+        """A connection for ONE read statement, which is its own snapshot: on PostgreSQL
+        outside any explicit transaction (autocommit), so a read costs one round trip and not
+        three (BEGIN, the statement, COMMIT); on SQLite a read transaction as ``read``."""
+        if self.is_sqlite:
+            with self.read() as conn:
+                yield conn
+            return
+        with _translated(), self.engine.connect() as conn:
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
+    @contextlib.contextmanager
     def exclusive(self, name: str) -> Iterator[bool]:
         """Hold a lock that only one process at a time gets, for as long as the block runs,
         released by the operating system or the server if the process dies (a PostgreSQL

@@ -33,11 +33,33 @@ class IdList(TypeDecorator[list[str]]):
     cache_ok = True
 
     def process_bind_param(self, value: Iterable[str] | None, dialect: Dialect) -> Any:
-        ids = [str(v) for v in value or ()]
-        return array_literal(ids) if dialect.name == "postgresql" else json.dumps(ids)
+        if isinstance(value, Ids):
+            return value.encoded(dialect.name)
+        return _encoded([str(v) for v in value or ()], dialect.name)
 
     def bind_expression(self, bindvalue: BindParameter[Any]) -> Any:
         return _id_array(bindvalue)
+
+
+def _encoded(ids: Sequence[str], dialect_name: str) -> str:
+    return array_literal(ids) if dialect_name == "postgresql" else json.dumps(ids)
+
+
+class Ids(list[str]):
+    """A list of ids that keeps its encoding once made: a purge's report binds the same
+    thousand ids to six statements, and each would encode them again."""
+
+    __slots__ = ("_encodings",)
+
+    def __init__(self, ids: Iterable[str] = ()) -> None:
+        super().__init__(str(i) for i in ids)
+        self._encodings: dict[str, str] = {}
+
+    def encoded(self, dialect_name: str) -> str:
+        found = self._encodings.get(dialect_name)
+        if found is None:
+            found = self._encodings[dialect_name] = _encoded(self, dialect_name)
+        return found
 
 
 def array_literal(ids: Sequence[str]) -> str:
@@ -93,3 +115,18 @@ def _among_postgresql(element: among, compiler: SQLCompiler, **kw: Any) -> str:
 def _among_default(element: among, compiler: SQLCompiler, **kw: Any) -> str:
     column, ids = list(element.clauses)
     return f"{compiler.process(column, **kw)} IN (SELECT value FROM json_each({compiler.process(ids, **kw)}))"
+
+
+class among_many(among):
+    """``among`` for lists of any length (a purge's thousand selected events): on PostgreSQL
+    ``column IN (SELECT unnest(...))``, a join the planner sizes by the list, where ``= ANY``
+    of a long array would be tested row by row against every element of a sequential scan."""
+
+    inherit_cache = True
+    name = "among_many"
+
+
+@compiles(among_many, "postgresql")
+def _among_many_postgresql(element: among_many, compiler: SQLCompiler, **kw: Any) -> str:
+    column, ids = list(element.clauses)
+    return f"{compiler.process(column, **kw)} IN (SELECT unnest({compiler.process(ids, **kw)}))"

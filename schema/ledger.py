@@ -39,8 +39,13 @@ MAX_PROBLEMS = 20
 
 
 def utc_text(moment: dt.datetime) -> str:
-    """``2026-11-30T06:18:18.123456Z``: the one timestamp form the chain hashes."""
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """``2026-11-30T06:18:18.123456Z``: the one timestamp form the chain hashes (a report
+    of a thousand events formats a thousand: ``isoformat`` is the fast path, ``strftime``
+    the definition, and they agree from the year 1000 on)."""
+    utc = moment.astimezone(dt.UTC)
+    if utc.year >= 1000:
+        return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def canonical_json(value: Any) -> str:

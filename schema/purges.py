@@ -23,11 +23,12 @@ from sqlalchemy import (
     insert,
     not_,
     select,
+    text,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.content import live_event, upsert_insert
+from schema.idlists import IdList, Ids, among_many, array_literal
 from schema.states import ACTIVE_RUN_STATUSES, StepKind, StepStatus, TombstoneKind
 from schema.steps import PARKED_UNTIL
 from schema.tables import (
@@ -49,6 +50,11 @@ from schema.tables import (
 )
 
 DEFAULT_MAX_ATTEMPTS = 5
+
+
+def _ids(values: Iterable[str]) -> list[str]:
+    """``values`` as a bound list: an ``Ids`` as it is (it keeps its encoding), else a list."""
+    return values if isinstance(values, Ids) else list(values)
 
 
 def ids_list(values: Iterable[str]) -> list[str]:
@@ -84,9 +90,11 @@ def events_in_conversation(
     return list(conn.scalars(query))
 
 
-# Statements on the confirmation path are built once, with expanding parameters: building a
-# statement costs more than running it.
-EVENT_IDS: Any = bindparam("event_ids", expanding=True)
+# Statements on the confirmation path are built once, each list of ids ONE parameter
+# (``schema.idlists``): building a statement costs more than running it, and an expanding
+# ``IN`` of a thousand ids costs a thousand placeholders to render, send and parse.
+EVENT_IDS: Any = bindparam("event_ids", type_=IdList())
+CONVERSATION_IDS: Any = bindparam("conversation_ids", type_=IdList())
 _fence = tombstones.alias("fence")
 _EVENT_ROWS = (
     select(
@@ -98,32 +106,32 @@ _EVENT_ROWS = (
     )
     # An outer join on the tombstone key: bounded by the scope whatever the statistics say.
     .outerjoin(_fence, and_(_fence.c.kind == TombstoneKind.EVENT.value, _fence.c.id == events.c.id))
-    .where(events.c.id.in_(EVENT_IDS))
+    .where(among_many(events.c.id, EVENT_IDS))
     .order_by(events.c.id)
 )
 _EVENT_ROWS_LOCKED = _EVENT_ROWS.with_for_update(of=events)
 _PLACEMENTS = (
     select(placements.c.event_id, placements.c.conversation_id)
-    .where(placements.c.event_id.in_(EVENT_IDS))
+    .where(among_many(placements.c.event_id, EVENT_IDS))
     .order_by(placements.c.event_id, placements.c.conversation_id)
 )
-_CONVERSATIONS_OF = select(placements.c.conversation_id).where(placements.c.event_id.in_(EVENT_IDS)).distinct()
+_CONVERSATIONS_OF = select(placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS)).distinct()
 _RUN_COLUMNS = (runs.c.conversation_id, runs.c.bot_id, runs.c.status, runs.c.output.is_not(None).label("has_output"))
 _ADMISSIONS = (
     select(admissions.c.id, admissions.c.event_id, admissions.c.run_id, *_RUN_COLUMNS)
     .join(runs, runs.c.id == admissions.c.run_id)
-    .where(admissions.c.event_id.in_(EVENT_IDS))
+    .where(among_many(admissions.c.event_id, EVENT_IDS))
     .order_by(admissions.c.id)
 )
 _ACTIVE_RUNS = select(runs.c.id, *_RUN_COLUMNS).where(runs.c.status.in_(ACTIVE_RUN_STATUSES)).order_by(runs.c.id)
-_ACTIVE_RUNS_IN = _ACTIVE_RUNS.where(runs.c.conversation_id.in_(bindparam("conversation_ids", expanding=True)))
+_ACTIVE_RUNS_IN = _ACTIVE_RUNS.where(among_many(runs.c.conversation_id, CONVERSATION_IDS))
 _ACTIVE_RUNS_OF_BOT = _ACTIVE_RUNS.where(runs.c.bot_id == bindparam("bot_id"))
 _DERIVATIVES = (
     select(derivatives.c.id, derivatives.c.conversation_id, derivatives.c.kind, derivative_sources.c.event_id)
     .join(derivative_sources, derivative_sources.c.derivative_id == derivatives.c.id)
     .where(
         derivatives.c.id.in_(
-            select(derivative_sources.c.derivative_id).where(derivative_sources.c.event_id.in_(EVENT_IDS))
+            select(derivative_sources.c.derivative_id).where(among_many(derivative_sources.c.event_id, EVENT_IDS))
         )
     )
     .order_by(derivatives.c.id, derivative_sources.c.event_id)
@@ -138,48 +146,48 @@ _ATTACHMENTS = (
         blobs.c.size,
     )
     .join(blobs, blobs.c.id == attachments.c.blob_id)
-    .where(attachments.c.event_id.in_(EVENT_IDS))
+    .where(among_many(attachments.c.event_id, EVENT_IDS))
     .order_by(attachments.c.id)
 )
 
 
-def event_rows(conn: Connection, event_ids: Sequence[str], *, lock: bool = False) -> list[Row[Any]]:
+def event_rows(conn: Connection, event_ids: Sequence[str], *, lock: bool = False) -> list[Any]:
     """The events with a flag for an existing fence, by id; with ``lock``, locked FOR UPDATE."""
-    return list(conn.execute(_EVENT_ROWS_LOCKED if lock else _EVENT_ROWS, {"event_ids": list(event_ids)}))
+    return list(conn.execute(_EVENT_ROWS_LOCKED if lock else _EVENT_ROWS, {"event_ids": _ids(event_ids)}).all())
 
 
-def placements_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
-    return list(conn.execute(_PLACEMENTS, {"event_ids": list(event_ids)}))
+def placements_of(conn: Connection, event_ids: Sequence[str]) -> list[Any]:
+    return list(conn.execute(_PLACEMENTS, {"event_ids": _ids(event_ids)}).all())
 
 
-def admissions_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
+def admissions_of(conn: Connection, event_ids: Sequence[str]) -> list[Any]:
     """The admissions of these events, each with its run."""
-    return list(conn.execute(_ADMISSIONS, {"event_ids": list(event_ids)}))
+    return list(conn.execute(_ADMISSIONS, {"event_ids": _ids(event_ids)}).all())
 
 
 def active_runs(conn: Connection, *, conversation_ids: Sequence[str] = (), bot_id: str | None = None) -> list[Row[Any]]:
     """Non-terminal runs in these conversations, or of this bot (partial indexes)."""
     if bot_id is not None:
-        return list(conn.execute(_ACTIVE_RUNS_OF_BOT, {"bot_id": bot_id}))
+        return list(conn.execute(_ACTIVE_RUNS_OF_BOT, {"bot_id": bot_id}).all())
     if not conversation_ids:
         return []
-    return list(conn.execute(_ACTIVE_RUNS_IN, {"conversation_ids": list(conversation_ids)}))
+    return list(conn.execute(_ACTIVE_RUNS_IN, {"conversation_ids": list(conversation_ids)}).all())
 
 
 def active_run_ids(conn: Connection, *, conversation_ids: Sequence[str] = (), bot_id: str | None = None) -> list[str]:
     return [row.id for row in active_runs(conn, conversation_ids=conversation_ids, bot_id=bot_id)]
 
 
-def derivatives_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
+def derivatives_of(conn: Connection, event_ids: Sequence[str]) -> list[Any]:
     """Derivatives with a selected source event, each with all of its source ids."""
-    return list(conn.execute(_DERIVATIVES, {"event_ids": list(event_ids)}))
+    return list(conn.execute(_DERIVATIVES, {"event_ids": _ids(event_ids)}).all())
 
 
-def attachments_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]:
-    return list(conn.execute(_ATTACHMENTS, {"event_ids": list(event_ids)}))
+def attachments_of(conn: Connection, event_ids: Sequence[str]) -> list[Any]:
+    return list(conn.execute(_ATTACHMENTS, {"event_ids": _ids(event_ids)}).all())
 
 
-def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: Sequence[str]) -> list[Row[Any]]:
+def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: Sequence[str]) -> list[Any]:
     """References to these blobs from live events outside the selection, of both binding kinds."""
     query = (
         select(attachments.c.blob_id, attachments.c.id, attachments.c.event_id, attachments.c.binding)
@@ -188,7 +196,7 @@ def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: 
         .where(live_event(attachments.c.event_id))
         .order_by(attachments.c.blob_id, attachments.c.id)
     )
-    return list(conn.execute(query))
+    return list(conn.execute(query).all())
 
 
 # -- locks -----------------------------------------------------------------------------------
@@ -196,13 +204,15 @@ def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: 
 
 _LOCK_CONVERSATIONS = (
     select(conversations.c.id)
-    .where(conversations.c.id.in_(bindparam("conversation_ids", expanding=True)))
+    .where(among_many(conversations.c.id, CONVERSATION_IDS))
     .order_by(conversations.c.id)
     .with_for_update()
 )
 _LOCK_CONVERSATIONS_OF_EVENTS = (
     select(conversations.c.id)
-    .where(conversations.c.id.in_(select(placements.c.conversation_id).where(placements.c.event_id.in_(EVENT_IDS))))
+    .where(
+        conversations.c.id.in_(select(placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS)))
+    )
     .order_by(conversations.c.id)
     .with_for_update()
 )
@@ -219,11 +229,11 @@ def lock_conversations(conn: Connection, conversation_ids: Iterable[str]) -> Non
 
 def lock_conversations_of(conn: Connection, event_ids: Sequence[str]) -> None:
     """Lock the conversations the events are placed in, the same way, in one statement."""
-    conn.execute(_LOCK_CONVERSATIONS_OF_EVENTS, {"event_ids": list(event_ids)})
+    conn.execute(_LOCK_CONVERSATIONS_OF_EVENTS, {"event_ids": _ids(event_ids)})
 
 
 def conversations_of(conn: Connection, event_ids: Sequence[str]) -> list[str]:
-    return list(conn.scalars(_CONVERSATIONS_OF, {"event_ids": list(event_ids)}))
+    return list(conn.scalars(_CONVERSATIONS_OF, {"event_ids": _ids(event_ids)}))
 
 
 def lock_conversation(conn: Connection, conversation_id: str) -> Row[Any] | None:
@@ -260,23 +270,40 @@ def latest_covering_purge(conn: Connection, event_ids: Sequence[str]) -> Any:
     return conn.execute(query).first()
 
 
-_INSERT_TOMBSTONES = {
-    dialect: insert_of(tombstones).on_conflict_do_nothing(index_elements=["kind", "id"])
-    for dialect, insert_of in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
-}
 _INSERT_STEPS = insert(cleanup_steps)
 
 
+# One statement per kind whatever the number of ids: the ids are one parameter (an array
+# literal, or a JSON array on SQLite), unnested by the server.
+_INSERT_TOMBSTONES_OF_IDS = {
+    "postgresql": text(
+        "INSERT INTO tombstones (kind, id, purge_id) SELECT :kind, t.id, :purge_id "
+        "FROM unnest(CAST(:ids AS TEXT[])) WITH ORDINALITY AS t(id, n) ORDER BY t.n "
+        "ON CONFLICT (kind, id) DO NOTHING"
+    ),
+    "sqlite": text(
+        "INSERT INTO tombstones (kind, id, purge_id) SELECT :kind, value, :purge_id "
+        "FROM json_each(:ids) WHERE true ON CONFLICT (kind, id) DO NOTHING"
+    ),
+}
+
+
 def insert_tombstones(conn: Connection, purge_id: str, by_kind: Mapping[TombstoneKind, Iterable[str]]) -> None:
-    """Tombstone the ids in one statement; an id that already has its tombstone keeps it."""
-    rows = [{"kind": kind.value, "id": the_id, "purge_id": purge_id} for kind, ids in by_kind.items() for the_id in ids]
-    if rows:  # executemany: one cached statement, sent in one batch
-        conn.execute(_INSERT_TOMBSTONES[conn.dialect.name], rows)
+    """Tombstone the ids, one statement per kind; an id that already has its tombstone keeps
+    it."""
+    postgresql_ = conn.dialect.name == "postgresql"
+    for kind, ids in by_kind.items():
+        listed = [str(the_id) for the_id in ids]
+        if listed:
+            encoded = array_literal(listed) if postgresql_ else json.dumps(listed)
+            conn.execute(
+                _INSERT_TOMBSTONES_OF_IDS[conn.dialect.name], {"kind": kind.value, "ids": encoded, "purge_id": purge_id}
+            )
 
 
 _BUMP_VERSIONS = (
     update(conversations)
-    .where(conversations.c.id.in_(bindparam("conversation_ids", expanding=True)), conversations.c.state == "active")
+    .where(among_many(conversations.c.id, CONVERSATION_IDS), conversations.c.state == "active")
     .values(version=conversations.c.version + 1)
 )
 
@@ -342,7 +369,7 @@ def steps_of(conn: Connection, purge_ids: Sequence[str]) -> list[Row[Any]]:
         .where(cleanup_steps.c.purge_id.in_(list(purge_ids)))
         .order_by(cleanup_steps.c.purge_id, cleanup_steps.c.kind)
     )
-    return list(conn.execute(query))
+    return list(conn.execute(query).all())
 
 
 def derived_status_filter(status: str) -> Any:
@@ -367,7 +394,7 @@ def list_ledger(conn: Connection, *, status: str | None, limit: int, before_seq:
         query = query.where(derived_status_filter(status))
     if before_seq is not None:
         query = query.where(purge_ledger.c.seq < before_seq)
-    return list(conn.execute(query))
+    return list(conn.execute(query).all())
 
 
 def record_audit(
