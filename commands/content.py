@@ -151,19 +151,35 @@ class ContentCommands:
         staged = [stage(a) for a in new]
 
         def work(conn: Connection) -> tuple[Event, set[str]]:
-            head = self.gate.require_open(conn, q.HEAD_WITH_CONVERSATION, {"conversation_id": conversation_id})
             used: set[str] = set()  # fresh on every attempt: a rolled-back attempt bound nothing
-            if provider_event_id is not None:
-                duplicate = _duplicate_delivery(conn, provider_event_id)
-                if duplicate is not None:
-                    return _event_with_attachments(conn, duplicate), used
-            if not head.conversation_known:  # the triggers refuse a purged or deleted one
-                raise NotFound(f"no conversation {conversation_id}")
-            inserted = q.insert_event(
-                conn, event_id=event_id, provider_event_id=provider_event_id, author=author, occurred_at=when, body=body
-            )
-            if not inserted:  # a concurrent delivery of the same provider event won
-                return _event_with_attachments(conn, _duplicate_delivery(conn, provider_event_id or "")), used
+            if provider_event_id is None and conn.dialect.name == "postgresql":
+                # one round trip less: the insert returns the head and whether the conversation
+                # is known, and the gate is checked before anything else is written (a closed
+                # gate rolls the insert back; the fence triggers may refuse it first)
+                head = q.insert_event_reading_head(
+                    conn, event_id=event_id, author=author, occurred_at=when, body=body, conversation_id=conversation_id
+                )
+                self.gate.check_values(conn, head.seq, head.head_hash, head.gate_reason)
+                if not head.conversation_known:
+                    raise NotFound(f"no conversation {conversation_id}")
+            else:
+                head = self.gate.require_open(conn, q.HEAD_WITH_CONVERSATION, {"conversation_id": conversation_id})
+                if provider_event_id is not None:
+                    duplicate = _duplicate_delivery(conn, provider_event_id)
+                    if duplicate is not None:
+                        return _event_with_attachments(conn, duplicate), used
+                if not head.conversation_known:  # the triggers refuse a purged or deleted one
+                    raise NotFound(f"no conversation {conversation_id}")
+                inserted = q.insert_event(
+                    conn,
+                    event_id=event_id,
+                    provider_event_id=provider_event_id,
+                    author=author,
+                    occurred_at=when,
+                    body=body,
+                )
+                if not inserted:  # a concurrent delivery of the same provider event won
+                    return _event_with_attachments(conn, _duplicate_delivery(conn, provider_event_id or "")), used
             q.insert_placement(conn, event_id, conversation_id)
             for position, (attachment, blob) in enumerate(zip(new, staged, strict=True)):
                 _bind(conn, event_id, attachment, blob, used, position)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,10 @@ from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
 from workers import ledger_copy, memory
 
 log = logging.getLogger(__name__)
+
+# The row this thread's acceptance appended in its committed transaction: copied out as it
+# is, without reading it back (``_copy_out``; any doubt, and the copy reads the database).
+_appended = threading.local()
 
 MAX_ACTOR_LENGTH = 200
 MAX_REASON_LENGTH = 1000
@@ -305,8 +310,13 @@ class PurgeCommands:
     def _copy_out(self, acceptance: Acceptance) -> None:
         """After the commit, never before: a row may be outside and not yet in a database
         that was later restored, never the reverse. A failure leaves the purge accepted."""
+        written = getattr(_appended, "entry", None)
+        _appended.entry = None
         try:
-            ledger_copy.catch_up(self.db, self.copy, upto=acceptance.ledger_seq)
+            if written is not None and (written.seq, written.purge_id) == (acceptance.ledger_seq, acceptance.purge_id):
+                ledger_copy.catch_up(self.db, self.copy, upto=acceptance.ledger_seq, committed=written)
+            else:
+                ledger_copy.catch_up(self.db, self.copy, upto=acceptance.ledger_seq)
         except (OSError, ledger_copy.CopyInvalid, ledger_copy.CopyDiverged, PurgekeeperError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise LedgerNotCopied(
@@ -407,7 +417,7 @@ def _append(
     digest: str = "",
     purge_id: str | None = None,
 ) -> ledger.LedgerEntry:
-    return ledger.append(
+    entry = ledger.append(
         conn,
         head,
         purge_id=purge_id or uuid.uuid4().hex,
@@ -420,6 +430,8 @@ def _append(
         idempotency_key=causal.idempotency_key,
         origin=causal.origin,
     )
+    _appended.entry = entry  # this thread's acceptance copies it out once committed
+    return entry
 
 
 def _accept_content(

@@ -24,7 +24,7 @@ from schema import content as q
 from schema import purges as pq
 from schema.errors import ConversationPurged, NotFound, ValidationError
 from schema.idlists import Ids
-from schema.ledger import canonical_json, sha256_hex
+from schema.ledger import canonical_json, sha256_hex, utc_text
 from schema.states import ConversationState, RunStatus, TombstoneKind
 
 MAX_SCOPE_EVENTS = 10_000
@@ -197,10 +197,12 @@ def build_report(conn: Connection, scope: EventScope, *, lock: bool = False) -> 
     order, and the report is read under those locks."""
     event_ids, rows = _select_events(conn, scope, lock=lock)
     placements = _group(pq.placements_of(conn, event_ids), "event_id", "conversation_id")
-    events = tuple(
-        PreviewEvent(r.id, r.provider_event_id, r.author, r.occurred_at, tuple(placements[r.id]), bool(r.fenced))
-        for r in rows
-    )
+    events = []
+    hashed_events = []  # what _hashable makes of each event, made here in the same pass
+    for event_id, provider_id, author, occurred_at, fenced in rows:  # pq.event_rows' columns
+        where = tuple(placements[event_id])
+        events.append(PreviewEvent(event_id, provider_id, author, occurred_at, where, bool(fenced)))
+        hashed_events.append(_hashed_event(event_id, provider_id, author, occurred_at, where))
     admitted = pq.admissions_of(conn, event_ids)
     admissions = tuple(PreviewAdmission(r.id, r.event_id, r.run_id) for r in admitted)
     runs = {r.run_id: PreviewRun(r.run_id, r.conversation_id, r.bot_id, r.status, bool(r.has_output)) for r in admitted}
@@ -209,8 +211,9 @@ def build_report(conn: Connection, scope: EventScope, *, lock: bool = False) -> 
     blocking.update({run.id: run for run in runs.values() if not RunStatus(run.status).is_terminal})
     exclusive, shared = _attachments(conn, event_ids)
     return _with_digest(
+        {"events": hashed_events},
         scope=scope,
-        events=events,
+        events=tuple(events),
         admissions=admissions,
         runs=tuple(runs[run_id] for run_id in sorted(runs)),
         derivatives=_derivatives(conn, event_ids),
@@ -276,8 +279,12 @@ def _run(row: Any) -> PreviewRun:
 
 def _group(rows: Sequence[Any], key: str, value: str) -> dict[str, list[str]]:
     grouped: dict[str, list[str]] = defaultdict(list)
+    if not rows:
+        return grouped
+    fields = rows[0]._fields
+    at_key, at_value = fields.index(key), fields.index(value)  # by position: a thousand rows
     for row in rows:
-        grouped[getattr(row, key)].append(getattr(row, value))
+        grouped[row[at_key]].append(row[at_value])
     return grouped
 
 
@@ -305,8 +312,27 @@ def _attachments(
     return tuple(exclusive), tuple(shared)
 
 
-def _with_digest(**sections: Any) -> PurgePreview:
-    hashed = {name: _hashable(value) for name, value in sections.items() if name != "scope"}
+def _hashed_event(
+    event_id: str, provider_event_id: str | None, author: str, occurred_at: dt.datetime, placements: tuple[str, ...]
+) -> dict[str, Any]:
+    """What ``_hashable`` makes of a ``PreviewEvent`` (its canonical JSON is the same)."""
+    return {
+        "id": event_id,
+        "provider_event_id": provider_event_id,
+        "author": author,
+        "occurred_at": utc_text(occurred_at),
+        "placements": placements,
+    }
+
+
+def _with_digest(hashed_already: dict[str, Any], **sections: Any) -> PurgePreview:
+    """The preview and its digest; ``hashed_already`` holds sections in the form _hashable
+    would give them (a thousand events, made in the pass that made the events)."""
+    hashed = {
+        name: hashed_already[name] if name in hashed_already else _hashable(value)
+        for name, value in sections.items()
+        if name != "scope"
+    }
     hashed["scope"] = sections["scope"].canonical()
     hashed["digest_version"] = DIGEST_VERSION
     return PurgePreview(**sections, scope_digest=sha256_hex(canonical_json(hashed)))

@@ -123,10 +123,32 @@ def insert_event(
         "occurred_at": occurred_at,
         "body": body,
     }
-    statement = upsert_insert(conn, events).values(**values)
-    if provider_event_id is not None:
-        statement = statement.on_conflict_do_nothing(index_elements=["provider_event_id"])
-    return conn.execute(statement.returning(events.c.id)).first() is not None
+    statement = _INSERT_EVENT[conn.dialect.name, provider_event_id is not None]
+    return conn.execute(statement, values).first() is not None
+
+
+# Built once per dialect (building an INSERT costs as much as sending it): with a provider
+# event id, a duplicate delivery inserts nothing (ON CONFLICT DO NOTHING) and returns no row.
+_INSERT_EVENT = {
+    (dialect, deduplicated): (
+        insert_of(events).on_conflict_do_nothing(index_elements=["provider_event_id"])
+        if deduplicated
+        else insert_of(events)
+    ).returning(events.c.id)
+    for dialect, insert_of in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
+    for deduplicated in (False, True)
+}
+_INSERT_PLACEMENT = insert(placements)
+
+
+def insert_event_reading_head(
+    conn: Connection, *, event_id: str, author: str, occurred_at: dt.datetime, body: str | None, conversation_id: str
+) -> Any:
+    """PostgreSQL: insert an event without a provider event id, and return in the same
+    statement the ledger head (``seq``, ``head_hash``, ``gate_reason``) and whether the
+    conversation is known (``conversation_known``), for the checks before its placement."""
+    params = {"id": event_id, "author": author, "occurred_at": occurred_at, "body": body}
+    return conn.execute(_INSERT_EVENT_READING_HEAD, {**params, "conversation_id": conversation_id}).one()
 
 
 def upsert_insert(conn: Connection, table: Table) -> Any:
@@ -135,7 +157,7 @@ def upsert_insert(conn: Connection, table: Table) -> Any:
 
 
 def insert_placement(conn: Connection, event_id: str, conversation_id: str) -> None:
-    conn.execute(insert(placements).values(event_id=event_id, conversation_id=conversation_id))
+    conn.execute(_INSERT_PLACEMENT, {"event_id": event_id, "conversation_id": conversation_id})
 
 
 def placement_exists(conn: Connection, event_id: str, conversation_id: str) -> bool:
@@ -164,16 +186,37 @@ class ConversationRead:
     attachments: Sequence[Any]
 
 
+class _OnTheDriver:
+    """A read statement compiled once for SQLite and run on the driver's own connection,
+    inside the transaction SQLAlchemy began: SQLite answers a small read in microseconds,
+    and SQLAlchemy's execution of a statement costs several times that. The rows come back
+    as the driver gives them (timestamps as their stored text: ``utc_from_text``)."""
+
+    def __init__(self, statement: Any) -> None:
+        self.statement = statement
+        self._compiled: tuple[str, tuple[str, ...], dict[str, Any]] | None = None
+
+    def rows(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
+        if self._compiled is None:
+            compiled = self.statement.compile(dialect=conn.dialect)
+            self._compiled = (str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params))
+        sql, names, constants = self._compiled
+        values = tuple(params[name] if name in params else constants[name] for name in names)
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        return list(driver.execute(sql, values).fetchall())
+
+
 def read_conversation(conn: Connection, conversation_id: str) -> ConversationRead:
     """PostgreSQL: ONE statement (``_CONVERSATION_READ``), run outside an explicit
     transaction by ``Database.single``, so a read is one round trip. SQLite, in process,
     has no round trips to save: three statements are faster there than the union's sort."""
     params = {"conversation_id": conversation_id}
     if conn.dialect.name == "sqlite":
-        head = conn.execute(_HEAD_OF_READ).one()
-        found = conn.execute(_READABLE_EVENTS_AS_PARTS, params).all()
-        attached = conn.execute(_ATTACHMENTS_PART.order_by(attachments.c.position), params).all() if found else []
-        return ConversationRead(head.n, head.t1, head.t2, found, attached)
+        head = _SQLITE_HEAD.rows(conn, params)[0]  # part, head_hash, gate_reason, ..., seq
+        found = _SQLITE_EVENTS.rows(conn, params)
+        attached = _SQLITE_ATTACHMENTS.rows(conn, params) if found else []
+        return ConversationRead(head[7], head[1], head[2], found, attached)
     rows = conn.execute(_CONVERSATION_READ, params).all()
     head, found, attached = rows[0], [], []
     for row in rows[1:]:
@@ -218,18 +261,39 @@ _READABLE_EVENTS = (
 
 # The gate's head read of an ingest, with whether its conversation id is known (a row, or a
 # conversation or channel tombstone: the triggers refuse those): one statement, not two.
+_CONVERSATION_KNOWN = or_(
+    exists().where(conversations.c.id == bindparam("conversation_id")),
+    exists().where(
+        tombstones.c.kind.in_([TombstoneKind.CONVERSATION.value, TombstoneKind.CHANNEL.value]),
+        tombstones.c.id == bindparam("conversation_id"),
+    ),
+)
 HEAD_WITH_CONVERSATION = select(
     ledger_head.c.seq,
     ledger_head.c.head_hash,
     ledger_head.c.gate_reason,
-    or_(
-        exists().where(conversations.c.id == bindparam("conversation_id")),
-        exists().where(
-            tombstones.c.kind.in_([TombstoneKind.CONVERSATION.value, TombstoneKind.CHANNEL.value]),
-            tombstones.c.id == bindparam("conversation_id"),
-        ),
-    ).label("conversation_known"),
+    _CONVERSATION_KNOWN.label("conversation_known"),
 ).where(ledger_head.c.id == 1)
+# each a one-value statement, for a RETURNING clause
+_HEAD_VALUES = (
+    *(
+        select(column).where(ledger_head.c.id == 1).scalar_subquery().label(column.name)
+        for column in (ledger_head.c.seq, ledger_head.c.head_hash, ledger_head.c.gate_reason)
+    ),
+    select(_CONVERSATION_KNOWN).scalar_subquery().label("conversation_known"),
+)
+
+_INSERT_EVENT_READING_HEAD = (
+    postgresql.insert(events)
+    .values(
+        id=bindparam("id"),
+        provider_event_id=None,
+        author=bindparam("author"),
+        occurred_at=bindparam("occurred_at", type_=events.c.occurred_at.type),
+        body=bindparam("body"),
+    )
+    .returning(*_HEAD_VALUES)
+)
 
 
 # A read of a conversation as ONE statement: the head's row first (``part`` 0, for the gate),
@@ -322,6 +386,10 @@ def utc_from_text(value: Any) -> Any:
 _PARTS = union_all(_HEAD_PART, _EVENTS_PART, _ATTACHMENTS_PART).subquery("parts")
 # events by (occurred_at, id); attachments by position (within each event, as listed)
 _CONVERSATION_READ = select(*_PARTS.c).order_by(_PARTS.c.part, _PARTS.c.at, _PARTS.c.k, _PARTS.c.t1)
+_SQLITE_HEAD = _OnTheDriver(_HEAD_OF_READ)
+_SQLITE_EVENTS = _OnTheDriver(_READABLE_EVENTS_AS_PARTS)
+_SQLITE_ATTACHMENTS = _OnTheDriver(_ATTACHMENTS_PART.order_by(attachments.c.position))
+
 
 # -- blobs and attachments ----------------------------------------------------------------
 

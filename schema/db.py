@@ -15,6 +15,7 @@ import fcntl
 import functools
 import hashlib
 import logging
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -338,4 +339,16 @@ def _on_begin(conn: Connection) -> None:
     if conn.dialect.name != "sqlite":
         return
     mode = conn.get_execution_options().get("pk_begin", "IMMEDIATE")
-    conn.exec_driver_sql(f"BEGIN {mode}")
+    # on the driver's connection, as SQLAlchemy's own begin would be: a statement through
+    # SQLAlchemy costs more than a small SQLite read (errors still come out translated)
+    driver = conn.connection.driver_connection
+    if driver is None:  # pragma: no cover - not a live connection
+        conn.exec_driver_sql(_BEGIN[mode])
+        return
+    try:
+        driver.execute(_BEGIN[mode])
+    except sqlite3.Error as exc:  # wrapped as SQLAlchemy wraps it: a busy database is retried
+        raise sa_exc.DBAPIError.instance(_BEGIN[mode], (), exc, sqlite3.Error) from exc
+
+
+_BEGIN = {mode: f"BEGIN {mode}" for mode in ("DEFERRED", "IMMEDIATE", "EXCLUSIVE")}

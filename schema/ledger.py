@@ -42,9 +42,9 @@ def utc_text(moment: dt.datetime) -> str:
     """``2026-11-30T06:18:18.123456Z``: the one timestamp form the chain hashes (a report
     of a thousand events formats a thousand: ``isoformat`` is the fast path, ``strftime``
     the definition, and they agree from the year 1000 on)."""
-    utc = moment.astimezone(dt.UTC)
+    utc = moment if moment.tzinfo is dt.UTC else moment.astimezone(dt.UTC)
     if utc.year >= 1000:
-        return utc.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+        return utc.isoformat(timespec="microseconds")[:-6] + "Z"  # without its "+00:00"
     return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

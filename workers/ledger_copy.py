@@ -314,16 +314,25 @@ class LedgerCopy:
 CATCH_UP_BATCH = 4096  # rows read from the database and appended at a time
 
 
-def catch_up(db: Database, copy: LedgerCopy, *, upto: int | None = None) -> CopyHead:
+def catch_up(
+    db: Database, copy: LedgerCopy, *, upto: int | None = None, committed: ledger.LedgerEntry | None = None
+) -> CopyHead:
     """Append every committed row the copy lacks, up to seq ``upto`` (default: the
     database's head). One stat when the copy is there already; else the missing rows, read
-    by the primary key from the copy's head on (the first time, the whole ledger)."""
+    by the primary key from the copy's head on (the first time, the whole ledger).
+    ``committed`` is a row the caller knows is committed (its own acceptance's): when it is
+    the only one missing, it is appended without reading the database."""
     head = copy.head()
     if head is None:
         _refuse_a_bootstrap_behind(db, copy)
         head = CopyHead.empty(copy.database_id)
     if upto is not None and head.seq >= upto:
         return head
+    if committed is not None and committed.seq == head.seq + 1 and committed.prev_hash == head.row_hash:
+        try:
+            return copy.append([committed])
+        except (CopyGap, CopyDiverged):
+            pass  # another writer moved the copy meanwhile: read what is missing instead
     while True:
         with db.read() as conn:
             rows = list(
