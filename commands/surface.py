@@ -29,6 +29,7 @@ from schema.errors import (
     Fenced,
     IdReserved,
     InfrastructureError,
+    LedgerNotCopied,
     MemoryErasureUnavailable,
     MessagingUnavailable,
     NotFound,
@@ -74,6 +75,8 @@ def error_body(error: PurgekeeperError) -> dict[str, Any]:
         body["diagnostics"] = list(error.diagnostics)
     if isinstance(error, ActiveRuns):
         body["run_ids"] = list(error.run_ids)
+    if isinstance(error, LedgerNotCopied):  # accepted and fenced: the host keeps the purge id
+        body["purge_id"], body["ledger_seq"] = error.purge_id, error.ledger_seq
     return body
 
 

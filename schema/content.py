@@ -322,17 +322,24 @@ _HEAD_PART = select(
     ledger_head.c.seq.label("n"),
     cast(null(), Integer()).label("k"),
 ).where(ledger_head.c.id == 1)
-_EVENTS_PART = _READABLE_EVENTS.order_by(None).with_only_columns(
-    literal(1),
-    events.c.id,
-    events.c.provider_event_id,
-    events.c.author,
-    events.c.body,
-    null(),
-    events.c.occurred_at,
-    null(),
-    null(),
-)
+
+
+def _events_part(occurred_at: Any) -> Any:
+    """The readable events in the shared columns, with ``occurred_at`` as given."""
+    return _READABLE_EVENTS.order_by(None).with_only_columns(
+        literal(1),
+        events.c.id,
+        events.c.provider_event_id,
+        events.c.author,
+        events.c.body,
+        null(),
+        occurred_at,
+        null(),
+        null(),
+    )
+
+
+_EVENTS_PART = _events_part(events.c.occurred_at)
 _ATTACHMENTS_PART = (
     select(
         literal(2),
@@ -353,20 +360,8 @@ _ATTACHMENTS_PART = (
 _HEAD_OF_READ = _HEAD_PART
 # SQLite: occurred_at as its stored text (UTC, naive), parsed by the caller in one C call
 # (``utc_from_text``): the type's two processors cost more than the rest of the row.
-_READABLE_EVENTS_AS_PARTS = (
-    _READABLE_EVENTS.order_by(None)
-    .with_only_columns(
-        literal(1),
-        events.c.id,
-        events.c.provider_event_id,
-        events.c.author,
-        events.c.body,
-        null(),
-        type_coerce(events.c.occurred_at, Text()),
-        null(),
-        null(),
-    )
-    .order_by(events.c.occurred_at, events.c.id)
+_READABLE_EVENTS_AS_PARTS = _events_part(type_coerce(events.c.occurred_at, Text())).order_by(
+    events.c.occurred_at, events.c.id
 )
 
 

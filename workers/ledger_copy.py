@@ -249,24 +249,30 @@ class LedgerCopy:
 
     # -- reading the rows ------------------------------------------------------------------
 
-    def rows(self, *, after: int = 0, head: CopyHead | None = None) -> Iterator[ledger.LedgerEntry]:
-        """The rows after seq ``after``, up to the head, reading from the segment that holds
-        ``after + 1`` (the rows before it are never read)."""
+    def rows(
+        self, *, after: int = 0, head: CopyHead | None = None, upto: int | None = None
+    ) -> Iterator[ledger.LedgerEntry]:
+        """The rows after seq ``after``, up to ``upto`` (default: the head), reading from the
+        segment that holds ``after + 1`` (the rows before it are never parsed, nor those
+        after ``upto``)."""
         head = head or self.head()
-        if head is None or head.seq <= after:
+        last = head.seq if head is not None else 0
+        if upto is not None:
+            last = min(last, upto)
+        if head is None or last <= after:
             return
         first = segment_of(after + 1)
-        while first <= head.seq:
-            for entry in self._segment_rows(first, head):
-                if entry.seq > after:
-                    yield entry
+        while first <= last:
+            yield from self._segment_rows(first, head, after=after, upto=last)
             first += SEGMENT_ROWS
 
     def row(self, seq: int, *, head: CopyHead | None = None) -> ledger.LedgerEntry | None:
         """Row ``seq`` (reading its segment only), or None beyond the head."""
-        return next(self.rows(after=seq - 1, head=head), None) if seq >= 1 else None
+        return next(self.rows(after=seq - 1, head=head, upto=seq), None) if seq >= 1 else None
 
-    def _segment_rows(self, first: int, head: CopyHead) -> Iterator[ledger.LedgerEntry]:
+    def _segment_rows(
+        self, first: int, head: CopyHead, *, after: int = 0, upto: int | None = None
+    ) -> Iterator[ledger.LedgerEntry]:
         name = segment_name(first)
         limit = head.segment_bytes if first == head.segment else None
         try:
@@ -282,7 +288,9 @@ class LedgerCopy:
         lines = data.split(b"\n")[:-1]
         if len(lines) != expected:
             raise CopyInvalid(f"{self.directory.name}/{name} holds {len(lines)} rows, not {expected}")
-        for line in lines:
+        start = max(after - first + 1, 0)  # line i holds seq first + i
+        stop = len(lines) if upto is None else max(min(upto - first + 1, len(lines)), 0)
+        for line in lines[start:stop]:
             yield parse_line(line, f"{self.directory.name}/{name}")
 
     def verify(self, *, after: int = 0, after_hash: str = ledger.GENESIS_HASH) -> tuple[int, str, list[str]]:

@@ -31,13 +31,6 @@ SECRET = "S3CR3T-outside"
 
 
 @pytest.fixture
-def backups(database_url: str, tmp_path: Path) -> Iterator[Backups]:
-    made = Backups(database_url, tmp_path / "backups")
-    yield made
-    made.drop_copies()
-
-
-@pytest.fixture
 def armed() -> Iterator[Callable[[str], None]]:
     yield failpoints.arm
     failpoints.disarm()
@@ -149,6 +142,24 @@ def test_a_copy_that_fails_after_the_commit_says_so_and_is_completed_later(
     again = confirm(pk, "e1", idempotency_key="k-1")  # the same request, retried
     assert (again.purge_id, again.ledger_seq) == (failed.value.purge_id, 1)
     assert copied_seq(pk) == 1
+
+
+def test_over_http_a_copy_that_failed_is_a_503_that_names_the_accepted_purge(
+    pk: Pk, armed: Callable[[str], None]
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from commands.http import create_app
+    from commands.webauth import Tokens
+
+    armed("ledger.copy=EIO")
+    with TestClient(create_app(pk, tokens=Tokens(api="host-token-1", operator="operator-token-1"))) as client:
+        response = client.post(
+            "/v1/conversations/c-one/purge", json=WHO, headers={"Authorization": "Bearer host-token-1"}
+        )
+    body = response.json()
+    assert (response.status_code, body["error"], body["ledger_seq"]) == (503, "ledger_not_copied", 1), body
+    assert pk.status(body["purge_id"]).purge_id == body["purge_id"]  # accepted, and its id is the host's to keep
 
 
 def test_the_next_acceptance_or_a_sweep_completes_a_copy_that_failed(pk: Pk, armed: Callable[[str], None]) -> None:

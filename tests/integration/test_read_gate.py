@@ -15,7 +15,7 @@ import logging
 import shutil
 import sqlite3
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,13 +93,6 @@ class Backups:
     def drop_copies(self) -> None:
         for label in self.copies:
             drop_database(label)
-
-
-@pytest.fixture
-def backups(database_url: str, tmp_path: Path) -> Iterator[Backups]:
-    made = Backups(database_url, tmp_path / "backups")
-    yield made
-    made.drop_copies()
 
 
 @pytest.fixture
