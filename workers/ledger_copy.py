@@ -132,6 +132,9 @@ class LedgerCopy:
         self.directory = directory or self.checkpoint_dir / f"{database_id}{SUFFIX}"
         self._lock = threading.Lock()
         self._cached: tuple[tuple[int, int, int], CopyHead] | None = None
+        self._pending_lock = threading.Lock()
+        self._pending: dict[int, ledger.LedgerEntry] = {}  # committed rows handed in, not yet written
+        self._written: CopyHead | None = None  # the head as this process last found or wrote it
 
     # -- reading the head ------------------------------------------------------------------
 
@@ -178,17 +181,48 @@ class LedgerCopy:
 
     # -- appending -------------------------------------------------------------------------
 
+    def append_committed(self, entry: ledger.LedgerEntry) -> CopyHead:
+        """Add a row its caller committed, with every row other threads of this process
+        committed and handed in meanwhile (a group commit: threads that accept at once share
+        one write and its flushes, instead of queueing for one each). Returns once ``entry``
+        is in the copy, flushed. Raises CopyGap when a row before it is missing that no
+        thread here handed in (the caller reads it from the database), CopyDiverged as
+        ``append``."""
+        with self._pending_lock:
+            self._pending[entry.seq] = entry
+        with self._lock:
+            written = self._written
+            if written is not None and written.seq >= entry.seq:
+                return written  # another thread's write took it along
+            with self._pending_lock:
+                batch = sorted(self._pending.values(), key=lambda row: row.seq)
+            try:
+                head = self._append_locked(batch)
+            finally:
+                with self._pending_lock:
+                    done = self._written.seq if self._written is not None else 0
+                    for seq in [seq for seq in self._pending if seq <= done]:
+                        del self._pending[seq]
+            if head.seq < entry.seq:
+                raise CopyGap(head.seq)
+            return head
+
     def append(self, entries: Sequence[ledger.LedgerEntry]) -> CopyHead:
         """Add the rows the copy lacks, in order, and flush them to disk before returning.
         Rows the copy holds already are skipped (the one at its head must be the same row).
         Raises CopyGap when the rows start beyond the copy's head + 1, and CopyDiverged when
         they do not extend its chain."""
-        with self._lock, self._flocked() as directory:
+        with self._lock:
+            return self._append_locked(entries)
+
+    def _append_locked(self, entries: Sequence[ledger.LedgerEntry]) -> CopyHead:
+        with self._flocked() as directory:
             head = self._read_head() if self.exists() else CopyHead.empty(self.database_id)
             for entry in entries:
                 if entry.seq == head.seq and entry.row_hash != head.row_hash:
                     raise CopyDiverged(f"row {entry.seq} differs from the copy's")
-            new = [entry for entry in entries if entry.seq > head.seq]
+            self._written = head
+            new = _chained_after(head, [entry for entry in entries if entry.seq > head.seq])
             if not new:
                 return head
             if new[0].seq != head.seq + 1:
@@ -199,6 +233,7 @@ class LedgerCopy:
             written = self._write_rows(directory, head, new)
             atomic_write_at(directory, HEAD_FILE, _head_bytes(written))
             self._cached = None
+            self._written = written
             return written
 
     def _write_rows(self, directory: int, head: CopyHead, rows: Sequence[ledger.LedgerEntry]) -> CopyHead:
@@ -244,7 +279,7 @@ class LedgerCopy:
         aside = self.directory.with_name(f"{self.directory.name}.diverged-{stamp}")
         with self._lock, self._flocked():
             os.rename(self.directory, aside)
-            self._cached = None
+            self._cached = self._written = None
         return aside
 
     # -- reading the rows ------------------------------------------------------------------
@@ -336,11 +371,11 @@ def catch_up(
         head = CopyHead.empty(copy.database_id)
     if upto is not None and head.seq >= upto:
         return head
-    if committed is not None and committed.seq == head.seq + 1 and committed.prev_hash == head.row_hash:
+    if committed is not None:
         try:
-            return copy.append([committed])
+            return copy.append_committed(committed)
         except (CopyGap, CopyDiverged):
-            pass  # another writer moved the copy meanwhile: read what is missing instead
+            pass  # a row before it that no thread here handed in: read what is missing instead
     while True:
         with db.read() as conn:
             rows = list(
@@ -539,6 +574,16 @@ def write_export(db: Database, path: Path) -> checkpoint.Checkpoint:
         failpoints.hit("checkpoint.write")
         atomic_write(path, lines)
     return checkpoint.Checkpoint(path, head.database_id, head.seq, head.head_hash)
+
+
+def _chained_after(head: CopyHead, rows: Sequence[ledger.LedgerEntry]) -> list[ledger.LedgerEntry]:
+    """The rows that follow on from the head without a gap (the others wait for theirs)."""
+    taken: list[ledger.LedgerEntry] = []
+    for entry in rows:
+        if entry.seq != (taken[-1].seq if taken else head.seq) + 1:
+            break
+        taken.append(entry)
+    return taken or list(rows[:1])
 
 
 def _by_segment(rows: Sequence[ledger.LedgerEntry]) -> Iterator[tuple[int, list[ledger.LedgerEntry]]]:

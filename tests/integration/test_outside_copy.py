@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,15 @@ import pytest
 
 import commands
 from commands import EventScope, NewAttachment
+from commands.http import create_app
+from commands.webauth import Tokens
 from tests.integration.test_read_gate import Backups
 from workers import failpoints
 from workers.ledger_copy import LedgerCopy
+
+with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
+    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
+    from fastapi.testclient import TestClient
 
 Pk = commands.Purgekeeper
 WHO = {"actor": "op", "reason": "outside copy test"}
@@ -147,11 +154,6 @@ def test_a_copy_that_fails_after_the_commit_says_so_and_is_completed_later(
 def test_over_http_a_copy_that_failed_is_a_503_that_names_the_accepted_purge(
     pk: Pk, armed: Callable[[str], None]
 ) -> None:
-    from fastapi.testclient import TestClient
-
-    from commands.http import create_app
-    from commands.webauth import Tokens
-
     armed("ledger.copy=EIO")
     with TestClient(create_app(pk, tokens=Tokens(api="host-token-1", operator="operator-token-1"))) as client:
         response = client.post(
