@@ -78,7 +78,8 @@ ACCEPTED_AT = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 COPY_BATCH = ledger_copy.SEGMENT_ROWS
 MERGE_SMALL, MERGE_LARGE = 1_000, 100_000
 PURGE_EVENTS, PURGE_CONVERSATION_EVENTS = 1_000, 20_000
-READ_SIZES = (50, 10_000)
+READ_LABELS = (50, 10_000)  # the figures are named after these
+READ_SIZES = list(READ_LABELS)  # the events seeded (``--tiny`` makes them fewer)
 GATE_CALLS = 2_000
 
 LEDGER_COLUMNS = (*ledger.HASHED_FIELDS, "prev_hash", "row_hash")
@@ -281,7 +282,7 @@ def measure_size(server_url: str, size: int, repeat: int, root: Path) -> dict[st
                 figures["gate_check_us"] = (time.perf_counter() - started) / GATE_CALLS * 1e6
             figures["verify_s"] = timed(pk.verify_ledger)
             figures["sweep_ms"] = median_ms(lambda: scheduler.sweep(pk.db, lambda ids: None), repeat)
-            for events, conversation in zip(READ_SIZES, ("r50", "r10k"), strict=True):
+            for events, conversation in zip(READ_LABELS, ("r50", "r10k"), strict=True):
                 calls = repeat * (20 if events < 1000 else 1)
                 figures[f"read_{events}_ms"], figures[f"read_{events}_raw_ms"] = paired_ms(
                     lambda c=conversation: pk.read_conversation(c), lambda c=conversation: raw_read(raw, c), calls
@@ -294,7 +295,19 @@ def measure_size(server_url: str, size: int, repeat: int, root: Path) -> dict[st
             )
             figures.update(preview_confirm(pk, scratch.url, repeat))
             figures["merge_1000_s"] = merge_missing(pk, copy, chain, MERGE_SMALL)
+            figures["checks_ok"] = self_check(pk)
         return figures
+
+
+def self_check(pk: Purgekeeper) -> bool:
+    """After the measurements: the ledger verifies, its copy verifies and ends at the same
+    row, and the gate is open (the seeded chain, the acceptances and the merge agree)."""
+    report = pk.verify_ledger()
+    seq, row_hash, problems = pk.copy.verify()
+    fine = report.ok and not problems and (seq, row_hash) == (report.rows, report.head_hash)
+    if not fine:
+        print(f"  CHECK FAILED: ledger {report.problems[:3]}, copy {problems[:3]} at seq {seq}", flush=True)
+    return fine and pk.messaging_status().open
 
 
 def copy_append_ms(pk: Purgekeeper, repeat: int) -> dict[str, float]:
@@ -397,7 +410,7 @@ def sqlite_reads(repeat: int, root: Path) -> dict[str, float]:
                 )
         raw = sqlite3.connect(path)
         try:
-            for events, conversation in zip(READ_SIZES, ("r50", "r10k"), strict=True):
+            for events, conversation in zip(READ_LABELS, ("r50", "r10k"), strict=True):
                 figures[f"sqlite_read_{events}_ms"], figures[f"sqlite_read_{events}_raw_ms"] = paired_ms(
                     lambda c=conversation: pk.read_conversation(c),
                     lambda c=conversation: sqlite_raw_read(raw, c),
@@ -507,8 +520,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", type=lambda text: [int(n) for n in text.split(",")], default=list(DEFAULT_SIZES))
     parser.add_argument("--repeat", type=int, default=5, help="calls per median")
     parser.add_argument("--merge-large", type=int, default=MERGE_LARGE, help="missing rows of the large merge")
+    parser.add_argument("--tiny", action="store_true", help="seed a few hundred events, not tens of thousands")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
+    if args.tiny:  # a smoke run (tests/bench): every part runs, on a few hundred rows
+        global MERGE_SMALL, PURGE_EVENTS, PURGE_CONVERSATION_EVENTS
+        READ_SIZES[:] = [50, 300]
+        MERGE_SMALL, PURGE_EVENTS, PURGE_CONVERSATION_EVENTS = 100, 50, 1_000
     signal.signal(signal.SIGTERM, _terminate)
     server_url = os.environ.get("PK_BENCH_POSTGRES_URL", DEFAULT_SERVER_URL)
     print(
@@ -534,7 +552,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ok = check(found)
         met = met and ok
         print(f"  {'met   ' if ok else 'MISSED'} {name}")
-    return 1 if args.strict and not met else 0
+    checks_ok = all(figures["checks_ok"] for figures in sizes)
+    print(json.dumps({"met": met, "checks_ok": checks_ok, "sizes": [f["rows"] for f in sizes]}))
+    return 1 if not checks_ok or (args.strict and not met) else 0
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from tests.conftest import POSTGRES_ADMIN_URL
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_script(script: str, *args: str, tmp_path: Path) -> dict[str, object]:
+def run_script(script: str, *args: str, tmp_path: Path, timeout: float = 100) -> dict[str, object]:
     env = {**os.environ, "PK_BENCH_POSTGRES_URL": POSTGRES_ADMIN_URL, "PURGEKEEPER_DATA_DIR": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / script), *args],
@@ -28,7 +28,7 @@ def run_script(script: str, *args: str, tmp_path: Path) -> dict[str, object]:
         env=env,
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=timeout,
         check=False,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -66,3 +66,15 @@ def test_the_acceptance_benchmark_runs_and_its_ledger_check_passes(tmp_path: Pat
         tmp_path=tmp_path,
     )
     assert figures["ledger_ok"] is True
+
+
+def test_the_scale_benchmark_runs_and_its_ledger_and_copy_agree(tmp_path: Path) -> None:
+    """Two tiny ledgers: seeded with COPY, copied straight, merged 1,000 rows behind; the
+    script's own check walks the ledger and its copy after the measurements."""
+    figures = run_script(
+        "scale.py",
+        *("--sizes", "200,400", "--repeat", "1", "--merge-large", "300", "--tiny"),
+        tmp_path=tmp_path,
+        timeout=240,
+    )
+    assert (figures["checks_ok"], figures["sizes"]) == (True, [200, 400])
