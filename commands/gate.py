@@ -228,22 +228,26 @@ class Gate:
         with self.db.read(snapshot=True) as conn:
             head = ledger.read_head(conn)
             report = ledger.verify(conn)
-            damage = report.problems
-            _seq, _hash, copy_problems = self.copy.verify()
-            found = tuple(f"the ledger does not verify: {problem}" for problem in damage) + tuple(
-                f"the ledger's copy does not verify: {problem}" for problem in copy_problems
-            )
-            self._legacy_checked = False
-            with self._lock:
-                self._verified_copy = None
-                if lift_sticky:
-                    self._audit_problems, self._damage = found[:MAX_PROBLEMS], damage[:MAX_PROBLEMS]
-                    self._seen_seq = head.seq
-                else:
-                    self._audit_problems = tuple(dict.fromkeys([*self._audit_problems, *found]))[:MAX_PROBLEMS]
-                    self._damage = tuple(dict.fromkeys([*self._damage, *damage]))[:MAX_PROBLEMS]
-                if not found:
-                    self._audited = (report.rows, report.head_hash)
+        # the copy's walk reads files only: outside any transaction, which a server ends once
+        # it sits idle for longer than its timeout (a million rows take longer)
+        _seq, _hash, copy_problems = self.copy.verify()
+        damage = report.problems
+        found = tuple(f"the ledger does not verify: {problem}" for problem in damage) + tuple(
+            f"the ledger's copy does not verify: {problem}" for problem in copy_problems
+        )
+        self._legacy_checked = False
+        with self._lock:
+            self._verified_copy = None
+            if lift_sticky:
+                self._audit_problems, self._damage = found[:MAX_PROBLEMS], damage[:MAX_PROBLEMS]
+                self._seen_seq = head.seq
+            else:
+                self._audit_problems = tuple(dict.fromkeys([*self._audit_problems, *found]))[:MAX_PROBLEMS]
+                self._damage = tuple(dict.fromkeys([*self._damage, *damage]))[:MAX_PROBLEMS]
+            if not found:
+                self._audited = (report.rows, report.head_hash)
+        with self.db.read() as conn:  # the head now: acceptances may have come meanwhile
+            head = ledger.read_head(conn)
             problems = self._problems(conn, head.seq, head.head_hash, head.gate_reason)
         state = self._set(problems, head)
         if not state.open:
