@@ -44,6 +44,7 @@ from schema.states import (
 )
 from workers import memory
 from workers.blobstore import BlobStore
+from workers.files import reason_of
 
 CONVERSATION_IDS = (TombstoneKind.CONVERSATION, TombstoneKind.CHANNEL)
 
@@ -235,7 +236,7 @@ class ContentCommands:
                 raise ContentPurged(f"attachment {attachment_id} bytes are gone") from exc
             except (OSError, ValueError) as exc:  # a symlink or a hand-edited path: never followed
                 raise InfrastructureError(
-                    f"attachment {attachment_id}: its file cannot be read safely: {_reason(exc)}"
+                    f"attachment {attachment_id}: its file cannot be read safely: {reason_of(exc)}"
                 ) from None
 
     # -- runs, admissions, derivatives ----------------------------------------------------
@@ -348,12 +349,7 @@ class ContentCommands:
 
 
 def _filesystem_error(exc: OSError) -> Exception:
-    return InfrastructureError(f"could not write attachment bytes: {_reason(exc)}")
-
-
-def _reason(exc: OSError | ValueError) -> str:
-    """The system's reason for a file error, never its path (a path can hold a name)."""
-    return (exc.strerror or str(exc)) if isinstance(exc, OSError) and exc.errno is not None else str(exc)
+    return InfrastructureError(f"could not write attachment bytes: {reason_of(exc)}")
 
 
 def _require(row: Any, message: str) -> Any:
@@ -459,12 +455,8 @@ def _events_of(read: q.ConversationRead) -> list[Event]:
 
 
 def _attachments_by_event(conn: Connection, event_ids: Sequence[str]) -> dict[str, list[Attachment]]:
-    return _grouped(q.attachments_of(conn, event_ids))
-
-
-def _grouped(rows: Iterable[Any]) -> dict[str, list[Attachment]]:
     grouped: dict[str, list[Attachment]] = defaultdict(list)
-    for row in rows:
+    for row in q.attachments_of(conn, event_ids):
         grouped[row.event_id].append(Attachment.from_row(row))
     return grouped
 

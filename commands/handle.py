@@ -23,6 +23,7 @@ from schema.errors import InfrastructureError, ValidationError
 from workers import broker, ledger_copy, runner
 from workers.blobstore import BlobStore
 from workers.cleanup import StepContext
+from workers.files import reason_of
 from workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
 
 log = logging.getLogger(__name__)
@@ -95,9 +96,10 @@ class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands, RestoreComma
         the seq the copy holds."""
         try:
             return ledger_copy.catch_up(self.db, self.copy).seq
-        except (OSError, ledger_copy.CopyInvalid, ledger_copy.CopyDiverged) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise InfrastructureError(f"the ledger could not be copied to the checkpoint directory: {reason}") from exc
+        except ledger_copy.COPY_FAILED as exc:
+            raise InfrastructureError(
+                f"the ledger could not be copied to the checkpoint directory: {reason_of(exc)}"
+            ) from exc
 
     def close(self) -> None:
         """Stop the in-process parts and release the database connections."""

@@ -42,12 +42,14 @@ from schema.errors import (
 )
 from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
 from workers import ledger_copy, memory
+from workers.files import reason_of
 
 log = logging.getLogger(__name__)
 
 # The row this thread's acceptance appended in its committed transaction: copied out as it
 # is, without reading it back (``_copy_out``; any doubt, and the copy reads the database).
 _appended = threading.local()
+_COPY_FAILED: tuple[type[Exception], ...] = (*ledger_copy.COPY_FAILED, PurgekeeperError)
 
 MAX_ACTOR_LENGTH = 200
 MAX_REASON_LENGTH = 1000
@@ -312,16 +314,14 @@ class PurgeCommands:
         that was later restored, never the reverse. A failure leaves the purge accepted."""
         written = getattr(_appended, "entry", None)
         _appended.entry = None
+        if written is not None and (written.seq, written.purge_id) != (acceptance.ledger_seq, acceptance.purge_id):
+            written = None  # not this acceptance's row (a replay appends none): read it instead
         try:
-            if written is not None and (written.seq, written.purge_id) == (acceptance.ledger_seq, acceptance.purge_id):
-                ledger_copy.catch_up(self.db, self.copy, upto=acceptance.ledger_seq, committed=written)
-            else:
-                ledger_copy.catch_up(self.db, self.copy, upto=acceptance.ledger_seq)
-        except (OSError, ledger_copy.CopyInvalid, ledger_copy.CopyDiverged, PurgekeeperError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            ledger_copy.catch_up(self.db, self.copy, upto=acceptance.ledger_seq, committed=written)
+        except _COPY_FAILED as exc:
             raise LedgerNotCopied(
                 f"purge {acceptance.purge_id} is accepted and fenced (ledger seq {acceptance.ledger_seq}), but its "
-                f"ledger row is not in the checkpoint directory yet ({reason}); the same request again "
+                f"ledger row is not in the checkpoint directory yet ({reason_of(exc)}); the same request again "
                 "(same idempotency key), the next acceptance or the scheduler completes the copy",
                 purge_id=acceptance.purge_id,
                 ledger_seq=acceptance.ledger_seq,

@@ -85,11 +85,14 @@ class Event:
     attachments: tuple[Attachment, ...] = ()
 
     @classmethod
-    def from_row(cls, row: Any, attachments: Sequence[Attachment] = (), *, at: int = 0) -> Event:
-        """From a row whose columns from ``at`` on are ``schema.content.EVENT_COLUMNS``, in
-        order (positional: a read of 10,000 events makes 10,000 of these)."""
+    def from_row(cls, row: Row[Any], attachments: Sequence[Attachment] = ()) -> Event:
         return cls(
-            row[at], row[at + 1], row[at + 2], row[at + 3], row[at + 4], tuple(attachments) if attachments else ()
+            id=row.id,
+            provider_event_id=row.provider_event_id,
+            author=row.author,
+            occurred_at=row.occurred_at,
+            body=row.body,
+            attachments=tuple(attachments),
         )
 
 

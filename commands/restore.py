@@ -176,7 +176,7 @@ class RestoreCommands:
         sweep tries again, and until then the gate compares with what the copy holds."""
         try:
             aside = ledger_copy.reconcile(self.db, self.copy, replace=replace)
-        except (OSError, ledger_copy.CopyInvalid, ledger_copy.CopyDiverged) as exc:
+        except ledger_copy.COPY_FAILED as exc:
             log.warning("after the merge, the ledger's copy could not be brought up to date: %s", exc)
             return
         if aside is not None:

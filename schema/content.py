@@ -167,11 +167,6 @@ def placement_exists(conn: Connection, event_id: str, conversation_id: str) -> b
     return conn.execute(query).first() is not None
 
 
-def readable_events(conn: Connection, conversation_id: str) -> Sequence[Any]:
-    """The conversation's events that no purge fences, in time order (``EVENT_COLUMNS``)."""
-    return conn.execute(_READABLE_EVENTS, {"conversation_id": conversation_id}).all()
-
-
 @dataclass(frozen=True)
 class ConversationRead:
     """A read of a conversation: the ledger head as the same snapshot saw it (for the gate),
@@ -357,7 +352,6 @@ _ATTACHMENTS_PART = (
     .where(placements.c.conversation_id == bindparam("conversation_id"))
     .where(blobs.c.state == BlobState.PRESENT.value)
 )
-_HEAD_OF_READ = _HEAD_PART
 # SQLite: occurred_at as its stored text (UTC, naive), parsed by the caller in one C call
 # (``utc_from_text``): the type's two processors cost more than the rest of the row.
 _READABLE_EVENTS_AS_PARTS = _events_part(type_coerce(events.c.occurred_at, Text())).order_by(
@@ -381,7 +375,7 @@ def utc_from_text(value: Any) -> Any:
 _PARTS = union_all(_HEAD_PART, _EVENTS_PART, _ATTACHMENTS_PART).subquery("parts")
 # events by (occurred_at, id); attachments by position (within each event, as listed)
 _CONVERSATION_READ = select(*_PARTS.c).order_by(_PARTS.c.part, _PARTS.c.at, _PARTS.c.k, _PARTS.c.t1)
-_SQLITE_HEAD = _OnTheDriver(_HEAD_OF_READ)
+_SQLITE_HEAD = _OnTheDriver(_HEAD_PART)
 _SQLITE_EVENTS = _OnTheDriver(_READABLE_EVENTS_AS_PARTS)
 _SQLITE_ATTACHMENTS = _OnTheDriver(_ATTACHMENTS_PART.order_by(attachments.c.position))
 
@@ -452,23 +446,6 @@ def attachments_of(conn: Connection, event_ids: Sequence[str]) -> list[Row[Any]]
         .order_by(attachments.c.event_id, attachments.c.position)
     )
     return list(conn.execute(query))
-
-
-def attachments_in_conversation(conn: Connection, conversation_id: str) -> Sequence[Any]:
-    """The attachments whose bytes are present of the events placed in this conversation,
-    with their blob's size, by event and position: one join through the placements index (a
-    reader keeps those of the events it returns), never a list of event ids as parameters."""
-    return conn.execute(_ATTACHMENTS_IN_CONVERSATION, {"conversation_id": conversation_id}).all()
-
-
-_ATTACHMENTS_IN_CONVERSATION = (
-    select(attachments, blobs.c.size)
-    .join(placements, placements.c.event_id == attachments.c.event_id)
-    .join(blobs, blobs.c.id == attachments.c.blob_id)
-    .where(placements.c.conversation_id == bindparam("conversation_id"))
-    .where(blobs.c.state == BlobState.PRESENT.value)
-    .order_by(attachments.c.event_id, attachments.c.position)
-)
 
 
 def attachment_with_blob(conn: Connection, attachment_id: str) -> Any:

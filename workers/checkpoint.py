@@ -98,10 +98,6 @@ def own_checkpoints(directory: Path, database_id: str) -> list[tuple[int, Path]]
     return sorted(found)
 
 
-def load(path: Path) -> dict[str, Any]:
-    return dict(json.loads(path.read_text("utf-8")))
-
-
 class CheckpointInvalid(ValueError):
     """A checkpoint file that cannot be trusted: unreadable, truncated, tampered, of another
     format or version. The message says why (the file's name, ids and positions only, never

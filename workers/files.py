@@ -51,3 +51,8 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def reason_of(exc: BaseException) -> str:
+    """The system's reason for a file error, never its path (a path can hold a name)."""
+    return (exc.strerror or str(exc)) if isinstance(exc, OSError) and exc.errno is not None else str(exc)

@@ -86,6 +86,10 @@ class CopyDiverged(Exception):
     was written from, or it was restored behind it."""
 
 
+# What writing the copy can fail with (the callers turn it into their own error)
+COPY_FAILED: tuple[type[Exception], ...] = (OSError, CopyInvalid, CopyDiverged)
+
+
 @dataclass(frozen=True)
 class CopyHead:
     database_id: str
