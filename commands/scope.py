@@ -196,27 +196,27 @@ def build_report(conn: Connection, scope: EventScope, *, lock: bool = False) -> 
     (confirmation), the conversations and then the events are locked exclusively first, in id
     order, and the report is read under those locks."""
     event_ids, rows = _select_events(conn, scope, lock=lock)
-    placements = _group(pq.placements_of(conn, event_ids), "event_id", "conversation_id")
+    found = pq.report_rows(conn, event_ids)
+    placements = _group(found.placements, "event_id", "conversation_id")
     events = []
     hashed_events = []  # what _hashable makes of each event, made here in the same pass
     for event_id, provider_id, author, occurred_at, fenced in rows:  # pq.event_rows' columns
         where = tuple(placements[event_id])
         events.append(PreviewEvent(event_id, provider_id, author, occurred_at, where, bool(fenced)))
         hashed_events.append(_hashed_event(event_id, provider_id, author, occurred_at, where))
-    admitted = pq.admissions_of(conn, event_ids)
+    admitted = found.admissions
     admissions = tuple(PreviewAdmission(r.id, r.event_id, r.run_id) for r in admitted)
     runs = {r.run_id: PreviewRun(r.run_id, r.conversation_id, r.bot_id, r.status, bool(r.has_output)) for r in admitted}
-    conversation_ids = sorted({c for e in events for c in e.placements})
-    blocking = {r.id: _run(r) for r in pq.active_runs(conn, conversation_ids=conversation_ids)}
+    blocking = {r.id: _run(r) for r in found.active_runs}
     blocking.update({run.id: run for run in runs.values() if not RunStatus(run.status).is_terminal})
-    exclusive, shared = _attachments(conn, event_ids)
+    exclusive, shared = _attachments(found)
     return _with_digest(
         {"events": hashed_events},
         scope=scope,
         events=tuple(events),
         admissions=admissions,
         runs=tuple(runs[run_id] for run_id in sorted(runs)),
-        derivatives=_derivatives(conn, event_ids),
+        derivatives=_derivatives(found.derivatives),
         exclusive_attachments=exclusive,
         shared_attachments=shared,
         blocking_runs=tuple(blocking[run_id] for run_id in sorted(blocking)),
@@ -288,21 +288,17 @@ def _group(rows: Sequence[Any], key: str, value: str) -> dict[str, list[str]]:
     return grouped
 
 
-def _derivatives(conn: Connection, event_ids: Sequence[str]) -> tuple[PreviewDerivative, ...]:
-    rows = pq.derivatives_of(conn, event_ids)
+def _derivatives(rows: Sequence[Any]) -> tuple[PreviewDerivative, ...]:
     sources = _group(rows, "id", "event_id")
     found = {row.id: row for row in rows}
     return tuple(PreviewDerivative(d.id, d.conversation_id, d.kind, tuple(sources[d.id])) for d in found.values())
 
 
-def _attachments(
-    conn: Connection, event_ids: Sequence[str]
-) -> tuple[tuple[PreviewAttachment, ...], tuple[PreviewAttachment, ...]]:
+def _attachments(found: pq.ReportRows) -> tuple[tuple[PreviewAttachment, ...], tuple[PreviewAttachment, ...]]:
     """Split into exclusive (bytes deleted) and shared (bytes kept, other references named)."""
-    rows = pq.attachments_of(conn, event_ids)
+    rows = found.attachments
     others: dict[str, list[Reference]] = defaultdict(list)
-    blob_ids = sorted({r.blob_id for r in rows})
-    for ref in pq.other_live_references(conn, blob_ids, event_ids) if blob_ids else ():
+    for ref in found.other_references:
         others[ref.blob_id].append(Reference(ref.id, ref.event_id, ref.binding))
     exclusive: list[PreviewAttachment] = []
     shared: list[PreviewAttachment] = []

@@ -18,6 +18,7 @@ from typing import Any
 
 from sqlalchemy import JSON, Connection, Row, bindparam, cast, func, insert, literal_column, select
 
+from schema.driver import DriverStatement
 from schema.tables import ledger_head, purge_ledger
 
 GENESIS_HASH = "0" * 64
@@ -166,11 +167,15 @@ _HEAD = {
     )
 }
 _HEAD_LOCKED = {dialect: query.with_for_update() for dialect, query in _HEAD.items()}
+_READ_HEAD = {dialect: DriverStatement(query, named=True) for dialect, query in _HEAD.items()}
+_LOCK_HEAD = {dialect: DriverStatement(query, named=True) for dialect, query in _HEAD_LOCKED.items()}
 _INSERT = insert(purge_ledger)
 
 
 def _head(conn: Connection, *, lock: bool) -> Head:
-    row = conn.execute((_HEAD_LOCKED if lock else _HEAD)[conn.dialect.name]).one()
+    row = (_LOCK_HEAD if lock else _READ_HEAD)[conn.dialect.name].first(conn)
+    if row is None:
+        raise LookupError("the ledger head row is missing")
     return Head(
         seq=int(row.seq),
         head_hash=row.head_hash,
@@ -289,6 +294,11 @@ _INSERT_JSON_ROWS = insert(purge_ledger).from_select(
 )
 
 
+_INSERT_ONE = DriverStatement(
+    insert(purge_ledger).values({name: bindparam(name, type_=purge_ledger.c[name].type) for name in _COLUMNS})
+)
+
+
 def insert_entries(conn: Connection, entries: Sequence[LedgerEntry]) -> None:
     """Insert chained rows. PostgreSQL: ``INSERT_CHUNK`` rows to a statement, so a merge of n
     rows moves the head n / INSERT_CHUNK times, not n times. SQLite updates its head in
@@ -304,8 +314,11 @@ def insert_entries(conn: Connection, entries: Sequence[LedgerEntry]) -> None:
     ]
     if not values:
         return
-    if len(values) == 1 or conn.dialect.name != "postgresql":
-        conn.execute(_INSERT, values[0] if len(values) == 1 else values)
+    if len(values) == 1:
+        _INSERT_ONE.execute(conn, values[0])
+        return
+    if conn.dialect.name != "postgresql":
+        conn.execute(_INSERT, values)
         return
     for start in range(0, len(values), INSERT_CHUNK):
         conn.execute(_INSERT_JSON_ROWS, {"rows": canonical_json(values[start : start + INSERT_CHUNK])})

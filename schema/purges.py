@@ -10,24 +10,35 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
+from collections import namedtuple
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
+    Boolean,
     Connection,
     Row,
+    Text,
     and_,
     bindparam,
+    cast,
     exists,
     func,
     insert,
+    literal,
+    literal_column,
     not_,
+    null,
     select,
     text,
+    union_all,
     update,
 )
 
 from schema.content import live_event, upsert_insert
+from schema.driver import DriverStatement
 from schema.idlists import IdList, Ids, among_many, array_literal
 from schema.states import ACTIVE_RUN_STATUSES, StepKind, StepStatus, TombstoneKind
 from schema.steps import PARKED_UNTIL
@@ -151,9 +162,14 @@ _ATTACHMENTS = (
 )
 
 
+_EVENT_ROWS_ON_DRIVER = DriverStatement(_EVENT_ROWS, named=True)
+_EVENT_ROWS_LOCKED_ON_DRIVER = DriverStatement(_EVENT_ROWS_LOCKED, named=True)
+
+
 def event_rows(conn: Connection, event_ids: Sequence[str], *, lock: bool = False) -> list[Any]:
     """The events with a flag for an existing fence, by id; with ``lock``, locked FOR UPDATE."""
-    return list(conn.execute(_EVENT_ROWS_LOCKED if lock else _EVENT_ROWS, {"event_ids": _ids(event_ids)}).all())
+    statement = _EVENT_ROWS_LOCKED_ON_DRIVER if lock else _EVENT_ROWS_ON_DRIVER
+    return statement.rows(conn, {"event_ids": _ids(event_ids)})
 
 
 def placements_of(conn: Connection, event_ids: Sequence[str]) -> list[Any]:
@@ -199,6 +215,131 @@ def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: 
     return list(conn.execute(query).all())
 
 
+# The whole report of a content purge in ONE statement on PostgreSQL: every part in the same
+# columns, tagged by ``part``, in each part's own order (a confirmation's round trips and
+# statement executions cost more than the reads themselves). SQLite, in process, has no
+# round trips to save; it runs the parts one by one.
+#   part  1 placement   2 admission   3 active run   4 derivative     5 attachment   6 other reference
+#   t1    event_id      id            id             id               id             blob_id
+#   t2    conv. id      event_id                     source event_id  event_id       id
+#   t3                  run_id                       conversation_id  blob_id        event_id
+#   t4                  conv. id      conv. id       kind             binding        binding
+#   t5                  bot_id        bot_id                          name
+#   t6                  status        status
+#   b                   has_output    has_output
+#   n                                                                 size
+Placement = namedtuple("Placement", "event_id conversation_id")
+AdmissionRow = namedtuple("AdmissionRow", "id event_id run_id conversation_id bot_id status has_output")
+RunRow = namedtuple("RunRow", "id conversation_id bot_id status has_output")
+DerivativeRow = namedtuple("DerivativeRow", "id conversation_id kind event_id")
+AttachmentRow = namedtuple("AttachmentRow", "id event_id blob_id binding name size")
+ReferenceRow = namedtuple("ReferenceRow", "blob_id id event_id binding")
+
+
+@dataclass(frozen=True)
+class ReportRows:
+    """What a content purge's report is made of, each part in its order (the columns of
+    ``placements_of``, ``admissions_of``, ``active_runs``, ``derivatives_of``,
+    ``attachments_of`` and ``other_live_references``)."""
+
+    placements: Sequence[Any]
+    admissions: Sequence[Any]
+    active_runs: Sequence[Any]
+    derivatives: Sequence[Any]
+    attachments: Sequence[Any]
+    other_references: Sequence[Any]
+
+
+def _part(number: int, *columns: Any, flag: Any = None, size: Any = None) -> Any:
+    """``columns`` as the report's text columns t1 .. t6, then ``flag`` as b and ``size`` as
+    n; NULL where absent."""
+    texts = [cast(c if c is not None else null(), Text()) for c in columns]
+    texts += [cast(null(), Text())] * (6 - len(texts))
+    return select(
+        literal(number).label("part"),
+        *(t.label(f"t{i + 1}") for i, t in enumerate(texts)),
+        (flag if flag is not None else cast(null(), Boolean())).label("b"),
+        (cast(size, BigInteger()) if size is not None else cast(null(), BigInteger())).label("n"),
+    )
+
+
+_SELECTED_CONVERSATIONS = select(placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS))
+_SELECTED_BLOBS = select(attachments.c.blob_id).where(among_many(attachments.c.event_id, EVENT_IDS))
+_REPORT_PARTS = union_all(
+    _part(1, placements.c.event_id, placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS)),
+    _part(
+        2,
+        admissions.c.id,
+        admissions.c.event_id,
+        admissions.c.run_id,
+        runs.c.conversation_id,
+        runs.c.bot_id,
+        runs.c.status,
+        flag=runs.c.output.is_not(None),
+    )
+    .select_from(admissions.join(runs, runs.c.id == admissions.c.run_id))
+    .where(among_many(admissions.c.event_id, EVENT_IDS)),
+    _part(
+        3, runs.c.id, None, None, runs.c.conversation_id, runs.c.bot_id, runs.c.status, flag=runs.c.output.is_not(None)
+    )
+    .where(runs.c.status.in_([literal_column(f"'{status}'") for status in ACTIVE_RUN_STATUSES]))
+    .where(runs.c.conversation_id.in_(_SELECTED_CONVERSATIONS)),
+    _part(4, derivatives.c.id, derivative_sources.c.event_id, derivatives.c.conversation_id, derivatives.c.kind)
+    .select_from(derivatives.join(derivative_sources, derivative_sources.c.derivative_id == derivatives.c.id))
+    .where(
+        derivatives.c.id.in_(
+            select(derivative_sources.c.derivative_id).where(among_many(derivative_sources.c.event_id, EVENT_IDS))
+        )
+    ),
+    _part(
+        5,
+        attachments.c.id,
+        attachments.c.event_id,
+        attachments.c.blob_id,
+        attachments.c.binding,
+        attachments.c.name,
+        size=blobs.c.size,
+    )
+    .select_from(attachments.join(blobs, blobs.c.id == attachments.c.blob_id))
+    .where(among_many(attachments.c.event_id, EVENT_IDS)),
+    _part(6, attachments.c.blob_id, attachments.c.id, attachments.c.event_id, attachments.c.binding)
+    .where(attachments.c.blob_id.in_(_SELECTED_BLOBS))
+    .where(attachments.c.event_id.not_in(select(func.unnest(EVENT_IDS))))
+    .where(live_event(attachments.c.event_id)),
+).subquery("report")
+_REPORT = DriverStatement(
+    select(*_REPORT_PARTS.c).order_by(_REPORT_PARTS.c.part, _REPORT_PARTS.c.t1, _REPORT_PARTS.c.t2)
+)
+
+
+def report_rows(conn: Connection, event_ids: Sequence[str]) -> ReportRows:
+    """The rows of a content purge's report of these events (see ``_REPORT``)."""
+    bound = _ids(event_ids)
+    if conn.dialect.name != "postgresql":
+        attached = attachments_of(conn, bound)
+        blob_ids = sorted({r.blob_id for r in attached})
+        placed = placements_of(conn, bound)
+        return ReportRows(
+            placements=placed,
+            admissions=admissions_of(conn, bound),
+            active_runs=active_runs(conn, conversation_ids=sorted({r.conversation_id for r in placed})),
+            derivatives=derivatives_of(conn, bound),
+            attachments=attached,
+            other_references=other_live_references(conn, blob_ids, bound) if blob_ids else [],
+        )
+    parts: dict[int, list[Any]] = {number: [] for number in range(1, 7)}
+    for part, t1, t2, t3, t4, t5, t6, b, n in _REPORT.rows(conn, {"event_ids": bound}):
+        parts[part].append((t1, t2, t3, t4, t5, t6, b, n))
+    return ReportRows(
+        placements=[Placement(r[0], r[1]) for r in parts[1]],
+        admissions=[AdmissionRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in parts[2]],
+        active_runs=[RunRow(r[0], r[3], r[4], r[5], r[6]) for r in parts[3]],
+        derivatives=[DerivativeRow(r[0], r[2], r[3], r[1]) for r in parts[4]],
+        attachments=[AttachmentRow(r[0], r[1], r[2], r[3], r[4], r[7]) for r in parts[5]],
+        other_references=[ReferenceRow(r[0], r[1], r[2], r[3]) for r in parts[6]],
+    )
+
+
 # -- locks -----------------------------------------------------------------------------------
 
 
@@ -227,9 +368,12 @@ def lock_conversations(conn: Connection, conversation_ids: Iterable[str]) -> Non
         conn.execute(_LOCK_CONVERSATIONS, {"conversation_ids": ids})
 
 
+_LOCK_CONVERSATIONS_OF_EVENTS_ON_DRIVER = DriverStatement(_LOCK_CONVERSATIONS_OF_EVENTS)
+
+
 def lock_conversations_of(conn: Connection, event_ids: Sequence[str]) -> None:
     """Lock the conversations the events are placed in, the same way, in one statement."""
-    conn.execute(_LOCK_CONVERSATIONS_OF_EVENTS, {"event_ids": _ids(event_ids)})
+    _LOCK_CONVERSATIONS_OF_EVENTS_ON_DRIVER.rows(conn, {"event_ids": _ids(event_ids)})
 
 
 def conversations_of(conn: Connection, event_ids: Sequence[str]) -> list[str]:
@@ -270,35 +414,48 @@ def latest_covering_purge(conn: Connection, event_ids: Sequence[str]) -> Any:
     return conn.execute(query).first()
 
 
-_INSERT_STEPS = insert(cleanup_steps)
+_STEP_COLUMNS = ("id", "purge_id", "kind", "max_attempts")
+_INSERT_STEP = DriverStatement(
+    insert(cleanup_steps).values({name: bindparam(name, type_=cleanup_steps.c[name].type) for name in _STEP_COLUMNS})
+)
+_INSERT_PARKED_STEP = DriverStatement(
+    insert(cleanup_steps).values(
+        {name: bindparam(name, type_=cleanup_steps.c[name].type) for name in (*_STEP_COLUMNS, "next_attempt_at")}
+    )
+)
 
 
-# One statement per kind whatever the number of ids: the ids are one parameter (an array
-# literal, or a JSON array on SQLite), unnested by the server.
-_INSERT_TOMBSTONES_OF_IDS = {
-    "postgresql": text(
-        "INSERT INTO tombstones (kind, id, purge_id) SELECT :kind, t.id, :purge_id "
-        "FROM unnest(CAST(:ids AS TEXT[])) WITH ORDINALITY AS t(id, n) ORDER BY t.n "
-        "ON CONFLICT (kind, id) DO NOTHING"
+# ONE statement whatever the kinds and the number of ids: the ids and their kinds are two
+# parameters (array literals; on SQLite one JSON array of pairs), unnested by the server.
+_INSERT_TOMBSTONES = {
+    "postgresql": DriverStatement(
+        text(
+            "INSERT INTO tombstones (kind, id, purge_id) SELECT t.kind, t.id, :purge_id "
+            "FROM unnest(CAST(:kinds AS TEXT[]), CAST(:ids AS TEXT[])) WITH ORDINALITY AS t(kind, id, n) "
+            "ORDER BY t.n ON CONFLICT (kind, id) DO NOTHING"
+        )
     ),
-    "sqlite": text(
-        "INSERT INTO tombstones (kind, id, purge_id) SELECT :kind, value, :purge_id "
-        "FROM json_each(:ids) WHERE true ON CONFLICT (kind, id) DO NOTHING"
+    "sqlite": DriverStatement(
+        text(
+            "INSERT INTO tombstones (kind, id, purge_id) "
+            "SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]'), :purge_id "
+            "FROM json_each(:pairs) WHERE true ON CONFLICT (kind, id) DO NOTHING"
+        )
     ),
 }
 
 
 def insert_tombstones(conn: Connection, purge_id: str, by_kind: Mapping[TombstoneKind, Iterable[str]]) -> None:
-    """Tombstone the ids, one statement per kind; an id that already has its tombstone keeps
-    it."""
-    postgresql_ = conn.dialect.name == "postgresql"
-    for kind, ids in by_kind.items():
-        listed = [str(the_id) for the_id in ids]
-        if listed:
-            encoded = array_literal(listed) if postgresql_ else json.dumps(listed)
-            conn.execute(
-                _INSERT_TOMBSTONES_OF_IDS[conn.dialect.name], {"kind": kind.value, "ids": encoded, "purge_id": purge_id}
-            )
+    """Tombstone the ids, in one statement; an id that already has its tombstone keeps it."""
+    pairs = [(kind.value, str(the_id)) for kind, ids in by_kind.items() for the_id in ids]
+    if not pairs:
+        return
+    if conn.dialect.name == "postgresql":
+        kinds, ids = zip(*pairs, strict=True)
+        params = {"kinds": array_literal(kinds), "ids": array_literal(ids), "purge_id": purge_id}
+    else:
+        params = {"pairs": json.dumps(pairs), "purge_id": purge_id}
+    _INSERT_TOMBSTONES[conn.dialect.name].execute(conn, params)
 
 
 _BUMP_VERSIONS = (
@@ -308,10 +465,13 @@ _BUMP_VERSIONS = (
 )
 
 
+_BUMP_VERSIONS_ON_DRIVER = DriverStatement(_BUMP_VERSIONS)
+
+
 def bump_versions(conn: Connection, conversation_ids: Iterable[str]) -> None:
     ids = ids_list(conversation_ids)
     if ids:
-        conn.execute(_BUMP_VERSIONS, {"conversation_ids": ids})
+        _BUMP_VERSIONS_ON_DRIVER.execute(conn, {"conversation_ids": ids})
 
 
 def mark_memory_erasure(conn: Connection, bot_id: str) -> None:
@@ -346,20 +506,14 @@ def create_steps(
 ) -> list[str]:
     """Pending cleanup steps; a ``parked`` one waits until another step unparks it."""
     rows: list[dict[str, Any]] = [
-        {
-            "id": uuid.uuid4().hex,
-            "purge_id": purge_id,
-            "kind": kind.value,
-            "max_attempts": max_attempts,
-            "next_attempt_at": PARKED_UNTIL if kind in parked else None,
-        }
+        {"id": uuid.uuid4().hex, "purge_id": purge_id, "kind": kind.value, "max_attempts": max_attempts}
         for kind in kinds
     ]
-    for row in rows:
-        if row["next_attempt_at"] is None:
-            del row["next_attempt_at"]
-    for row in rows:  # rows differ in their columns, so one statement each (at most three)
-        conn.execute(_INSERT_STEPS, row)
+    for kind, row in zip(kinds, rows, strict=True):  # at most three
+        if kind in parked:
+            _INSERT_PARKED_STEP.execute(conn, {**row, "next_attempt_at": PARKED_UNTIL})
+        else:
+            _INSERT_STEP.execute(conn, row)
     return [str(row["id"]) for row in rows]
 
 
