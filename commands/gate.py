@@ -47,6 +47,7 @@ from sqlalchemy import Connection, Executable, Row, select
 
 from schema import ledger
 from schema.db import Database
+from schema.driver import Reader
 from schema.errors import MessagingUnavailable
 from schema.tables import ledger_head
 from workers import checkpoint
@@ -132,7 +133,7 @@ class Gate:
         self._check(conn, int(row.seq), row.head_hash, row.gate_reason)
         return row
 
-    def check_values(self, conn: Connection, seq: int, head_hash: str, gate_reason: str | None) -> None:
+    def check_values(self, conn: Reader, seq: int, head_hash: str, gate_reason: str | None) -> None:
         """For a content read whose own statement read the head too, in the same snapshot
         as the content (the content is returned only if this passes)."""
         self._check(conn, int(seq), head_hash, gate_reason)
@@ -148,7 +149,7 @@ class Gate:
             problems = self._problems(conn, head.seq, head.head_hash, head.gate_reason)
         return self._set(problems, head)
 
-    def _check(self, conn: Connection, seq: int, head_hash: str, gate_reason: str | None) -> None:
+    def _check(self, conn: Reader, seq: int, head_hash: str, gate_reason: str | None) -> None:
         problems = self._problems(conn, seq, head_hash, gate_reason)
         if problems:
             with self._lock:
@@ -158,7 +159,7 @@ class Gate:
             if not self._state.open:
                 self._state = GateState(True, (), seq, self._copy_name())
 
-    def _problems(self, conn: Connection, seq: int, head_hash: str, gate_reason: str | None) -> list[str]:
+    def _problems(self, conn: Reader, seq: int, head_hash: str, gate_reason: str | None) -> list[str]:
         if gate_reason:
             return [gate_reason]
         problems = list(self._audit_problems)
@@ -179,7 +180,7 @@ class Gate:
             return [*problems, *self._legacy_problems(seq)]
         return [*problems, *self._against_copy(conn, seq, head_hash, copy_head)]
 
-    def _against_copy(self, conn: Connection, seq: int, head_hash: str, copy_head: CopyHead) -> list[str]:
+    def _against_copy(self, conn: Reader, seq: int, head_hash: str, copy_head: CopyHead) -> list[str]:
         name = self.copy.directory.name
         if copy_head.seq > seq:
             return [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from collections.abc import Sequence
@@ -94,6 +95,36 @@ class Event:
             body=row.body,
             attachments=tuple(attachments),
         )
+
+
+_EVENT_FIELDS = ("id", "provider_event_id", "author", "occurred_at", "body", "attachments")
+assert tuple(f.name for f in dataclasses.fields(Event)) == _EVENT_FIELDS  # make_event sets them in this order
+_set_id, _set_provider_event_id, _set_author, _set_occurred_at, _set_body, _set_attachments = (
+    getattr(Event, name).__set__ for name in _EVENT_FIELDS
+)
+_new = object.__new__
+
+
+def make_event(
+    id: str,
+    provider_event_id: str | None,
+    author: str,
+    occurred_at: dt.datetime,
+    body: str | None,
+    attachments: tuple[Attachment, ...],
+) -> Event:
+    """``Event(...)`` of values a read already holds in their types, at half the cost: the
+    same frozen object, its slots set through their own descriptors rather than one
+    ``object.__setattr__`` call per field through the frozen ``__init__`` (a read of 10,000
+    events makes 10,000)."""
+    event = _new(Event)
+    _set_id(event, id)
+    _set_provider_event_id(event, provider_event_id)
+    _set_author(event, author)
+    _set_occurred_at(event, occurred_at)
+    _set_body(event, body)
+    _set_attachments(event, attachments)
+    return event
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
+from schema.driver import DriverStatement, Reader
 from schema.states import BlobState, ConversationState, TombstoneKind
 from schema.tables import (
     UtcDateTime,
@@ -181,42 +182,22 @@ class ConversationRead:
     attachments: Sequence[Any]
 
 
-class _OnTheDriver:
-    """A read statement compiled once for SQLite and run on the driver's own connection,
-    inside the transaction SQLAlchemy began: SQLite answers a small read in microseconds,
-    and SQLAlchemy's execution of a statement costs several times that. The rows come back
-    as the driver gives them (timestamps as their stored text: ``utc_from_text``)."""
-
-    def __init__(self, statement: Any) -> None:
-        self.statement = statement
-        self._compiled: tuple[str, tuple[str, ...], dict[str, Any]] | None = None
-
-    def rows(self, conn: Connection, params: dict[str, Any]) -> list[Any]:
-        if self._compiled is None:
-            compiled = self.statement.compile(dialect=conn.dialect)
-            self._compiled = (str(compiled), tuple(compiled.positiontup or ()), dict(compiled.params))
-        sql, names, constants = self._compiled
-        values = tuple(params[name] if name in params else constants[name] for name in names)
-        driver = conn.connection.driver_connection
-        assert driver is not None
-        return list(driver.execute(sql, values).fetchall())
-
-
-def read_conversation(conn: Connection, conversation_id: str) -> ConversationRead:
-    """PostgreSQL: ONE statement (``_CONVERSATION_READ``), run outside an explicit
-    transaction by ``Database.single``, so a read is one round trip. SQLite, in process,
-    has no round trips to save: three statements are faster there than the union's sort."""
+def read_conversation(conn: Reader, conversation_id: str) -> ConversationRead:
+    """One snapshot, on the driver: on PostgreSQL ONE statement (the union
+    ``_CONVERSATION_READ``) outside an explicit transaction (``Database.single``), so a read
+    is one round trip; on SQLite three statements in the read transaction ``single`` began.
+    Either way the rows are in the columns of ``_PARTS``."""
     params = {"conversation_id": conversation_id}
     if conn.dialect.name == "sqlite":
-        head = _SQLITE_HEAD.rows(conn, params)[0]  # part, head_hash, gate_reason, ..., seq
+        head = _SQLITE_HEAD.rows(conn, params)[0]
         found = _SQLITE_EVENTS.rows(conn, params)
         attached = _SQLITE_ATTACHMENTS.rows(conn, params) if found else []
-        return ConversationRead(head[7], head[1], head[2], found, attached)
-    rows = conn.execute(_CONVERSATION_READ, params).all()
-    head, found, attached = rows[0], [], []
-    for row in rows[1:]:
-        (found if row[0] == 1 else attached).append(row)
-    return ConversationRead(head.n, head.t1, head.t2, found, attached)
+    else:
+        rows = _CONVERSATION_READ.rows(conn, params)
+        head, found, attached = rows[0], [], []
+        for row in rows[1:]:
+            (found if row[0] == 1 else attached).append(row)
+    return ConversationRead(head[7], head[1], head[2], found, attached)  # n: seq, t1: head_hash, t2: gate_reason
 
 
 def live_event(event_id: Any) -> Any:
@@ -374,10 +355,13 @@ def utc_from_text(value: Any) -> Any:
 
 _PARTS = union_all(_HEAD_PART, _EVENTS_PART, _ATTACHMENTS_PART).subquery("parts")
 # events by (occurred_at, id); attachments by position (within each event, as listed)
-_CONVERSATION_READ = select(*_PARTS.c).order_by(_PARTS.c.part, _PARTS.c.at, _PARTS.c.k, _PARTS.c.t1)
-_SQLITE_HEAD = _OnTheDriver(_HEAD_PART)
-_SQLITE_EVENTS = _OnTheDriver(_READABLE_EVENTS_AS_PARTS)
-_SQLITE_ATTACHMENTS = _OnTheDriver(_ATTACHMENTS_PART.order_by(attachments.c.position))
+_CONVERSATION_READ = DriverStatement(select(*_PARTS.c).order_by(_PARTS.c.part, _PARTS.c.at, _PARTS.c.k, _PARTS.c.t1))
+# SQLite: three statements in one read transaction (in process there are no round trips to
+# save, and these are faster than the union's sort), the rows as SQLite gives them
+# (timestamps as their stored text: ``utc_from_text``).
+_SQLITE_HEAD = DriverStatement(_HEAD_PART, convert=False)
+_SQLITE_EVENTS = DriverStatement(_READABLE_EVENTS_AS_PARTS, convert=False)
+_SQLITE_ATTACHMENTS = DriverStatement(_ATTACHMENTS_PART.order_by(attachments.c.position), convert=False)
 
 
 # -- blobs and attachments ----------------------------------------------------------------

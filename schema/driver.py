@@ -36,6 +36,38 @@ class _Compiled:
     row: Any  # the namedtuple type of a row, or None for plain tuples
 
 
+@dataclass(frozen=True)
+class DriverRead:
+    """A read transaction on a pooled connection of the driver, with no SQLAlchemy
+    ``Connection`` around it (``Database.single`` on SQLite: SQLAlchemy's connect, begin and
+    commit cost more than a small SQLite read). It holds what a ``DriverStatement`` needs."""
+
+    dialect: Dialect
+    driver_connection: Any
+    pooled: Any  # the pool's connection, to invalidate
+
+    def invalidate(self, exception: BaseException | None = None) -> None:
+        self.pooled.invalidate(exception)
+
+
+Reader = Connection | DriverRead
+
+
+def driver_of(conn: Reader) -> Any:
+    driver = conn.driver_connection if isinstance(conn, DriverRead) else conn.connection.driver_connection
+    assert driver is not None
+    return driver
+
+
+def run_on_driver(conn: Reader, sql: str) -> None:
+    """One statement without parameters or rows (BEGIN, COMMIT), errors as SQLAlchemy's."""
+    driver = driver_of(conn)
+    try:
+        driver.execute(sql)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _as_sqlalchemy_error(conn, sql, (), exc, driver) from exc
+
+
 class DriverStatement:
     """``statement`` (a SQLAlchemy Core statement) compiled once per dialect, and run by the
     driver. ``named``: rows are namedtuples of the selected columns' names (else tuples)."""
@@ -78,30 +110,31 @@ class DriverStatement:
             self._compiled[dialect.name] = found
         return found
 
-    def _run(self, conn: Connection, params: Mapping[str, Any]) -> tuple[Any, _Compiled]:
-        compiled = self._compile(conn.dialect)
-        values: dict[str, Any] = {**compiled.constants, **params}
-        for name, processor in compiled.binders.items():
-            if name in values:
-                values[name] = processor(values[name])
-        bound: Any = values if compiled.names is None else tuple(values[name] for name in compiled.names)
-        driver = conn.connection.driver_connection
-        assert driver is not None
-        cursor = driver.cursor()
+    def _run(self, conn: Reader, params: Mapping[str, Any]) -> tuple[Any, _Compiled]:
+        """The driver's cursor of the statement, executed (the connection's own ``execute``:
+        sqlite3 and psycopg both make the cursor and run it in one call)."""
+        compiled = self._compiled.get(conn.dialect.name) or self._compile(conn.dialect)
+        if compiled.binders or compiled.constants:
+            values: dict[str, Any] = {**compiled.constants, **params}
+            for name, processor in compiled.binders.items():
+                if name in values:
+                    values[name] = processor(values[name])
+        else:
+            values = dict(params)
+        bound: Any = values if compiled.names is None else tuple([values[name] for name in compiled.names])
+        driver = conn.driver_connection if isinstance(conn, DriverRead) else driver_of(conn)
         try:
-            cursor.execute(compiled.sql, bound)
+            return driver.execute(compiled.sql, bound), compiled
         except conn.dialect.loaded_dbapi.Error as exc:
-            cursor.close()
             raise _as_sqlalchemy_error(conn, compiled.sql, bound, exc, driver) from exc
-        return cursor, compiled
 
-    def rows(self, conn: Connection, params: Mapping[str, Any] | None = None) -> list[Any]:
+    def rows(self, conn: Reader, params: Mapping[str, Any] | None = None) -> list[Any]:
         """Every row the statement returns."""
         cursor, compiled = self._run(conn, params or {})
         try:
             found: list[Any] = cursor.fetchall()
         except conn.dialect.loaded_dbapi.Error as exc:
-            raise _as_sqlalchemy_error(conn, compiled.sql, None, exc, conn.connection.driver_connection) from exc
+            raise _as_sqlalchemy_error(conn, compiled.sql, None, exc, driver_of(conn)) from exc
         finally:
             cursor.close()
         if compiled.results:
@@ -111,11 +144,11 @@ class DriverStatement:
             found = [make(row) for row in found]
         return found
 
-    def first(self, conn: Connection, params: Mapping[str, Any] | None = None) -> Any:
+    def first(self, conn: Reader, params: Mapping[str, Any] | None = None) -> Any:
         found = self.rows(conn, params)
         return found[0] if found else None
 
-    def execute(self, conn: Connection, params: Mapping[str, Any] | None = None) -> int:
+    def execute(self, conn: Reader, params: Mapping[str, Any] | None = None) -> int:
         """Run a statement whose rows are not wanted; the number of rows it changed."""
         cursor, _compiled = self._run(conn, params or {})
         try:
@@ -132,7 +165,7 @@ def _converted(row: Sequence[Any], results: tuple[tuple[int, Callable[[Any], Any
 
 
 def _as_sqlalchemy_error(
-    conn: Connection, sql: str, params: Any, exc: Exception, driver: Any
+    conn: Reader, sql: str, params: Any, exc: Exception, driver: Any
 ) -> sa_exc.DBAPIError | sa_exc.StatementError:
     """What SQLAlchemy raises for the same driver error: a lost connection is invalidated
     (and so retried by ``Database.transact``), the rest keep their driver error as ``orig``."""

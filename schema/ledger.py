@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import JSON, Connection, Row, bindparam, cast, func, insert, literal_column, select
 
-from schema.driver import DriverStatement
+from schema.driver import DriverStatement, Reader
 from schema.tables import ledger_head, purge_ledger
 
 GENESIS_HASH = "0" * 64
@@ -369,8 +369,11 @@ def entries_by_purge_id(conn: Connection, purge_ids: Iterable[str]) -> dict[str,
     return found
 
 
-def entry_at(conn: Connection, seq: int) -> LedgerEntry | None:
-    row = conn.execute(select(purge_ledger).where(purge_ledger.c.seq == seq)).first()
+_ENTRY_AT = DriverStatement(select(purge_ledger).where(purge_ledger.c.seq == bindparam("seq")), named=True)
+
+
+def entry_at(conn: Reader, seq: int) -> LedgerEntry | None:
+    row = _ENTRY_AT.first(conn, {"seq": seq})
     return LedgerEntry.from_row(row) if row else None
 
 

@@ -134,6 +134,7 @@ class LedgerCopy:
         self.checkpoint_dir = Path(checkpoint_dir)
         self.database_id = database_id
         self.directory = directory or self.checkpoint_dir / f"{database_id}{SUFFIX}"
+        self._head_path = os.fspath(self.directory / HEAD_FILE)  # stat()ed on every content call
         self._lock = threading.Lock()
         self._cached: tuple[tuple[int, int, int], CopyHead] | None = None
         self._pending_lock = threading.Lock()
@@ -149,7 +150,7 @@ class LedgerCopy:
         """The head, or None while there is no copy. One ``stat`` of head.json; the file is
         read again only when it changed since the last call."""
         try:
-            info = os.stat(self.directory / HEAD_FILE)
+            info = os.stat(self._head_path)
         except FileNotFoundError:
             return None
         key = (info.st_ino, info.st_size, info.st_mtime_ns)
