@@ -245,22 +245,25 @@ def rearm_incomplete(conn: Connection, purge_id: str) -> list[str]:
 
 
 def take_leadership(conn: Connection, name: str, *, owner: str, lease: dt.timedelta) -> bool:
-    """Become (or stay) the one holder of ``name`` until the lease runs out."""
+    """Become (or stay) the one holder of ``name`` until the lease runs out. The first lease
+    of a name is inserted; an insert that waited for another transaction's insert of the same
+    name takes the row that one committed if it may (the same owner racing itself: an
+    embedded scheduler's thread and a ``lead()`` call, or an expired lease)."""
     now = database_now(conn)
-    held = conn.execute(
+    renew = (
         update(leader_leases)
         .where(leader_leases.c.name == name)
         .where(or_(leader_leases.c.owner == owner, leader_leases.c.expires_at <= now))
         .values(owner=owner, expires_at=now + lease)
         .returning(leader_leases.c.name)
-    ).first()
-    if held is not None:
+    )
+    if conn.execute(renew).first() is not None:
         return True
     statement = upsert_insert(conn, leader_leases).values(name=name, owner=owner, expires_at=now + lease)
     inserted = conn.execute(
         statement.on_conflict_do_nothing(index_elements=["name"]).returning(leader_leases.c.name)
     ).first()
-    return inserted is not None
+    return inserted is not None or conn.execute(renew).first() is not None
 
 
 def give_up_leadership(conn: Connection, name: str, *, owner: str) -> bool:

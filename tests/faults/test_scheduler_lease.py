@@ -36,3 +36,32 @@ def test_a_sigterm_of_the_scheduler_gives_up_its_lease(pk: Pk, processes: Proces
     assert successor.lead(), "the next scheduler waits for a lease that was given up"
     assert lease(pk) == (successor.owner, True)
     successor.release()
+
+
+def test_two_transactions_of_the_same_owner_racing_for_a_new_lease_both_lead(pk: Pk) -> None:
+    """Tried: the first lease of a database taken by one owner from two transactions at once
+    (an embedded handle's scheduler thread and a ``lead()`` call of the same scheduler). The
+    second one's insert waits for the first's and then finds the row: it is the same owner's,
+    so it leads too; a different owner still does not."""
+    import datetime as dt
+    import threading
+
+    from schema import steps
+
+    lease_for = dt.timedelta(seconds=30)
+    first_inside = threading.Event()
+    results: dict[str, bool] = {}
+
+    def first(conn: object) -> bool:
+        took = steps.take_leadership(conn, "race", owner="me", lease=lease_for)  # type: ignore[arg-type]
+        first_inside.set()
+        threading.Event().wait(0.5)  # keep the insert uncommitted while the second one runs
+        return took
+
+    racer = threading.Thread(target=lambda: results.__setitem__("first", pk.db.transact(first)))
+    racer.start()
+    assert first_inside.wait(10)
+    results["second"] = pk.db.transact(lambda conn: steps.take_leadership(conn, "race", owner="me", lease=lease_for))
+    racer.join()
+    assert results == {"first": True, "second": True}
+    assert not pk.db.transact(lambda conn: steps.take_leadership(conn, "race", owner="other", lease=lease_for))
