@@ -140,6 +140,7 @@ class LedgerCopy:
         self._pending_lock = threading.Lock()
         self._pending: dict[int, ledger.LedgerEntry] = {}  # committed rows handed in, not yet written
         self._written: CopyHead | None = None  # the head as this process last found or wrote it
+        self._sealed: tuple[int, tuple[int, int, int], list[bytes]] | None = None  # see _segment_lines
 
     # -- reading the head ------------------------------------------------------------------
 
@@ -306,6 +307,23 @@ class LedgerCopy:
             yield from self._segment_rows(first, head, after=after, upto=last)
             first += SEGMENT_ROWS
 
+    def row_hashes(self, *, after: int, upto: int) -> dict[int, str]:
+        """``{seq: row_hash}`` of the rows ``after < seq <= upto`` (what the audit compares
+        with the database), each line parsed as JSON only."""
+        head = self.head()
+        last = min(head.seq if head is not None else 0, upto)
+        found: dict[int, str] = {}
+        first = segment_of(after + 1)
+        while head is not None and first <= last:
+            where = f"{self.directory.name}/{segment_name(first)}"
+            for seq, line in self._segment_lines(first, head, after=after, upto=last):
+                try:
+                    found[seq] = str(json.loads(line)["row_hash"])
+                except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise CopyInvalid(f"{where}: a row is malformed ({type(exc).__name__})") from None
+            first += SEGMENT_ROWS
+        return found
+
     def row(self, seq: int, *, head: CopyHead | None = None) -> ledger.LedgerEntry | None:
         """Row ``seq`` (reading its segment only), or None beyond the head."""
         return next(self.rows(after=seq - 1, head=head, upto=seq), None) if seq >= 1 else None
@@ -313,25 +331,58 @@ class LedgerCopy:
     def _segment_rows(
         self, first: int, head: CopyHead, *, after: int = 0, upto: int | None = None
     ) -> Iterator[ledger.LedgerEntry]:
+        where = f"{self.directory.name}/{segment_name(first)}"
+        for _seq, line in self._segment_lines(first, head, after=after, upto=upto):
+            yield parse_line(line, where)
+
+    def _segment_lines(
+        self, first: int, head: CopyHead, *, after: int = 0, upto: int | None = None
+    ) -> Iterator[tuple[int, bytes]]:
+        """(seq, line) of the segment's rows ``after < seq <= upto``, its whole length
+        checked. A sealed segment read last is kept, with its file's identity (inode, size,
+        mtime; a ``stat`` each time), for the next read of it: the audit walks a segment 500
+        rows at a time."""
         name = segment_name(first)
         limit = head.segment_bytes if first == head.segment else None
-        try:
-            with (self.directory / name).open("rb") as handle:
-                data = handle.read(limit) if limit is not None else handle.read()
-        except FileNotFoundError:
-            raise CopyInvalid(f"{self.directory.name}/{name} is missing") from None
-        except OSError as exc:
-            raise CopyInvalid(f"{self.directory.name}/{name} cannot be read ({exc.strerror})") from None
+        lines = self._sealed_lines(first, name) if limit is None else None
+        if lines is None:
+            try:
+                with (self.directory / name).open("rb") as handle:
+                    data = handle.read(limit) if limit is not None else handle.read()
+            except FileNotFoundError:
+                raise CopyInvalid(f"{self.directory.name}/{name} is missing") from None
+            except OSError as exc:
+                raise CopyInvalid(f"{self.directory.name}/{name} cannot be read ({exc.strerror})") from None
+            if (limit is not None and len(data) < limit) or not data.endswith(b"\n"):
+                raise CopyInvalid(f"{self.directory.name}/{name} is truncated")
+            lines = data.split(b"\n")[:-1]
+            if limit is None:
+                self._keep_sealed(first, name, lines)
         expected = min(SEGMENT_ROWS, head.seq - first + 1)
-        if (limit is not None and len(data) < limit) or not data.endswith(b"\n"):
-            raise CopyInvalid(f"{self.directory.name}/{name} is truncated")
-        lines = data.split(b"\n")[:-1]
         if len(lines) != expected:
             raise CopyInvalid(f"{self.directory.name}/{name} holds {len(lines)} rows, not {expected}")
         start = max(after - first + 1, 0)  # line i holds seq first + i
         stop = len(lines) if upto is None else max(min(upto - first + 1, len(lines)), 0)
-        for line in lines[start:stop]:
-            yield parse_line(line, f"{self.directory.name}/{name}")
+        for index in range(start, stop):
+            yield first + index, lines[index]
+
+    def _identity(self, name: str) -> tuple[int, int, int] | None:
+        try:
+            info = os.stat(self.directory / name)
+        except OSError:
+            return None
+        return (info.st_ino, info.st_size, info.st_mtime_ns)
+
+    def _sealed_lines(self, first: int, name: str) -> list[bytes] | None:
+        kept = self._sealed
+        if kept is None or kept[0] != first or kept[1] != self._identity(name):
+            return None
+        return kept[2]
+
+    def _keep_sealed(self, first: int, name: str, lines: list[bytes]) -> None:
+        identity = self._identity(name)
+        if identity is not None:
+            self._sealed = (first, identity, lines)
 
     def verify(self, *, after: int = 0, after_hash: str = ledger.GENESIS_HASH) -> tuple[int, str, list[str]]:
         """Walk the chain from seq ``after`` (whose row_hash is ``after_hash``) to the head:
