@@ -190,3 +190,14 @@ def _rewrite_head(directory: Path, **changes: object) -> None:
     data = json.loads((directory / "head.json").read_text())
     data.update(changes)
     (directory / "head.json").write_text(json.dumps(data))
+
+
+def test_a_sealed_segment_changed_after_it_was_read_is_read_again(copy: LedgerCopy, small_segments: int) -> None:
+    """The last sealed segment read is kept for the next read of it (the audit's steps); a
+    change to its file afterwards is still found."""
+    rows = chain(10)
+    copy.append(rows)
+    assert copy.verify()[2] == []
+    assert copy.row_hashes(after=4, upto=8) == {r.seq: r.row_hash for r in rows[4:8]}  # kept: segment 5
+    _flip(copy.directory / "segment-000000000005.jsonl", b'"actor":"op"', b'"actor":"oq"')
+    assert any("tampered row in the copy at seq 5" in problem for problem in copy.verify()[2])
