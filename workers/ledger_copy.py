@@ -348,6 +348,7 @@ class LedgerCopy:
         if lines is None:
             try:
                 with (self.directory / name).open("rb") as handle:
+                    identity = _identity_of(os.fstat(handle.fileno()))  # before the read: a later change shows
                     data = handle.read(limit) if limit is not None else handle.read()
             except FileNotFoundError:
                 raise CopyInvalid(f"{self.directory.name}/{name} is missing") from None
@@ -357,7 +358,7 @@ class LedgerCopy:
                 raise CopyInvalid(f"{self.directory.name}/{name} is truncated")
             lines = data.split(b"\n")[:-1]
             if limit is None:
-                self._keep_sealed(first, name, lines)
+                self._sealed = (first, identity, lines)
         expected = min(SEGMENT_ROWS, head.seq - first + 1)
         if len(lines) != expected:
             raise CopyInvalid(f"{self.directory.name}/{name} holds {len(lines)} rows, not {expected}")
@@ -366,23 +367,15 @@ class LedgerCopy:
         for index in range(start, stop):
             yield first + index, lines[index]
 
-    def _identity(self, name: str) -> tuple[int, int, int] | None:
-        try:
-            info = os.stat(self.directory / name)
-        except OSError:
-            return None
-        return (info.st_ino, info.st_size, info.st_mtime_ns)
-
     def _sealed_lines(self, first: int, name: str) -> list[bytes] | None:
         kept = self._sealed
-        if kept is None or kept[0] != first or kept[1] != self._identity(name):
+        if kept is None or kept[0] != first:
             return None
-        return kept[2]
-
-    def _keep_sealed(self, first: int, name: str, lines: list[bytes]) -> None:
-        identity = self._identity(name)
-        if identity is not None:
-            self._sealed = (first, identity, lines)
+        try:
+            identity = _identity_of(os.stat(self.directory / name))
+        except OSError:
+            return None  # read it, and say what is wrong with it
+        return kept[2] if kept[1] == identity else None
 
     def verify(self, *, after: int = 0, after_hash: str = ledger.GENESIS_HASH) -> tuple[int, str, list[str]]:
         """Walk the chain from seq ``after`` (whose row_hash is ``after_hash``) to the head:
@@ -408,6 +401,10 @@ class LedgerCopy:
         if not problems and (seq, prev) != (head.seq, head.row_hash):
             problems.append(f"the copy's head (seq {head.seq}) is not its last row (seq {seq})")
         return seq, prev, problems[:MAX_PROBLEMS]
+
+
+def _identity_of(info: os.stat_result) -> tuple[int, int, int]:
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
 CATCH_UP_BATCH = 4096  # rows read from the database and appended at a time

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import threading
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -275,7 +276,8 @@ def test_a_scrape_runs_the_same_few_statements_however_many_purges_exist(pk: Pk,
     statements: list[str] = []
 
     def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        statements.append(statement)
+        if threading.current_thread().name != "purgekeeper-audit":  # the scrape's, not the background audit's
+            statements.append(statement)
 
     purge_new_event(pk, "c0", files=1)
     event.listen(pk.db.engine, "before_cursor_execute", count)
