@@ -449,13 +449,7 @@ def _events_of(read: q.ConversationRead) -> list[Event]:
     for row in read.attachments:  # part, id, event_id, blob_id, binding, name, -, size
         attached[row[2]].append(Attachment(row[1], row[3], Binding(row[4]), row[5], int(row[7])))
     rows = read.events
-    try:  # SQLite's stored text, as this code writes it: one C call a row
-        parse, utc = dt.datetime.fromisoformat, "+00:00"
-        when = [parse(row[6] + utc) for row in rows] if rows and rows[0][6].__class__ is str else None
-    except (TypeError, ValueError):  # a raw writer's other ISO form, or a mix: as UtcDateTime reads them
-        when = [q.utc_from_text(row[6]) for row in rows]
-    if when is None:  # PostgreSQL's datetimes
-        when = [row[6] for row in rows]
+    when = q.utc_from_texts([row[6] for row in rows])
     return [  # part, id, provider_event_id, author, body, -, occurred_at
         make_event(row[1], row[2], row[3], at, row[4], tuple(attached[row[1]]) if row[1] in attached else ())
         for row, at in zip(rows, when, strict=True)

@@ -353,6 +353,18 @@ def utc_from_text(value: Any) -> Any:
         return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
 
 
+def utc_from_texts(values: Sequence[Any]) -> list[Any]:
+    """``utc_from_text`` of every value of a read's column, in one C call each while they are
+    SQLite's stored text as this code writes it (a read of 10,000 events parses 10,000)."""
+    if not values or values[0].__class__ is not str:
+        return list(values)  # datetimes already (PostgreSQL)
+    try:
+        parse, utc = dt.datetime.fromisoformat, "+00:00"
+        return [parse(value + utc) for value in values]
+    except (TypeError, ValueError):  # a raw writer's other ISO form, or a mix
+        return [utc_from_text(value) for value in values]
+
+
 _PARTS = union_all(_HEAD_PART, _EVENTS_PART, _ATTACHMENTS_PART).subquery("parts")
 # events by (occurred_at, id); attachments by position (within each event, as listed)
 _CONVERSATION_READ = DriverStatement(select(*_PARTS.c).order_by(_PARTS.c.part, _PARTS.c.at, _PARTS.c.k, _PARTS.c.t1))

@@ -38,13 +38,13 @@ class _Compiled:
 
 @dataclass(frozen=True)
 class DriverRead:
-    """A read transaction on a pooled connection of the driver, with no SQLAlchemy
-    ``Connection`` around it (``Database.single`` on SQLite: SQLAlchemy's connect, begin and
-    commit cost more than a small SQLite read). It holds what a ``DriverStatement`` needs."""
+    """A read on a driver connection with no SQLAlchemy ``Connection`` around it
+    (``Database.single`` on SQLite: SQLAlchemy's connect, begin and commit cost more than a
+    small SQLite read). It holds what a ``DriverStatement`` needs."""
 
     dialect: Dialect
     driver_connection: Any
-    pooled: Any  # the pool's connection, to invalidate
+    pooled: Any  # the connection the pool made (detached from it), to close or invalidate
 
     def invalidate(self, exception: BaseException | None = None) -> None:
         self.pooled.invalidate(exception)
@@ -113,7 +113,7 @@ class DriverStatement:
     def _run(self, conn: Reader, params: Mapping[str, Any]) -> tuple[Any, _Compiled]:
         """The driver's cursor of the statement, executed (the connection's own ``execute``:
         sqlite3 and psycopg both make the cursor and run it in one call)."""
-        compiled = self._compiled.get(conn.dialect.name) or self._compile(conn.dialect)
+        compiled = self._compile(conn.dialect)
         if compiled.binders or compiled.constants:
             values: dict[str, Any] = {**compiled.constants, **params}
             for name, processor in compiled.binders.items():
@@ -122,7 +122,7 @@ class DriverStatement:
         else:
             values = dict(params)
         bound: Any = values if compiled.names is None else tuple([values[name] for name in compiled.names])
-        driver = conn.driver_connection if isinstance(conn, DriverRead) else driver_of(conn)
+        driver = driver_of(conn)
         try:
             return driver.execute(compiled.sql, bound), compiled
         except conn.dialect.loaded_dbapi.Error as exc:
