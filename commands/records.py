@@ -278,3 +278,52 @@ class BotDeletionPreview:
     blocking_runs: tuple[str, ...]
     memory: MemoryPreview
     disclosures: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ErasureTotals:
+    """What an author erasure touches. ``events`` counts the events it would newly fence;
+    ``already_fenced`` those an earlier purge already fenced."""
+
+    events: int
+    placements: int
+    conversations: int
+    admissions: int
+    run_outputs: int
+    derivatives: int
+    exclusive_attachments: int
+    shared_attachments: int
+    already_fenced: int
+
+
+@dataclass(frozen=True)
+class ConversationCount:
+    conversation_id: str
+    events: int
+
+
+@dataclass(frozen=True)
+class SharedAttachment:
+    """An attachment whose bytes the erasure keeps: ``other_references`` bindings of events
+    outside the erasure still use them."""
+
+    attachment_id: str
+    event_id: str
+    blob_id: str
+    other_references: int
+
+
+@dataclass(frozen=True)
+class AuthorErasurePreview:
+    """The dependency report of an author erasure ("Purge Everywhere"). ``conversations``
+    lists at most a bounded number of the conversations touched, most events first (the
+    totals count them all); ``shared_attachments`` likewise."""
+
+    author: str
+    before: dt.datetime | None
+    totals: ErasureTotals
+    conversations: tuple[ConversationCount, ...]
+    shared_attachments: tuple[SharedAttachment, ...]
+    blocking_runs: tuple[str, ...]
+    disclosures: tuple[str, ...]
+    scope_digest: str

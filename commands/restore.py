@@ -38,24 +38,21 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Connection
 
-from commands import ledger_rows
+from commands import kinds, ledger_rows
 from commands.gate import Gate, GateState
 from schema import ledger
 from schema import purges as pq
 from schema import restore as rq
 from schema.db import Database
 from schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
-from schema.states import PurgeKind, StepKind, TombstoneKind
 from schema.steps import PARKED_UNTIL
-from workers import checkpoint, failpoints, ledger_copy, memory
+from workers import checkpoint, failpoints, ledger_copy
 from workers.blobstore import BlobStore, discard_failed
 
 log = logging.getLogger(__name__)
@@ -351,27 +348,9 @@ def _append(conn: Connection, head: ledger.Head, plan: _Plan) -> list[ledger.Led
 
 
 def _reapply_fences(conn: Connection, entries: Iterable[ledger.LedgerEntry]) -> int:
-    """Every tombstone these rows imply (an existing one is kept as it is); returns the runs
-    abandoned."""
-    for entry in entries:
-        selectors = entry.selectors
-        if entry.kind == PurgeKind.CONTENT.value:
-            pq.insert_tombstones(
-                conn,
-                entry.purge_id,
-                {
-                    TombstoneKind.EVENT: selectors.get("event_ids", []),
-                    TombstoneKind.PROVIDER_EVENT: selectors.get("provider_event_ids", []),
-                },
-            )
-        elif entry.kind == PurgeKind.CONVERSATION.value:
-            pq.insert_tombstones(conn, entry.purge_id, {TombstoneKind.CONVERSATION: [selectors["conversation_id"]]})
-        elif entry.kind == PurgeKind.CHANNEL.value:
-            pq.insert_tombstones(conn, entry.purge_id, {TombstoneKind.CHANNEL: [selectors["channel_id"]]})
-        elif entry.kind == PurgeKind.BOT.value:
-            if selectors.get("erase_memory"):  # first: once the tombstone is in, the bot row is final
-                pq.mark_memory_erasure(conn, str(selectors["bot_id"]))
-            pq.insert_tombstones(conn, entry.purge_id, {TombstoneKind.BOT: [selectors["bot_id"]]})
+    """Every fence and tombstone these rows imply, as each kind says (an existing one is kept
+    as it is); returns the runs abandoned."""
+    kinds.reapply_fences(conn, entries)
     return rq.abandon_runs_in_purged_scopes(conn)
 
 
@@ -381,7 +360,7 @@ def _rearm_cleanup(conn: Connection, entries: Iterable[ledger.LedgerEntry]) -> l
     due_now: list[str] = []
     now = ledger.clock(conn)
     for entry in entries:
-        for kind, parked in _cleanup_needed(conn, entry):
+        for kind, parked in kinds.cleanup_left(conn, entry):
             due = PARKED_UNTIL if parked else now
             step_id = rq.rearm_step(conn, entry.purge_id, kind.value, due=due, note=REARM_NOTE)
             if step_id is None:
@@ -389,31 +368,3 @@ def _rearm_cleanup(conn: Connection, entries: Iterable[ledger.LedgerEntry]) -> l
             if not parked:
                 due_now.append(step_id)
     return due_now
-
-
-def _cleanup_needed(conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
-    """(kind, parked) of the steps this purge needs again."""
-    selectors = entry.selectors
-    if entry.kind == PurgeKind.CONTENT.value:
-        needed = []
-        if rq.content_left(conn, list(selectors.get("event_ids", []))):
-            needed.append((StepKind.BODIES, False))
-        if rq.bytes_left(conn, entry.purge_id):
-            needed.append((StepKind.ATTACHMENTS, False))
-        return needed
-    if entry.kind == PurgeKind.CONVERSATION.value:
-        if rq.conversation_left(conn, str(selectors["conversation_id"]), entry.purge_id):
-            # the bodies step fences the events placed only here, then unparks attachments
-            return [(StepKind.BODIES, False), (StepKind.ATTACHMENTS, True)]
-        return [(StepKind.ATTACHMENTS, False)] if rq.bytes_left(conn, entry.purge_id) else []
-    if entry.kind == PurgeKind.BOT.value and selectors.get("erase_memory") and selectors.get("memory_path"):
-        if _repository_back(Path(str(selectors["memory_path"])), str(selectors["bot_id"]), selectors.get("marker_id")):
-            return [(StepKind.MEMORY, False)]
-    return []
-
-
-def _repository_back(path: Path, bot_id: str, marker_id: Any) -> bool:
-    """An erased repository that is present again, carrying the marker the ledger recorded."""
-    if not os.path.lexists(path) or path.is_symlink():
-        return False
-    return memory.read_marker(path) == memory.Marker(bot_id, str(marker_id))

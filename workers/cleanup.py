@@ -133,14 +133,28 @@ def _batch(
 
 # -- bodies -------------------------------------------------------------------------------------
 
+BodiesStep = Callable[[StepContext, steps.Claim, ledger.LedgerEntry], Ran]
+
+# The bodies step of each purge kind, registered by the kind's module (``commands.kinds``):
+# a kind this process knows no bodies step for fails the attempt, with the reason, rather than
+# falling through to another kind's.
+_BODIES: dict[str, BodiesStep] = {}
+
+
+def register_bodies(kind: str, step: BodiesStep) -> None:
+    _BODIES[kind] = step
+
 
 def remove_bodies(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
-    if entry.kind == "content":
-        return _null_fenced_content(ctx, held, list(entry.selectors.get("event_ids", [])))
-    return _empty_conversation(ctx, held, entry.purge_id, str(entry.selectors["conversation_id"]))
+    step = _BODIES.get(entry.kind)
+    if step is None:
+        raise LookupError(f"no bodies step is registered for purge kind {entry.kind!r} (purge {entry.purge_id})")
+    return step(ctx, held, entry)
 
 
-def _null_fenced_content(ctx: StepContext, held: steps.Claim, event_ids: list[str]) -> Ran:
+def null_fenced_content(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
+    """NULL the content of the events the ledger row lists (they were fenced at acceptance)."""
+    event_ids = list(entry.selectors.get("event_ids", []))
     for start in range(0, len(event_ids), ctx.batch_size):
         batch = event_ids[start : start + ctx.batch_size]
         remaining = max(len(event_ids) - start - len(batch), 0)
@@ -152,11 +166,12 @@ def _null_batch(conn: Connection, *, event_ids: list[str], remaining: int) -> di
     return {"removed": q.null_content_of(conn, event_ids), "remaining": remaining, "done": remaining == 0}
 
 
-def _empty_conversation(ctx: StepContext, held: steps.Claim, purge_id: str, conversation_id: str) -> Ran:
+def empty_conversation(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
     """Events placed only here lose their content and are fenced; events live elsewhere keep
     it there and are reported retained-shared. Then runs, admissions and derivatives go (the
     last events batch goes on with them in its own transaction), and the batch that finds
     none left unparks the attachments step, which waits for this one, and finishes the step."""
+    purge_id, conversation_id = entry.purge_id, str(entry.selectors["conversation_id"])
     batch = functools.partial(_empty_batch, purge_id=purge_id, conversation_id=conversation_id, limit=ctx.batch_size)
     while not (done := _batch(ctx, held, batch)).get("done"):
         pass

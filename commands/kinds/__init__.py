@@ -1,0 +1,58 @@
+"""The purge kinds, one module each, and their registry.
+
+Adding a kind means: a module here with one :class:`~commands.kinds.base.Kind` subclass that
+defines every stage of ``base.STAGES``, its entry in ``KINDS`` below, and a migration that
+adds its value to the ``purge_ledger.kind`` CHECK (``schema.states.PurgeKind``).
+``tests/unit/test_kinds.py`` fails when a registered kind lacks a stage, or a ``PurgeKind``
+has no module. Acceptance, preview, merge and cleanup find the kind here, never by an
+if/elif over kind names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import Connection
+
+from commands.kinds.base import Kind
+from commands.kinds.bot import Bot
+from commands.kinds.channel import Channel
+from commands.kinds.content import Content
+from commands.kinds.conversation import Conversation
+from commands.kinds.fields import RowInvalid
+from schema.ledger import LedgerEntry
+from schema.states import PurgeKind, StepKind
+from workers import cleanup
+
+CONTENT = Content()
+CONVERSATION = Conversation()
+CHANNEL = Channel()
+BOT = Bot()
+
+KINDS: dict[PurgeKind, Kind] = {kind.name: kind for kind in (CONTENT, CONVERSATION, CHANNEL, BOT)}
+
+for _kind in KINDS.values():
+    if _kind.bodies is not None:
+        cleanup.register_bodies(_kind.name.value, _kind.bodies)
+
+
+def kind_of(name: str) -> Kind:
+    """The kind a ledger row names; RowInvalid for a name no module defines."""
+    try:
+        return KINDS[PurgeKind(name)]
+    except (ValueError, KeyError):
+        raise RowInvalid(f"unknown purge kind {str(name)[:40]!r}") from None
+
+
+def reapply_fences(conn: Connection, entries: Iterable[LedgerEntry]) -> None:
+    """A merge: every fence and tombstone these rows imply (an existing one is kept)."""
+    for entry in entries:
+        kind_of(entry.kind).fence(conn, entry.purge_id, entry.selectors)
+
+
+def cleanup_left(conn: Connection, entry: LedgerEntry) -> list[tuple[StepKind, bool]]:
+    """After a restore: the steps (kind, parked) this purge needs again."""
+    return kind_of(entry.kind).left_after_restore(conn, entry)
+
+
+__all__ = ["KINDS", "Kind", "RowInvalid", "cleanup_left", "kind_of", "reapply_fences"]

@@ -1,0 +1,99 @@
+"""What a purge kind is: the stages every kind says something about.
+
+A kind is one module (``commands/kinds/<kind>.py``) with one :class:`Kind` subclass. The
+skeleton (``commands.kinds.skeleton``) runs the same sequence for every kind, and calls the
+kind at each stage:
+
+- ``preview``: the report a person reviews before confirming (``None``: the kind is confirmed
+  by its ids alone, and a class attribute says so);
+- ``check_selectors``: what the kind accepts in a ledger row (a merge checks every row it
+  would append);
+- ``lock``: lock the rows the acceptance depends on, in the order every writer takes them,
+  and read what ``decide`` needs; with ``head_first`` the ledger head is locked next (a kind
+  whose subject may have no row to lock is serialised by the head);
+- ``decide``: refuse (stale, version, active runs...), say the purge is already done, or
+  return the :class:`Decision`: the selectors the ledger records and the cleanup steps;
+- ``fence``: turn the selectors into fences and tombstones, at acceptance and again at every
+  restore merge (an existing fence is kept as it is);
+- ``left_after_restore``: what, after a restore, counts as this purge's content come back:
+  the cleanup steps to re-arm, as ``(kind, parked)``;
+- ``bodies``: the plain function of ``workers.cleanup`` that carries out the bodies step of
+  this kind (``None``: the kind creates no bodies step).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sqlalchemy import Connection
+
+from commands.gate import Gate
+from commands.settings import Settings
+from schema.ledger import LedgerEntry
+from schema.states import PurgeKind, StepKind
+from workers.cleanup import BodiesStep
+
+STAGES = ("preview", "check_selectors", "lock", "decide", "fence", "left_after_restore", "bodies")
+OPTIONAL_STAGES = frozenset({"preview", "bodies"})  # declared None by a kind that has none
+
+
+@dataclass(frozen=True)
+class Env:
+    """What a kind's stages may use of the handle."""
+
+    gate: Gate
+    settings: Settings
+
+
+@dataclass(frozen=True)
+class Decision:
+    """An acceptance to write: the selectors the ledger records (the skeleton adds the
+    request), the cleanup steps (``parked`` ones wait for another step to unpark them), the
+    digest the row carries (empty: the selectors' own), and the conversations whose version
+    rises."""
+
+    selectors: dict[str, Any]
+    steps: tuple[StepKind, ...] = ()
+    parked: tuple[StepKind, ...] = ()
+    digest: str = ""
+    touched: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Already:
+    """Nothing new to purge: the purge that already covers it (its id and ledger seq)."""
+
+    purge_id: str
+    seq: int
+
+
+class Kind(abc.ABC):
+    """One purge kind: every stage of :data:`STAGES` is defined in the subclass itself."""
+
+    name: ClassVar[PurgeKind]
+    head_first: ClassVar[bool] = True
+    preview: Any  # a method (conn, env, args) -> report, or None
+    bodies: BodiesStep | None
+
+    @abc.abstractmethod
+    def check_selectors(self, selectors: Mapping[str, Any]) -> None:
+        """Raise ``fields.RowInvalid`` unless a ledger row of this kind could hold these."""
+
+    @abc.abstractmethod
+    def lock(self, conn: Connection, env: Env, args: Any) -> Any:
+        """Lock what the acceptance depends on; return what ``decide`` reads."""
+
+    @abc.abstractmethod
+    def decide(self, conn: Connection, env: Env, args: Any, locked: Any) -> Decision | Already:
+        """Refuse, or say what the acceptance writes."""
+
+    @abc.abstractmethod
+    def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
+        """The fences and tombstones the selectors imply; idempotent."""
+
+    @abc.abstractmethod
+    def left_after_restore(self, conn: Connection, entry: LedgerEntry) -> list[tuple[StepKind, bool]]:
+        """The cleanup steps (kind, parked) this purge needs again after a restore."""

@@ -1,0 +1,46 @@
+"""A channel deletion: no new membership, routing or content; the history stays readable,
+the id is tombstoned, and nothing is removed (a conversation purge removes content)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands.kinds import fields, skeleton
+from commands.kinds.base import Already, Decision, Env, Kind
+from schema import ledger
+from schema import purges as pq
+from schema.errors import NotFound, ValidationError
+from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
+
+
+class Channel(Kind):
+    name = PurgeKind.CHANNEL
+    head_first = True
+    preview = None  # confirmed by its id: it removes no content
+    bodies = None  # it removes no content, so it has no cleanup at all
+
+    def check_selectors(self, selectors: Mapping[str, Any]) -> None:
+        fields.require_id(selectors, "channel_id")
+
+    def lock(self, conn: Connection, env: Env, args: str) -> Any:
+        row = pq.lock_conversation(conn, args)
+        if row is None:
+            raise NotFound(f"no channel {args}")
+        if row.kind != ConversationKind.CHANNEL:
+            raise ValidationError(f"{args} is a conversation, not a channel; purge it instead")
+        return row
+
+    def decide(self, conn: Connection, env: Env, args: str, locked: Any) -> Decision | Already:
+        done = pq.tombstone_of(conn, TombstoneKind.CHANNEL, args) or pq.tombstone_of(
+            conn, TombstoneKind.CONVERSATION, args
+        )
+        return skeleton.already(done) if done else Decision({"channel_id": args})
+
+    def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
+        pq.insert_tombstones(conn, purge_id, {TombstoneKind.CHANNEL: [selectors["channel_id"]]})
+
+    def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
+        return []  # nothing was removed, so nothing can come back

@@ -1,0 +1,86 @@
+"""A content purge: the events a scope selects (by ids, or a conversation with a window or
+an author), previewed with their dependency report and confirmed with its digest."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands.kinds import fields, skeleton
+from commands.kinds.base import Already, Decision, Env, Kind
+from commands.scope import EventScope, PurgePreview, build_report, describe_changes
+from schema import ledger
+from schema import purges as pq
+from schema import restore as rq
+from schema.errors import StaleConfirmation
+from schema.states import PurgeKind, StepKind, TombstoneKind
+from workers import cleanup
+
+PREVIEW_RETENTION = dt.timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    scope: EventScope
+    scope_digest: str
+
+
+class Content(Kind):
+    name = PurgeKind.CONTENT
+    head_first = False  # the events' row locks serialise it; the head is taken last, for the least time
+    bodies = staticmethod(cleanup.null_fenced_content)
+
+    def preview(self, conn: Connection, env: Env, scope: EventScope) -> PurgePreview:
+        report = build_report(conn, scope)
+        pq.save_preview(conn, report.scope_digest, report.id_summary(), keep_for=PREVIEW_RETENTION)
+        return report
+
+    def check_selectors(self, selectors: Mapping[str, Any]) -> None:
+        fields.ids(selectors, "event_ids", required=True)
+        fields.ids(selectors, "already_fenced")
+        fields.provider_ids(selectors, "provider_event_ids")
+
+    def lock(self, conn: Connection, env: Env, args: Confirmation) -> PurgePreview:
+        return build_report(conn, args.scope, lock=True)
+
+    def decide(self, conn: Connection, env: Env, args: Confirmation, locked: PurgePreview) -> Decision | Already:
+        report = locked
+        if report.scope_digest != args.scope_digest:
+            raise StaleConfirmation(describe_changes(pq.saved_preview(conn, args.scope_digest), report))
+        skeleton.refuse_active_runs([r.id for r in report.blocking_runs])
+        fresh = [e for e in report.events if not e.already_fenced]
+        if not fresh:
+            return skeleton.already(pq.latest_covering_purge(conn, report.event_ids))
+        event_ids = sorted(e.id for e in fresh)
+        fresh_ids = set(event_ids)
+        attachments = report.exclusive_attachments + report.shared_attachments
+        attached = any(a.event_id in fresh_ids for a in attachments)
+        selectors = {
+            "event_ids": event_ids,
+            "provider_event_ids": sorted(e.provider_event_id for e in fresh if e.provider_event_id),
+            "already_fenced": sorted(report.already_fenced),
+        }
+        steps = (StepKind.BODIES, StepKind.ATTACHMENTS) if attached else (StepKind.BODIES,)
+        return Decision(selectors, steps, digest=report.scope_digest, touched=report.conversation_ids)
+
+    def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
+        pq.insert_tombstones(
+            conn,
+            purge_id,
+            {
+                TombstoneKind.EVENT: selectors.get("event_ids", []),
+                TombstoneKind.PROVIDER_EVENT: selectors.get("provider_event_ids", []),
+            },
+        )
+
+    def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
+        needed = []
+        if rq.content_left(conn, list(entry.selectors.get("event_ids", []))):
+            needed.append((StepKind.BODIES, False))
+        if rq.bytes_left(conn, entry.purge_id):
+            needed.append((StepKind.ATTACHMENTS, False))
+        return needed

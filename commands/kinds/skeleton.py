@@ -1,0 +1,129 @@
+"""The one sequence every purge kind runs: preview, acceptance, and a merge's re-apply.
+
+An acceptance is one transaction:
+
+1. a repeated idempotency key returns the original acceptance (or a conflict);
+2. the kind locks what it depends on (conversations, then events, in id order);
+3. with ``head_first`` the ledger head is locked next, and the gate checked on it;
+4. the kind decides: a refusal, ``already_purged``, or what to write;
+5. the fences and tombstones, the cleanup steps, the versions;
+6. the ledger head (if not taken yet: locked last, for the least time) and the ledger row.
+
+Only after the commit is the enqueue hook called (``commands.purges``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands import validation
+from commands.kinds.base import Already, Env, Kind
+from commands.records import Acceptance
+from schema import ledger
+from schema import purges as pq
+from schema.errors import ActiveRuns, IdempotencyConflict
+
+MAX_ACTOR_LENGTH = 200
+MAX_REASON_LENGTH = 1000
+MAX_ORIGIN_LENGTH = 64
+DEFAULT_ORIGIN = "python"
+
+# The row this thread's acceptance appended in its committed transaction: copied out as it
+# is, without reading it back (``PurgeCommands._copy_out``; any doubt, and the copy reads the
+# database).
+appended = threading.local()
+
+
+@dataclass(frozen=True)
+class Causal:
+    """Who asked, why, and the causal metadata the ledger keeps (never any content)."""
+
+    actor: str
+    reason: str
+    idempotency_key: str | None
+    request_id: str
+    origin: str
+
+    @classmethod
+    def check(cls, actor: Any, reason: Any, idempotency_key: Any, request_id: Any, origin: Any) -> Causal:
+        return cls(
+            actor=validation.check_text(actor, "actor", max_length=MAX_ACTOR_LENGTH),
+            reason=validation.check_text(reason, "reason", max_length=MAX_REASON_LENGTH),
+            idempotency_key=validation.check_optional_id(idempotency_key, "idempotency_key"),
+            request_id=validation.check_optional_id(request_id, "request_id") or uuid.uuid4().hex,
+            origin=validation.check_text(origin or DEFAULT_ORIGIN, "origin", max_length=MAX_ORIGIN_LENGTH),
+        )
+
+
+def accept(
+    conn: Connection, kind: Kind, env: Env, args: Any, request: dict[str, Any], causal: Causal
+) -> tuple[Acceptance, list[str]]:
+    """One acceptance of ``kind`` (see the module docstring); returns it and the steps to wake."""
+    replay = _replay(conn, causal, kind, request)
+    if replay:
+        return replay, []
+    locked = kind.lock(conn, env, args)
+    head = _head(conn, env) if kind.head_first else None
+    decision = kind.decide(conn, env, args, locked)
+    if isinstance(decision, Already):
+        return Acceptance(decision.purge_id, decision.seq, "already_purged"), []
+    purge_id = uuid.uuid4().hex
+    kind.fence(conn, purge_id, decision.selectors)
+    steps = pq.create_steps(conn, purge_id, decision.steps, parked=decision.parked)
+    if decision.touched:
+        pq.bump_versions(conn, decision.touched)
+    selectors = {**decision.selectors, "request": request}
+    entry = ledger.append(
+        conn,
+        head or _head(conn, env),
+        purge_id=purge_id,
+        kind=kind.name.value,
+        selectors=selectors,
+        scope_digest=decision.digest or ledger.sha256_hex(ledger.canonical_json(selectors)),
+        actor=causal.actor,
+        reason=causal.reason,
+        request_id=causal.request_id,
+        idempotency_key=causal.idempotency_key,
+        origin=causal.origin,
+    )
+    appended.entry = entry  # this thread's acceptance copies it out once committed
+    return Acceptance(entry.purge_id, entry.seq, "accepted"), steps
+
+
+def already(covering: Any) -> Already:
+    """The covering purge of a tombstone or fence lookup (``purge_id``, ``seq``)."""
+    return Already(covering.purge_id, int(covering.seq or 0))
+
+
+def refuse_active_runs(run_ids: Sequence[str]) -> None:
+    if run_ids:
+        shown = ", ".join(run_ids[:10])
+        raise ActiveRuns(f"non-terminal runs are affected: {shown}; settle or abandon them first", run_ids=run_ids)
+
+
+def _head(conn: Connection, env: Env) -> ledger.Head:
+    head = ledger.lock_head(conn)
+    env.gate.check_head(conn, head)
+    return head
+
+
+def _replay(conn: Connection, causal: Causal, kind: Kind, request: dict[str, Any]) -> Acceptance | None:
+    """The original acceptance for a repeated idempotency key, or a conflict. A key names
+    one request: its kind, what it asked for, and who asked and why; any other request with
+    the same key is an IdempotencyConflict."""
+    if causal.idempotency_key is None:
+        return None
+    entry = ledger.entry_by_idempotency_key(conn, causal.idempotency_key)
+    if entry is None:
+        return None
+    asked = (kind.name.value, json.loads(ledger.canonical_json(request)), causal.actor, causal.reason)
+    if (entry.kind, entry.selectors.get("request"), entry.actor, entry.reason) != asked:
+        raise IdempotencyConflict(f"idempotency key {causal.idempotency_key} was used for another request")
+    return Acceptance(entry.purge_id, entry.seq, "accepted")
