@@ -21,8 +21,8 @@ Measured at each size (medians of ``--repeat`` calls unless said):
   against a sweep of a database with no step at all;
 - the read and write paths against raw SQL in the same database (psycopg, one transaction
   each, the same statements' shape): ``read_conversation`` of 50 and of 10,000 events
-  (raw: the events joined to their placements minus the purged conversations and event
-  tombstones, and their attachments), ``ingest_event`` (raw: the event and its placement in
+  (raw: the events joined to their placements minus the purged conversations, event
+  tombstones and author erasures, and their attachments), ``ingest_event`` (raw: the event and its placement in
   one transaction, the schema's triggers firing), and ``preview_purge`` + ``confirm_purge`` of
   1,000 selected events of a 20,000-event conversation (ten pairs at most) against ``acceptance.baseline_confirm``
   of 1,000 other events of it (the same locks, report reads, tombstones and ledger row).
@@ -214,6 +214,7 @@ SELECT e.* FROM events e JOIN placements p ON p.event_id = e.id JOIN conversatio
  WHERE p.conversation_id = %(c)s AND c.state <> 'purged'
    AND NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.kind = 'conversation' AND t.id = c.id)
    AND NOT EXISTS (SELECT 1 FROM tombstones t WHERE t.kind = 'event' AND t.id = e.id)
+   AND NOT EXISTS (SELECT 1 FROM author_erasures a WHERE a.author = e.author AND a.window_end > e.occurred_at)
  ORDER BY e.occurred_at, e.id
 """
 RAW_READ_ATTACHMENTS = """

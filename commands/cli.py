@@ -46,6 +46,7 @@ from commands.handle import Purgekeeper
 from commands.operations import MAX_PAGE, PURGE_STATUSES
 from commands.records import (
     Acceptance,
+    AuthorErasurePreview,
     BotDeletionPreview,
     LedgerReport,
     PurgePage,
@@ -318,6 +319,34 @@ def render_bot_preview(preview: BotDeletionPreview) -> str:
     lines = [fields(pairs), "", "not erased:", *(f"  - {d}" for d in preview.disclosures)]
     if memory.erasable and memory.identity is not None:
         lines += ["", "to delete it and erase its Memory:", erase_hint(preview.bot_id, memory.identity)]
+    return "\n".join(lines)
+
+
+def render_author_preview(preview: AuthorErasurePreview) -> str:
+    totals = preview.totals
+    before = f" --before {preview.before.isoformat()}" if preview.before else ""
+    more = totals.conversations - len(preview.conversations)
+    lines = [
+        f"scope digest  {preview.scope_digest}",
+        "",
+        fields([(name.replace("_", " "), value) for name, value in vars(totals).items()]),
+        "",
+        f"conversations touched ({totals.conversations}):",
+        table(("conversation", "events"), [(c.conversation_id, c.events) for c in preview.conversations]),
+        *([f"  ... and {more} more"] if more > 0 else []),
+        "",
+        listed(
+            "attachments shared, bytes kept",
+            [f"{a.attachment_id}@{a.event_id} (+{a.other_references} other)" for a in preview.shared_attachments],
+        ),
+        listed("blocking runs, refusing the erasure until they end", list(preview.blocking_runs)),
+        "",
+        "not erased:",
+        *(f"  - {d}" for d in preview.disclosures),
+        "",
+        f"to confirm: purgectl erase-author {shlex.quote(preview.author)}{before} --digest {preview.scope_digest} "
+        "--actor WHO --reason WHY",
+    ]
     return "\n".join(lines)
 
 
@@ -679,6 +708,57 @@ def delete_bot(
             reason=reason,
             erase_memory=erase_memory,
             reviewed_repository=reviewed,
+            idempotency_key=idempotency_key,
+            origin=ORIGIN,
+        )
+
+    run_with_handle(as_json, action, render_acceptance)
+
+
+@json_command(main, "preview-author-erasure")
+@click.argument("author")
+@click.option(
+    "--before", type=Timestamp(), help="Only what the author wrote before this time (ISO 8601, with a timezone)."
+)
+def preview_author_erasure(author: str, before: dt.datetime | None, as_json: bool) -> None:
+    """Show what erasing everything AUTHOR wrote, in every conversation, would touch, and the
+    scope digest to confirm it with (erase-author)."""
+    run_with_handle(as_json, lambda pk: pk.preview_author_erasure(author, before=before), render_author_preview)
+
+
+@json_command(main, "erase-author")
+@click.argument("author")
+@click.option("--before", type=Timestamp(), help="The same --before as the preview, if it had one.")
+@click.option("--digest", required=True, help="The scope digest preview-author-erasure showed.")
+@click.option(
+    "--keep-author-open",
+    is_flag=True,
+    help="Accept new events by the author after the erased window (default: refuse every new one).",
+)
+@who_options
+@idempotency_option
+def erase_author(
+    author: str,
+    before: dt.datetime | None,
+    digest: str,
+    keep_author_open: bool,
+    actor: str,
+    reason: str,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Erase everything AUTHOR wrote, wherever it is placed. Afterwards an event by the author
+    inside the erased window is refused (author_erased, exit 3), and so is every new one
+    unless --keep-author-open."""
+
+    def action(pk: Purgekeeper) -> Acceptance:
+        return pk.erase_author(
+            author,
+            scope_digest=digest,
+            actor=actor,
+            reason=reason,
+            before=before,
+            close_author=not keep_author_open,
             idempotency_key=idempotency_key,
             origin=ORIGIN,
         )

@@ -312,6 +312,19 @@ class BotDeletion(_Body):
     idempotency_key: Id | None = None
 
 
+class AuthorWindow(_Body):
+    author: Author
+    before: UtcTime | None = None
+
+
+class AuthorErasure(AuthorWindow):
+    scope_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
+    actor: Actor
+    reason: Reason
+    close_author: StrictBool = True
+    idempotency_key: Id | None = None
+
+
 class RetryRequest(_Body):
     actor: Actor
     reason: Reason
@@ -528,6 +541,25 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
             erase_memory=deletion.erase_memory,
             reviewed_repository=RepositoryIdentity(reviewed.path, reviewed.marker_id) if reviewed else None,
             idempotency_key=deletion.idempotency_key,
+            request_id=x_request_id,
+            origin=ORIGIN,
+        )
+        return _json(acceptance)
+
+    @router.post("/authors/erasure-preview")
+    def preview_author_erasure(window: AuthorWindow) -> JSONResponse:
+        return _json(pk.preview_author_erasure(window.author, before=window.before))
+
+    @router.post("/authors/erase")
+    def erase_author(erasure: AuthorErasure, x_request_id: RequestId = None) -> JSONResponse:
+        acceptance = pk.erase_author(
+            erasure.author,
+            scope_digest=erasure.scope_digest,
+            actor=erasure.actor,
+            reason=erasure.reason,
+            before=erasure.before,
+            close_author=erasure.close_author,
+            idempotency_key=erasure.idempotency_key,
             request_id=x_request_id,
             origin=ORIGIN,
         )

@@ -8,6 +8,7 @@ the enqueue hook called, best effort: the scheduler's sweep heals a wake-up that
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -16,11 +17,12 @@ from sqlalchemy import Connection
 
 from commands import kinds, validation
 from commands.gate import Gate
+from commands.kinds import author as author_kind
 from commands.kinds import bot, content, conversation
 from commands.kinds.base import Env, Kind
 from commands.kinds.skeleton import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH, Causal, accept, appended
-from commands.records import Acceptance, BotDeletionPreview, RepositoryIdentity
-from commands.scope import EventScope, PurgePreview
+from commands.records import Acceptance, AuthorErasurePreview, BotDeletionPreview, RepositoryIdentity
+from commands.scope import EventScope, PurgePreview, aware
 from commands.settings import Settings
 from schema.db import Database
 from schema.errors import LedgerNotCopied, PurgekeeperError, ValidationError
@@ -139,6 +141,39 @@ class PurgeCommands:
         args = bot.Request(bot_id, erase_memory, reviewed_repository)
         return self._accept(kinds.BOT, args, {"bot_id": bot_id, "erase_memory": erase_memory}, causal)
 
+    # -- a person, everywhere ---------------------------------------------------------------
+
+    def preview_author_erasure(self, author: str, *, before: dt.datetime | None = None) -> AuthorErasurePreview:
+        """What erasing everything ``author`` wrote (with ``occurred_at < before``, if given)
+        would touch, in every conversation, and the ``scope_digest`` to confirm."""
+        return self._preview(kinds.AUTHOR, _window(author, before))
+
+    def erase_author(
+        self,
+        author: str,
+        *,
+        scope_digest: str,
+        actor: str,
+        reason: str,
+        before: dt.datetime | None = None,
+        close_author: bool = True,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Erase everything ``author`` wrote, wherever it is placed (see
+        ``commands.kinds.author``). The acceptance costs the same for ten events as for a
+        hundred thousand; from it on no reader returns any of them, and the cleanup steps
+        remove them in batches. Afterwards ingesting an event by the author inside the erased
+        window raises ``AuthorErased``, and with ``close_author`` any new event by them does."""
+        window = _window(author, before)
+        check_digest(scope_digest, "preview_author_erasure()")
+        if not isinstance(close_author, bool):
+            raise ValidationError("close_author must be true or false")
+        causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
+        request = {"author": window.author, "before": window.before, "close_author": close_author}
+        return self._accept(kinds.AUTHOR, author_kind.Confirmation(window, scope_digest, close_author), request, causal)
+
     # -- the skeleton's edges -------------------------------------------------------------
 
     def _env(self) -> Env:
@@ -206,3 +241,8 @@ def check_digest(digest: Any, preview: str) -> None:
 def _check_version(version: Any) -> None:
     if version is not None and (not isinstance(version, int) or isinstance(version, bool) or version < 1):
         raise ValidationError("expected_version must be a positive integer")
+
+
+def _window(author: Any, before: Any) -> author_kind.Window:
+    checked = validation.check_text(author, "author", max_length=validation.MAX_AUTHOR_LENGTH)
+    return author_kind.Window(checked, aware(before, "before"))

@@ -66,8 +66,8 @@ class EventScope:
         if self.conversation_id is None:
             raise ValidationError("a scope needs event_ids or a conversation_id")
         validation.check_id(self.conversation_id, "conversation_id")
-        object.__setattr__(self, "after", _aware(self.after, "after"))
-        object.__setattr__(self, "before", _aware(self.before, "before"))
+        object.__setattr__(self, "after", aware(self.after, "after"))
+        object.__setattr__(self, "before", aware(self.before, "before"))
         if self.after and self.before and self.after >= self.before:
             raise ValidationError("after must be earlier than before")
         if self.author is not None:
@@ -85,7 +85,7 @@ class EventScope:
         }
 
 
-def _aware(value: Any, name: str) -> dt.datetime | None:
+def aware(value: Any, name: str) -> dt.datetime | None:
     if value is None:
         return None
     if not isinstance(value, dt.datetime) or value.tzinfo is None:

@@ -239,6 +239,10 @@ def render_step_counts(snap: metrics.Snapshot) -> str:
     return f'<table id="step-counts"><tr><th>steps</th>{head}</tr>{body}</table>'
 
 
+# How a purge's kind reads on the page (otherwise "<kind> purge"); never who was erased.
+KIND_LABELS = {"author": "author erasure", "channel": "channel deletion", "bot": "bot deletion"}
+
+
 def render_purge(purge: PurgeStatus) -> str:
     marks = [mark for mark, on in zip(ATTENTION, (purge.status == "incomplete", purge.stalled), strict=True) if on]
     badges = "".join(f' <span class="badge {mark}">{mark.upper()}</span>' for mark in marks)
@@ -246,7 +250,8 @@ def render_purge(purge: PurgeStatus) -> str:
     return (
         f'<article class="{classes}" id="purge-{_text(purge.purge_id)}" data-status="{_text(purge.status)}">'
         f"<h3><code>{_text(purge.purge_id)}</code> {_text(purge.status)}{badges}</h3>"
-        f"<p>{_text(purge.kind)} purge, ledger seq {purge.ledger_seq}, accepted {_when(purge.accepted_at)}</p>"
+        f"<p>{_text(KIND_LABELS.get(purge.kind, f'{purge.kind} purge'))}, ledger seq {purge.ledger_seq}, "
+        f"accepted {_when(purge.accepted_at)}</p>"
         f"{render_steps(purge.steps)}</article>"
     )
 

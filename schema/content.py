@@ -42,6 +42,7 @@ from schema.tables import (
     UtcDateTime,
     admissions,
     attachments,
+    author_erasures,
     blobs,
     bots,
     conversations,
@@ -201,10 +202,12 @@ def read_conversation(conn: Reader, conversation_id: str) -> ConversationRead:
 
 
 def live_event(event_id: Any) -> Any:
-    """An event is live while it has no fence and a placement in a conversation that is not
-    purged (DESIGN.md). ``event_id`` is a value or a column."""
+    """An event is live while it has no fence (an event tombstone, or an author erasure that
+    covers it) and a placement in a conversation that is not purged (DESIGN.md).
+    ``event_id`` is a value or a column."""
     return and_(
         not_(_tombstone_exists(TombstoneKind.EVENT, event_id)),
+        not_(event_erased(event_id)),
         exists()
         .where(placements.c.event_id == event_id)
         .where(conversations.c.id == placements.c.conversation_id)
@@ -220,6 +223,28 @@ def _tombstone_exists(kind: TombstoneKind, id_expr: Any) -> Any:
     return exists().where(tombstones.c.kind == kind.value).where(tombstones.c.id == id_expr)
 
 
+def author_erased(author: Any, occurred_at: Any) -> Any:
+    """An erasure of ``author`` covers ``occurred_at`` (columns or values): one probe of the
+    prefix of author_erasures' primary key."""
+    return exists().where(author_erasures.c.author == author, author_erasures.c.window_end > occurred_at)
+
+
+_erased_event = events.alias("erased_event")
+_erasure = author_erasures.alias("erasure")
+
+
+def event_erased(event_id: Any) -> Any:
+    """The event (a value or a column) is erased with its author's content: the events key,
+    then the prefix of author_erasures' key. Its own aliases are never correlated away, so
+    the expression means the same inside any statement."""
+    return (
+        exists()
+        .where(_erased_event.c.id == event_id)
+        .where(_erasure.c.author == _erased_event.c.author, _erasure.c.window_end > _erased_event.c.occurred_at)
+        .correlate_except(_erased_event, _erasure)
+    )
+
+
 # The reads of every content call are built once (a statement's construction costs as
 # much as its execution on a small conversation); SQLAlchemy caches their compiled form.
 EVENT_COLUMNS = (events.c.id, events.c.provider_event_id, events.c.author, events.c.occurred_at, events.c.body)
@@ -231,6 +256,7 @@ _READABLE_EVENTS = (
     .where(NOT_PURGED)
     .where(not_(_tombstone_exists(TombstoneKind.CONVERSATION, conversations.c.id)))
     .where(not_(_tombstone_exists(TombstoneKind.EVENT, events.c.id)))
+    .where(not_(author_erased(events.c.author, events.c.occurred_at)))
     .order_by(events.c.occurred_at, events.c.id)
 )
 

@@ -13,7 +13,8 @@
     │   ├── ConversationDeleted
     │   ├── ContentPurged
     │   ├── BotDeleted
-    │   └── IdReserved
+    │   ├── IdReserved
+    │   └── AuthorErased           an author erasure covers the event, or closes the author
     ├── MemoryErasureUnavailable   carries a machine-readable ``reason``
     ├── MessagingUnavailable       carries bounded ``diagnostics``
     └── InfrastructureError        transient database, broker or filesystem faults
@@ -104,6 +105,10 @@ class IdReserved(Fenced):
     """The id belongs to a purged or deleted identity and is never reused."""
 
 
+class AuthorErased(Fenced):
+    """Content by this author is erased."""
+
+
 class MemoryErasureUnavailable(PurgekeeperError):
     """Memory erasure is unavailable: ownership of the repository cannot be proven."""
 
@@ -152,6 +157,7 @@ TRIGGER_ERRORS: dict[str, type[PurgekeeperError]] = {
     "content_purged": ContentPurged,
     "bot_deleted": BotDeleted,
     "id_reserved": IdReserved,
+    "author_erased": AuthorErased,
     "ledger_append_only": ValidationError,
     "tombstone_permanent": ValidationError,
     "invalid_change": ValidationError,

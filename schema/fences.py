@@ -51,6 +51,9 @@ POSTGRESQL_TRIGGERS = frozenset(
         "pk_identity_reservations_permanent",
         # 0007
         "pk_purge_ledger_move_head",
+        # 0008
+        "pk_author_erasures_permanent",
+        "pk_author_erasures_no_truncate",
         *(
             f"pk_{table}_no_truncate"
             for table in (
@@ -121,6 +124,9 @@ SQLITE_TRIGGERS = frozenset(
         "pk_blobs_before_insert",
         "pk_identity_reservations_no_update",
         "pk_identity_reservations_no_delete",
+        # 0008
+        "pk_author_erasures_no_update",
+        "pk_author_erasures_no_delete",
     }
 )
 

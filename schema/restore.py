@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import BindParameter, Connection, and_, bindparam, exists, or_, select, update
 
-from schema.content import live_event
+from schema.content import event_erased, live_event
 from schema.idlists import IDS, among
 from schema.states import ACTIVE_RUN_STATUSES, BlobState, ConversationState, RunStatus, StepStatus, TombstoneKind
 from schema.tables import (
@@ -108,6 +108,8 @@ _ABANDON_RUNS = (
                 )
             ),
             runs.c.bot_id.in_(select(tombstones.c.id).where(tombstones.c.kind == TombstoneKind.BOT.value)),
+            # per non-terminal run, its admissions: the cost follows the active runs
+            exists().where(admissions.c.run_id == runs.c.id, event_erased(admissions.c.event_id)),
         )
     )
     .values(status=RunStatus.ABANDONED.value, output=None)
@@ -115,8 +117,8 @@ _ABANDON_RUNS = (
 
 
 def abandon_runs_in_purged_scopes(conn: Connection) -> int:
-    """Non-terminal runs in purged conversations, admitting fenced events, or of deleted bots
-    (a restore brought them back): abandoned, their output NULL."""
+    """Non-terminal runs in purged conversations, admitting fenced or erased events, or of
+    deleted bots (a restore brought them back): abandoned, their output NULL."""
     return int(conn.execute(_ABANDON_RUNS).rowcount or 0)
 
 

@@ -71,6 +71,7 @@ class PurgeKind(StrEnum):
     CONVERSATION = "conversation"
     CHANNEL = "channel"
     BOT = "bot"
+    AUTHOR = "author"
 
 
 class TombstoneKind(StrEnum):

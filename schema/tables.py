@@ -139,6 +139,9 @@ events = Table(
     Column("body", Text),
     _created_at(),
     UniqueConstraint("provider_event_id"),
+    # An author erasure finds its author's events, and their latest time, by these (0008).
+    Index("ix_events_author_occurred_at", "author", "occurred_at", "id"),
+    Index("ix_events_author_created_at", "author", "created_at"),
 )
 
 placements = Table(
@@ -299,6 +302,21 @@ tombstones = Table(
 # and neither could then use the partial index.
 IS_EVENT_TOMBSTONE = tombstones.c.kind == literal_column("'event'")
 
+# One row per author erasure (0008): every event by ``author`` with ``occurred_at < window_end``
+# is erased, not live, from the row's commit on; with ``close_author`` the author takes no new
+# event at all. Acceptance writes this one row; cleanup tombstones the events in batches.
+# Readers and the triggers probe the primary key's prefix (author) once per event.
+author_erasures = Table(
+    "author_erasures",
+    metadata,
+    Column("author", Text, nullable=False),
+    Column("purge_id", String(64), nullable=False),
+    Column("window_end", UtcDateTime(), nullable=False),
+    Column("close_author", Boolean, nullable=False),
+    _created_at(),
+    PrimaryKeyConstraint("author", "purge_id"),
+)
+
 # One row per reserved (tombstoned) conversation or bot id, written with its tombstone
 # (0006): creating an id on PostgreSQL probes this primary key, which sees every committed
 # row whatever the writer's snapshot.
@@ -386,6 +404,7 @@ PURGE_TABLES = (
     purge_ledger,
     ledger_head,
     tombstones,
+    author_erasures,
     identity_reservations,
     cleanup_steps,
     purge_previews,

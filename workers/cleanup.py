@@ -21,8 +21,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from schema import authors, ledger, steps
 from schema import cleanup as q
-from schema import ledger, steps
 from schema import purges as pq
 from schema.db import Database, bound_lock_waits, commit_without_flush
 from schema.errors import LockTimeout
@@ -212,6 +212,32 @@ def _delete_rows(conn: Connection, *, purge_id: str, conversation_id: str, limit
     more = runs >= limit or derived >= limit
     wake = [] if more else steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value)
     return {"removed": runs + derived, "more": more, "wake": wake}
+
+
+def erase_author_events(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
+    """An author erasure: the author's events in the window, a batch at a time in
+    (occurred_at, id) order, get their ``event`` tombstones and lose their content; the batch
+    that finds none left unparks the attachments step and finishes this one. A rerun walks
+    them again from the start (tombstones and NULLs are idempotent)."""
+    selectors = entry.selectors
+    window_end = dt.datetime.fromisoformat(str(selectors["window_end"]).replace("Z", "+00:00"))
+    batch = functools.partial(
+        _erase_batch, purge_id=entry.purge_id, author=str(selectors["author"]), window_end=window_end
+    )
+    after: tuple[Any, ...] | None = None
+    while not (done := _batch(ctx, held, functools.partial(batch, after=after, limit=ctx.batch_size))).get("done"):
+        after = done["after"]
+    return Ran(tuple(done["wake"]), finished=True)
+
+
+def _erase_batch(
+    conn: Connection, *, purge_id: str, author: str, window_end: dt.datetime, after: Any, limit: int
+) -> dict[str, Any]:
+    erased, last = authors.erase_batch(
+        conn, purge_id=purge_id, author=author, window_end=window_end, after=after, limit=limit
+    )
+    wake = steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value) if last is None else []
+    return {"removed": len(erased), "done": last is None, "after": last, "wake": wake}
 
 
 # -- attachments --------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 
 from sqlalchemy import Connection
 
+from commands.kinds.author import Author
 from commands.kinds.base import Kind
 from commands.kinds.bot import Bot
 from commands.kinds.channel import Channel
@@ -28,8 +29,9 @@ CONTENT = Content()
 CONVERSATION = Conversation()
 CHANNEL = Channel()
 BOT = Bot()
+AUTHOR = Author()
 
-KINDS: dict[PurgeKind, Kind] = {kind.name: kind for kind in (CONTENT, CONVERSATION, CHANNEL, BOT)}
+KINDS: dict[PurgeKind, Kind] = {kind.name: kind for kind in (CONTENT, CONVERSATION, CHANNEL, BOT, AUTHOR)}
 
 for _kind in KINDS.values():
     if _kind.bodies is not None:

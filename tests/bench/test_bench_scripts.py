@@ -78,3 +78,9 @@ def test_the_scale_benchmark_runs_and_its_ledger_and_copy_agree(tmp_path: Path) 
         timeout=240,
     )
     assert (figures["checks_ok"], figures["sizes"]) == (True, [200, 400])
+
+
+def test_the_erasure_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    figures = run_script("erasure.py", "--repeat", "1", "--events", "300", "--conversations", "3", tmp_path=tmp_path)
+    for name in ("accept_ratio", "bodies_ratio", "read_50_ratio", "read_1000_ratio"):
+        assert isinstance(figures[name], float) and figures[name] > 0, name

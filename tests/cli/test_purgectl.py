@@ -295,6 +295,33 @@ def test_delete_bot_erasing_its_reviewed_memory_repository(pk: Pk, purgectl: Pur
     assert waited["steps"][0]["progress"]["removed"] == 1
 
 
+@pytest.mark.sqlite_only
+def test_erase_author_everywhere_from_the_preview_it_showed(pk: Pk, purgectl: Purgectl) -> None:
+    seed(pk)
+    pk.create_conversation("c2")
+    pk.place_event("e1", "c2")
+    before = (T0 + dt.timedelta(hours=1)).isoformat()
+    preview, shown = concurrently(
+        lambda: purgectl.json("preview-author-erasure", "ada", "--before", before),
+        lambda: purgectl.text("preview-author-erasure", "ada", "--before", before).stdout,
+    )
+    assert (preview["totals"]["events"], preview["totals"]["placements"]) == (1, 2)
+    assert f"purgectl erase-author ada --before {before} --digest {preview['scope_digest']}" in shown
+    purgectl.error(3, "stale_confirmation", "erase-author", "ada", "--digest", preview["scope_digest"], *WHO)
+    assert written(pk) == (0, 0, 0)  # the digest was of another window
+
+    erase = ("erase-author", "ada", "--before", before, "--digest", preview["scope_digest"], "--keep-author-open")
+    accepted = purgectl.json(*erase, *WHO)
+    assert accepted["outcome"] == "accepted"
+    assert [e.id for e in pk.read_conversation("c1")] == ["e2", "e3"]
+    assert pk.read_conversation("c2") == []
+    with pytest.raises(commands.AuthorErased):
+        pk.ingest_event("c1", author="ada", body="backfill", occurred_at=T0)
+    assert pk.ingest_event("c1", author="ada", body="still here", occurred_at=T0 + dt.timedelta(hours=5)).body
+    waited = purgectl.json("status", accepted["purge_id"])
+    assert waited["kind"] == "author"
+
+
 # -- operating -----------------------------------------------------------------------------------------
 
 

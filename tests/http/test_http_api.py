@@ -64,6 +64,8 @@ ENDPOINTS = {
     ("POST", "/v1/bots"): "host",
     ("GET", "/v1/bots/{bot_id}/deletion-preview"): "host",
     ("POST", "/v1/bots/{bot_id}/delete"): "host",
+    ("POST", "/v1/authors/erasure-preview"): "host",
+    ("POST", "/v1/authors/erase"): "host",
     ("POST", "/v1/runs"): "host",
     ("POST", "/v1/runs/{run_id}/finish"): "host",
     ("POST", "/v1/runs/{run_id}/admissions"): "host",
@@ -308,6 +310,32 @@ def test_purge_endpoints(client: TestClient, world: World) -> None:
     assert {s["kind"] for s in status["steps"]} == {"bodies", "attachments"}
     waited = ok(client.get(f"/v1/purges/{accepted['purge_id']}/wait", params={"timeout": 0.05}))
     assert waited["status"] == "accepted", "no worker runs here: the wait times out with the status"
+
+
+def test_author_erasure_endpoints(client: TestClient, world: World) -> None:
+    window = {"author": "ada"}
+    world.pk.admit("e1", "r1", payload={"text": "hello"})
+    preview = ok(client.post("/v1/authors/erasure-preview", json=window))
+    assert preview["totals"]["events"] == 1 and preview["totals"]["exclusive_attachments"] == 2
+    assert preview["blocking_runs"] == ["r1"]
+    assert preview["conversations"] == [{"conversation_id": "c1", "events": 1}]
+    erasure = {**window, "scope_digest": preview["scope_digest"], **WHO}
+    refused(client.post("/v1/authors/erase", json=erasure), 409, "active_runs")  # r1 admitted e1 and still runs
+    world.pk.finish_run("r1", status="cancelled")
+    erasure["scope_digest"] = ok(client.post("/v1/authors/erasure-preview", json=window))["scope_digest"]
+    refused(client.post("/v1/authors/erase", json={**erasure, "close_author": "yes"}), 400, "validation_error")
+    refused(
+        client.post("/v1/authors/erase", json={**erasure, "before": "2026-01-01T00:00:00"}), 400, "validation_error"
+    )
+    accepted = ok(client.post("/v1/authors/erase", json=erasure))
+    assert accepted["outcome"] == "accepted"
+    assert ok(client.get(f"/v1/purges/{accepted['purge_id']}"))["kind"] == "author"
+    assert ok(client.get("/v1/conversations/c1/events"))["events"] == []
+    late = {"author": "ada", "body": "again"}
+    refused(client.post("/v1/conversations/c1/events", json=late), 410, "author_erased")
+    again = ok(client.post("/v1/authors/erasure-preview", json=window))
+    repeat = ok(client.post("/v1/authors/erase", json={**erasure, "scope_digest": again["scope_digest"]}))
+    assert repeat == {**accepted, "outcome": "already_purged"}
 
 
 def test_list_purges_pages_with_the_cursor(client: TestClient, world: World) -> None:

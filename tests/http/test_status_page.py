@@ -352,6 +352,19 @@ def test_step_progress_attempts_and_parked_steps_are_shown(pk: Pk, client: TestC
     )
 
 
+def test_each_kind_is_named_and_an_erased_author_is_not(pk: Pk, client: TestClient) -> None:
+    pk.create_conversation("c-ada")
+    pk.ingest_event("c-ada", author="ada-lovelace", body=f"{SECRET} body")
+    preview = pk.preview_author_erasure("ada-lovelace")
+    erased = pk.erase_author("ada-lovelace", scope_digest=preview.scope_digest, **WHO).purge_id
+    whole = pk.purge_conversation("c-ada", **WHO).purge_id
+    sign_in(client)
+    html = page(client)
+    assert "author erasure, ledger seq 1" in article(html, erased)
+    assert "conversation purge, ledger seq 2" in article(html, whole)
+    assert "ada-lovelace" not in html and SECRET not in html
+
+
 def test_the_page_never_shows_content_actor_or_reason(pk: Pk, client: TestClient) -> None:
     accepted = purge_new_event(pk, "c1", attachment=True)  # fenced, bodies still in the database
     incomplete_purge(pk, "c2", message="unlink failed")

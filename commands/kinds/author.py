@@ -1,0 +1,194 @@
+"""An author erasure ("Purge Everywhere"): everything one author wrote, in every
+conversation, with ``occurred_at < before`` when a ``before`` is given.
+
+- **Acceptance is O(1)**: one ``author_erasures`` row, which every reader and every writer
+  (the triggers) checks from that moment; the bodies step then fences the events one by one
+  (``event`` tombstones) and NULLs their content in batches, and unparks the attachments step.
+- **The window.** With ``before`` the window is ``occurred_at < before``. Without it, the
+  window ends at the acceptance (the database clock), or just after the author's latest
+  ``occurred_at`` if that is later: every event that exists is inside it. Ingesting an event
+  by the author inside the window raises ``AuthorErased`` whatever ``close_author`` says, so a
+  provider backfill cannot bring erased messages back; with ``close_author`` (the default:
+  author ids are never reused) every new event by the author does.
+- **Staleness.** The preview's digest hashes what the preview shows. Confirming checks, in
+  O(1), that the preview was made (it is kept for a day) of this author and window, and that
+  no event by the author was ingested since (the author's newest event by ingest time): a
+  new event is a changed scope, ``StaleConfirmation``. A new placement, admission or
+  derivative of an event already in the scope is not: the erasure covers each event wherever
+  it is when the bodies step runs, and the preview says so.
+- **Repeats.** An erasure that would fence no event the author's earlier erasures leave
+  outside their windows, and adds no closure, is ``already_purged``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands import validation
+from commands.kinds import fields, skeleton
+from commands.kinds.base import Already, Decision, Env, Kind
+from commands.records import AuthorErasurePreview, ConversationCount, ErasureTotals, SharedAttachment
+from commands.scope import DISCLOSURES
+from schema import authors, ledger
+from schema import purges as pq
+from schema import restore as rq
+from schema.errors import StaleConfirmation
+from schema.ledger import canonical_json, sha256_hex, utc_text
+from schema.states import PurgeKind, StepKind
+from workers import cleanup
+
+PREVIEW_RETENTION = dt.timedelta(days=1)
+LISTED_CONVERSATIONS = 100  # the preview lists at most this many conversations (and shared attachments)
+DIGEST_VERSION = 1
+
+AUTHOR_DISCLOSURES = (
+    *DISCLOSURES,
+    "An event by this author placed in several conversations is one piece of content: it is erased "
+    "in every one of them, including placements, admissions and derivatives made after this preview.",
+)
+
+
+@dataclass(frozen=True)
+class Window:
+    author: str
+    before: dt.datetime | None
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    window: Window
+    scope_digest: str
+    close_author: bool
+
+
+class Author(Kind):
+    name = PurgeKind.AUTHOR
+    head_first = False  # the author's lock serialises erasures of one author; the head is taken last
+    bodies = staticmethod(cleanup.erase_author_events)
+
+    def preview(self, conn: Connection, env: Env, args: Window) -> AuthorErasurePreview:
+        report = _report(conn, args, authors.window_end(conn, args.author, args.before))
+        newest = _fingerprint(authors.newest_ingest(conn, args.author))
+        digest = _digest(report, newest)
+        pq.save_preview(conn, digest, _saved(args, newest), keep_for=PREVIEW_RETENTION)
+        return dataclasses.replace(report, scope_digest=digest)
+
+    def check_selectors(self, selectors: Mapping[str, Any]) -> None:
+        if "author" not in selectors:
+            raise fields.RowInvalid("the selectors lack author")
+        fields.text(selectors["author"], "author", validation.MAX_AUTHOR_LENGTH)
+        fields.timestamp(selectors, "before")
+        fields.timestamp(selectors, "window_end", required=True)
+        if not isinstance(selectors.get("close_author"), bool):
+            raise fields.RowInvalid("close_author is not true or false")
+
+    def lock(self, conn: Connection, env: Env, args: Confirmation) -> dt.datetime:
+        authors.lock_author(conn, args.window.author)
+        return authors.window_end(conn, args.window.author, args.window.before)
+
+    def decide(self, conn: Connection, env: Env, args: Confirmation, locked: dt.datetime) -> Decision | Already:
+        window, end = args.window, locked
+        saved = pq.saved_preview(conn, args.scope_digest)
+        if saved is None or saved.get("author_erasure") != _window_key(window):
+            raise StaleConfirmation(
+                f"no preview of the erasure of {window.author} with this window has this digest (a preview is "
+                "kept for a day); preview it again"
+            )
+        if saved.get("newest_ingest") != _fingerprint(authors.newest_ingest(conn, window.author)):
+            raise StaleConfirmation(f"events by {window.author} were ingested since the preview; preview it again")
+        skeleton.refuse_active_runs(authors.active_runs_admitting(conn, window.author, end))
+        covering = _covering(conn, window.author, end, args.close_author)
+        if covering is not None:
+            return covering
+        selectors = {
+            "author": window.author,
+            "before": utc_text(window.before) if window.before else None,
+            "window_end": utc_text(end),
+            "close_author": args.close_author,
+        }
+        steps = (StepKind.BODIES, StepKind.ATTACHMENTS)
+        return Decision(selectors, steps, parked=(StepKind.ATTACHMENTS,), digest=args.scope_digest)
+
+    def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
+        authors.insert_erasure(
+            conn,
+            purge_id=purge_id,
+            author=str(selectors["author"]),
+            window_end=_window_end(selectors),
+            close_author=bool(selectors["close_author"]),
+        )
+
+    def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
+        if authors.content_left(conn, str(entry.selectors["author"]), _window_end(entry.selectors)):
+            # the bodies step fences the events again, then unparks attachments
+            return [(StepKind.BODIES, False), (StepKind.ATTACHMENTS, True)]
+        return [(StepKind.ATTACHMENTS, False)] if rq.bytes_left(conn, entry.purge_id) else []
+
+
+def _report(conn: Connection, window: Window, end: dt.datetime) -> AuthorErasurePreview:
+    found = authors.erasure_totals(conn, window.author, end, conversation_limit=LISTED_CONVERSATIONS)
+    totals = ErasureTotals(**{f.name: getattr(found, f.name) for f in dataclasses.fields(ErasureTotals)})
+    return AuthorErasurePreview(
+        author=window.author,
+        before=window.before,
+        totals=totals,
+        conversations=tuple(ConversationCount(c, int(n)) for c, n in found.conversation_counts),
+        shared_attachments=tuple(SharedAttachment(a, e, b, int(n)) for a, e, b, n in found.shared),
+        blocking_runs=tuple(authors.active_runs_admitting(conn, window.author, end)),
+        disclosures=AUTHOR_DISCLOSURES,
+        scope_digest="",
+    )
+
+
+def _covering(conn: Connection, author: str, end: dt.datetime, close_author: bool) -> Already | None:
+    """The author's latest erasure, if it already covers everything this one would do."""
+    earlier = authors.erasures_of(conn, author)
+    if not earlier:
+        return None
+    covered_until = max(row.window_end for row in earlier)
+    closes = close_author and not any(row.close_author for row in earlier)
+    if closes or authors.any_event_between(conn, author, covered_until, end):
+        return None
+    latest = max(earlier, key=lambda row: row.window_end)
+    entry = ledger.entry_by_purge_id(conn, latest.purge_id)
+    return Already(latest.purge_id, entry.seq if entry else 0)
+
+
+def _window_end(selectors: Mapping[str, Any]) -> dt.datetime:
+    end = fields.timestamp(selectors, "window_end", required=True)
+    assert end is not None
+    return end
+
+
+def _window_key(window: Window) -> list[Any]:
+    return [window.author, utc_text(window.before) if window.before else None]
+
+
+def _fingerprint(newest: tuple[str, str] | None) -> list[str] | None:
+    return None if newest is None else list(newest)
+
+
+def _saved(window: Window, newest: list[str] | None) -> dict[str, Any]:
+    """What a confirmation checks the preview against (no content: the author is an id)."""
+    return {"author_erasure": _window_key(window), "newest_ingest": newest}
+
+
+def _digest(report: AuthorErasurePreview, newest: list[str] | None) -> str:
+    shown = {
+        "kind": PurgeKind.AUTHOR.value,
+        "digest_version": DIGEST_VERSION,
+        "author": report.author,
+        "before": report.before,
+        "totals": vars(report.totals),
+        "conversations": [[c.conversation_id, c.events] for c in report.conversations],
+        "shared_attachments": [vars(a) for a in report.shared_attachments],
+        "blocking_runs": list(report.blocking_runs),
+        "newest_ingest": newest,  # not shown, but a digest names one state of the author's events
+    }
+    return sha256_hex(canonical_json(shown))
