@@ -27,18 +27,19 @@ from sqlalchemy import (
     text,
     tuple_,
     type_coerce,
+    update,
 )
 
 from schema import cleanup, ledger
-from schema import purges as pq
 from schema.content import live_event, upsert_insert
-from schema.states import ACTIVE_RUN_STATUSES, TombstoneKind
+from schema.states import ACTIVE_RUN_STATUSES
 from schema.tables import (
     IS_EVENT_TOMBSTONE,
     UtcDateTime,
     admissions,
     attachments,
     author_erasures,
+    conversations,
     derivative_sources,
     derivatives,
     events,
@@ -118,24 +119,17 @@ def insert_erasure(
     conn.execute(statement.on_conflict_do_nothing(index_elements=["author", "purge_id"]))
 
 
-_NEWEST_CREATED = select(func.max(events.c.created_at)).where(events.c.author == _AUTHOR).scalar_subquery()
-# Two probes of ix_events_author_created_at: the latest created_at, then the greatest id at it
-# (an ORDER BY created_at DESC, id DESC would sort every event of the author). OFFSET 0 keeps
-# PostgreSQL from answering max(id) by walking pk_events backwards to the author's row.
-_AT_NEWEST = (
-    select(events.c.id.label("id"))
-    .where(events.c.author == _AUTHOR, events.c.created_at == _NEWEST_CREATED)
-    .offset(literal_column("0"))
-    .subquery("at_newest")
-)
-_NEWEST_INGEST = select(_NEWEST_CREATED, select(func.max(_AT_NEWEST.c.id)).scalar_subquery())
-
-
-# SQLite's created_at has whole seconds: two ingests in one second are told apart by rowid,
-# which only grows (an event row is never deleted), and which every SQLite index ends with,
-# so this ORDER BY is ix_events_author_created_at read backwards from the author's end.
+# PostgreSQL: ix_events_author_created_at read backwards from the author's end, one probe
+# whatever the ties (a bulk import in one transaction shares one created_at).
+_NEWEST_INGEST = text(
+    "SELECT created_at, id FROM events WHERE author = :author ORDER BY created_at DESC, id DESC LIMIT 1"
+).columns(created_at=UtcDateTime(), id=Text())
+# SQLite: created_at has whole seconds, and a new event's id may sort before the others': the
+# greatest rowid (it only grows: an event row is never deleted) among the author's events of
+# the latest second. Its cost follows the author's events of that one second.
 _NEWEST_INGEST_SQLITE = text(
-    "SELECT created_at, rowid FROM events WHERE author = :author ORDER BY created_at DESC, rowid DESC LIMIT 1"
+    "SELECT created_at, max(rowid) FROM events WHERE author = :author AND created_at = "
+    "(SELECT max(created_at) FROM events WHERE author = :author)"
 )
 
 
@@ -144,10 +138,10 @@ def newest_ingest(conn: Connection, author: str) -> tuple[str, str] | None:
     PostgreSQL, (created_at, rowid) on SQLite. It changes when an event by the author is
     ingested."""
     if conn.dialect.name == "sqlite":
-        row = conn.execute(_NEWEST_INGEST_SQLITE, {"author": author}).first()
-        return None if row is None else (str(row[0]), str(row[1]))
-    created_at, event_id = conn.execute(_NEWEST_INGEST, {"author": author}).one()
-    return None if event_id is None else (ledger.utc_text(created_at), str(event_id))
+        created_at, rowid = conn.execute(_NEWEST_INGEST_SQLITE, {"author": author}).one()
+        return None if rowid is None else (str(created_at), str(rowid))
+    row = conn.execute(_NEWEST_INGEST, {"author": author}).first()
+    return None if row is None else (ledger.utc_text(row.created_at), str(row.id))
 
 
 # A scalar subquery with LIMIT 1 per active run (PostgreSQL would otherwise pull an EXISTS up
@@ -315,19 +309,36 @@ def erase_batch(
     limit: int,
 ) -> tuple[list[str], tuple[Any, ...] | None]:
     """The next ``limit`` events of the author in the window after the keyset ``after``:
-    their ``event`` and ``provider_event`` tombstones written for ``purge_id`` (an event an
-    earlier purge fenced keeps its tombstone), their content NULLed. Returns their ids and
+    their ``event`` tombstones written for ``purge_id`` (an event an earlier purge fenced keeps
+    its tombstone; a provider event id is fenced with its event, see
+    ``cleanup.tombstone_events``), their content NULLed. Returns their ids and
     the keyset to pass next (opaque), or None once a batch comes back short."""
     params: dict[str, Any] = {**_params(author, window_end), "limit": limit}
     if after is not None:
         params.update(after_at=after[0], after_id=after[1])
     found = conn.execute(_BATCHES[conn.dialect.name, after is not None], params).all()
     ids = [row.id for row in found]
-    provider_ids = [row.provider_event_id for row in found if row.provider_event_id is not None]
-    pq.insert_tombstones(conn, purge_id, {TombstoneKind.EVENT: ids, TombstoneKind.PROVIDER_EVENT: provider_ids})
+    cleanup.tombstone_events(conn, purge_id, ids)  # their provider event ids stay fenced with them
     cleanup.null_content_of(conn, ids)
     last = (found[-1].key_at, found[-1].id) if found and len(found) >= limit else None
     return ids, last
+
+
+_IN_TOUCHED = conversations.c.id.in_(
+    select(placements.c.conversation_id).join(events, events.c.id == placements.c.event_id).where(_IN_WINDOW)
+)
+_BUMP_TOUCHED = (
+    update(conversations)
+    .where(_IN_TOUCHED, conversations.c.state == "active")
+    .values(version=conversations.c.version + 1)
+)
+
+
+def bump_touched_versions(conn: Connection, author: str, window_end: dt.datetime) -> int:
+    """The version of every active conversation where an event of the window is placed rises
+    by one: one set-based statement, for the end of the bodies step (a rise per conversation
+    at acceptance would cost what the author wrote)."""
+    return int(conn.execute(_BUMP_TOUCHED, _params(author, window_end)).rowcount or 0)
 
 
 _OF_WINDOW = admissions.c.event_id.in_(select(events.c.id).where(_IN_WINDOW))

@@ -141,7 +141,7 @@ events = Table(
     UniqueConstraint("provider_event_id"),
     # An author erasure finds its author's events, and their latest time, by these (0008).
     Index("ix_events_author_occurred_at", "author", "occurred_at", "id"),
-    Index("ix_events_author_created_at", "author", "created_at"),
+    Index("ix_events_author_created_at", "author", "created_at", "id"),
 )
 
 placements = Table(

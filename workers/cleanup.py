@@ -236,8 +236,12 @@ def _erase_batch(
     erased, last = authors.erase_batch(
         conn, purge_id=purge_id, author=author, window_end=window_end, after=after, limit=limit
     )
-    wake = steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value) if last is None else []
-    return {"removed": len(erased), "done": last is None, "after": last, "wake": wake}
+    if last is not None:
+        return {"removed": len(erased), "after": last}
+    # the last batch: the conversations changed (a host's expected_version of them is stale)
+    authors.bump_touched_versions(conn, author, window_end)
+    wake = steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value)
+    return {"removed": len(erased), "done": True, "wake": wake}
 
 
 # -- attachments --------------------------------------------------------------------------------

@@ -109,7 +109,12 @@ def test_preview_counts_everything_the_author_wrote_everywhere(world: dict[str, 
     assert pk.preview_author_erasure("ada").scope_digest == preview.scope_digest  # nothing changed
 
 
+def versions(pk: Pk) -> dict[str, int]:
+    return {r.id: r.version for r in rows(pk, "SELECT id, version FROM conversations")}
+
+
 def test_erasure_fences_at_once_and_cleanup_removes_it_everywhere(world: dict[str, Any], pk: Pk) -> None:
+    seen = versions(pk)
     acceptance = erase(pk)
     assert acceptance.outcome == "accepted"
     assert pk.status(acceptance.purge_id).kind == "author"
@@ -127,6 +132,8 @@ def test_erasure_fences_at_once_and_cleanup_removes_it_everywhere(world: dict[st
 
     status = settle(pk, acceptance.purge_id)
     assert status.status == "complete", status
+    now = versions(pk)
+    assert now["c1"] > seen["c1"] and now["c2"] > seen["c2"] and now["c3"] == seen["c3"]
     assert {k: v for k, v in bodies(pk).items()} == {"e1": None, "e2": None, "e3": None, "e4": "four", "e5": "five"}
     assert scalar(pk, "SELECT payload FROM admissions") is None
     assert scalar(pk, "SELECT output FROM runs WHERE id = :id", id=world["run"]) is None

@@ -270,7 +270,13 @@ def test_erase_batch_fences_and_nulls_in_keyset_batches_and_again_changes_nothin
     assert batches() == [["a-0", "a-1"], ["a-2", "a1"], ["a2"]]
     fences = "SELECT purge_id FROM tombstones WHERE kind = :k AND id = :i"
     assert value(chat, fences, k="event", i="a-1") == "pa"
-    assert value(chat, fences, k="provider_event", i="p-a-1") == "pa"
+    assert value(chat, fences, k="provider_event", i="p-a-1") is None  # fenced with its event:
+    refused(  # a provider's duplicate delivery of it stays refused once the event is tombstoned
+        chat,
+        "INSERT INTO events (id, provider_event_id, author, occurred_at, body) VALUES ('x', 'p-a-1', 'eve', :at, 'b')",
+        ContentPurged,
+        at=T0,
+    )
     assert value(chat, fences, k="event", i="a2") == "earlier"  # an earlier purge keeps its fence
     assert value(chat, "SELECT count(*) FROM events WHERE author = 'ada' AND body IS NOT NULL") == 1  # a-late
     assert value(chat, "SELECT payload FROM admissions WHERE id = 'ad'") is None
