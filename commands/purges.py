@@ -13,17 +13,16 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sqlalchemy import Connection
-
 from commands import kinds, validation
 from commands.gate import Gate
 from commands.kinds import author as author_kind
 from commands.kinds import bot, content, conversation
-from commands.kinds.base import Env, Kind
+from commands.kinds.base import PREVIEW_RETENTION, Env, Kind
 from commands.kinds.skeleton import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH, Causal, accept, appended
 from commands.records import Acceptance, AuthorErasurePreview, BotDeletionPreview, RepositoryIdentity
 from commands.scope import EventScope, PurgePreview, aware
 from commands.settings import Settings
+from schema import purges as pq
 from schema.db import Database
 from schema.errors import LedgerNotCopied, PurgekeeperError, ValidationError
 from workers import ledger_copy
@@ -164,8 +163,9 @@ class PurgeCommands:
         """Erase everything ``author`` wrote, wherever it is placed (see
         ``commands.kinds.author``). The acceptance costs the same for ten events as for a
         hundred thousand; from it on no reader returns any of them, and the cleanup steps
-        remove them in batches. Afterwards ingesting an event by the author inside the erased
-        window raises ``AuthorErased``, and with ``close_author`` any new event by them does."""
+        remove them in batches (the touched conversations' versions rise as they do, not at
+        acceptance). Afterwards ingesting an event by the author inside the erased window
+        raises ``AuthorErased``, and with ``close_author`` any new event by them does."""
         window = _window(author, before)
         check_digest(scope_digest, "preview_author_erasure()")
         if not isinstance(close_author, bool):
@@ -180,13 +180,15 @@ class PurgeCommands:
         return Env(self.gate, self.settings)
 
     def _preview(self, kind: Kind, args: Any) -> Any:
-        """A kind's preview, in one transaction, while the gate is open."""
-
-        def work(conn: Connection) -> Any:
+        """A kind's preview, in one read transaction while the gate is open; then, in a short
+        write of its own, what a confirmation checks it against."""
+        with self.db.read() as conn:
             self.gate.require_open(conn)
-            return kind.preview(conn, self._env(), args)
-
-        return self.db.transact(work)
+            report, remembered = kind.preview(conn, self._env(), args)
+        if remembered is not None:
+            digest = report.scope_digest
+            self.db.transact(lambda conn: pq.save_preview(conn, digest, remembered, keep_for=PREVIEW_RETENTION))
+        return report
 
     def _accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:
         """Commit, then copy the ledger row out (flushed), then wake the steps; the call

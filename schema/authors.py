@@ -10,6 +10,7 @@ author's volume.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,6 @@ from sqlalchemy import (
     text,
     tuple_,
     type_coerce,
-    update,
 )
 
 from schema import cleanup, ledger
@@ -39,11 +39,11 @@ from schema.tables import (
     admissions,
     attachments,
     author_erasures,
-    conversations,
     derivative_sources,
     derivatives,
     events,
     placements,
+    purge_ledger,
     runs,
     tombstones,
 )
@@ -107,6 +107,22 @@ def any_event_between(conn: Connection, author: str, start: dt.datetime, end: dt
     ix_events_author_occurred_at)."""
     query = select(exists().where(events.c.author == author, events.c.occurred_at >= start, events.c.occurred_at < end))
     return bool(conn.scalar(query))
+
+
+def covering_erasure(conn: Connection, event_ids: Sequence[str]) -> Any:
+    """The newest author erasure (``purge_id``, ``seq``) that covers one of these events."""
+    query = (
+        select(author_erasures.c.purge_id, purge_ledger.c.seq)
+        .join(
+            events,
+            and_(events.c.author == author_erasures.c.author, author_erasures.c.window_end > events.c.occurred_at),
+        )
+        .join(purge_ledger, purge_ledger.c.purge_id == author_erasures.c.purge_id, isouter=True)
+        .where(events.c.id.in_(list(event_ids)))
+        .order_by(func.coalesce(purge_ledger.c.seq, 0).desc())
+        .limit(1)
+    )
+    return conn.execute(query).first()
 
 
 def insert_erasure(
@@ -322,23 +338,6 @@ def erase_batch(
     cleanup.null_content_of(conn, ids)
     last = (found[-1].key_at, found[-1].id) if found and len(found) >= limit else None
     return ids, last
-
-
-_IN_TOUCHED = conversations.c.id.in_(
-    select(placements.c.conversation_id).join(events, events.c.id == placements.c.event_id).where(_IN_WINDOW)
-)
-_BUMP_TOUCHED = (
-    update(conversations)
-    .where(_IN_TOUCHED, conversations.c.state == "active")
-    .values(version=conversations.c.version + 1)
-)
-
-
-def bump_touched_versions(conn: Connection, author: str, window_end: dt.datetime) -> int:
-    """The version of every active conversation where an event of the window is placed rises
-    by one: one set-based statement, for the end of the bodies step (a rise per conversation
-    at acceptance would cost what the author wrote)."""
-    return int(conn.execute(_BUMP_TOUCHED, _params(author, window_end)).rowcount or 0)
 
 
 _OF_WINDOW = admissions.c.event_id.in_(select(events.c.id).where(_IN_WINDOW))

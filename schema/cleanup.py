@@ -20,6 +20,7 @@ from sqlalchemy import (
     func,
     literal,
     literal_column,
+    not_,
     or_,
     select,
     true,
@@ -27,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from schema.content import NOT_PURGED, live_event
+from schema.content import NOT_PURGED, event_erased, live_event
 from schema.idlists import IDS, among
 from schema.states import BlobKind, BlobState, TombstoneKind
 from schema.tables import (
@@ -107,6 +108,7 @@ _LIVE_ELSEWHERE = (
     .join(conversations, conversations.c.id == placements.c.conversation_id)
     .where(among(placements.c.event_id, IDS), placements.c.conversation_id != _CONVERSATION, NOT_PURGED)
     .where(_event_fence_absent(placements.c.event_id))
+    .where(not_(event_erased(placements.c.event_id)))  # an author erasure fences it too
 )
 
 

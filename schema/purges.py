@@ -31,13 +31,14 @@ from sqlalchemy import (
     literal_column,
     not_,
     null,
+    or_,
     select,
     text,
     union_all,
     update,
 )
 
-from schema.content import live_event, upsert_insert
+from schema.content import author_erased, live_event, upsert_insert
 from schema.driver import DriverStatement
 from schema.idlists import IdList, Ids, among_many, array_literal
 from schema.states import ACTIVE_RUN_STATUSES, StepKind, StepStatus, TombstoneKind
@@ -113,7 +114,7 @@ _EVENT_ROWS = (
         events.c.provider_event_id,
         events.c.author,
         events.c.occurred_at,
-        _fence.c.id.is_not(None).label("fenced"),
+        or_(_fence.c.id.is_not(None), author_erased(events.c.author, events.c.occurred_at)).label("fenced"),
     )
     # An outer join on the tombstone key: bounded by the scope whatever the statistics say.
     .outerjoin(_fence, and_(_fence.c.kind == TombstoneKind.EVENT.value, _fence.c.id == events.c.id))

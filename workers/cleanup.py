@@ -238,10 +238,7 @@ def _erase_batch(
     )
     if last is not None:
         return {"removed": len(erased), "after": last}
-    # the last batch: the conversations changed (a host's expected_version of them is stale)
-    authors.bump_touched_versions(conn, author, window_end)
-    wake = steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value)
-    return {"removed": len(erased), "done": True, "wake": wake}
+    return {"removed": len(erased), "done": True, "wake": steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value)}
 
 
 # -- attachments --------------------------------------------------------------------------------

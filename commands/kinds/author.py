@@ -43,7 +43,6 @@ from schema.ledger import canonical_json, sha256_hex, utc_text
 from schema.states import PurgeKind, StepKind
 from workers import cleanup
 
-PREVIEW_RETENTION = dt.timedelta(days=1)
 LISTED_CONVERSATIONS = 100  # the preview lists at most this many conversations (and shared attachments)
 DIGEST_VERSION = 1
 
@@ -72,12 +71,14 @@ class Author(Kind):
     head_first = False  # the author's lock serialises erasures of one author; the head is taken last
     bodies = staticmethod(cleanup.erase_author_events)
 
-    def preview(self, conn: Connection, env: Env, args: Window) -> AuthorErasurePreview:
-        report = _report(conn, args, authors.window_end(conn, args.author, args.before))
+    def preview(self, conn: Connection, env: Env, args: Window) -> tuple[AuthorErasurePreview, dict[str, Any]]:
+        """Under the author's lock, taken first: every ingest by the author that began before
+        has committed, and every later one gets a newer mark (its ``created_at`` is set at
+        insert, under the same lock, on PostgreSQL)."""
+        authors.lock_author(conn, args.author)
         newest = _fingerprint(authors.newest_ingest(conn, args.author))
-        digest = _digest(report, newest)
-        pq.save_preview(conn, digest, _saved(args, newest), keep_for=PREVIEW_RETENTION)
-        return dataclasses.replace(report, scope_digest=digest)
+        report = _report(conn, args, authors.window_end(conn, args.author, args.before))
+        return dataclasses.replace(report, scope_digest=_digest(report, newest)), _saved(args, newest)
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         if "author" not in selectors:
@@ -116,6 +117,7 @@ class Author(Kind):
         return Decision(selectors, steps, parked=(StepKind.ATTACHMENTS,), digest=args.scope_digest)
 
     def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
+        authors.lock_author(conn, str(selectors["author"]))  # a merge's writer-race, as at acceptance
         authors.insert_erasure(
             conn,
             purge_id=purge_id,
@@ -147,13 +149,19 @@ def _report(conn: Connection, window: Window, end: dt.datetime) -> AuthorErasure
 
 
 def _covering(conn: Connection, author: str, end: dt.datetime, close_author: bool) -> Already | None:
-    """The author's latest erasure, if it already covers everything this one would do."""
+    """The author's latest erasure, if the earlier ones already do everything this one would:
+    a closed author takes no new event, so a later window adds nothing while no event lies
+    between; an open one needs the wider window, which refuses more backfill."""
     earlier = authors.erasures_of(conn, author)
     if not earlier:
         return None
     covered_until = max(row.window_end for row in earlier)
-    closes = close_author and not any(row.close_author for row in earlier)
-    if closes or authors.any_event_between(conn, author, covered_until, end):
+    closed = any(row.close_author for row in earlier)
+    if close_author and not closed:
+        return None
+    if closed and authors.any_event_between(conn, author, covered_until, end):
+        return None
+    if not closed and covered_until < end:
         return None
     latest = max(earlier, key=lambda row: row.window_end)
     entry = ledger.entry_by_purge_id(conn, latest.purge_id)

@@ -4,8 +4,10 @@ A kind is one module (``commands/kinds/<kind>.py``) with one :class:`Kind` subcl
 skeleton (``commands.kinds.skeleton``) runs the same sequence for every kind, and calls the
 kind at each stage:
 
-- ``preview``: the report a person reviews before confirming (``None``: the kind is confirmed
-  by its ids alone, and a class attribute says so);
+- ``preview``: the report a person reviews before confirming, read in one read transaction,
+  and what to remember of it under its ``scope_digest`` (ids and marks, never content; the
+  skeleton saves it for ``PREVIEW_RETENTION`` in a short write of its own); ``None``: the kind
+  is confirmed by its ids alone, and a class attribute says so;
 - ``check_selectors``: what the kind accepts in a ledger row (a merge checks every row it
   would append);
 - ``lock``: lock the rows the acceptance depends on, in the order every writer takes them,
@@ -24,6 +26,7 @@ kind at each stage:
 from __future__ import annotations
 
 import abc
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -35,6 +38,8 @@ from commands.settings import Settings
 from schema.ledger import LedgerEntry
 from schema.states import PurgeKind, StepKind
 from workers.cleanup import BodiesStep
+
+PREVIEW_RETENTION = dt.timedelta(days=1)  # how long a confirmation can name a preview's digest
 
 STAGES = ("preview", "check_selectors", "lock", "decide", "fence", "left_after_restore", "bodies")
 OPTIONAL_STAGES = frozenset({"preview", "bodies"})  # declared None by a kind that has none
@@ -75,7 +80,7 @@ class Kind(abc.ABC):
 
     name: ClassVar[PurgeKind]
     head_first: ClassVar[bool] = True
-    preview: Any  # a method (conn, env, args) -> report, or None
+    preview: Any  # a method (conn, env, args) -> (report, what to remember | None), or None
     bodies: BodiesStep | None
 
     @abc.abstractmethod

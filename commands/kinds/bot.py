@@ -45,7 +45,7 @@ class Bot(Kind):
     head_first = True
     bodies = None  # a bot's own content lives in its conversations; Memory has its own step
 
-    def preview(self, conn: Connection, env: Env, bot_id: str) -> BotDeletionPreview:
+    def preview(self, conn: Connection, env: Env, bot_id: str) -> tuple[BotDeletionPreview, None]:
         """What deleting the bot does, and whether its Memory can be erased (with the reason)."""
         bot = q.bot_row(conn, bot_id)
         if bot is None:
@@ -54,7 +54,7 @@ class Bot(Kind):
         verdict = _ownership(conn, env, bot)
         identity = RepositoryIdentity(bot.memory_path, bot.marker_id) if bot.memory_path and bot.marker_id else None
         memory_preview = MemoryPreview(bot.memory_path, verdict.provable, verdict.reason, verdict.detail, identity)
-        return BotDeletionPreview(bot.id, bot.name, bot.state, tuple(blocking), memory_preview, BOT_DISCLOSURES)
+        return BotDeletionPreview(bot.id, bot.name, bot.state, tuple(blocking), memory_preview, BOT_DISCLOSURES), None
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         fields.require_id(selectors, "bot_id")

@@ -3,7 +3,6 @@ an author), previewed with their dependency report and confirmed with its digest
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -13,14 +12,12 @@ from sqlalchemy import Connection
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
 from commands.scope import EventScope, PurgePreview, build_report, describe_changes
-from schema import ledger
+from schema import authors, ledger
 from schema import purges as pq
 from schema import restore as rq
 from schema.errors import StaleConfirmation
 from schema.states import PurgeKind, StepKind, TombstoneKind
 from workers import cleanup
-
-PREVIEW_RETENTION = dt.timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -34,10 +31,9 @@ class Content(Kind):
     head_first = False  # the events' row locks serialise it; the head is taken last, for the least time
     bodies = staticmethod(cleanup.null_fenced_content)
 
-    def preview(self, conn: Connection, env: Env, scope: EventScope) -> PurgePreview:
+    def preview(self, conn: Connection, env: Env, scope: EventScope) -> tuple[PurgePreview, dict[str, Any]]:
         report = build_report(conn, scope)
-        pq.save_preview(conn, report.scope_digest, report.id_summary(), keep_for=PREVIEW_RETENTION)
-        return report
+        return report, report.id_summary()  # a stale confirmation names what changed
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         fields.ids(selectors, "event_ids", required=True)
@@ -53,8 +49,9 @@ class Content(Kind):
             raise StaleConfirmation(describe_changes(pq.saved_preview(conn, args.scope_digest), report))
         skeleton.refuse_active_runs([r.id for r in report.blocking_runs])
         fresh = [e for e in report.events if not e.already_fenced]
-        if not fresh:
-            return skeleton.already(pq.latest_covering_purge(conn, report.event_ids))
+        if not fresh:  # fenced by event tombstones, or by an author erasure not cleaned up yet
+            found = [pq.latest_covering_purge(conn, report.event_ids), authors.covering_erasure(conn, report.event_ids)]
+            return skeleton.already(max((row for row in found if row is not None), key=lambda row: row.seq or 0))
         event_ids = sorted(e.id for e in fresh)
         fresh_ids = set(event_ids)
         attachments = report.exclusive_attachments + report.shared_attachments

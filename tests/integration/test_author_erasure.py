@@ -4,11 +4,13 @@ restore from a backup taken before the erasure. Both backends."""
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 import commands
 from commands import NewAttachment
@@ -236,3 +238,55 @@ def test_a_restore_from_before_the_erasure_is_merged_and_erased_again(
     settle(restored, acceptance.purge_id)
     assert bodies(restored)["e1"] is None and bodies(restored)["e3"] is None
     assert not blob_file(restored, world["exclusive_blob"]).exists()
+
+
+def test_a_wider_window_of_an_open_author_is_a_new_erasure_that_refuses_more_backfill(
+    world: dict[str, Any], pk: Pk
+) -> None:
+    first = erase(pk, before=at(2), close_author=False)
+    assert erase(pk, before=at(2), close_author=False).outcome == "already_purged"
+    assert erase(pk, before=at(1), close_author=False).outcome == "already_purged"  # a narrower one
+    wider = erase(pk, before=at(9), close_author=False)
+    assert wider.outcome == "accepted" and wider.purge_id != first.purge_id
+    with pytest.raises(commands.AuthorErased):
+        pk.ingest_event("c3", author="ada", body="backfill", occurred_at=at(5))
+    closing = erase(pk, before=at(9))  # the same window, now closing the author
+    assert closing.outcome == "accepted"
+    with pytest.raises(commands.AuthorErased):
+        pk.ingest_event("c3", author="ada", body="later", occurred_at=at(60))
+
+
+def test_a_content_purge_of_erased_events_is_already_purged_by_the_erasure(world: dict[str, Any], pk: Pk) -> None:
+    erasure = erase(pk)
+    scope = commands.EventScope(event_ids=["e1", "e2"])
+    preview = pk.preview_purge(scope)
+    assert preview.already_fenced == ("e1", "e2")
+    again = pk.confirm_purge(scope, scope_digest=preview.scope_digest, actor="op", reason="r")
+    assert (again.outcome, again.purge_id) == ("already_purged", erasure.purge_id)
+
+
+def test_a_conversation_purge_does_not_call_an_erased_event_live_elsewhere(world: dict[str, Any], pk: Pk) -> None:
+    erase(pk)  # not cleaned up yet: e2, placed in c1 and c2, is fenced by the erasure alone
+    purge = pk.purge_conversation("c1", actor="op", reason="r")
+    settle(pk, purge.purge_id)
+    [bodies_step] = [s for s in pk.status(purge.purge_id).steps if s.kind == "bodies"]
+    assert bodies_step.progress.retained_shared == 0, bodies_step.progress
+    assert bodies(pk)["e2"] is None
+
+
+@pytest.mark.postgres_only
+def test_an_ingest_whose_transaction_began_before_the_preview_makes_it_stale(world: dict[str, Any], pk: Pk) -> None:
+    """What was tried: a writer's transaction begins (its now() is fixed), another ingest by
+    the author commits, the preview is made, then the first writer inserts and commits."""
+    with pk.db.engine.connect() as slow:
+        slow.begin()
+        slow.execute(text("SELECT now()"))
+        time.sleep(0.05)
+        pk.ingest_event("c3", author="ada", body="newer", occurred_at=at(8))
+        preview = pk.preview_author_erasure("ada")
+        insert = "INSERT INTO events (id, author, occurred_at, body) VALUES ('e-slow', 'ada', now(), 'slow')"
+        slow.execute(text(insert))
+        slow.execute(text("INSERT INTO placements (event_id, conversation_id) VALUES ('e-slow', 'c3')"))
+        slow.commit()
+    with pytest.raises(commands.StaleConfirmation, match="ingested since the preview"):
+        pk.erase_author("ada", scope_digest=preview.scope_digest, actor="op", reason="r")

@@ -12,6 +12,8 @@
 --   .lock_author), so a writer that waited checks in a snapshot that has the erasure.
 --   The key is (1886085493, hashtext(author)); 1886085493 is 'pkau', two int4 keys, a space
 --   apart from the one-bigint keys of the migration and identity locks.
+-- - An event's created_at is the time its row is written (clock_timestamp()), taken under
+--   the author's lock: the mark of an author's newest ingest only grows.
 -- - author_erasures rows are never changed, deleted or truncated.
 --
 -- Each check probes an index: events by primary key, author_erasures by its key's prefix.
@@ -127,6 +129,10 @@ BEGIN
     END IF;
     -- A provider's backfill cannot bring an erased message back, nor a closed author write.
     PERFORM pk_author_lock_shared(NEW.author);
+    -- Set under the author's lock, when the row is written (not when its transaction began):
+    -- an erasure's preview, holding that lock, sees every earlier ingest by the author, and
+    -- every later one has a newer created_at (schema.authors.newest_ingest).
+    NEW.created_at := clock_timestamp();
     IF EXISTS (SELECT 1 FROM author_erasures
                 WHERE author = NEW.author AND (close_author OR window_end > NEW.occurred_at)) THEN
         RAISE EXCEPTION 'purgekeeper:author_erased: content by this author is erased (event %)', NEW.id;
