@@ -50,6 +50,8 @@ AUTHOR_DISCLOSURES = (
     *DISCLOSURES,
     "An event by this author placed in several conversations is one piece of content: it is erased "
     "in every one of them, including placements, admissions and derivatives made after this preview.",
+    "The author's identifier stays in the purge ledger and its copy: the fence that refuses their "
+    "content must name them.",
 )
 
 

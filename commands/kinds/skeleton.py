@@ -4,7 +4,9 @@ An acceptance is one transaction:
 
 1. a repeated idempotency key returns the original acceptance (or a conflict);
 2. the kind locks what it depends on (conversations, then events, in id order);
-3. with ``head_first`` the ledger head is locked next, and the gate checked on it;
+3. with ``head_first`` the ledger head is locked next, and the gate checked on it; the key is
+   looked up again, under the locks (two calls with one key at once: the second waits on the
+   first's locks, then returns its acceptance);
 4. the kind decides: a refusal, ``already_purged``, or what to write;
 5. the fences and tombstones, the cleanup steps, the versions;
 6. the ledger head (if not taken yet: locked last, for the least time) and the ledger row.
@@ -71,6 +73,9 @@ def accept(
         return replay, []
     locked = kind.lock(conn, env, args)
     head = _head(conn, env) if kind.head_first else None
+    replay = _replay(conn, causal, kind, request)  # again under the locks: a twin that won the race
+    if replay:
+        return replay, []
     decision = kind.decide(conn, env, args, locked)
     if isinstance(decision, Already):
         return Acceptance(decision.purge_id, decision.seq, "already_purged"), []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -239,3 +240,31 @@ def test_list_purges_pages_newest_first_and_filters(pk: Pk) -> None:
 def test_list_purges_refuses_bad_arguments(pk: Pk, kwargs: dict[str, Any]) -> None:
     with pytest.raises(commands.ValidationError):
         pk.list_purges(**kwargs)
+
+
+@pytest.mark.postgres_only
+def test_two_calls_with_one_idempotency_key_at_once_return_the_same_acceptance(convo: Pk) -> None:
+    """What was tried: both calls pass the first key lookup while a third session holds the
+    conversation's row lock; the lock goes, and they run one after the other."""
+    results: list[commands.Acceptance] = []
+
+    def purge() -> None:
+        results.append(convo.purge_conversation("c1", actor="op", reason="r", idempotency_key="twin"))
+
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    with convo.db.engine.connect() as blocker:
+        blocker.begin()
+        blocker.execute(text("SELECT id FROM conversations WHERE id = 'c1' FOR UPDATE"))
+        threads = [threading.Thread(target=purge) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 10
+        while count(convo, waiting) < 2:
+            assert time.monotonic() < deadline, "the two calls never both waited on the lock"
+            time.sleep(0.01)
+        blocker.rollback()
+    for thread in threads:
+        thread.join(30)
+    assert len(results) == 2
+    assert results[0] == results[1] and results[0].outcome == "accepted"
+    assert ledger_rows(convo) == 1
