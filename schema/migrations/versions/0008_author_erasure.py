@@ -47,6 +47,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("author", "purge_id", name=op.f("pk_author_erasures")),
     )
+    op.create_index("ix_author_erasures_author", "author_erasures", ["author"], unique=False, postgresql_using="hash")
     op.create_index("ix_events_author_occurred_at", "events", ["author", "occurred_at", "id"], unique=False)
     op.create_index("ix_events_author_created_at", "events", ["author", "created_at", "id"], unique=False)
     _widen_purge_kinds()
