@@ -188,15 +188,22 @@ def test_deadlocks_are_retried_then_succeed(db: Database) -> None:
 
         return work
 
-    threads = [
-        threading.Thread(target=db.transact, args=(lock_both("c1", "c2"),)),
-        threading.Thread(target=db.transact, args=(lock_both("c2", "c1"),)),
-    ]
+    committed: list[str] = []
+
+    def run(first: str, second: str) -> None:
+        db.transact(lock_both(first, second))
+        committed.append(first)
+
+    threads = [threading.Thread(target=run, args=("c1", "c2")), threading.Thread(target=run, args=("c2", "c1"))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert len(attempts) == 3  # both ran once; PostgreSQL broke the deadlock and one ran again
+    # Both ran once; PostgreSQL broke the deadlock and the loser ran again. On a busy machine
+    # the loser's retry can take its first row again before the winner gets it, and deadlock
+    # once more: how many retries is timing, that both end committed is the contract.
+    assert sorted(committed) == ["c1", "c2"]
+    assert len(attempts) >= 3
 
 
 def test_transient_failures_end_in_infrastructure_error(db: Database, database_url: str) -> None:
