@@ -49,6 +49,12 @@ def utc_text(moment: dt.datetime) -> str:
     return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def from_utc_text(text: str) -> dt.datetime:
+    """The moment ``utc_text`` wrote (``...Z``); ValueError when ``text`` is no ISO time. A
+    text without a zone parses as naive: callers that need one check ``tzinfo``."""
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
 def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default)
 
@@ -103,7 +109,7 @@ class LedgerEntry:
     def from_checkpoint(cls, row: Mapping[str, Any]) -> LedgerEntry:
         """A row as a checkpoint file holds it (its hashed fields, ``prev_hash`` and
         ``row_hash``); raises KeyError, TypeError or ValueError when it is malformed."""
-        accepted_at = dt.datetime.fromisoformat(str(row["accepted_at"]).replace("Z", "+00:00"))
+        accepted_at = from_utc_text(str(row["accepted_at"]))
         if accepted_at.tzinfo is None:
             raise ValueError("accepted_at has no timezone")
         selectors = row["selectors"]

@@ -220,7 +220,7 @@ def erase_author_events(ctx: StepContext, held: steps.Claim, entry: ledger.Ledge
     that finds none left unparks the attachments step and finishes this one. A rerun walks
     them again from the start (tombstones and NULLs are idempotent)."""
     selectors = entry.selectors
-    window_end = dt.datetime.fromisoformat(str(selectors["window_end"]).replace("Z", "+00:00"))
+    window_end = ledger.from_utc_text(str(selectors["window_end"]))
     batch = functools.partial(
         _erase_batch, purge_id=entry.purge_id, author=str(selectors["author"]), window_end=window_end
     )

@@ -13,7 +13,7 @@ from typing import Any
 
 from commands import validation
 from schema.errors import ValidationError
-from schema.ledger import utc_text
+from schema.ledger import from_utc_text, utc_text
 from schema.tables import ID_LENGTH
 
 MAX_LISTED_IDS = 1_000_000
@@ -87,7 +87,7 @@ def timestamp(selectors: Mapping[str, Any], name: str, *, required: bool = False
     if not isinstance(value, str):
         raise RowInvalid(f"{name} is not a timestamp")
     try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = from_utc_text(value)
     except ValueError:
         raise RowInvalid(f"{name} is not a timestamp") from None
     if parsed.tzinfo is None or utc_text(parsed) != value:
