@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from scale import handle, settle, timed
 from scratch import ScratchDatabase, shown_url
 
-import commands
 from commands.handle import Purgekeeper
 from schema import migrate
 from schema.db import Database
@@ -59,34 +59,6 @@ ERASED_AUTHORS = 10_000
 READ_SIZES = (50, 1_000)
 WARM_READS = 10
 POLICY = runner.Policy(lease=dt.timedelta(minutes=10))
-
-
-def settle(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
-        conn.execute("CHECKPOINT")
-
-
-def timed(call: Callable[[], object]) -> float:
-    begin = time.perf_counter()
-    call()
-    return time.perf_counter() - begin
-
-
-@contextmanager
-def handle(url: str, root: Path) -> Iterator[Purgekeeper]:
-    pk = commands.open(
-        url,
-        blob_root=root / "blobs",
-        file_root=root / "files",
-        checkpoint_dir=root / "ledger",
-        memory_roots=[root / "memory"],
-        workers="none",
-    )
-    try:
-        yield pk
-    finally:
-        pk.close()
 
 
 @contextmanager
