@@ -13,9 +13,11 @@ from typing import Any
 
 from commands.content import ContentCommands
 from commands.gate import Gate
+from commands.holds import HoldCommands
 from commands.operations import STALL_AFTER, OperatorCommands
 from commands.purges import EnqueueHook, PurgeCommands
 from commands.restore import RestoreCommands
+from commands.retention import RetentionCommands
 from commands.settings import Settings
 from schema import ledger, migrate
 from schema.db import Database
@@ -31,12 +33,13 @@ log = logging.getLogger(__name__)
 WORKER_MODES = ("auto", "none")
 
 
-class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands, RestoreCommands):
+class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommands, OperatorCommands, RestoreCommands):
     """One database and its roots. Use ``commands.open()`` to get one; ``close()`` it after.
 
     ``workers="auto"`` without a broker URL runs an in-process dramatiq worker (StubBroker,
     threads) and scheduler; with a broker URL, wake-ups go to Redis and the ``worker`` and
-    ``scheduler`` processes do the rest. ``workers="none"`` runs nothing in-process."""
+    ``scheduler`` processes do the rest. ``workers="none"`` runs nothing in-process.
+    ``retention_interval``: how long after a policy's run its next one is due."""
 
     def __init__(
         self,
@@ -48,8 +51,10 @@ class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands, RestoreComma
         stall_after: dt.timedelta = STALL_AFTER,
         policy: runner.Policy | None = None,
         sweep_interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
+        retention_interval: dt.timedelta | None = None,
     ) -> None:
         self.settings = settings
+        self.retention_interval = retention_interval or settings.retention_interval
         self.stall_after = stall_after
         self.db = db
         self.blobs = BlobStore(blob_root=settings.blob_root, file_root=settings.file_root)
@@ -86,9 +91,16 @@ class Purgekeeper(ContentCommands, PurgeCommands, OperatorCommands, RestoreComma
             self._wake,
             interval=sweep_interval,
             resend_after=self.policy.lease,
-            after_sweep=self.copy_ledger,
+            after_sweep=self.scheduler_duties,
         )
         self._scheduler.start()
+
+    def scheduler_duties(self) -> None:
+        """What the leading scheduler does after each sweep: the turn of every retention
+        policy that is due (a failure is logged; the next turn tries again), then the copy
+        of every committed ledger row the checkpoint directory lacks."""
+        self.run_retention()
+        self.copy_ledger()
 
     def copy_ledger(self) -> int:
         """Copy every committed ledger row the checkpoint directory lacks (the scheduler does
@@ -136,10 +148,13 @@ def open(
     migrate_schema: bool = True,
     policy: runner.Policy | None = None,
     sweep_interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
+    retention_interval: dt.timedelta | None = None,
 ) -> Purgekeeper:
     """Open purgekeeper. ``None`` arguments come from the environment or the embedded default
     (a SQLite file in the data directory). The schema is migrated to this code's head unless
-    ``migrate_schema=False``; a database newer than the code is refused (``SchemaMismatch``)."""
+    ``migrate_schema=False``; a database newer than the code is refused (``SchemaMismatch``).
+    ``retention_interval`` (default ``PURGEKEEPER_RETENTION_INTERVAL``, an hour): the time
+    between two runs of a retention policy."""
     if workers not in WORKER_MODES:
         raise ValidationError(f"workers must be one of {', '.join(WORKER_MODES)}")
     settings = _settings(
@@ -161,7 +176,20 @@ def open(
     except BaseException:
         db.dispose()
         raise
-    return Purgekeeper(settings, db=db, workers=workers, enqueue=enqueue, policy=policy, sweep_interval=sweep_interval)
+    if retention_interval is not None and (
+        not isinstance(retention_interval, dt.timedelta) or retention_interval <= dt.timedelta(0)
+    ):
+        db.dispose()
+        raise ValidationError("retention_interval must be a positive datetime.timedelta")
+    return Purgekeeper(
+        settings,
+        db=db,
+        workers=workers,
+        enqueue=enqueue,
+        policy=policy,
+        sweep_interval=sweep_interval,
+        retention_interval=retention_interval,
+    )
 
 
 def _settings(base: Settings, **given: Any) -> Settings:

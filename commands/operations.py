@@ -60,8 +60,13 @@ class OperatorCommands:
     stall_after: dt.timedelta
     _wake: Callable[[Sequence[str]], None]
 
+    def run_retention(self) -> list[Any]:  # provided by RetentionCommands
+        raise NotImplementedError
+
     def resume(self) -> int:
-        """Re-send every step that is due or whose lease expired (one sweep); returns how many."""
+        """Run every retention policy that is due, then re-send every step that is due or
+        whose lease expired (one sweep); returns how many steps were sent."""
+        self.run_retention()
         return scheduler.sweep(self.db, self._wake)
 
     def retry(self, purge_id: str, *, actor: str, reason: str) -> PurgeStatus:

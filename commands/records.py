@@ -183,19 +183,25 @@ def _from_json(text: str | None) -> Any:
 @dataclass(frozen=True)
 class Acceptance:
     """A purge durably accepted (``outcome="accepted"``), or one that was already in force
-    (``"already_purged"``, naming the purge that covers it)."""
+    (``"already_purged"``, naming the purge that covers it; for a policy or a hold: the row
+    that already says the same). ``disclosures`` says what the acceptance does not do, in
+    ids and counts (a hold names what earlier purges already removed in its scope)."""
 
     purge_id: str
     ledger_seq: int
     outcome: str
+    disclosures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class StepProgress:
+    """A step's counters. ``held``: what legal holds kept out of a retention run."""
+
     removed: int
     retained_shared: int
     retained_reasons: dict[str, Any]
     remaining: int | None
+    held: int = 0
 
 
 @dataclass(frozen=True)
@@ -224,6 +230,7 @@ class StepState:
                 retained_shared=int(row.retained_shared),
                 retained_reasons=json.loads(row.retained_reasons) if row.retained_reasons else {},
                 remaining=None if row.remaining is None else int(row.remaining),
+                held=int(row.held),
             ),
         )
 
@@ -272,12 +279,16 @@ class MemoryPreview:
 
 @dataclass(frozen=True)
 class BotDeletionPreview:
+    """What deleting the bot does. ``held_by``: the legal holds on the bot's conversations,
+    which refuse its Memory erasure (a deletion without erasure removes no content)."""
+
     bot_id: str
     name: str
     state: str
     blocking_runs: tuple[str, ...]
     memory: MemoryPreview
     disclosures: tuple[str, ...]
+    held_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -317,7 +328,9 @@ class SharedAttachment:
 class AuthorErasurePreview:
     """The dependency report of an author erasure ("Purge Everywhere"). ``conversations``
     lists at most a bounded number of the conversations touched, most events first (the
-    totals count them all); ``shared_attachments`` likewise."""
+    totals count them all); ``shared_attachments`` likewise. ``held_by``: the legal holds
+    that cover the author or a conversation of theirs (a confirmation raises ``LegalHold``
+    while any does; the digest covers them)."""
 
     author: str
     before: dt.datetime | None
@@ -327,3 +340,97 @@ class AuthorErasurePreview:
     blocking_runs: tuple[str, ...]
     disclosures: tuple[str, ...]
     scope_digest: str
+    held_by: tuple[str, ...] = ()
+
+
+# -- retention and legal holds -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetentionPreview:
+    """What a retention policy would do if it ran now (``cutoff`` = now - ``max_age``):
+    ``events`` expire from ``placements`` in ``conversations`` (``by_conversation`` lists the
+    most placements first, bounded; the totals count them all); ``kept_elsewhere`` of those
+    events stay live in a conversation the policy leaves alone. ``held`` events past the
+    cutoff are kept by the legal holds ``hold_ids``. A global policy leaves alone the
+    conversations with a policy of their own (``governed_elsewhere``, bounded). ``replaces``:
+    the standing policy of the same scope. ``scope_digest`` covers the policy's definition
+    (its scope and ``max_age``), not what it finds: confirm with ``set_retention``."""
+
+    conversation_id: str | None
+    max_age: dt.timedelta
+    cutoff: dt.datetime
+    events: int
+    placements: int
+    conversations: int
+    kept_elsewhere: int
+    by_conversation: tuple[ConversationCount, ...]
+    held: int
+    hold_ids: tuple[str, ...]
+    governed_elsewhere: tuple[str, ...]
+    replaces: str | None
+    disclosures: tuple[str, ...]
+    scope_digest: str
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """A standing retention policy: its scope (``conversation_id``; None is every
+    conversation and channel), ``max_age``, the ledger row that set this version
+    (``purge_id``, ``set_at``, ``set_by``), and its runs: ``last_run`` (a run, or a check
+    that found nothing to expire), ``last_cutoff`` and ``last_purge_id`` of the last run
+    accepted, ``next_run`` when it is next due."""
+
+    policy_id: str
+    conversation_id: str | None
+    max_age: dt.timedelta
+    purge_id: str
+    set_at: dt.datetime | None
+    set_by: str | None
+    last_run: dt.datetime | None
+    last_cutoff: dt.datetime | None
+    last_purge_id: str | None
+    next_run: dt.datetime | None
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> RetentionPolicy:
+        return cls(
+            policy_id=row.policy_id,
+            conversation_id=row.conversation_id,
+            max_age=dt.timedelta(seconds=int(row.max_age_seconds)),
+            purge_id=row.purge_id,
+            set_at=row.set_at,
+            set_by=row.set_by,
+            last_run=row.last_run_at,
+            last_cutoff=row.last_cutoff,
+            last_purge_id=row.last_purge_id,
+            next_run=row.next_run_at,
+        )
+
+
+@dataclass(frozen=True)
+class RetentionRunOutcome:
+    """What one due policy's turn did: ``purge_id`` of the run accepted (or resumed), or None
+    when nothing had expired (no ledger row); ``error`` when the turn failed (the next one
+    tries again)."""
+
+    policy_id: str
+    cutoff: dt.datetime | None
+    purge_id: str | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A legal hold: the conversations (everything placed in them) and authors (everything
+    they wrote) it covers, who placed it and why (its ledger row), and its release."""
+
+    hold_id: str
+    conversation_ids: tuple[str, ...]
+    authors: tuple[str, ...]
+    purge_id: str
+    placed_at: dt.datetime | None
+    placed_by: str | None
+    reason: str | None
+    released_by: str | None
+    released_at: dt.datetime | None

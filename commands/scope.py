@@ -21,6 +21,7 @@ from sqlalchemy import Connection
 
 from commands import validation
 from schema import content as q
+from schema import holds
 from schema import purges as pq
 from schema.errors import ConversationPurged, NotFound, ValidationError
 from schema.idlists import Ids
@@ -28,7 +29,7 @@ from schema.ledger import canonical_json, sha256_hex, utc_text
 from schema.states import ConversationState, RunStatus, TombstoneKind
 
 MAX_SCOPE_EVENTS = 10_000
-DIGEST_VERSION = 1
+DIGEST_VERSION = 2  # 2: the legal holds' marks
 
 DISCLOSURES = (
     "Database backups, dumps and replicas made before the purge still hold the content; restore them "
@@ -149,10 +150,20 @@ class PreviewAttachment:
 
 
 @dataclass(frozen=True)
+class HeldEvent:
+    """A selected event a legal hold covers (by its author, or a conversation it is placed
+    in): a confirmation raises ``LegalHold`` while it does."""
+
+    event_id: str
+    hold_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class PurgePreview:
     """The dependency report of a content purge. ``runs`` are the runs that admitted a
     selected event (their outputs are NULLed too); ``blocking_runs`` are the non-terminal
-    runs that refuse the purge (in a conversation of a selected event, or admitting one)."""
+    runs that refuse the purge (in a conversation of a selected event, or admitting one);
+    ``held`` marks the selected events legal holds cover (the digest covers the marks)."""
 
     scope: EventScope
     events: tuple[PreviewEvent, ...]
@@ -164,6 +175,7 @@ class PurgePreview:
     blocking_runs: tuple[PreviewRun, ...]
     disclosures: tuple[str, ...]
     scope_digest: str
+    held: tuple[HeldEvent, ...] = ()
 
     @property
     def event_ids(self) -> tuple[str, ...]:
@@ -188,6 +200,7 @@ class PurgePreview:
             "exclusive attachments": [a.id for a in self.exclusive_attachments],
             "shared attachments": [a.id for a in self.shared_attachments],
             "blocking runs": [r.id for r in self.blocking_runs],
+            "held events": [h.event_id for h in self.held],
         }
 
 
@@ -221,6 +234,7 @@ def build_report(conn: Connection, scope: EventScope, *, lock: bool = False) -> 
         shared_attachments=shared,
         blocking_runs=tuple(blocking[run_id] for run_id in sorted(blocking)),
         disclosures=DISCLOSURES,
+        held=tuple(HeldEvent(e, ids) for e, ids in sorted(holds.holds_of_events(conn, event_ids).items())),
     )
 
 

@@ -15,6 +15,8 @@ PURGEKEEPER_OPERATOR_TOKEN optional; when set, the operator endpoints require it
 PURGEKEEPER_STEP_LEASE     seconds a claimed step is leased for (default 30)
 PURGEKEEPER_SWEEP_INTERVAL seconds between scheduler sweeps (default 5)
 PURGEKEEPER_BACKOFF_BASE   seconds of the first retry backoff (default 2)
+PURGEKEEPER_RETENTION_INTERVAL
+                           seconds between two runs of a retention policy (default 3600)
 PURGEKEEPER_IDLE_IN_TRANSACTION_TIMEOUT
                            PostgreSQL: seconds after which the server ends a session idle
                            inside a transaction, releasing its locks (default 10)
@@ -34,6 +36,7 @@ from schema.db import IDLE_IN_TRANSACTION_TIMEOUT, Database
 from schema.errors import ValidationError
 
 ENV_PREFIX = "PURGEKEEPER_"
+RETENTION_INTERVAL = dt.timedelta(hours=1)  # between two runs of a retention policy
 DATABASE_FILE = "purgekeeper.db"
 
 
@@ -51,6 +54,7 @@ class Settings:
     step_lease: dt.timedelta = dt.timedelta(seconds=30)
     sweep_interval: dt.timedelta = dt.timedelta(seconds=5)
     backoff_base: dt.timedelta = dt.timedelta(seconds=2)
+    retention_interval: dt.timedelta = RETENTION_INTERVAL
     idle_in_transaction_timeout: dt.timedelta = IDLE_IN_TRANSACTION_TIMEOUT
     failpoints: str = ""
 
@@ -79,6 +83,7 @@ class Settings:
             step_lease=_seconds(get("STEP_LEASE"), 30),
             sweep_interval=_seconds(get("SWEEP_INTERVAL"), 5),
             backoff_base=_seconds(get("BACKOFF_BASE"), 2),
+            retention_interval=_seconds(get("RETENTION_INTERVAL"), RETENTION_INTERVAL.total_seconds()),
             idle_in_transaction_timeout=_seconds(
                 get("IDLE_IN_TRANSACTION_TIMEOUT"), IDLE_IN_TRANSACTION_TIMEOUT.total_seconds()
             ),

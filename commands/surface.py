@@ -11,7 +11,7 @@ DESIGN.md's error table, in one place:
 
 The body of an error (HTTP, and ``purgectl --json``) is ``{"error": CODE, "detail": ...}``
 where CODE is the class name in snake_case; a few errors add machine-readable fields
-(``reason``, ``diagnostics``, ``run_ids``). Never a traceback, never content.
+(``reason``, ``diagnostics``, ``run_ids``, ``hold_ids``). Never a traceback, never content.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from schema.errors import (
     IdReserved,
     InfrastructureError,
     LedgerNotCopied,
+    LegalHold,
     MemoryErasureUnavailable,
     MessagingUnavailable,
     NotFound,
@@ -75,6 +76,8 @@ def error_body(error: PurgekeeperError) -> dict[str, Any]:
         body["diagnostics"] = list(error.diagnostics)
     if isinstance(error, ActiveRuns):
         body["run_ids"] = list(error.run_ids)
+    if isinstance(error, LegalHold):
+        body["hold_ids"] = list(error.hold_ids)
     if isinstance(error, LedgerNotCopied):  # accepted and fenced: the host keeps the purge id
         body["purge_id"], body["ledger_seq"] = error.purge_id, error.ledger_seq
     return body
@@ -82,11 +85,13 @@ def error_body(error: PurgekeeperError) -> dict[str, Any]:
 
 def plain(value: Any) -> Any:
     """A record (frozen dataclasses, tuples, datetimes, enums, paths) as JSON-ready values.
-    Datetimes are UTC ISO 8601 with a ``Z``."""
+    Datetimes are UTC ISO 8601 with a ``Z``; durations are seconds."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {field.name: plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
     if isinstance(value, dt.datetime):
         return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
     if isinstance(value, enum.Enum):
         return plain(value.value)
     if isinstance(value, Path):

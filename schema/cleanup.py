@@ -29,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.content import NOT_PURGED, event_erased, live_event
+from schema.expiry import placement_expired
 from schema.idlists import IDS, among
 from schema.states import BlobKind, BlobState, TombstoneKind
 from schema.tables import (
@@ -106,9 +107,11 @@ _PLACED = (
 _LIVE_ELSEWHERE = (
     select(placements.c.event_id)
     .join(conversations, conversations.c.id == placements.c.conversation_id)
+    .join(events, events.c.id == placements.c.event_id)
     .where(among(placements.c.event_id, IDS), placements.c.conversation_id != _CONVERSATION, NOT_PURGED)
     .where(_event_fence_absent(placements.c.event_id))
     .where(not_(event_erased(placements.c.event_id)))  # an author erasure fences it too
+    .where(not_(placement_expired(events.c.author, events.c.occurred_at, placements.c.conversation_id)))
 )
 
 
@@ -117,7 +120,8 @@ def placed_events(conn: Connection, conversation_id: str, *, limit: int) -> list
 
 
 def live_elsewhere(conn: Connection, event_ids: Sequence[str], conversation_id: str) -> set[str]:
-    """The events that, now, are unfenced and placed in a conversation that is not purged."""
+    """The events that, now, are unfenced and placed in a conversation that is not purged and
+    that no retention run expires them from."""
     return set(conn.scalars(_LIVE_ELSEWHERE, {"conversation_id": conversation_id, "ids": event_ids}))
 
 

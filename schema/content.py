@@ -37,6 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.driver import DriverStatement, Reader
+from schema.expiry import placement_expired
 from schema.states import BlobState, ConversationState, TombstoneKind
 from schema.tables import (
     UtcDateTime,
@@ -201,17 +202,24 @@ def read_conversation(conn: Reader, conversation_id: str) -> ConversationRead:
     return ConversationRead(head[7], head[1], head[2], found, attached)  # n: seq, t1: head_hash, t2: gate_reason
 
 
+_placed_event = events.alias("placed_event")
+
+
 def live_event(event_id: Any) -> Any:
     """An event is live while it has no fence (an event tombstone, or an author erasure that
-    covers it) and a placement in a conversation that is not purged (DESIGN.md).
-    ``event_id`` is a value or a column."""
+    covers it) and a placement in a conversation that is not purged (DESIGN.md) and that no
+    retention run expires. ``event_id`` is a value or a column."""
     return and_(
         not_(_tombstone_exists(TombstoneKind.EVENT, event_id)),
         not_(event_erased(event_id)),
         exists()
         .where(placements.c.event_id == event_id)
         .where(conversations.c.id == placements.c.conversation_id)
-        .where(NOT_PURGED),
+        .where(NOT_PURGED)
+        .where(_placed_event.c.id == placements.c.event_id)
+        .where(
+            not_(placement_expired(_placed_event.c.author, _placed_event.c.occurred_at, placements.c.conversation_id))
+        ),
     )
 
 
@@ -257,6 +265,7 @@ _READABLE_EVENTS = (
     .where(not_(_tombstone_exists(TombstoneKind.CONVERSATION, conversations.c.id)))
     .where(not_(_tombstone_exists(TombstoneKind.EVENT, events.c.id)))
     .where(not_(author_erased(events.c.author, events.c.occurred_at)))
+    .where(not_(placement_expired(events.c.author, events.c.occurred_at, placements.c.conversation_id)))
     .order_by(events.c.occurred_at, events.c.id)
 )
 

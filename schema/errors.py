@@ -7,7 +7,9 @@
     │   ├── StaleConfirmation      the scope changed since its preview
     │   ├── VersionConflict        the conversation moved past expected_version
     │   ├── IdempotencyConflict    the key was used for another scope
-    │   └── ActiveRuns             a non-terminal run blocks the purge
+    │   ├── ActiveRuns             a non-terminal run blocks the purge
+    │   ├── LegalHold              a legal hold covers the selected content; names the holds
+    │   └── PolicyConflict         another retention policy already governs the scope
     ├── Fenced
     │   ├── ConversationPurged
     │   ├── ConversationDeleted
@@ -79,6 +81,18 @@ class ActiveRuns(Conflict):
     def __init__(self, detail: str | None = None, *, run_ids: Sequence[str] = ()) -> None:
         self.run_ids = tuple(run_ids)
         super().__init__(detail)
+
+
+class LegalHold(Conflict):
+    """A legal hold covers the selected content; release the hold first."""
+
+    def __init__(self, detail: str | None = None, *, hold_ids: Sequence[str] = ()) -> None:
+        self.hold_ids = tuple(hold_ids)
+        super().__init__(detail)
+
+
+class PolicyConflict(Conflict):
+    """Another retention policy already governs this scope; change or remove it instead."""
 
 
 class Fenced(PurgekeeperError):

@@ -54,6 +54,22 @@ POSTGRESQL_TRIGGERS = frozenset(
         # 0008
         "pk_author_erasures_permanent",
         "pk_author_erasures_no_truncate",
+        # 0009
+        "pk_retention_fences_guard",
+        "pk_retention_exemptions_guard",
+        "pk_legal_holds_guard",
+        "pk_legal_hold_subjects_guard",
+        "pk_retention_policies_guard",
+        *(
+            f"pk_{table}_no_truncate"
+            for table in (
+                "retention_policies",
+                "retention_fences",
+                "retention_exemptions",
+                "legal_holds",
+                "legal_hold_subjects",
+            )
+        ),
         *(
             f"pk_{table}_no_truncate"
             for table in (
@@ -127,6 +143,17 @@ SQLITE_TRIGGERS = frozenset(
         # 0008
         "pk_author_erasures_no_update",
         "pk_author_erasures_no_delete",
+        # 0009
+        "pk_retention_fences_no_update",
+        "pk_retention_fences_before_delete",
+        "pk_retention_exemptions_no_update",
+        "pk_retention_exemptions_before_insert",
+        "pk_retention_exemptions_before_delete",
+        "pk_legal_holds_no_delete",
+        "pk_legal_holds_before_update",
+        "pk_legal_hold_subjects_no_update",
+        "pk_legal_hold_subjects_no_delete",
+        "pk_retention_policies_no_delete",
     }
 )
 

@@ -81,6 +81,31 @@ def content_left(conn: Connection, event_ids: Sequence[str]) -> bool:
     return bool(event_ids) and bool(conn.scalar(_CONTENT_LEFT, {"ids": list(event_ids)}))
 
 
+_FENCED_CONTENT_LEFT = select(
+    or_(
+        exists().where(events.c.id.in_(_FENCED_BY_PURGE), events.c.body.is_not(None)),
+        exists().where(attachments.c.event_id.in_(_FENCED_BY_PURGE), attachments.c.name.is_not(None)),
+        exists().where(admissions.c.event_id.in_(_FENCED_BY_PURGE), admissions.c.payload.is_not(None)),
+        exists().where(
+            runs.c.id.in_(select(admissions.c.run_id).where(admissions.c.event_id.in_(_FENCED_BY_PURGE))),
+            runs.c.output.is_not(None),
+        ),
+        exists().where(
+            derivatives.c.id.in_(
+                select(derivative_sources.c.derivative_id).where(derivative_sources.c.event_id.in_(_FENCED_BY_PURGE))
+            ),
+            derivatives.c.payload.is_not(None),
+        ),
+    )
+)
+
+
+def fenced_content_left(conn: Connection, purge_id: str) -> bool:
+    """Bodies, attachment names, payloads or outputs of the events this purge fenced (its own
+    event tombstones) that are not NULL (again)."""
+    return bool(conn.scalar(_FENCED_CONTENT_LEFT, {"purge_id": purge_id}))
+
+
 def conversation_left(conn: Connection, conversation_id: str, purge_id: str) -> bool:
     """Placements, runs or derivatives of the purged conversation, or bodies or attachment
     names of the events the purge fenced."""

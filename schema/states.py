@@ -72,6 +72,11 @@ class PurgeKind(StrEnum):
     CHANNEL = "channel"
     BOT = "bot"
     AUTHOR = "author"
+    RETENTION = "retention"  # a retention policy set or changed
+    RETENTION_END = "retention_end"  # a retention policy removed
+    RETENTION_RUN = "retention_run"  # one run of a policy: a purge of what it expires
+    HOLD = "hold"  # a legal hold placed
+    HOLD_RELEASE = "hold_release"  # a legal hold released
 
 
 class TombstoneKind(StrEnum):
@@ -80,6 +85,22 @@ class TombstoneKind(StrEnum):
     BOT = "bot"
     EVENT = "event"
     PROVIDER_EVENT = "provider_event"
+
+
+class HoldSubject(StrEnum):
+    """What a legal hold covers, and what a retention run exempts: a conversation (or
+    channel) and everything placed in it, or everything one author wrote."""
+
+    CONVERSATION = "conversation"
+    AUTHOR = "author"
+
+
+class Exemption(StrEnum):
+    """Why a retention run leaves a subject alone: a legal hold, or (a global run) the
+    conversation's own policy, which takes precedence."""
+
+    HOLD = "hold"
+    OWN_POLICY = "own_policy"
 
 
 class StepKind(StrEnum):

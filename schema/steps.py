@@ -104,18 +104,21 @@ def progress(
     reasons: Mapping[str, list[str]] | None = None,
     remaining: int | None = None,
     restart_retained: bool = False,
+    kept_by_hold: int = 0,
     done: bool = False,
 ) -> None:
     """Record a batch's progress and renew the lease, in the batch's own transaction (one
     UPDATE: the new expiry is computed on the database clock inside it). ``restart_retained``
-    starts the count of retained content afresh with this batch's: a step that re-walks
-    everything on each attempt would otherwise count the same shared blob once per attempt.
+    starts the counts of retained and held (``kept_by_hold``) content afresh with this batch's: a step that
+    re-walks everything on each attempt would otherwise count the same shared blob once per
+    attempt.
     ``done``: this was the step's last batch, and the same UPDATE finishes it (status
     ``done``, lease released), so the last batch and the finish are one commit."""
     c = cleanup_steps.c
     values: dict[str, Any] = {
         "removed": c.removed + removed,
         "retained_shared": retained if restart_retained else c.retained_shared + retained,
+        "held": kept_by_hold if restart_retained else c.held + kept_by_hold,
         "lease_expires_at": clock(conn, plus=lease),
         "updated_at": clock(conn),
     }

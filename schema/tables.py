@@ -98,6 +98,8 @@ BOT_STATES = values(states.BotState)
 PURGE_KINDS = values(states.PurgeKind)
 TOMBSTONE_KINDS = values(states.TombstoneKind)
 STEP_KINDS = values(states.StepKind)
+HOLD_SUBJECTS = values(states.HoldSubject)
+EXEMPTIONS = values(states.Exemption)
 STEP_STATUSES = values(states.StepStatus)
 
 ACTIVE_RUNS_PREDICATE = "status IN ({})".format(", ".join(f"'{s}'" for s in states.ACTIVE_RUN_STATUSES))
@@ -142,6 +144,8 @@ events = Table(
     # An author erasure finds its author's events, and their latest time, by these (0008).
     Index("ix_events_author_occurred_at", "author", "occurred_at", "id"),
     Index("ix_events_author_created_at", "author", "created_at", "id"),
+    # A global retention run walks the events of its window in time order (0009).
+    Index("ix_events_occurred_at", "occurred_at", "id"),
 )
 
 placements = Table(
@@ -321,6 +325,83 @@ author_erasures = Table(
     Index("ix_author_erasures_author", "author", postgresql_using="hash"),
 )
 
+# Retention (0009). ``retention_policies`` is the state the ledger's ``retention`` and
+# ``retention_end`` rows leave (a merge writes it again from them), plus the scheduler's
+# bookkeeping: when the policy is next due, a run planned and not yet accepted
+# (``pending_cutoff``), and ``expired_through``: everything in its scope that occurred before
+# it has expired or is exempt, so a run only walks what occurred since (a hold's release, or
+# the end of a conversation's own policy, sets it back to NULL: walk everything).
+retention_policies = Table(
+    "retention_policies",
+    metadata,
+    Column("policy_id", String(ID_LENGTH), primary_key=True),
+    Column("conversation_id", String(ID_LENGTH)),  # NULL: every conversation and channel
+    Column("max_age_seconds", BigInteger, nullable=False),
+    Column("purge_id", String(64), nullable=False),  # the ledger row that set this version
+    Column("ended_by", String(64)),  # the retention_end row; NULL while the policy stands
+    Column("next_run_at", UtcDateTime()),  # NULL once ended
+    Column("pending_cutoff", UtcDateTime()),
+    Column("expired_through", UtcDateTime()),
+    Column("last_run_at", UtcDateTime()),
+    Column("last_cutoff", UtcDateTime()),
+    Column("last_purge_id", String(64)),
+    CheckConstraint("max_age_seconds > 0", name="max_age_positive"),
+    Index("ix_retention_policies_next_run_at", "next_run_at"),
+    Index("ix_retention_policies_conversation_id", "conversation_id"),
+)
+
+# One row per retention run whose cleanup has not finished: the placements it expires (in
+# its scope, ``occurred_at < cutoff``, not exempt) are unreadable and unwritable from the
+# run's commit on, like an event tombstone; its bodies step deletes them (and fences the
+# events no longer live anywhere), then deletes this row, which the triggers allow only once
+# nothing it expires is left. Every read probes it; it is empty between runs.
+retention_fences = Table(
+    "retention_fences",
+    metadata,
+    Column("purge_id", String(64), primary_key=True),
+    Column("policy_id", String(ID_LENGTH), nullable=False),
+    Column("conversation_id", String(ID_LENGTH)),  # NULL: a global run
+    Column("cutoff", UtcDateTime(), nullable=False),
+    Column("window_start", UtcDateTime()),  # NULL: from the beginning
+    _created_at(),
+)
+
+# What a run leaves alone, as it stood at the run's acceptance: held conversations and
+# authors, and (a global run) the conversations with a policy of their own. Written before
+# the run's fence row, never changed, and removed only after it.
+retention_exemptions = Table(
+    "retention_exemptions",
+    metadata,
+    Column("purge_id", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("subject_id", Text, nullable=False),
+    Column("reason", String(16), nullable=False),
+    PrimaryKeyConstraint("purge_id", "kind", "subject_id"),
+    _enum_check("kind", HOLD_SUBJECTS, "kind"),
+    _enum_check("reason", EXEMPTIONS, "reason"),
+)
+
+# Legal holds (0009): the state the ledger's ``hold`` and ``hold_release`` rows leave. A hold
+# is in force while ``released_by`` is NULL; a hold id is never reused.
+legal_holds = Table(
+    "legal_holds",
+    metadata,
+    Column("hold_id", String(ID_LENGTH), primary_key=True),
+    Column("purge_id", String(64), nullable=False),
+    Column("released_by", String(64)),
+)
+
+legal_hold_subjects = Table(
+    "legal_hold_subjects",
+    metadata,
+    Column("hold_id", String(ID_LENGTH), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("subject_id", Text, nullable=False),
+    PrimaryKeyConstraint("hold_id", "kind", "subject_id"),
+    Index("ix_legal_hold_subjects_subject", "kind", "subject_id"),
+    _enum_check("kind", HOLD_SUBJECTS, "kind"),
+)
+
 # One row per reserved (tombstoned) conversation or bot id, written with its tombstone
 # (0006): creating an id on PostgreSQL probes this primary key, which sees every committed
 # row whatever the writer's snapshot.
@@ -350,6 +431,7 @@ cleanup_steps = Table(
     Column("retained_shared", BigInteger, nullable=False, server_default="0"),
     Column("retained_reasons", Text),
     Column("remaining", BigInteger),
+    Column("held", BigInteger, nullable=False, server_default="0"),  # what a legal hold kept (retention, 0009)
     _created_at(),
     Column("updated_at", UtcDateTime(), nullable=False, server_default=now_default()),
     UniqueConstraint("purge_id", "kind"),
@@ -409,6 +491,11 @@ PURGE_TABLES = (
     ledger_head,
     tombstones,
     author_erasures,
+    retention_policies,
+    retention_fences,
+    retention_exemptions,
+    legal_holds,
+    legal_hold_subjects,
     identity_reservations,
     cleanup_steps,
     purge_previews,

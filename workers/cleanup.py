@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from schema import authors, ledger, steps
+from schema import authors, ledger, retention, steps
 from schema import cleanup as q
 from schema import purges as pq
 from schema.db import Database, bound_lock_waits, commit_without_flush
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_UNLINK_THREADS = 4  # a batch's files are unlinked this many at a time
 DEFAULT_MAX_LOCK_WAIT = dt.timedelta(minutes=5)
-PROGRESS_FIELDS = frozenset({"removed", "retained", "reasons", "remaining", "restart_retained", "done"})
+PROGRESS_FIELDS = frozenset({"removed", "retained", "reasons", "remaining", "restart_retained", "kept_by_hold", "done"})
 ASIDE_PREFIX = ".purgekeeper-aside-"
 
 
@@ -239,6 +239,55 @@ def _erase_batch(
     if last is not None:
         return {"removed": len(erased), "after": last}
     return {"removed": len(erased), "done": True, "wake": steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value)}
+
+
+MAX_RETENTION_WALKS = 3  # walks of a run's window before an attempt gives up (a writer racing it)
+KEPT_ELSEWHERE = "event placed in a conversation it has not expired from"
+HELD = "held by a legal hold"
+
+
+def expire_retention(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
+    """A retention run: its window, a batch at a time, loses its expiring placements; the
+    events then live nowhere are fenced (``event`` tombstones, for this run) and emptied, the
+    others are reported kept elsewhere, and what holds kept is counted (``held``). The batch
+    that finds the walk done and nothing expiring left deletes the run's fence, unparks the
+    attachments step and finishes this one; if a writer placed something behind the walk, it
+    walks again. A rerun walks from the start (every batch is idempotent)."""
+    fence = retention.Fence.of(entry.purge_id, entry.selectors)
+    first = True
+    for _walk in range(MAX_RETENTION_WALKS):
+        after: tuple[Any, ...] | None = None
+        while True:
+            work = functools.partial(_expire_batch, fence=fence, after=after, limit=ctx.batch_size, first=first)
+            done = _batch(ctx, held, work)
+            first = False
+            if done.get("done"):
+                return Ran(tuple(done["wake"]), finished=True)
+            if done.get("walked"):
+                break
+            after = done["after"]
+    raise RuntimeError(
+        f"retention run {entry.purge_id}: content it expires is still placed after {MAX_RETENTION_WALKS} walks"
+    )
+
+
+def _expire_batch(conn: Connection, *, fence: retention.Fence, after: Any, limit: int, first: bool) -> dict[str, Any]:
+    batch = retention.expire_batch(conn, fence, after=after, limit=limit)
+    reasons = {KEPT_ELSEWHERE: batch.kept_elsewhere, HELD: batch.held}
+    progress = {
+        "removed": len(batch.expired),
+        "retained": len(batch.kept_elsewhere),
+        "kept_by_hold": len(batch.held),
+        "reasons": {reason: ids for reason, ids in reasons.items() if ids} or None,
+        "restart_retained": first,
+    }
+    if batch.after is not None:
+        return {**progress, "after": batch.after}
+    if retention.expiring_left(conn, fence):  # placed behind the walk meanwhile: walk again
+        return {**progress, "walked": True}
+    if retention.fence_exists(conn, fence.purge_id):
+        retention.drop_fence(conn, fence.purge_id)
+    return {**progress, "done": True, "wake": steps.unpark(conn, fence.purge_id, StepKind.ATTACHMENTS.value)}
 
 
 # -- attachments --------------------------------------------------------------------------------

@@ -21,6 +21,11 @@ from commands.kinds.channel import Channel
 from commands.kinds.content import Content
 from commands.kinds.conversation import Conversation
 from commands.kinds.fields import RowInvalid
+from commands.kinds.hold import Hold
+from commands.kinds.hold_release import HoldRelease
+from commands.kinds.retention import Retention
+from commands.kinds.retention_end import RetentionEnd
+from commands.kinds.retention_run import RetentionRun
 from schema.ledger import LedgerEntry
 from schema.states import PurgeKind, StepKind
 from workers import cleanup
@@ -30,8 +35,27 @@ CONVERSATION = Conversation()
 CHANNEL = Channel()
 BOT = Bot()
 AUTHOR = Author()
+RETENTION = Retention()
+RETENTION_END = RetentionEnd()
+RETENTION_RUN = RetentionRun()
+HOLD = Hold()
+HOLD_RELEASE = HoldRelease()
 
-KINDS: dict[PurgeKind, Kind] = {kind.name: kind for kind in (CONTENT, CONVERSATION, CHANNEL, BOT, AUTHOR)}
+KINDS: dict[PurgeKind, Kind] = {
+    kind.name: kind
+    for kind in (
+        CONTENT,
+        CONVERSATION,
+        CHANNEL,
+        BOT,
+        AUTHOR,
+        RETENTION,
+        RETENTION_END,
+        RETENTION_RUN,
+        HOLD,
+        HOLD_RELEASE,
+    )
+}
 
 for _kind in KINDS.values():
     if _kind.bodies is not None:

@@ -35,7 +35,7 @@ from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
 from commands.records import AuthorErasurePreview, ConversationCount, ErasureTotals, SharedAttachment
 from commands.scope import DISCLOSURES
-from schema import authors, ledger
+from schema import authors, holds, ledger
 from schema import purges as pq
 from schema import restore as rq
 from schema.errors import StaleConfirmation
@@ -44,7 +44,7 @@ from schema.states import PurgeKind, StepKind
 from workers import cleanup
 
 LISTED_CONVERSATIONS = 100  # the preview lists at most this many conversations (and shared attachments)
-DIGEST_VERSION = 1
+DIGEST_VERSION = 2  # 2: the legal holds' marks
 
 AUTHOR_DISCLOSURES = (
     *DISCLOSURES,
@@ -71,6 +71,7 @@ class Confirmation:
 class Author(Kind):
     name = PurgeKind.AUTHOR
     head_first = False  # the author's lock serialises erasures of one author; the head is taken last
+    policy_lock = "shared"
     bodies = staticmethod(cleanup.erase_author_events)
 
     def preview(self, conn: Connection, env: Env, args: Window) -> tuple[AuthorErasurePreview, dict[str, Any]]:
@@ -80,7 +81,7 @@ class Author(Kind):
         authors.lock_author(conn, args.author)
         newest = _fingerprint(authors.newest_ingest(conn, args.author))
         report = _report(conn, args, authors.window_end(conn, args.author, args.before))
-        return dataclasses.replace(report, scope_digest=_digest(report, newest)), _saved(args, newest)
+        return dataclasses.replace(report, scope_digest=_digest(report, newest)), _saved(args, newest, report)
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         if "author" not in selectors:
@@ -109,6 +110,11 @@ class Author(Kind):
         covering = _covering(conn, window.author, end, args.close_author)
         if covering is not None:
             return covering
+        skeleton.refuse_held(holds.holds_of_author(conn, window.author, end), f"content by {window.author}")
+        if saved.get("held_by"):
+            raise StaleConfirmation(
+                f"the legal holds on {window.author}'s content changed since the preview; preview it again"
+            )
         selectors = {
             "author": window.author,
             "before": utc_text(window.before) if window.before else None,
@@ -147,6 +153,7 @@ def _report(conn: Connection, window: Window, end: dt.datetime) -> AuthorErasure
         blocking_runs=tuple(authors.active_runs_admitting(conn, window.author, end)),
         disclosures=AUTHOR_DISCLOSURES,
         scope_digest="",
+        held_by=tuple(holds.holds_of_author(conn, window.author, end)),
     )
 
 
@@ -184,9 +191,9 @@ def _fingerprint(newest: tuple[str, str] | None) -> list[str] | None:
     return None if newest is None else list(newest)
 
 
-def _saved(window: Window, newest: list[str] | None) -> dict[str, Any]:
+def _saved(window: Window, newest: list[str] | None, report: AuthorErasurePreview) -> dict[str, Any]:
     """What a confirmation checks the preview against (no content: the author is an id)."""
-    return {"author_erasure": _window_key(window), "newest_ingest": newest}
+    return {"author_erasure": _window_key(window), "newest_ingest": newest, "held_by": list(report.held_by)}
 
 
 def _digest(report: AuthorErasurePreview, newest: list[str] | None) -> str:
@@ -199,6 +206,7 @@ def _digest(report: AuthorErasurePreview, newest: list[str] | None) -> str:
         "conversations": [[c.conversation_id, c.events] for c in report.conversations],
         "shared_attachments": [vars(a) for a in report.shared_attachments],
         "blocking_runs": list(report.blocking_runs),
+        "held_by": list(report.held_by),
         "newest_ingest": newest,  # not shown, but a digest names one state of the author's events
     }
     return sha256_hex(canonical_json(shown))

@@ -12,7 +12,10 @@ kind at each stage:
   would append);
 - ``lock``: lock the rows the acceptance depends on, in the order every writer takes them,
   and read what ``decide`` needs; with ``head_first`` the ledger head is locked next (a kind
-  whose subject may have no row to lock is serialised by the head);
+  whose subject may have no row to lock is serialised by the head). Before it, the skeleton
+  takes the holds-and-policies lock as the kind's ``policy_lock`` says: ``"shared"`` for a
+  kind that removes content (a hold placed meanwhile waits, then sees it; it waits for a hold
+  being placed, then sees that), ``"exclusive"`` for a change of a hold or a policy;
 - ``decide``: refuse (stale, version, active runs...), say the purge is already done, or
   return the :class:`Decision`: the selectors the ledger records and the cleanup steps;
 - ``fence``: turn the selectors into fences and tombstones, at acceptance and again at every
@@ -57,14 +60,15 @@ class Env:
 class Decision:
     """An acceptance to write: the selectors the ledger records (the skeleton adds the
     request), the cleanup steps (``parked`` ones wait for another step to unpark them), the
-    digest the row carries (empty: the selectors' own), and the conversations whose version
-    rises."""
+    digest the row carries (empty: the selectors' own), the conversations whose version
+    rises, and what the acceptance discloses to its caller (never content)."""
 
     selectors: dict[str, Any]
     steps: tuple[StepKind, ...] = ()
     parked: tuple[StepKind, ...] = ()
     digest: str = ""
     touched: tuple[str, ...] = ()
+    disclosures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class Kind(abc.ABC):
 
     name: ClassVar[PurgeKind]
     head_first: ClassVar[bool] = True
+    policy_lock: ClassVar[str | None] = None  # "shared", "exclusive", or None: not taken
     preview: Any  # a method (conn, env, args) -> (report, what to remember | None), or None
     bodies: BodiesStep | None
 

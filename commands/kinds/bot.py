@@ -17,7 +17,7 @@ from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
 from commands.records import BotDeletionPreview, MemoryPreview, RepositoryIdentity
 from schema import content as q
-from schema import ledger
+from schema import holds, ledger
 from schema import purges as pq
 from schema.errors import MemoryErasureUnavailable, NotFound
 from schema.states import PurgeKind, StepKind, TombstoneKind
@@ -43,6 +43,7 @@ class Request:
 class Bot(Kind):
     name = PurgeKind.BOT
     head_first = True
+    policy_lock = "shared"  # Memory erasure is refused while a hold covers the bot's conversations
     bodies = None  # a bot's own content lives in its conversations; Memory has its own step
 
     def preview(self, conn: Connection, env: Env, bot_id: str) -> tuple[BotDeletionPreview, None]:
@@ -54,7 +55,11 @@ class Bot(Kind):
         verdict = _ownership(conn, env, bot)
         identity = RepositoryIdentity(bot.memory_path, bot.marker_id) if bot.memory_path and bot.marker_id else None
         memory_preview = MemoryPreview(bot.memory_path, verdict.provable, verdict.reason, verdict.detail, identity)
-        return BotDeletionPreview(bot.id, bot.name, bot.state, tuple(blocking), memory_preview, BOT_DISCLOSURES), None
+        held = tuple(holds.holds_of_bot(conn, bot_id))
+        preview = BotDeletionPreview(
+            bot.id, bot.name, bot.state, tuple(blocking), memory_preview, BOT_DISCLOSURES, held_by=held
+        )
+        return preview, None
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         fields.require_id(selectors, "bot_id")
@@ -77,6 +82,8 @@ class Bot(Kind):
             return skeleton.already(done)
         skeleton.refuse_active_runs(pq.active_run_ids(conn, bot_id=args.bot_id))
         if args.erase_memory:
+            held = holds.holds_of_bot(conn, args.bot_id)
+            skeleton.refuse_held(held, f"the conversations of bot {args.bot_id}, whose Memory erasure was asked for")
             _require_erasable(conn, env, bot, args.reviewed_repository)
         selectors = {
             "bot_id": args.bot_id,

@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
 from commands.scope import EventScope, PurgePreview, build_report, describe_changes
-from schema import authors, ledger
+from schema import authors, holds, ledger
 from schema import purges as pq
 from schema import restore as rq
 from schema.errors import StaleConfirmation
@@ -29,6 +29,7 @@ class Confirmation:
 class Content(Kind):
     name = PurgeKind.CONTENT
     head_first = False  # the events' row locks serialise it; the head is taken last, for the least time
+    policy_lock = "shared"  # a hold on the events waits for it, or it for the hold
     bodies = staticmethod(cleanup.null_fenced_content)
 
     def preview(self, conn: Connection, env: Env, scope: EventScope) -> tuple[PurgePreview, dict[str, Any]]:
@@ -45,10 +46,12 @@ class Content(Kind):
 
     def decide(self, conn: Connection, env: Env, args: Confirmation, locked: PurgePreview) -> Decision | Already:
         report = locked
+        fresh = [e for e in report.events if not e.already_fenced]
+        held = holds.holds_of_events(conn, [e.id for e in fresh])
+        skeleton.refuse_held(sorted({h for ids in held.values() for h in ids}), f"events {_few(sorted(held))}")
         if report.scope_digest != args.scope_digest:
             raise StaleConfirmation(describe_changes(pq.saved_preview(conn, args.scope_digest), report))
         skeleton.refuse_active_runs([r.id for r in report.blocking_runs])
-        fresh = [e for e in report.events if not e.already_fenced]
         if not fresh:  # fenced by event tombstones, or by an author erasure not cleaned up yet
             found = [pq.latest_covering_purge(conn, report.event_ids), authors.covering_erasure(conn, report.event_ids)]
             return skeleton.already(max((row for row in found if row is not None), key=lambda row: row.seq or 0))
@@ -81,3 +84,7 @@ class Content(Kind):
         if rq.bytes_left(conn, entry.purge_id):
             needed.append((StepKind.ATTACHMENTS, False))
         return needed
+
+
+def _few(ids: list[str], limit: int = 5) -> str:
+    return ", ".join(ids[:limit]) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")

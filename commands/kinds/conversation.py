@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
-from schema import ledger
+from schema import holds, ledger
 from schema import purges as pq
 from schema import restore as rq
 from schema.errors import VersionConflict
@@ -28,6 +28,7 @@ class Request:
 class Conversation(Kind):
     name = PurgeKind.CONVERSATION
     head_first = True  # an absent id has no row to lock: the head serialises its reservation
+    policy_lock = "shared"
     preview = None  # confirmed by its id and, optionally, the version the host last saw
     bodies = staticmethod(cleanup.empty_conversation)
 
@@ -54,6 +55,7 @@ class Conversation(Kind):
             )
         if row is not None:
             skeleton.refuse_active_runs(pq.active_run_ids(conn, conversation_ids=[conversation_id]))
+            skeleton.refuse_held(holds.holds_of_conversation(conn, conversation_id), f"conversation {conversation_id}")
         selectors = {
             "conversation_id": conversation_id,
             "conversation_kind": row.kind if row is not None else None,

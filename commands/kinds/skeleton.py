@@ -2,6 +2,7 @@
 
 An acceptance is one transaction:
 
+0. the holds-and-policies lock, when the kind takes it (``Kind.policy_lock``);
 1. a repeated idempotency key returns the original acceptance (or a conflict);
 2. the kind locks what it depends on (conversations, then events, in id order);
 3. with ``head_first`` the ledger head is locked next, and the gate checked on it; the key is
@@ -28,9 +29,9 @@ from sqlalchemy import Connection
 from commands import validation
 from commands.kinds.base import Already, Env, Kind
 from commands.records import Acceptance
-from schema import ledger
+from schema import holds, ledger
 from schema import purges as pq
-from schema.errors import ActiveRuns, IdempotencyConflict
+from schema.errors import ActiveRuns, IdempotencyConflict, LegalHold
 
 MAX_ACTOR_LENGTH = 200
 MAX_REASON_LENGTH = 1000
@@ -68,6 +69,8 @@ def accept(
     conn: Connection, kind: Kind, env: Env, args: Any, request: dict[str, Any], causal: Causal
 ) -> tuple[Acceptance, list[str]]:
     """One acceptance of ``kind`` (see the module docstring); returns it and the steps to wake."""
+    if kind.policy_lock is not None:
+        holds.lock_policies(conn, exclusive=kind.policy_lock == "exclusive")
     replay = _replay(conn, causal, kind, request)
     if replay:
         return replay, []
@@ -99,7 +102,7 @@ def accept(
         origin=causal.origin,
     )
     appended.entry = entry  # this thread's acceptance copies it out once committed
-    return Acceptance(entry.purge_id, entry.seq, "accepted"), steps
+    return Acceptance(entry.purge_id, entry.seq, "accepted", decision.disclosures), steps
 
 
 def already(covering: Any) -> Already:
@@ -111,6 +114,13 @@ def refuse_active_runs(run_ids: Sequence[str]) -> None:
     if run_ids:
         shown = ", ".join(run_ids[:10])
         raise ActiveRuns(f"non-terminal runs are affected: {shown}; settle or abandon them first", run_ids=run_ids)
+
+
+def refuse_held(hold_ids: Sequence[str], what: str) -> None:
+    """LegalHold naming the holds, if any covers what the purge would remove."""
+    if hold_ids:
+        shown = ", ".join(hold_ids[:10])
+        raise LegalHold(f"legal hold {shown} covers {what}; release the hold first", hold_ids=hold_ids)
 
 
 def _head(conn: Connection, env: Env) -> ledger.Head:

@@ -63,5 +63,5 @@ def test_a_kind_with_a_bodies_step_registers_it_with_the_workers() -> None:
 
 
 def test_an_unknown_kind_is_a_row_the_merge_rejects() -> None:
-    with pytest.raises(kinds.RowInvalid, match="unknown purge kind 'retention'"):
-        kinds.kind_of("retention")
+    with pytest.raises(kinds.RowInvalid, match="unknown purge kind 'expunge'"):
+        kinds.kind_of("expunge")

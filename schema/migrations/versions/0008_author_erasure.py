@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from schema import fences
+from schema.migrations.purge_kinds import widen_purge_kinds
 
 revision = "0008"
 down_revision = "0007"
@@ -50,20 +51,8 @@ def upgrade() -> None:
     op.create_index("ix_author_erasures_author", "author_erasures", ["author"], unique=False, postgresql_using="hash")
     op.create_index("ix_events_author_occurred_at", "events", ["author", "occurred_at", "id"], unique=False)
     op.create_index("ix_events_author_created_at", "events", ["author", "created_at", "id"], unique=False)
-    _widen_purge_kinds()
+    widen_purge_kinds(PURGE_KINDS)  # SQLite: the fences file creates the ledger's triggers again
     fences.install(op.get_bind(), "0008_author_erasure.sql")
-
-
-def _widen_purge_kinds() -> None:
-    if op.get_bind().dialect.name == "sqlite":
-        # a copy of every row as it is, into a table with the new CHECK; dropping the old
-        # table drops its triggers, which the fences file creates again
-        with op.batch_alter_table("purge_ledger", recreate="always") as batch:
-            batch.drop_constraint(op.f("ck_purge_ledger_kind"), type_="check")
-            batch.create_check_constraint(op.f("ck_purge_ledger_kind"), sa.text(PURGE_KINDS))
-    else:
-        op.drop_constraint(op.f("ck_purge_ledger_kind"), "purge_ledger", type_="check")
-        op.create_check_constraint(op.f("ck_purge_ledger_kind"), "purge_ledger", sa.text(PURGE_KINDS))
 
 
 def downgrade() -> None:

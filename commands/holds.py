@@ -1,0 +1,114 @@
+"""Legal holds: placed and released by a person, each a ledger row, so a restore of an older
+backup brings back the latest state (see ``commands.kinds.hold``). While a hold is in force,
+every purge of what it covers raises ``LegalHold``, and retention keeps it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from commands import kinds, validation
+from commands.kinds.base import Kind
+from commands.kinds.hold import Placing
+from commands.kinds.hold_release import Release
+from commands.kinds.skeleton import Causal
+from commands.records import Acceptance, Hold
+from schema import holds
+from schema.db import Database
+from schema.errors import ValidationError
+
+MAX_HOLD_SUBJECTS = 1000  # conversations and authors one hold names
+
+
+class HoldCommands:
+    """Mixed into :class:`commands.Purgekeeper`; needs ``db`` and the skeleton's edges of
+    :class:`commands.purges.PurgeCommands`."""
+
+    db: Database
+
+    def _accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:
+        raise NotImplementedError  # provided by PurgeCommands
+
+    def place_hold(
+        self,
+        hold_id: str,
+        *,
+        conversation_ids: Iterable[str] = (),
+        authors: Iterable[str] = (),
+        actor: str,
+        reason: str,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Place a legal hold on conversations (everything placed in them) and authors
+        (everything they wrote). It does not undo a purge accepted before it: the
+        acceptance's ``disclosures`` name what was already purged in its scope."""
+        validation.check_id(hold_id, "hold_id")
+        placing = Placing(hold_id, _conversation_ids(conversation_ids), _authors(authors))
+        if not (placing.conversation_ids or placing.authors):
+            raise ValidationError("a hold covers at least one conversation or author")
+        causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
+        request = {
+            "hold_id": hold_id,
+            "conversation_ids": list(placing.conversation_ids),
+            "authors": list(placing.authors),
+        }
+        return self._accept(kinds.HOLD, placing, request, causal)
+
+    def release_hold(
+        self,
+        hold_id: str,
+        *,
+        actor: str,
+        reason: str,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Release a hold: purges of what it covered are possible again, and retention runs
+        expire what it kept past their cutoffs at their next turn."""
+        validation.check_id(hold_id, "hold_id")
+        causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
+        return self._accept(kinds.HOLD_RELEASE, Release(hold_id), {"hold_id": hold_id}, causal)
+
+    def list_holds(self, *, include_released: bool = False) -> list[Hold]:
+        """The holds in force (with ``include_released``, the released ones too), by id."""
+        if not isinstance(include_released, bool):
+            raise ValidationError("include_released must be true or false")
+        with self.db.read() as conn:
+            rows = holds.list_holds(conn, include_released=include_released)
+            covered = holds.subjects_of(conn, [row.hold_id for row in rows])
+        return [
+            Hold(
+                hold_id=row.hold_id,
+                conversation_ids=tuple(covered[row.hold_id][0]),
+                authors=tuple(covered[row.hold_id][1]),
+                purge_id=row.purge_id,
+                placed_at=row.placed_at,
+                placed_by=row.placed_by,
+                reason=row.placed_reason,
+                released_by=row.released_by,
+                released_at=row.released_at,
+            )
+            for row in rows
+        ]
+
+
+def _conversation_ids(values: Any) -> tuple[str, ...]:
+    ids = validation.check_id_list(_listed(values, "conversation_ids"), "conversation_ids", max_count=MAX_HOLD_SUBJECTS)
+    return tuple(sorted(set(ids)))
+
+
+def _authors(values: Any) -> tuple[str, ...]:
+    listed = _listed(values, "authors")
+    if len(listed) > MAX_HOLD_SUBJECTS:
+        raise ValidationError(f"authors names at most {MAX_HOLD_SUBJECTS} authors")
+    checked = [validation.check_text(a, "authors", max_length=validation.MAX_AUTHOR_LENGTH) for a in listed]
+    return tuple(sorted(set(checked)))
+
+
+def _listed(values: Any, field: str) -> list[Any]:
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise ValidationError(f"{field} must be a list")
+    return list(values)

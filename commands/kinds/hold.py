@@ -1,0 +1,106 @@
+"""A legal hold placed: while it is in force, every purge that would remove what it covers
+raises ``LegalHold`` (``confirm_purge``, ``purge_conversation``, ``erase_author``,
+``delete_bot`` with Memory erasure), and retention runs keep it.
+
+- **What it covers**: conversations (everything placed in them) and authors (everything they
+  wrote). A hold on a conversation that holds nothing yet covers what is placed in it later.
+- **What it does not undo**: a purge accepted before it. Purges stay irreversible, and the
+  acceptance discloses what earlier purges already removed in its scope.
+- **Races**: it takes the holds-and-policies lock exclusively, every purge that removes
+  content takes it shared: one of them wins whole.
+- **Ids** are never reused: placing the same hold again is ``already_purged`` (the row already
+  in force); the same id with other subjects is an ``IdempotencyConflict``; a released id is
+  ``IdReserved``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands.kinds import fields
+from commands.kinds.base import Already, Decision, Env, Kind
+from schema import holds, ledger, retention
+from schema.errors import IdempotencyConflict, IdReserved
+from schema.states import PurgeKind, StepKind
+
+
+@dataclass(frozen=True)
+class Placing:
+    hold_id: str
+    conversation_ids: tuple[str, ...]
+    authors: tuple[str, ...]
+
+
+class Hold(Kind):
+    name = PurgeKind.HOLD
+    head_first = True  # a new hold id has no row to lock
+    policy_lock = "exclusive"
+    preview = None  # it removes nothing: its acceptance says what was already removed
+    bodies = None
+
+    def check_selectors(self, selectors: Mapping[str, Any]) -> None:
+        fields.require_id(selectors, "hold_id")
+        fields.ids(selectors, "conversation_ids")
+        authors = fields.listed_values(selectors, "authors")
+        for author in authors:
+            fields.text(author, "authors", None)
+        if not (fields.listed_values(selectors, "conversation_ids") or authors):
+            raise fields.RowInvalid("a hold covers at least one conversation or author")
+
+    def lock(self, conn: Connection, env: Env, args: Placing) -> Any:
+        return holds.hold_row(conn, args.hold_id, lock=True)
+
+    def decide(self, conn: Connection, env: Env, args: Placing, locked: Any) -> Decision | Already:
+        row: holds.HoldRow | None = locked
+        if row is not None:
+            return _repeat(conn, row, args)
+        selectors = {
+            "hold_id": args.hold_id,
+            "conversation_ids": list(args.conversation_ids),
+            "authors": list(args.authors),
+        }
+        return Decision(selectors, disclosures=_disclosures(conn, args))
+
+    def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
+        holds.insert_hold(
+            conn,
+            hold_id=str(selectors["hold_id"]),
+            purge_id=purge_id,
+            conversation_ids=[str(c) for c in selectors.get("conversation_ids") or []],
+            authors=[str(a) for a in selectors.get("authors") or []],
+        )
+
+    def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
+        return []  # a hold removes nothing
+
+
+def _repeat(conn: Connection, row: holds.HoldRow, args: Placing) -> Already:
+    if row.released_by is not None:
+        raise IdReserved(f"legal hold {row.hold_id} was released; a hold id is never reused")
+    if (row.conversation_ids, row.authors) != (tuple(sorted(args.conversation_ids)), tuple(sorted(args.authors))):
+        raise IdempotencyConflict(
+            f"legal hold {row.hold_id} is in force and covers other conversations or authors; place a hold with "
+            "another id"
+        )
+    return Already(row.purge_id, retention.ledger_seq(conn, row.purge_id) or 0)
+
+
+def _disclosures(conn: Connection, args: Placing) -> tuple[str, ...]:
+    """What the hold does not undo: what earlier purges removed (or are removing) in scope."""
+    found = holds.already_purged(conn, args.conversation_ids, args.authors)
+    said = ["A legal hold does not undo a purge accepted before it: purges are irreversible."]
+    if found.purged_conversations:
+        said.append(f"Already purged, and not held: conversations {_few(found.purged_conversations)}.")
+    if found.erased_authors:
+        said.append(f"Already erased, and not held: content by {_few(found.erased_authors)} in their erased windows.")
+    if found.fenced_events:
+        said.append(f"Already purged, and not held: {found.fenced_events} events in the hold's scope.")
+    return tuple(said)
+
+
+def _few(ids: Sequence[str], limit: int = 10) -> str:
+    return ", ".join(ids[:limit]) + (f" and {len(ids) - limit} more" if len(ids) > limit else "")

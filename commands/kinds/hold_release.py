@@ -1,0 +1,51 @@
+"""A legal hold released: purges of what it covered are possible again, and the next run of
+every retention policy walks its whole scope, so content the hold kept past a cutoff expires
+then. Releasing a released hold is ``already_purged`` (the release already in force)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands.kinds import fields
+from commands.kinds.base import Already, Decision, Env, Kind
+from schema import holds, ledger, retention
+from schema.errors import NotFound
+from schema.states import PurgeKind, StepKind
+
+
+@dataclass(frozen=True)
+class Release:
+    hold_id: str
+
+
+class HoldRelease(Kind):
+    name = PurgeKind.HOLD_RELEASE
+    head_first = True
+    policy_lock = "exclusive"
+    preview = None  # confirmed by the hold's id
+    bodies = None
+
+    def check_selectors(self, selectors: Mapping[str, Any]) -> None:
+        fields.require_id(selectors, "hold_id")
+
+    def lock(self, conn: Connection, env: Env, args: Release) -> Any:
+        return holds.hold_row(conn, args.hold_id, lock=True)
+
+    def decide(self, conn: Connection, env: Env, args: Release, locked: Any) -> Decision | Already:
+        row: holds.HoldRow | None = locked
+        if row is None:
+            raise NotFound(f"no legal hold {args.hold_id}")
+        if row.released_by is not None:
+            return Already(row.released_by, retention.ledger_seq(conn, row.released_by) or 0)
+        return Decision({"hold_id": args.hold_id})
+
+    def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
+        holds.release_hold(conn, hold_id=str(selectors["hold_id"]), purge_id=purge_id)
+        retention.walk_everything_again(conn)  # what the hold kept past a cutoff expires at the next run
+
+    def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
+        return []

@@ -1,0 +1,142 @@
+"""One run of a retention policy: a purge of every placement in the policy's scope whose event
+occurred before the run's cutoff (now - max_age when it was planned), that no earlier purge
+fenced and no legal hold covers.
+
+- **Acceptance is O(1) of what it expires**: a ``retention_fences`` row and its exemptions
+  (the holds in force, and for a global run the conversations with a policy of their own:
+  their number, never the events'), which every reader and trigger checks from that commit
+  on. The bodies step then deletes the expiring placements in batches, fences (``event``
+  tombstones, for this run) and empties the events that are then live nowhere, and unparks
+  the attachments step; its last batch deletes the fence. The conversations' versions rise
+  as placements go, batch by batch, not at acceptance.
+- **Identity.** A run is its policy's version and its cutoff: the scheduler plans the cutoff
+  first (``pending_cutoff``), then accepts with the idempotency key
+  ``retention-run:<policy version>:<cutoff>``, so a leader that died between the two, or
+  after the commit, leaves the same run for the next one: no ledger row twice, no cutoff
+  skipped.
+- **The window.** A run walks only what occurred since the policy's previous cutoff
+  (``window_start``): backfill past the cutoff is refused by the triggers, and a release of a
+  hold (or the end of a conversation's own policy) makes the next run walk everything again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands.kinds import fields
+from commands.kinds.base import Already, Decision, Env, Kind
+from schema import holds, ledger, retention
+from schema import restore as rq
+from schema.errors import NotFound, ValidationError
+from schema.ledger import utc_text
+from schema.states import Exemption, HoldSubject, PurgeKind, StepKind
+from workers import cleanup
+
+IDEMPOTENCY_PREFIX = "retention-run"
+EXEMPTION_FIELDS = {
+    "held_conversations": (HoldSubject.CONVERSATION, Exemption.HOLD),
+    "held_authors": (HoldSubject.AUTHOR, Exemption.HOLD),
+    "own_policy_conversations": (HoldSubject.CONVERSATION, Exemption.OWN_POLICY),
+}
+
+
+@dataclass(frozen=True)
+class Run:
+    policy_id: str
+    cutoff: dt.datetime
+
+
+def idempotency_key(policy_purge_id: str, cutoff: dt.datetime) -> str:
+    """A run is identified by its policy's version and its cutoff."""
+    return f"{IDEMPOTENCY_PREFIX}:{policy_purge_id}:{utc_text(cutoff)}"
+
+
+class RetentionRun(Kind):
+    name = PurgeKind.RETENTION_RUN
+    head_first = False  # the policy's row lock serialises its runs; the head is taken last
+    policy_lock = "shared"  # a hold placed meanwhile waits for the run, or the run for the hold
+    preview = None  # confirmed once, with its policy
+    bodies = staticmethod(cleanup.expire_retention)
+
+    def check_selectors(self, selectors: Mapping[str, Any]) -> None:
+        fields.require_id(selectors, "policy_id")
+        fields.text(selectors.get("policy_purge_id"), "policy_purge_id", 64)
+        if selectors.get("conversation_id") is not None:
+            fields.require_id(selectors, "conversation_id")
+        fields.timestamp(selectors, "cutoff", required=True)
+        fields.timestamp(selectors, "window_start")
+        fields.ids(selectors, "held_conversations")
+        fields.ids(selectors, "own_policy_conversations")
+        fields.ids(selectors, "hold_ids")
+        for author in fields.listed_values(selectors, "held_authors"):
+            fields.text(author, "held_authors", None)
+
+    def lock(self, conn: Connection, env: Env, args: Run) -> Any:
+        return retention.policy_row(conn, args.policy_id, lock=True)
+
+    def decide(self, conn: Connection, env: Env, args: Run, locked: Any) -> Decision | Already:
+        row = locked
+        if row is None:
+            raise NotFound(f"no retention policy {args.policy_id}")
+        if row.last_cutoff is not None and row.last_cutoff >= args.cutoff and row.last_purge_id:
+            return Already(row.last_purge_id, retention.ledger_seq(conn, row.last_purge_id) or 0)
+        if row.ended_by is not None or row.pending_cutoff != args.cutoff:
+            raise ValidationError(
+                f"retention policy {args.policy_id} has no run planned at {utc_text(args.cutoff)} (it was removed or "
+                "changed since)"
+            )
+        held = holds.held_subjects(conn)
+        selectors = {
+            "policy_id": row.policy_id,
+            "policy_purge_id": row.purge_id,
+            "conversation_id": row.conversation_id,
+            "max_age_seconds": int(row.max_age_seconds),
+            "cutoff": utc_text(args.cutoff),
+            "window_start": utc_text(row.expired_through) if row.expired_through else None,
+            "held_conversations": [s for k, s in held if k == HoldSubject.CONVERSATION],
+            "held_authors": [s for k, s in held if k == HoldSubject.AUTHOR],
+            "own_policy_conversations": (
+                retention.own_policy_conversations(conn) if row.conversation_id is None else []
+            ),
+            "hold_ids": holds.hold_ids_in_force(conn),
+        }
+        steps = (StepKind.BODIES, StepKind.ATTACHMENTS)
+        return Decision(selectors, steps, parked=(StepKind.ATTACHMENTS,))
+
+    def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
+        run = retention.Fence.of(purge_id, selectors)
+        retention.insert_fence(conn, run, exemptions(selectors))
+        retention.record_run(
+            conn,
+            policy_id=run.policy_id,
+            policy_purge_id=str(selectors["policy_purge_id"]),
+            purge_id=purge_id,
+            cutoff=run.cutoff,
+            start=run.window_start,
+        )
+
+    def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
+        """Content the run expired is back: the bodies step walks its window again (then
+        unparks attachments). Nothing back: its fence, written again by the merge, goes now
+        (the triggers check that nothing it expires is left)."""
+        run = retention.Fence.of(entry.purge_id, entry.selectors)
+        if retention.expiring_left(conn, run) or rq.fenced_content_left(conn, entry.purge_id):
+            return [(StepKind.BODIES, False), (StepKind.ATTACHMENTS, True)]
+        if retention.fence_exists(conn, entry.purge_id):
+            retention.drop_fence(conn, entry.purge_id)
+        return [(StepKind.ATTACHMENTS, False)] if rq.bytes_left(conn, entry.purge_id) else []
+
+
+def exemptions(selectors: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """The run's exemptions as (kind, subject, reason), as its ledger row records them; a
+    held conversation with a policy of its own is recorded once, as held."""
+    found: dict[tuple[str, str], str] = {}
+    for name, (kind, reason) in EXEMPTION_FIELDS.items():
+        for subject in selectors.get(name) or []:
+            found.setdefault((kind.value, str(subject)), reason.value)
+    return [(kind, subject, reason) for (kind, subject), reason in sorted(found.items())]

@@ -1,0 +1,187 @@
+"""Retention policies: confirmed once by a person, then run by the leading scheduler for as
+long as they stand (see ``commands.kinds.retention`` and ``commands.kinds.retention_run``).
+
+A policy's turn, when it is due (``next_run_at``; a new or changed policy is due at once):
+
+1. **Plan**, in a short transaction under the policy's row lock: a run already planned and
+   not accepted (its leader died) is taken as it is; otherwise the cutoff is now - max_age on
+   the database clock, and if nothing in the window since the policy's last cutoff would
+   expire, the window moves on and the turn ends (no ledger row). Else the cutoff is written
+   down (``pending_cutoff``).
+2. **Accept** the run through the skeleton, with the idempotency key of its policy version
+   and cutoff: a second leader, or the same one after a crash, gets the same acceptance.
+3. **Schedule** the next turn one ``retention_interval`` later.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands import kinds, validation
+from commands.kinds import retention as retention_kind
+from commands.kinds.base import Kind
+from commands.kinds.retention_end import Removal
+from commands.kinds.retention_run import Run, idempotency_key
+from commands.kinds.skeleton import Causal
+from commands.purges import check_digest
+from commands.records import Acceptance, RetentionPolicy, RetentionPreview, RetentionRunOutcome
+from schema import ledger, retention
+from schema.db import Database
+from schema.errors import PurgekeeperError
+from schema.ledger import utc_text
+
+log = logging.getLogger(__name__)
+
+DUE_LIMIT = 100  # policies taken per turn; the rest are due at the next sweep
+SCHEDULER_ACTOR = "purgekeeper-scheduler"
+SCHEDULER_ORIGIN = "scheduler"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    policy_purge_id: str
+    cutoff: dt.datetime | None  # None: nothing to expire this turn
+
+
+class RetentionCommands:
+    """Mixed into :class:`commands.Purgekeeper`; needs ``db``, ``retention_interval`` and
+    the skeleton's edges of :class:`commands.purges.PurgeCommands`."""
+
+    db: Database
+    retention_interval: dt.timedelta
+
+    def _preview(self, kind: Kind, args: Any) -> Any:  # provided by PurgeCommands
+        raise NotImplementedError
+
+    def _accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:
+        raise NotImplementedError
+
+    def preview_retention(self, *, max_age: dt.timedelta, conversation_id: str | None = None) -> RetentionPreview:
+        """What a policy of ``max_age`` over the conversation (None: every conversation and
+        channel) would expire if it ran now, what holds would keep, and the ``scope_digest``
+        of its definition that ``set_retention`` names."""
+        return self._preview(kinds.RETENTION, _definition(max_age, conversation_id))
+
+    def set_retention(
+        self,
+        policy_id: str,
+        *,
+        max_age: dt.timedelta,
+        conversation_id: str | None = None,
+        scope_digest: str,
+        actor: str,
+        reason: str,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Set (or change) a retention policy, previewed with ``preview_retention``; the
+        scheduler runs it at its next sweep, then every ``retention_interval``."""
+        validation.check_id(policy_id, "policy_id")
+        definition = _definition(max_age, conversation_id)
+        check_digest(scope_digest, "preview_retention()")
+        causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
+        request = {
+            "policy_id": policy_id,
+            "conversation_id": definition.conversation_id,
+            "max_age_seconds": definition.max_age_seconds,
+        }
+        setting = retention_kind.Setting(policy_id, definition, scope_digest)
+        return self._accept(kinds.RETENTION, setting, request, causal)
+
+    def remove_retention(
+        self,
+        policy_id: str,
+        *,
+        actor: str,
+        reason: str,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Remove a policy: it is not run again. Runs already accepted finish their cleanup."""
+        validation.check_id(policy_id, "policy_id")
+        causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
+        return self._accept(kinds.RETENTION_END, Removal(policy_id), {"policy_id": policy_id}, causal)
+
+    def list_retention(self) -> list[RetentionPolicy]:
+        """The standing policies, by id."""
+        with self.db.read() as conn:
+            return [RetentionPolicy.from_row(row) for row in retention.list_policies(conn)]
+
+    def run_retention(self) -> list[RetentionRunOutcome]:
+        """Take the turn of every policy that is due now (the leading scheduler does at every
+        sweep, and ``resume()`` does): one run accepted per policy with anything to expire."""
+        with self.db.read() as conn:
+            due = retention.due_policies(conn, limit=DUE_LIMIT)
+        return [self._turn(policy_id) for policy_id in due]
+
+    def _turn(self, policy_id: str) -> RetentionRunOutcome:
+        """Plan, accept, schedule (see the module docstring); a failure is logged and left for
+        the next turn, which finds the planned run as it was."""
+        cutoff: dt.datetime | None = None
+        try:
+            plan = self.db.transact(functools.partial(_plan, policy_id=policy_id, interval=self.retention_interval))
+            if plan is None or plan.cutoff is None:
+                return RetentionRunOutcome(policy_id, None, None)
+            cutoff = plan.cutoff
+            acceptance = self._accept(
+                kinds.RETENTION_RUN,
+                Run(policy_id, cutoff),
+                {"policy_id": policy_id, "cutoff": utc_text(cutoff)},
+                _scheduler_causal(policy_id, plan.policy_purge_id, cutoff),
+            )
+            self.db.transact(functools.partial(_schedule, policy_id=policy_id, interval=self.retention_interval))
+        except PurgekeeperError as exc:
+            log.warning("retention policy %s: its run did not complete (%s); the next turn tries again", policy_id, exc)
+            return RetentionRunOutcome(policy_id, cutoff, None, error=exc.detail)
+        log.info("retention policy %s: run %s accepted (cutoff %s)", policy_id, acceptance.purge_id, utc_text(cutoff))
+        return RetentionRunOutcome(policy_id, cutoff, acceptance.purge_id)
+
+
+def _plan(conn: Connection, *, policy_id: str, interval: dt.timedelta) -> _Plan | None:
+    """The run to accept, if any; None when the policy is not due (another leader took it)."""
+    row = retention.policy_row(conn, policy_id, lock=True)
+    if row is None or row.ended_by is not None:
+        return None
+    if row.pending_cutoff is not None:
+        return _Plan(row.purge_id, row.pending_cutoff)  # planned by a leader that did not finish
+    now = ledger.database_now(conn)
+    if row.next_run_at is None or row.next_run_at > now:
+        return None
+    cutoff = now - dt.timedelta(seconds=int(row.max_age_seconds))
+    start = row.expired_through
+    if (start is not None and cutoff <= start) or not retention.anything_to_expire(
+        conn, conversation_id=row.conversation_id, cutoff=cutoff, start=start
+    ):
+        retention.nothing_to_expire(conn, policy_id, max(cutoff, start or cutoff), ledger.clock(conn, plus=interval))
+        return _Plan(row.purge_id, None)
+    retention.plan_run(conn, policy_id, cutoff)
+    return _Plan(row.purge_id, cutoff)
+
+
+def _schedule(conn: Connection, *, policy_id: str, interval: dt.timedelta) -> None:
+    retention.schedule(conn, policy_id, ledger.clock(conn, plus=interval))
+
+
+def _scheduler_causal(policy_id: str, policy_purge_id: str, cutoff: dt.datetime) -> Causal:
+    return Causal(
+        actor=SCHEDULER_ACTOR,
+        reason=f"retention policy {policy_id}: expire what occurred before {utc_text(cutoff)}",
+        idempotency_key=idempotency_key(policy_purge_id, cutoff),
+        request_id=uuid.uuid4().hex,
+        origin=SCHEDULER_ORIGIN,
+    )
+
+
+def _definition(max_age: Any, conversation_id: Any) -> retention_kind.Definition:
+    return retention_kind.Definition(
+        validation.check_optional_id(conversation_id, "conversation_id"), retention_kind.check_max_age(max_age)
+    )

@@ -1,0 +1,49 @@
+"""The fence of a retention run, as SQL: whether a run whose cleanup has not finished expires
+an event's placement in a conversation.
+
+A run in ``retention_fences`` expires the placement of an event in a conversation when the
+event occurred before its cutoff, the run is the conversation's own (or global), and neither
+the conversation nor the event's author is among its exemptions (``retention_exemptions``:
+holds, and for a global run the conversations with a policy of their own). The triggers
+(schema/sql/*/0009_retention_and_holds.sql) say the same. Between runs the table is empty,
+and the check is one probe of it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import exists, literal_column, or_
+
+from schema.states import HoldSubject
+from schema.tables import retention_exemptions, retention_fences
+
+_fence = retention_fences.alias("expiring_run")
+_exempt_conversation = retention_exemptions.alias("exempt_conversation")
+_exempt_author = retention_exemptions.alias("exempt_author")
+
+
+def _exempt(alias: Any, kind: HoldSubject, subject: Any) -> Any:
+    """The run ``_fence`` exempts ``subject``: one probe of the exemptions' primary key."""
+    return (
+        exists()
+        .where(alias.c.purge_id == _fence.c.purge_id)
+        .where(alias.c.kind == literal_column(f"'{kind.value}'"))  # in the text: a generic plan sees it
+        .where(alias.c.subject_id == subject)
+        .correlate_except(alias)
+    )
+
+
+def placement_expired(author: Any, occurred_at: Any, conversation_id: Any) -> Any:
+    """A run whose cleanup has not finished expires the placement in ``conversation_id`` of
+    an event by ``author`` that occurred at ``occurred_at`` (columns or values). The
+    expression's own aliases are never correlated away, so it means the same inside any
+    statement."""
+    return (
+        exists()
+        .where(_fence.c.cutoff > occurred_at)
+        .where(or_(_fence.c.conversation_id.is_(None), _fence.c.conversation_id == conversation_id))
+        .where(~_exempt(_exempt_conversation, HoldSubject.CONVERSATION, conversation_id))
+        .where(~_exempt(_exempt_author, HoldSubject.AUTHOR, author))
+        .correlate_except(_fence)
+    )

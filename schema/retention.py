@@ -1,0 +1,581 @@
+"""Queries of retention: the policies, the runs' fences, and the cleanup that carries a run
+out.
+
+- **Policies** (``retention_policies``) are the state the ledger's ``retention`` and
+  ``retention_end`` rows leave, plus the scheduler's bookkeeping: ``next_run_at`` (an index
+  makes "which are due" one probe, whatever the number of policies), a planned run's
+  ``pending_cutoff``, and ``expired_through``, before which everything in scope has expired
+  or is exempt (a run walks only what occurred since; NULL walks everything).
+- **A run's fence** (``retention_fences`` and its ``retention_exemptions``) is written at its
+  acceptance, in O(1) of what it expires, and read by every reader and trigger
+  (``schema.expiry``); the run's bodies step deletes the placements it expires in batches,
+  fences the events that are then live nowhere, and finally deletes the fence, which the
+  triggers allow only once nothing it expires is left.
+
+An expiring placement: the event occurred before the cutoff (and at or after the window's
+start), its conversation is not purged and is the run's (or, a global run, any that has no
+policy of its own), and no hold covers the conversation or the event's author.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    BindParameter,
+    Connection,
+    Row,
+    Text,
+    and_,
+    bindparam,
+    delete,
+    distinct,
+    exists,
+    func,
+    insert,
+    literal_column,
+    not_,
+    or_,
+    select,
+    text,
+    tuple_,
+    type_coerce,
+    update,
+)
+
+from schema import ledger
+from schema.content import NOT_PURGED, event_erased, live_event, upsert_insert
+from schema.idlists import IDS, among
+from schema.states import Exemption, HoldSubject
+from schema.tables import (
+    IS_EVENT_TOMBSTONE,
+    UtcDateTime,
+    conversations,
+    events,
+    legal_hold_subjects,
+    legal_holds,
+    placements,
+    purge_ledger,
+    retention_exemptions,
+    retention_fences,
+    retention_policies,
+    tombstones,
+)
+
+# The fences' lock (two int4 keys: this, 0; 'pkrt'): a run's fence is written under it
+# exclusively, and every batch of a run's cleanup holds it shared. A batch decides which
+# events are live nowhere, then deletes placements, whose trigger checks liveness again in a
+# later snapshot: a fence committed in between would make the two disagree.
+FENCE_LOCK_CLASS = 1886089844
+
+_POLICY = retention_policies.c
+_STANDING = _POLICY.ended_by.is_(None)
+_CUTOFF: Any = bindparam("cutoff", type_=UtcDateTime())
+_START: Any = bindparam("window_start", type_=UtcDateTime())
+_CONVERSATION: BindParameter[Any] = bindparam("conversation_id")
+_PURGE: BindParameter[Any] = bindparam("purge_id")
+_CONVERSATION_KIND: Any = literal_column(f"'{HoldSubject.CONVERSATION.value}'")
+_AUTHOR_KIND: Any = literal_column(f"'{HoldSubject.AUTHOR.value}'")
+
+
+# -- policies ---------------------------------------------------------------------------------
+
+
+def policy_row(conn: Connection, policy_id: str, *, lock: bool = False) -> Row[Any] | None:
+    query = select(retention_policies).where(_POLICY.policy_id == policy_id)
+    return conn.execute(query.with_for_update() if lock else query).first()
+
+
+def standing_for_scope(conn: Connection, conversation_id: str | None) -> Row[Any] | None:
+    """The standing policy whose scope is exactly this one (a conversation, or global)."""
+    scope = _POLICY.conversation_id.is_(None) if conversation_id is None else _POLICY.conversation_id == conversation_id
+    return conn.execute(select(retention_policies).where(_STANDING, scope)).first()
+
+
+def set_policy(
+    conn: Connection, *, policy_id: str, conversation_id: str | None, max_age_seconds: int, purge_id: str
+) -> None:
+    """Write the policy's new version: standing, due now, its window from the beginning."""
+    version = {
+        "conversation_id": conversation_id,
+        "max_age_seconds": max_age_seconds,
+        "purge_id": purge_id,
+        "ended_by": None,
+        "next_run_at": ledger.clock(conn),
+        "pending_cutoff": None,
+        "expired_through": None,
+    }
+    statement = upsert_insert(conn, retention_policies).values(policy_id=policy_id, **version)
+    conn.execute(statement.on_conflict_do_update(index_elements=["policy_id"], set_=version))
+
+
+def end_policy(conn: Connection, *, policy_id: str, purge_id: str) -> None:
+    """The policy no longer stands; a run planned and not accepted is dropped with it."""
+    conn.execute(
+        update(retention_policies)
+        .where(_POLICY.policy_id == policy_id, _STANDING)
+        .values(ended_by=purge_id, next_run_at=None, pending_cutoff=None)
+    )
+
+
+def walk_everything_again(conn: Connection, *, global_only: bool = False) -> None:
+    """Make the next run of every standing policy (or of the global one) walk its whole
+    scope: content a hold or a conversation's own policy kept out of earlier runs may have
+    become theirs."""
+    query = update(retention_policies).where(_STANDING)
+    if global_only:
+        query = query.where(_POLICY.conversation_id.is_(None))
+    conn.execute(query.values(expired_through=None))
+
+
+def own_policy_conversations(conn: Connection) -> list[str]:
+    """The conversations with a standing policy of their own: a global run leaves them alone."""
+    query = select(_POLICY.conversation_id).where(_STANDING, _POLICY.conversation_id.is_not(None))
+    return sorted(conn.scalars(query))
+
+
+def list_policies(conn: Connection) -> list[Row[Any]]:
+    """The standing policies with when and by whom each version was set (its ledger row)."""
+    query = (
+        select(retention_policies, purge_ledger.c.accepted_at.label("set_at"), purge_ledger.c.actor.label("set_by"))
+        .outerjoin(purge_ledger, purge_ledger.c.purge_id == _POLICY.purge_id)
+        .where(_STANDING)
+        .order_by(_POLICY.policy_id)
+    )
+    return list(conn.execute(query).all())
+
+
+def ledger_seq(conn: Connection, purge_id: str | None) -> int | None:
+    """The seq of a ledger row; None when it is not in the ledger (yet: an acceptance writes
+    its row after the fences)."""
+    if purge_id is None:
+        return None
+    value = conn.scalar(select(purge_ledger.c.seq).where(purge_ledger.c.purge_id == purge_id))
+    return None if value is None else int(value)
+
+
+# -- the schedule -----------------------------------------------------------------------------
+
+
+def due_policies(conn: Connection, *, limit: int) -> list[str]:
+    """Standing policies whose next run is due (one range probe of the next_run_at index)."""
+    now = ledger.database_now(conn)
+    query = select(_POLICY.policy_id).where(_POLICY.next_run_at <= now).order_by(_POLICY.next_run_at).limit(limit)
+    return list(conn.scalars(query))
+
+
+def plan_run(conn: Connection, policy_id: str, cutoff: dt.datetime) -> None:
+    """Remember the run's cutoff before accepting it: a leader that dies between the two
+    leaves it for the next one, which accepts exactly this cutoff."""
+    conn.execute(update(retention_policies).where(_POLICY.policy_id == policy_id).values(pending_cutoff=cutoff))
+
+
+def nothing_to_expire(conn: Connection, policy_id: str, cutoff: dt.datetime, next_run_at: Any) -> None:
+    """A run that found nothing: no ledger row, the window moves on, the next one is due later."""
+    conn.execute(
+        update(retention_policies)
+        .where(_POLICY.policy_id == policy_id)
+        .values(expired_through=cutoff, last_run_at=ledger.clock(conn), next_run_at=next_run_at)
+    )
+
+
+def schedule(conn: Connection, policy_id: str, next_run_at: Any) -> None:
+    conn.execute(
+        update(retention_policies).where(_POLICY.policy_id == policy_id, _STANDING).values(next_run_at=next_run_at)
+    )
+
+
+def record_run(
+    conn: Connection, *, policy_id: str, policy_purge_id: str, purge_id: str, cutoff: dt.datetime, start: Any
+) -> None:
+    """The run is accepted (or merged): the version it ran for no longer has it planned, and
+    its window moves to the cutoff when the run's window began where the policy's stood."""
+    row = policy_row(conn, policy_id, lock=True)
+    if row is None or row.purge_id != policy_purge_id:
+        return  # the policy changed since (a merge of an older run): its window is its own
+    values: dict[str, Any] = {"last_run_at": ledger.clock(conn), "last_cutoff": cutoff, "last_purge_id": purge_id}
+    if row.pending_cutoff is not None and row.pending_cutoff <= cutoff:
+        values["pending_cutoff"] = None
+    if start is None or (row.expired_through is not None and row.expired_through >= start):
+        if row.expired_through is None or row.expired_through < cutoff:
+            values["expired_through"] = cutoff
+    conn.execute(update(retention_policies).where(_POLICY.policy_id == policy_id).values(**values))
+
+
+# -- what expires -----------------------------------------------------------------------------
+
+
+def _held_now(kind: Any, subject: Any) -> Any:
+    """A hold in force covers ``subject`` (a column) of ``kind``."""
+    return (
+        exists()
+        .where(legal_hold_subjects.c.hold_id == legal_holds.c.hold_id, legal_holds.c.released_by.is_(None))
+        .where(legal_hold_subjects.c.kind == kind, legal_hold_subjects.c.subject_id == subject)
+    )
+
+
+_own = retention_policies.alias("own_policy")
+_HAS_OWN_POLICY = exists().where(_own.c.conversation_id == placements.c.conversation_id, _own.c.ended_by.is_(None))
+_FENCED = or_(exists().where(IS_EVENT_TOMBSTONE, tombstones.c.id == events.c.id), event_erased(events.c.id))
+
+
+def _expiring_now(*, global_scope: bool, windowed: bool) -> Any:
+    """The placements a run of the scope would expire now, as (event_id, conversation_id,
+    author): the holds in force and the policies that stand decide the exemptions. Events an
+    earlier purge fenced are not counted: there is nothing left of them to expire."""
+    query = (
+        select(placements.c.event_id, placements.c.conversation_id, events.c.author)
+        .select_from(
+            placements.join(events, events.c.id == placements.c.event_id).join(
+                conversations, conversations.c.id == placements.c.conversation_id
+            )
+        )
+        .where(events.c.occurred_at < _CUTOFF, NOT_PURGED, not_(_FENCED))
+        .where(not_(_held_now(_CONVERSATION_KIND, placements.c.conversation_id)))
+        .where(not_(_held_now(_AUTHOR_KIND, events.c.author)))
+    )
+    if windowed:
+        query = query.where(events.c.occurred_at >= _START)
+    if global_scope:
+        return query.where(not_(_HAS_OWN_POLICY))
+    return query.where(placements.c.conversation_id == _CONVERSATION)
+
+
+def _window_params(conversation_id: str | None, cutoff: dt.datetime, start: dt.datetime | None) -> dict[str, Any]:
+    return {"conversation_id": conversation_id, "cutoff": cutoff, "window_start": start}
+
+
+def anything_to_expire(
+    conn: Connection, *, conversation_id: str | None, cutoff: dt.datetime, start: dt.datetime | None
+) -> bool:
+    """Whether a run of the scope with this window would expire anything: one EXISTS, which
+    stops at the first placement found (through the events' time index for a global scope,
+    the conversation's placements otherwise)."""
+    expiring = _expiring_now(global_scope=conversation_id is None, windowed=start is not None)
+    return bool(conn.scalar(select(exists(expiring)), _window_params(conversation_id, cutoff, start)))
+
+
+@dataclass(frozen=True)
+class RetentionTotals:
+    """What a run of the scope would do now: ``events`` expire from ``placements`` in
+    ``conversations`` (``by_conversation``: the most placements first, bounded); of those
+    events, ``kept_elsewhere`` stay live in a conversation the run leaves alone. ``held``
+    events past the cutoff are kept by the holds ``hold_ids``."""
+
+    events: int
+    placements: int
+    conversations: int
+    kept_elsewhere: int
+    held: int
+    hold_ids: tuple[str, ...]
+    by_conversation: tuple[tuple[str, int], ...]
+
+
+_other = placements.alias("other_placement")
+_other_conversation = conversations.alias("other_conversation")
+
+
+def preview_totals(
+    conn: Connection, *, conversation_id: str | None, cutoff: dt.datetime, limit: int
+) -> RetentionTotals:
+    """The preview's counts, set-based (they cost the scope's volume)."""
+    global_scope = conversation_id is None
+    expiring = _expiring_now(global_scope=global_scope, windowed=False).cte("expiring")
+    params = _window_params(conversation_id, cutoff, None)
+    leaves_alone = _other.c.conversation_id != conversation_id if not global_scope else _other_owns_policy()
+    kept = (
+        exists()
+        .where(_other.c.event_id == expiring.c.event_id, _other_conversation.c.id == _other.c.conversation_id)
+        .where(_other_conversation.c.state != literal_column("'purged'"))
+        .where(or_(leaves_alone, _held_now(_CONVERSATION_KIND, _other.c.conversation_id)))
+    )
+    totals = conn.execute(
+        select(
+            func.count(distinct(expiring.c.event_id)),
+            func.count(),
+            func.count(distinct(expiring.c.conversation_id)),
+            select(func.count(distinct(expiring.c.event_id))).where(kept).scalar_subquery(),
+        ).select_from(expiring),
+        params,
+    ).one()
+    per = (
+        select(expiring.c.conversation_id, func.count().label("n"))
+        .group_by(expiring.c.conversation_id)
+        .order_by(func.count().desc(), expiring.c.conversation_id)
+        .limit(limit)
+    )
+    held, hold_ids = _held_past(conn, conversation_id=conversation_id, cutoff=cutoff)
+    return RetentionTotals(
+        events=int(totals[0]),
+        placements=int(totals[1]),
+        conversations=int(totals[2]),
+        kept_elsewhere=int(totals[3]),
+        held=held,
+        hold_ids=hold_ids,
+        by_conversation=tuple((row[0], int(row[1])) for row in conn.execute(per, params)),
+    )
+
+
+def _other_owns_policy() -> Any:
+    return exists().where(_own.c.conversation_id == _other.c.conversation_id, _own.c.ended_by.is_(None))
+
+
+def _held_past(conn: Connection, *, conversation_id: str | None, cutoff: dt.datetime) -> tuple[int, tuple[str, ...]]:
+    """The events past the cutoff in scope that holds keep, and the holds that keep them."""
+    in_scope = (
+        select(placements.c.event_id, placements.c.conversation_id, events.c.author)
+        .join(events, events.c.id == placements.c.event_id)
+        .join(conversations, conversations.c.id == placements.c.conversation_id)
+        .where(events.c.occurred_at < _CUTOFF, NOT_PURGED, not_(_FENCED))
+        .where(not_(_HAS_OWN_POLICY) if conversation_id is None else placements.c.conversation_id == _CONVERSATION)
+        .cte("in_scope")
+    )
+    subjects = legal_hold_subjects.join(legal_holds, legal_holds.c.hold_id == legal_hold_subjects.c.hold_id)
+    covering = (
+        select(in_scope.c.event_id, legal_hold_subjects.c.hold_id)
+        .select_from(in_scope.join(subjects, legal_holds.c.released_by.is_(None)))
+        .where(
+            or_(
+                and_(
+                    legal_hold_subjects.c.kind == _CONVERSATION_KIND,
+                    legal_hold_subjects.c.subject_id == in_scope.c.conversation_id,
+                ),
+                and_(legal_hold_subjects.c.kind == _AUTHOR_KIND, legal_hold_subjects.c.subject_id == in_scope.c.author),
+            )
+        )
+        .subquery("covering")
+    )
+    params = _window_params(conversation_id, cutoff, None)
+    held = conn.scalar(select(func.count(distinct(covering.c.event_id))), params)
+    hold_ids = conn.scalars(select(covering.c.hold_id).distinct().order_by(covering.c.hold_id), params)
+    return int(held or 0), tuple(hold_ids)
+
+
+# -- a run's fence ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A run's fence as its ledger row records it."""
+
+    purge_id: str
+    policy_id: str
+    conversation_id: str | None
+    cutoff: dt.datetime
+    window_start: dt.datetime | None
+
+    @classmethod
+    def of(cls, purge_id: str, selectors: Mapping[str, Any]) -> Fence:
+        """The fence a run's ledger row (its selectors, already checked) records."""
+        start = selectors.get("window_start")
+        return cls(
+            purge_id=purge_id,
+            policy_id=str(selectors["policy_id"]),
+            conversation_id=selectors.get("conversation_id"),
+            cutoff=ledger.from_utc_text(str(selectors["cutoff"])),
+            window_start=ledger.from_utc_text(str(start)) if start else None,
+        )
+
+    @property
+    def shape(self) -> tuple[bool, bool]:
+        """(global, windowed): which of the statements built once serves this fence."""
+        return self.conversation_id is None, self.window_start is not None
+
+    def params(self) -> dict[str, Any]:
+        return {"purge_id": self.purge_id, **_window_params(self.conversation_id, self.cutoff, self.window_start)}
+
+
+def lock_fences(conn: Connection, *, exclusive: bool) -> None:
+    """Hold the fences' lock until the transaction ends (PostgreSQL; SQLite serialises
+    writers already)."""
+    if conn.dialect.name == "postgresql":
+        function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
+        conn.execute(text(f"SELECT {function}({FENCE_LOCK_CLASS}, 0)"))
+
+
+def insert_fence(conn: Connection, fence: Fence, exemptions: Sequence[tuple[str, str, str]]) -> None:
+    """Write the run's exemptions, then its fence, under the fences' lock; a fence already
+    there (a merge of a run whose cleanup had not finished) is kept as it is."""
+    lock_fences(conn, exclusive=True)
+    if conn.scalar(select(exists().where(retention_fences.c.purge_id == fence.purge_id))):
+        return
+    if exemptions:
+        rows = [{"purge_id": fence.purge_id, "kind": k, "subject_id": s, "reason": r} for k, s, r in exemptions]
+        conn.execute(insert(retention_exemptions), rows)
+    conn.execute(
+        insert(retention_fences).values(
+            purge_id=fence.purge_id,
+            policy_id=fence.policy_id,
+            conversation_id=fence.conversation_id,
+            cutoff=fence.cutoff,
+            window_start=fence.window_start,
+        )
+    )
+
+
+def drop_fence(conn: Connection, purge_id: str) -> None:
+    """Delete the fence (the triggers refuse while it still expires anything), then its
+    exemptions."""
+    conn.execute(delete(retention_fences).where(retention_fences.c.purge_id == purge_id))
+    conn.execute(delete(retention_exemptions).where(retention_exemptions.c.purge_id == purge_id))
+
+
+def fence_exists(conn: Connection, purge_id: str) -> bool:
+    return bool(conn.scalar(select(exists().where(retention_fences.c.purge_id == purge_id))))
+
+
+def _exempt(name: str, kind: Any, subject: Any, *, reason: Exemption | None = None) -> Any:
+    """The run ``:purge_id`` exempts ``subject`` of ``kind`` (for ``reason``, if given): one
+    probe of the exemptions' primary key, under an alias of its own (``name``)."""
+    x = retention_exemptions.alias(name)
+    query = exists().where(x.c.purge_id == _PURGE, x.c.kind == kind, x.c.subject_id == subject)
+    return query.where(x.c.reason == literal_column(f"'{reason.value}'")) if reason else query
+
+
+_OWN_POLICY_EXEMPT = _exempt(
+    "exempt_own_policy", _CONVERSATION_KIND, placements.c.conversation_id, reason=Exemption.OWN_POLICY
+)
+_EXPIRES = and_(
+    not_(_exempt("exempt_conversation", _CONVERSATION_KIND, placements.c.conversation_id)),
+    not_(_exempt("exempt_author", _AUTHOR_KIND, events.c.author)),
+)
+_JOINED = placements.join(events, events.c.id == placements.c.event_id).join(
+    conversations, conversations.c.id == placements.c.conversation_id
+)
+
+
+def _in_window(occurred_at: Any, *, windowed: bool) -> Any:
+    return and_(occurred_at < _CUTOFF, occurred_at >= _START) if windowed else occurred_at < _CUTOFF
+
+
+def _concerned(*, global_scope: bool, windowed: bool) -> Any:
+    """The placements of the run's window it is concerned with: in its scope (a global run:
+    not in a conversation with a policy of its own), in a conversation not purged; they
+    expire, or a hold keeps them."""
+    scope = not_(_OWN_POLICY_EXEMPT) if global_scope else placements.c.conversation_id == _CONVERSATION
+    return and_(_in_window(events.c.occurred_at, windowed=windowed), NOT_PURGED, scope)
+
+
+def _walk_statement(dialect: str, *, global_scope: bool, windowed: bool, after: bool) -> Any:
+    """The next events of the window with a placement the run is concerned with: a global run
+    walks the events by (occurred_at, id) through their time index (SQLite: the stored text,
+    never re-rendered, so no row is skipped or read twice); a conversation's run walks its
+    placements by event id."""
+    if not global_scope:
+        query = (
+            select(placements.c.event_id.label("id"), placements.c.event_id.label("key"))
+            .select_from(_JOINED)
+            .where(_concerned(global_scope=False, windowed=windowed))
+            .order_by(placements.c.event_id)
+            .limit(bindparam("limit"))
+        )
+        return query.where(placements.c.event_id > bindparam("after_id")) if after else query
+    key_type = Text() if dialect == "sqlite" else UtcDateTime()
+    walked = events.alias("walked")
+    concerned = (
+        exists()
+        .where(placements.c.event_id == walked.c.id)
+        .where(conversations.c.id == placements.c.conversation_id, NOT_PURGED)
+        .where(not_(_OWN_POLICY_EXEMPT))
+    )
+    query = (
+        select(walked.c.id, type_coerce(walked.c.occurred_at, key_type).label("key"))
+        .where(_in_window(walked.c.occurred_at, windowed=windowed), concerned)
+        .order_by(walked.c.occurred_at, walked.c.id)
+        .limit(bindparam("limit"))
+    )
+    if after:
+        keyset = tuple_(bindparam("after_at", type_=key_type), bindparam("after_id"))
+        query = query.where(tuple_(walked.c.occurred_at, walked.c.id) > keyset)
+    return query
+
+
+_SHAPES = [(g, w) for g in (False, True) for w in (False, True)]
+_WALKS = {
+    (dialect, g, w, after): _walk_statement(dialect, global_scope=g, windowed=w, after=after)
+    for dialect in ("postgresql", "sqlite")
+    for g, w in _SHAPES
+    for after in (False, True)
+}
+
+
+def _placements_statement(*, global_scope: bool, windowed: bool) -> Any:
+    """The batch's placements the run is concerned with, each with whether it expires."""
+    return (
+        select(placements.c.event_id, placements.c.conversation_id, _EXPIRES.label("expires"))
+        .select_from(_JOINED)
+        .where(among(placements.c.event_id, IDS), _concerned(global_scope=global_scope, windowed=windowed))
+    )
+
+
+_PLACEMENTS = {(g, w): _placements_statement(global_scope=g, windowed=w) for g, w in _SHAPES}
+_LIVE = select(events.c.id).where(among(events.c.id, IDS), live_event(events.c.id))
+
+
+def _delete_statement(*, global_scope: bool, windowed: bool) -> Any:
+    expired = (
+        select(placements.c.event_id, placements.c.conversation_id)
+        .select_from(_JOINED)
+        .where(among(placements.c.event_id, IDS), _concerned(global_scope=global_scope, windowed=windowed), _EXPIRES)
+    )
+    return delete(placements).where(tuple_(placements.c.event_id, placements.c.conversation_id).in_(expired))
+
+
+_DELETES = {(g, w): _delete_statement(global_scope=g, windowed=w) for g, w in _SHAPES}
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of a run's walk: the events some placement of which expired (``expired``),
+    those of them now live nowhere, fenced and emptied (``fenced``), those still live in a
+    conversation the run leaves alone (``kept_elsewhere``), those a hold kept (``held``), and
+    the keyset to pass next, or None once the walk is done."""
+
+    expired: list[str]
+    fenced: list[str]
+    kept_elsewhere: list[str]
+    held: list[str]
+    after: tuple[Any, ...] | None
+
+
+def expire_batch(conn: Connection, fence: Fence, *, after: tuple[Any, ...] | None, limit: int) -> Batch:
+    """The next ``limit`` events of the run's window: the ones no longer live anywhere once
+    their expiring placements go get their ``event`` tombstones (for this run) and lose
+    their content, then the expiring placements are deleted. Idempotent."""
+    from schema import cleanup  # the cleanup's NULLs and tombstones; cleanup imports content, not this
+
+    lock_fences(conn, exclusive=False)
+    shape = fence.shape
+    params: dict[str, Any] = {**fence.params(), "limit": limit}
+    if after is not None:
+        params.update(after_at=after[0], after_id=after[1])
+    walked = conn.execute(_WALKS[(conn.dialect.name, *shape, after is not None)], params).all()
+    ids = [row.id for row in walked]
+    rows = conn.execute(_PLACEMENTS[shape], {**fence.params(), "ids": ids}).all() if ids else []
+    expired = sorted({row.event_id for row in rows if row.expires})
+    held = sorted({row.event_id for row in rows if not row.expires} - set(expired))
+    live = set(conn.scalars(_LIVE, {"ids": expired})) if expired else set()
+    fenced = [event_id for event_id in expired if event_id not in live]
+    cleanup.tombstone_events(conn, fence.purge_id, fenced)
+    cleanup.null_content_of(conn, fenced)
+    if expired:
+        conn.execute(_DELETES[shape], {**fence.params(), "ids": expired})
+    last = (walked[-1].key, walked[-1].id) if len(walked) >= limit else None
+    return Batch(expired, fenced, sorted(live), held, last)
+
+
+def _left_statement(*, global_scope: bool, windowed: bool) -> Any:
+    concerned = _concerned(global_scope=global_scope, windowed=windowed)
+    return select(exists().select_from(_JOINED).where(concerned, _EXPIRES))
+
+
+_LEFT = {(g, w): _left_statement(global_scope=g, windowed=w) for g, w in _SHAPES}
+
+
+def expiring_left(conn: Connection, fence: Fence) -> bool:
+    """A placement the fence expires is still there (the triggers ask the same before the
+    fence may go)."""
+    return bool(conn.scalar(_LEFT[fence.shape], fence.params()))
