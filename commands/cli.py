@@ -64,7 +64,7 @@ from schema.errors import (
     SchemaMismatch,
     ValidationError,
 )
-from workers import broker, checkpoint, ledger_copy
+from workers import broker, checkpoint, failpoints
 from workers.scheduler import Scheduler
 
 T = TypeVar("T")
@@ -506,33 +506,38 @@ def serve(host: str | None, port: int, demo: bool) -> None:
 
 @main.command()
 def scheduler() -> None:
-    """Run the scheduler process: while it holds the leader lease, re-send due and
-    lease-expired cleanup steps every PURGEKEEPER_SWEEP_INTERVAL seconds. Needs
+    """Run the scheduler process: while it holds the leader lease, every
+    PURGEKEEPER_SWEEP_INTERVAL seconds it takes the turn of every retention policy that is
+    due, re-sends due and lease-expired cleanup steps, and copies the ledger out. Needs
     PURGEKEEPER_BROKER_URL (embedded mode runs the scheduler in-process). Stops on SIGTERM."""
     try:
         settings = Settings.from_env()
         if not settings.broker_url:
             raise ValidationError("purgectl scheduler needs PURGEKEEPER_BROKER_URL; embedded mode runs it in-process")
+        failpoints.arm(settings.failpoints)
         db = settings.open_database(role="scheduler")
-        require_initialised(settings, db)
-        with db.read() as conn:
-            key = ledger.read_head(conn).database_id
+        try:
+            require_initialised(settings, db)
+            settings.make_directories()
+            pk = Purgekeeper(settings, db=db, workers="none")
+        except BaseException:
+            db.dispose()
+            raise
     except PurgekeeperError as error:
         fail(error, as_json=False)
-    broker.setup(settings.broker_url)
-    settings.make_directories()
     loop = Scheduler(
-        db,
-        _logged_enqueue(settings.broker_url, key),
+        pk.db,
+        _logged_enqueue(settings.broker_url, pk.database_key),
         interval=settings.sweep_interval,
         resend_after=settings.step_lease,
-        after_sweep=functools.partial(ledger_copy.catch_up, db, ledger_copy.LedgerCopy(settings.checkpoint_dir, key)),
-        queued=functools.partial(broker.queued_steps, settings.broker_url, key),
+        after_sweep=pk.scheduler_duties,
+        queued=functools.partial(broker.queued_steps, settings.broker_url, pk.database_key),
     )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop_soon())
     click.echo(f"scheduler {loop.owner}: sweeping every {settings.sweep_interval.total_seconds():g}s", err=True)
     loop.run()
     loop.release()  # a SIGTERM gives the lease up: the next scheduler leads at once
+    pk.close()
 
 
 def _logged_enqueue(broker_url: str, key: str) -> Callable[[Sequence[str]], None]:

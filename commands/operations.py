@@ -28,6 +28,29 @@ MAX_PAGE = 1000
 PURGE_STATUSES = ("accepted", "cleaning", "complete", "incomplete")
 
 
+# What each kind's row is, in a few words; never who was erased.
+KIND_LABELS = {
+    "content": "content purge",
+    "conversation": "conversation purge",
+    "channel": "channel deletion",
+    "bot": "bot deletion",
+    "author": "author erasure",
+    "retention": "retention policy {policy_id} set",
+    "retention_end": "retention policy {policy_id} removed",
+    "retention_run": "retention purge (policy {policy_id})",
+    "hold": "legal hold {hold_id} placed",
+    "hold_release": "legal hold {hold_id} released",
+}
+POLICY_KINDS = frozenset({"retention", "retention_end", "retention_run"})
+
+
+def label_of(entry: ledger.LedgerEntry) -> str:
+    """The row in a few words: its kind, and the policy or hold it names."""
+    template = KIND_LABELS.get(entry.kind, f"{entry.kind} purge")
+    names = {name: str(entry.selectors.get(name, "?")) for name in ("policy_id", "hold_id")}
+    return template.format(**names)
+
+
 def derive_status(steps: Sequence[StepState]) -> str:
     """complete: no steps or all done; incomplete: any incomplete; cleaning: any attempted."""
     if all(step.status == StepStatus.DONE for step in steps):
@@ -161,4 +184,6 @@ class OperatorCommands:
             actor=entry.actor,
             reason=entry.reason,
             steps=steps,
+            label=label_of(entry),
+            policy_id=str(entry.selectors["policy_id"]) if entry.kind in POLICY_KINDS else None,
         )

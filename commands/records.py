@@ -239,7 +239,10 @@ class StepState:
 class PurgeStatus:
     """A purge's status, derived from its steps: ``complete`` (no steps, or all done),
     ``incomplete`` (any step incomplete), ``cleaning`` (any step attempted), else ``accepted``.
-    ``stalled`` flags a step that has been due for longer than the stall threshold."""
+    ``stalled`` flags a step that has been due for longer than the stall threshold.
+    ``label`` says what the row is in a few words ("retention purge (policy p)", "legal
+    hold h placed"; never a person's name); ``policy_id`` names the retention policy of a
+    retention row."""
 
     purge_id: str
     kind: str
@@ -250,6 +253,8 @@ class PurgeStatus:
     actor: str
     reason: str
     steps: tuple[StepState, ...]
+    label: str = ""
+    policy_id: str | None = None
 
 
 @dataclass(frozen=True)

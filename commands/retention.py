@@ -36,6 +36,7 @@ from schema import ledger, retention
 from schema.db import Database
 from schema.errors import PurgekeeperError
 from schema.ledger import utc_text
+from workers import failpoints
 
 log = logging.getLogger(__name__)
 
@@ -132,16 +133,19 @@ class RetentionCommands:
             if plan is None or plan.cutoff is None:
                 return RetentionRunOutcome(policy_id, None, None)
             cutoff = plan.cutoff
+            failpoints.hit("retention.planned")
             acceptance = self._accept(
                 kinds.RETENTION_RUN,
                 Run(policy_id, cutoff),
                 {"policy_id": policy_id, "cutoff": utc_text(cutoff)},
                 _scheduler_causal(policy_id, plan.policy_purge_id, cutoff),
             )
+            failpoints.hit("retention.accepted")
             self.db.transact(functools.partial(_schedule, policy_id=policy_id, interval=self.retention_interval))
-        except PurgekeeperError as exc:
-            log.warning("retention policy %s: its run did not complete (%s); the next turn tries again", policy_id, exc)
-            return RetentionRunOutcome(policy_id, cutoff, None, error=exc.detail)
+        except Exception as exc:  # one policy's failure never stops the others' turns
+            detail = exc.detail if isinstance(exc, PurgekeeperError) else f"unexpected {type(exc).__name__}"
+            log.warning("retention policy %s: its turn failed (%s); the next one tries again", policy_id, detail)
+            return RetentionRunOutcome(policy_id, cutoff, None, error=detail)
         log.info("retention policy %s: run %s accepted (cutoff %s)", policy_id, acceptance.purge_id, utc_text(cutoff))
         return RetentionRunOutcome(policy_id, cutoff, acceptance.purge_id)
 

@@ -531,7 +531,8 @@ _DELETES = {(g, w): _delete_statement(global_scope=g, windowed=w) for g, w in _S
 class Batch:
     """One batch of a run's walk: the events some placement of which expired (``expired``),
     those of them now live nowhere, fenced and emptied (``fenced``), those still live in a
-    conversation the run leaves alone (``kept_elsewhere``), those a hold kept (``held``), and
+    conversation the run leaves alone (``kept_elsewhere``), those a hold kept in at least one
+    of the run's conversations (``held``), and
     the keyset to pass next, or None once the walk is done."""
 
     expired: list[str]
@@ -556,7 +557,7 @@ def expire_batch(conn: Connection, fence: Fence, *, after: tuple[Any, ...] | Non
     ids = [row.id for row in walked]
     rows = conn.execute(_PLACEMENTS[shape], {**fence.params(), "ids": ids}).all() if ids else []
     expired = sorted({row.event_id for row in rows if row.expires})
-    held = sorted({row.event_id for row in rows if not row.expires} - set(expired))
+    held = sorted({row.event_id for row in rows if not row.expires})
     live = set(conn.scalars(_LIVE, {"ids": expired})) if expired else set()
     fenced = [event_id for event_id in expired if event_id not in live]
     cleanup.tombstone_events(conn, fence.purge_id, fenced)
