@@ -53,6 +53,7 @@ from schema.states import Exemption, HoldSubject
 from schema.tables import (
     IS_EVENT_TOMBSTONE,
     UtcDateTime,
+    cleanup_steps,
     conversations,
     events,
     legal_hold_subjects,
@@ -580,3 +581,58 @@ def expiring_left(conn: Connection, fence: Fence) -> bool:
     """A placement the fence expires is still there (the triggers ask the same before the
     fence may go)."""
     return bool(conn.scalar(_LEFT[fence.shape], fence.params()))
+
+
+# -- what the operator surfaces show ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Retention and holds at a glance (``/metrics`` and ``/status``): ``policies`` standing,
+    ``runs`` accepted, ``expired`` events the runs' bodies steps expired, ``held`` events
+    holds kept out of runs, ``holds`` in force, ``fences`` of runs still cleaning up."""
+
+    policies: int
+    runs: int
+    expired: int
+    held: int
+    holds: int
+    fences: int
+
+
+_RUN_STEPS = (
+    select(
+        func.count(distinct(purge_ledger.c.purge_id)).label("runs"),
+        func.coalesce(func.sum(cleanup_steps.c.removed), 0).label("expired"),
+        func.coalesce(func.sum(cleanup_steps.c.held), 0).label("held"),
+    )
+    .select_from(
+        purge_ledger.outerjoin(
+            cleanup_steps,
+            and_(
+                cleanup_steps.c.purge_id == purge_ledger.c.purge_id,
+                cleanup_steps.c.kind == literal_column("'bodies'"),
+            ),
+        )
+    )
+    .where(purge_ledger.c.kind == literal_column("'retention_run'"))
+)
+_COUNTS = select(
+    select(func.count()).where(_STANDING).scalar_subquery(),
+    select(func.count()).where(legal_holds.c.released_by.is_(None)).scalar_subquery(),
+    select(func.count()).select_from(retention_fences).scalar_subquery(),
+)
+
+
+def summary(conn: Connection) -> Summary:
+    """Three aggregate statements, whatever the number of policies and holds."""
+    runs = conn.execute(_RUN_STEPS).one()
+    policies, holds_in_force, fences = conn.execute(_COUNTS).one()
+    return Summary(
+        policies=int(policies),
+        runs=int(runs.runs),
+        expired=int(runs.expired),
+        held=int(runs.held),
+        holds=int(holds_in_force),
+        fences=int(fences),
+    )

@@ -277,9 +277,11 @@ class Processes:
         proc = self._start("worker", argv, {**extra, **(env or {})})
         return self._wait_ready(proc, WORKER_READY) if wait_ready else proc
 
-    def scheduler(self) -> Proc:
-        """``purgectl scheduler``: sweeps every 0.2 s while it leads."""
-        proc = self._start("scheduler", [*self._command("purgectl", "commands.cli"), "scheduler"], {})
+    def scheduler(self, failpoints: str = "") -> Proc:
+        """``purgectl scheduler``: sweeps every 0.2 s while it leads, optionally with
+        failpoints (``retention.planned=exit``, say)."""
+        extra = {"PURGEKEEPER_FAILPOINTS": failpoints} if failpoints else {}
+        proc = self._start("scheduler", [*self._command("purgectl", "commands.cli"), "scheduler"], extra)
         return self._wait_ready(proc, SCHEDULER_READY)
 
     def serve(self, port: int) -> Proc:
