@@ -21,7 +21,6 @@ from sqlalchemy import Connection
 
 from commands import validation
 from schema import content as q
-from schema import holds
 from schema import purges as pq
 from schema.errors import ConversationPurged, NotFound, ValidationError
 from schema.idlists import Ids
@@ -234,7 +233,7 @@ def build_report(conn: Connection, scope: EventScope, *, lock: bool = False) -> 
         shared_attachments=shared,
         blocking_runs=tuple(blocking[run_id] for run_id in sorted(blocking)),
         disclosures=DISCLOSURES,
-        held=tuple(HeldEvent(e, ids) for e, ids in sorted(holds.holds_of_events(conn, event_ids).items())),
+        held=_held(found.holds),
     )
 
 
@@ -300,6 +299,13 @@ def _group(rows: Sequence[Any], key: str, value: str) -> dict[str, list[str]]:
     for row in rows:
         grouped[row[at_key]].append(row[at_value])
     return grouped
+
+
+def _held(rows: Sequence[tuple[str, str]]) -> tuple[HeldEvent, ...]:
+    by_event: dict[str, set[str]] = defaultdict(set)
+    for event_id, hold_id in rows:
+        by_event[event_id].add(hold_id)
+    return tuple(HeldEvent(event_id, tuple(sorted(ids))) for event_id, ids in sorted(by_event.items()))
 
 
 def _derivatives(rows: Sequence[Any]) -> tuple[PreviewDerivative, ...]:

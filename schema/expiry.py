@@ -11,12 +11,13 @@ and the check is one probe of it.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
-from sqlalchemy import exists, literal_column, or_
+from sqlalchemy import and_, exists, func, literal, literal_column, not_, or_, select
 
 from schema.states import HoldSubject
-from schema.tables import retention_exemptions, retention_fences
+from schema.tables import UtcDateTime, retention_exemptions, retention_fences
 
 _fence = retention_fences.alias("expiring_run")
 _exempt_conversation = retention_exemptions.alias("exempt_conversation")
@@ -47,3 +48,22 @@ def placement_expired(author: Any, occurred_at: Any, conversation_id: Any) -> An
         .where(~_exempt(_exempt_author, HoldSubject.AUTHOR, author))
         .correlate_except(_fence)
     )
+
+
+_EARLIEST = literal(dt.datetime(1, 1, 1, tzinfo=dt.UTC), UtcDateTime())
+
+
+def readable_in(author: Any, occurred_at: Any, conversation_id: Any) -> Any:
+    """A read of one conversation (``conversation_id`` a bound value): no run expires the
+    placement. The latest cutoff of the runs that could apply there is one uncorrelated
+    subquery, evaluated once per read (an InitPlan on PostgreSQL, a cached subquery on
+    SQLite), so an event that occurred after it costs one comparison, not a probe."""
+    latest = (
+        select(func.max(_fence.c.cutoff))
+        .where(or_(_fence.c.conversation_id.is_(None), _fence.c.conversation_id == conversation_id))
+        .scalar_subquery()
+    )
+    expired = and_(
+        occurred_at < func.coalesce(latest, _EARLIEST), placement_expired(author, occurred_at, conversation_id)
+    )
+    return not_(expired)

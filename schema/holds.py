@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, exists, func, literal_column, select, text, union, update
 
 from schema.content import upsert_insert
+from schema.driver import DriverStatement
 from schema.idlists import IdList, among_many
 from schema.states import HoldSubject, TombstoneKind
 from schema.tables import (
@@ -44,17 +45,23 @@ _HOLD = legal_holds.c.hold_id == legal_hold_subjects.c.hold_id
 _subjects = legal_hold_subjects.join(legal_holds, _HOLD)
 
 
+_LOCKS = {
+    exclusive: DriverStatement(text(f"SELECT {function}({POLICY_LOCK_CLASS}, 0)"))
+    for exclusive, function in ((True, "pg_advisory_xact_lock"), (False, "pg_advisory_xact_lock_shared"))
+}
+_ANY_IN_FORCE = DriverStatement(select(exists().where(_IN_FORCE)))
+
+
 def lock_policies(conn: Connection, *, exclusive: bool) -> None:
     """Hold the holds-and-policies lock until the transaction ends (PostgreSQL; SQLite
-    serialises writers already)."""
+    serialises writers already). On the driver's connection: an acceptance's statements are."""
     if conn.dialect.name == "postgresql":
-        function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-        conn.execute(text(f"SELECT {function}({POLICY_LOCK_CLASS}, 0)"))
+        _LOCKS[exclusive].rows(conn, {})
 
 
 def any_in_force(conn: Connection) -> bool:
     """Whether any hold is in force: one probe, so a purge pays nothing more while none is."""
-    return bool(conn.scalar(select(exists().where(_IN_FORCE))))
+    return bool(_ANY_IN_FORCE.rows(conn, {})[0][0])
 
 
 # -- what holds cover -------------------------------------------------------------------------
@@ -69,21 +76,32 @@ def _held(kind: Any, subject: Any) -> Any:
     )
 
 
-_EVENT_IDS: Any = bindparam("event_ids", type_=IdList())
-_HOLDS_OF_EVENTS = union(
-    select(events.c.id.label("event_id"), legal_hold_subjects.c.hold_id)
-    .select_from(
-        events.join(legal_hold_subjects, legal_hold_subjects.c.subject_id == events.c.author).join(legal_holds, _HOLD)
-    )
-    .where(among_many(events.c.id, _EVENT_IDS), legal_hold_subjects.c.kind == _AUTHOR, _IN_FORCE),
-    select(placements.c.event_id, legal_hold_subjects.c.hold_id)
-    .select_from(
-        placements.join(legal_hold_subjects, legal_hold_subjects.c.subject_id == placements.c.conversation_id).join(
-            legal_holds, _HOLD
+def holds_of_events_parts(event_ids: Any) -> tuple[Any, Any]:
+    """The holds in force on the listed events (``event_ids``: a bound ``IdList``), as two
+    selects of (event_id, hold_id): by author, and by a conversation they are placed in. A
+    purge's report unions them into its one statement."""
+    by_author = (
+        select(events.c.id.label("event_id"), legal_hold_subjects.c.hold_id)
+        .select_from(
+            events.join(legal_hold_subjects, legal_hold_subjects.c.subject_id == events.c.author).join(
+                legal_holds, _HOLD
+            )
         )
+        .where(among_many(events.c.id, event_ids), legal_hold_subjects.c.kind == _AUTHOR, _IN_FORCE)
+        .subquery("held_by_author")
     )
-    .where(among_many(placements.c.event_id, _EVENT_IDS), legal_hold_subjects.c.kind == _CONVERSATION, _IN_FORCE),
-)
+    subject_is_placed = legal_hold_subjects.c.subject_id == placements.c.conversation_id
+    by_conversation = (
+        select(placements.c.event_id, legal_hold_subjects.c.hold_id)
+        .select_from(placements.join(legal_hold_subjects, subject_is_placed).join(legal_holds, _HOLD))
+        .where(among_many(placements.c.event_id, event_ids), legal_hold_subjects.c.kind == _CONVERSATION, _IN_FORCE)
+        .subquery("held_by_conversation")
+    )
+    return by_author, by_conversation
+
+
+_EVENT_IDS: Any = bindparam("event_ids", type_=IdList())
+_HOLDS_OF_EVENTS = union(*(select(*part.c) for part in holds_of_events_parts(_EVENT_IDS)))
 
 
 def holds_of_events(conn: Connection, event_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:

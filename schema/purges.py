@@ -38,6 +38,7 @@ from sqlalchemy import (
     update,
 )
 
+from schema import holds
 from schema.content import author_erased, live_event, upsert_insert
 from schema.driver import DriverStatement
 from schema.idlists import IdList, Ids, among_many, array_literal
@@ -220,9 +221,9 @@ def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: 
 # columns, tagged by ``part``, in each part's own order (a confirmation's round trips and
 # statement executions cost more than the reads themselves). SQLite, in process, has no
 # round trips to save; it runs the parts one by one.
-#   part  1 placement   2 admission   3 active run   4 derivative     5 attachment   6 other reference
-#   t1    event_id      id            id             id               id             blob_id
-#   t2    conv. id      event_id                     source event_id  event_id       id
+#   part  1 placement   2 admission   3 active run   4 derivative     5 attachment   6 other reference  7 hold
+#   t1    event_id      id            id             id               id             blob_id            event_id
+#   t2    conv. id      event_id                     source event_id  event_id       id                 hold_id
 #   t3                  run_id                       conversation_id  blob_id        event_id
 #   t4                  conv. id      conv. id       kind             binding        binding
 #   t5                  bot_id        bot_id                          name
@@ -249,6 +250,7 @@ class ReportRows:
     derivatives: Sequence[Any]
     attachments: Sequence[Any]
     other_references: Sequence[Any]
+    holds: Sequence[tuple[str, str]] = ()  # (event_id, hold_id): the legal holds that cover an event
 
 
 def _part(number: int, *columns: Any, flag: Any = None, size: Any = None) -> Any:
@@ -307,6 +309,7 @@ _REPORT_PARTS = union_all(
     .where(attachments.c.blob_id.in_(_SELECTED_BLOBS))
     .where(attachments.c.event_id.not_in(select(func.unnest(EVENT_IDS))))
     .where(live_event(attachments.c.event_id)),
+    *(_part(7, held.c.event_id, held.c.hold_id) for held in holds.holds_of_events_parts(EVENT_IDS)),
 ).subquery("report")
 _REPORT = DriverStatement(
     select(*_REPORT_PARTS.c).order_by(_REPORT_PARTS.c.part, _REPORT_PARTS.c.t1, _REPORT_PARTS.c.t2)
@@ -327,8 +330,9 @@ def report_rows(conn: Connection, event_ids: Sequence[str]) -> ReportRows:
             derivatives=derivatives_of(conn, bound),
             attachments=attached,
             other_references=other_live_references(conn, blob_ids, bound) if blob_ids else [],
+            holds=[(e, h) for e, ids in holds.holds_of_events(conn, bound).items() for h in ids],
         )
-    parts: dict[int, list[Any]] = {number: [] for number in range(1, 7)}
+    parts: dict[int, list[Any]] = {number: [] for number in range(1, 8)}
     for part, t1, t2, t3, t4, t5, t6, b, n in _REPORT.rows(conn, {"event_ids": bound}):
         parts[part].append((t1, t2, t3, t4, t5, t6, b, n))
     return ReportRows(
@@ -338,6 +342,7 @@ def report_rows(conn: Connection, event_ids: Sequence[str]) -> ReportRows:
         derivatives=[DerivativeRow(r[0], r[2], r[3], r[1]) for r in parts[4]],
         attachments=[AttachmentRow(r[0], r[1], r[2], r[3], r[4], r[7]) for r in parts[5]],
         other_references=[ReferenceRow(r[0], r[1], r[2], r[3]) for r in parts[6]],
+        holds=[(r[0], r[1]) for r in parts[7]],
     )
 
 

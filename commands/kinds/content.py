@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
 from commands.scope import EventScope, PurgePreview, build_report, describe_changes
-from schema import authors, holds, ledger
+from schema import authors, ledger
 from schema import purges as pq
 from schema import restore as rq
 from schema.errors import StaleConfirmation
@@ -47,16 +47,17 @@ class Content(Kind):
     def decide(self, conn: Connection, env: Env, args: Confirmation, locked: PurgePreview) -> Decision | Already:
         report = locked
         fresh = [e for e in report.events if not e.already_fenced]
-        held = holds.holds_of_events(conn, [e.id for e in fresh])
-        skeleton.refuse_held(sorted({h for ids in held.values() for h in ids}), f"events {_few(sorted(held))}")
+        fresh_ids = {e.id for e in fresh}
+        held = [mark for mark in report.held if mark.event_id in fresh_ids]  # read under the locks
+        hold_ids = sorted({hold_id for mark in held for hold_id in mark.hold_ids})
+        skeleton.refuse_held(hold_ids, f"events {_few([mark.event_id for mark in held])}")
         if report.scope_digest != args.scope_digest:
             raise StaleConfirmation(describe_changes(pq.saved_preview(conn, args.scope_digest), report))
         skeleton.refuse_active_runs([r.id for r in report.blocking_runs])
         if not fresh:  # fenced by event tombstones, or by an author erasure not cleaned up yet
             found = [pq.latest_covering_purge(conn, report.event_ids), authors.covering_erasure(conn, report.event_ids)]
             return skeleton.already(max((row for row in found if row is not None), key=lambda row: row.seq or 0))
-        event_ids = sorted(e.id for e in fresh)
-        fresh_ids = set(event_ids)
+        event_ids = sorted(fresh_ids)
         attachments = report.exclusive_attachments + report.shared_attachments
         attached = any(a.event_id in fresh_ids for a in attachments)
         selectors = {

@@ -84,3 +84,13 @@ def test_the_erasure_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     figures = run_script("erasure.py", "--repeat", "1", "--events", "300", "--conversations", "3", tmp_path=tmp_path)
     for name in ("accept_ratio", "bodies_ratio", "read_50_ratio", "read_1000_ratio"):
         assert isinstance(figures[name], float) and figures[name] > 0, name
+
+
+def test_the_retention_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    """Its own checks: every due policy's turn writes no row, each large and small run is
+    accepted, and both read databases hold the same readable events."""
+    figures = run_script(
+        "retention.py", "--repeat", "1", "--policies", "30", "--events", "200", tmp_path=tmp_path, timeout=240
+    )
+    for name in ("tick_ratio", "accept_ratio", "read_ratio", "due_turn_per_policy_ms"):
+        assert isinstance(figures[name], float) and figures[name] > 0, name
