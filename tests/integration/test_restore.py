@@ -585,6 +585,24 @@ VARIANTS: dict[str, tuple[Callable[[str, dict[str, Any]], str | bytes], str]] = 
         lambda raw, data: with_extra_row(data, kind="channel", selectors={"channel_id": "../../etc"}),
         "channel_id",
     ),
+    "a-retention-policy-of-no-age": (
+        lambda raw, data: with_extra_row(
+            data, kind="retention", selectors={"policy_id": "p9", "conversation_id": None, "max_age_seconds": 0}
+        ),
+        "max_age_seconds",
+    ),
+    "a-retention-run-without-its-cutoff": (
+        lambda raw, data: with_extra_row(
+            data, kind="retention_run", selectors={"policy_id": "p9", "policy_purge_id": "p-set"}
+        ),
+        "cutoff",
+    ),
+    "a-hold-that-covers-nothing": (
+        lambda raw, data: with_extra_row(
+            data, kind="hold", selectors={"hold_id": "h9", "conversation_ids": [], "authors": []}
+        ),
+        "at least one",
+    ),
     "a-digest-that-is-not-a-digest": (
         lambda raw, data: as_json(
             rechain({**data, "rows": [*data["rows"][:2], {**data["rows"][2], "scope_digest": 7}]})
