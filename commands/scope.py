@@ -248,7 +248,7 @@ def _select_events(conn: Connection, scope: EventScope, *, lock: bool) -> tuple[
             raise NotFound(f"no event {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
         return chosen, rows
     conversation_id = scope.conversation_id or ""
-    _require_purgeable_conversation(conn, conversation_id)
+    require_purgeable_conversation(conn, conversation_id)
     ids = _events_in_scope(conn, scope)
     if lock:  # events placed before the lock are re-read under it
         pq.lock_conversations(conn, [conversation_id, *pq.conversations_of(conn, ids)])
@@ -276,7 +276,8 @@ def _events_in_scope(conn: Connection, scope: EventScope) -> list[str]:
     return sorted(ids)
 
 
-def _require_purgeable_conversation(conn: Connection, conversation_id: str) -> None:
+def require_purgeable_conversation(conn: Connection, conversation_id: str) -> None:
+    """NotFound for an unknown conversation, ConversationPurged for a purged one."""
     if q.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
         raise ConversationPurged(f"conversation {conversation_id} is already purged")
     row = q.conversation_row(conn, conversation_id)

@@ -18,11 +18,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, exists, func, literal_column, select, text, union, update
+from sqlalchemy import Connection, bindparam, exists, func, literal_column, select, union, update
 
 from schema.content import upsert_insert
 from schema.driver import DriverStatement
 from schema.idlists import IdList, among_many
+from schema.locks import AdvisoryLock
 from schema.states import HoldSubject, TombstoneKind
 from schema.tables import (
     IS_EVENT_TOMBSTONE,
@@ -45,18 +46,14 @@ _HOLD = legal_holds.c.hold_id == legal_hold_subjects.c.hold_id
 _subjects = legal_hold_subjects.join(legal_holds, _HOLD)
 
 
-_LOCKS = {
-    exclusive: DriverStatement(text(f"SELECT {function}({POLICY_LOCK_CLASS}, 0)"))
-    for exclusive, function in ((True, "pg_advisory_xact_lock"), (False, "pg_advisory_xact_lock_shared"))
-}
+_POLICY_LOCK = AdvisoryLock(POLICY_LOCK_CLASS)
 _ANY_IN_FORCE = DriverStatement(select(exists().where(_IN_FORCE)))
 
 
 def lock_policies(conn: Connection, *, exclusive: bool) -> None:
     """Hold the holds-and-policies lock until the transaction ends (PostgreSQL; SQLite
-    serialises writers already). On the driver's connection: an acceptance's statements are."""
-    if conn.dialect.name == "postgresql":
-        _LOCKS[exclusive].rows(conn, {})
+    serialises writers already)."""
+    _POLICY_LOCK.take(conn, exclusive=exclusive)
 
 
 def any_in_force(conn: Connection) -> bool:

@@ -40,7 +40,6 @@ from sqlalchemy import (
     not_,
     or_,
     select,
-    text,
     tuple_,
     type_coerce,
     update,
@@ -49,6 +48,7 @@ from sqlalchemy import (
 from schema import ledger
 from schema.content import NOT_PURGED, event_erased, live_event, upsert_insert
 from schema.idlists import IDS, among
+from schema.locks import AdvisoryLock
 from schema.states import Exemption, HoldSubject
 from schema.tables import (
     IS_EVENT_TOMBSTONE,
@@ -71,6 +71,7 @@ from schema.tables import (
 # events are live nowhere, then deletes placements, whose trigger checks liveness again in a
 # later snapshot: a fence committed in between would make the two disagree.
 FENCE_LOCK_CLASS = 1886089844
+_FENCE_LOCK = AdvisoryLock(FENCE_LOCK_CLASS)
 
 _POLICY = retention_policies.c
 _STANDING = _POLICY.ended_by.is_(None)
@@ -392,9 +393,7 @@ class Fence:
 def lock_fences(conn: Connection, *, exclusive: bool) -> None:
     """Hold the fences' lock until the transaction ends (PostgreSQL; SQLite serialises
     writers already)."""
-    if conn.dialect.name == "postgresql":
-        function = "pg_advisory_xact_lock" if exclusive else "pg_advisory_xact_lock_shared"
-        conn.execute(text(f"SELECT {function}({FENCE_LOCK_CLASS}, 0)"))
+    _FENCE_LOCK.take(conn, exclusive=exclusive)
 
 
 def insert_fence(conn: Connection, fence: Fence, exemptions: Sequence[tuple[str, str, str]]) -> None:

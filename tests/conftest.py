@@ -141,12 +141,13 @@ def roots(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.fixture
-def open_pk(database_url: str, roots: dict[str, Path]) -> Iterator[Callable[[], commands.Purgekeeper]]:
+def open_pk(database_url: str, roots: dict[str, Path]) -> Iterator[Callable[..., commands.Purgekeeper]]:
     """Open handles on the test database with no in-process worker (acceptance is observed
-    before any cleanup); all are closed at teardown."""
+    before any cleanup), with ``commands.open``'s other options as given; all are closed at
+    teardown."""
     opened: list[commands.Purgekeeper] = []
 
-    def open_one() -> commands.Purgekeeper:
+    def open_one(**options: Any) -> commands.Purgekeeper:
         handle = commands.open(
             database_url,
             blob_root=roots["blob_root"],
@@ -154,6 +155,7 @@ def open_pk(database_url: str, roots: dict[str, Path]) -> Iterator[Callable[[], 
             checkpoint_dir=roots["checkpoint_dir"],
             memory_roots=[roots["memory_root"]],
             workers="none",
+            **options,
         )
         opened.append(handle)
         return handle

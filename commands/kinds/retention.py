@@ -27,13 +27,12 @@ from sqlalchemy import Connection
 from commands.kinds import fields
 from commands.kinds.base import Already, Decision, Env, Kind
 from commands.records import ConversationCount, RetentionPreview
-from commands.scope import DISCLOSURES
-from schema import content as q
+from commands.scope import DISCLOSURES, require_purgeable_conversation
 from schema import ledger, retention
 from schema import purges as pq
-from schema.errors import ConversationPurged, NotFound, PolicyConflict, StaleConfirmation, ValidationError
+from schema.errors import PolicyConflict, StaleConfirmation, ValidationError
 from schema.ledger import canonical_json, sha256_hex
-from schema.states import ConversationState, PurgeKind, StepKind, TombstoneKind
+from schema.states import PurgeKind, StepKind
 
 LISTED = 100  # the preview lists at most this many conversations
 DIGEST_VERSION = 1
@@ -75,7 +74,7 @@ class Retention(Kind):
     def preview(self, conn: Connection, env: Env, args: Definition) -> tuple[RetentionPreview, dict[str, Any]]:
         """What the policy would expire now, what holds would keep, and what it replaces."""
         if args.conversation_id is not None:
-            _require_conversation(conn, args.conversation_id)
+            require_purgeable_conversation(conn, args.conversation_id)
         max_age = dt.timedelta(seconds=args.max_age_seconds)
         cutoff = ledger.database_now(conn) - max_age
         found = retention.preview_totals(conn, conversation_id=args.conversation_id, cutoff=cutoff, limit=LISTED)
@@ -120,7 +119,7 @@ class Retention(Kind):
                 "for a day); preview it with preview_retention()"
             )
         if definition.conversation_id is not None:
-            _require_conversation(conn, definition.conversation_id)
+            require_purgeable_conversation(conn, definition.conversation_id)
         standing = row is not None and row.ended_by is None
         if standing and (row.conversation_id, int(row.max_age_seconds)) == dataclasses.astuple(definition):
             return Already(row.purge_id, retention.ledger_seq(conn, row.purge_id) or 0)
@@ -177,16 +176,6 @@ def state_is_newer(conn: Connection, row: Any, purge_id: str) -> bool:
         return False
     written = [retention.ledger_seq(conn, row.purge_id), retention.ledger_seq(conn, row.ended_by)]
     return any(seq is not None and seq > mine for seq in written)
-
-
-def _require_conversation(conn: Connection, conversation_id: str) -> None:
-    if q.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
-        raise ConversationPurged(f"conversation {conversation_id} is purged")
-    row = q.conversation_row(conn, conversation_id)
-    if row is None:
-        raise NotFound(f"no conversation {conversation_id}")
-    if row.state == ConversationState.PURGED:
-        raise ConversationPurged(f"conversation {conversation_id} is purged")
 
 
 def check_max_age(max_age: Any) -> int:

@@ -8,8 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -86,26 +85,9 @@ def world(pk: Pk) -> dict[str, Any]:
 
 
 @pytest.fixture
-def short_turns(database_url: str, roots: dict[str, Path]) -> Iterator[Callable[[], Pk]]:
+def short_turns(open_pk: Callable[..., Pk]) -> Callable[[], Pk]:
     """Handles whose policies are due again a millisecond after each turn."""
-    opened: list[Pk] = []
-
-    def open_one() -> Pk:
-        handle = commands.open(
-            database_url,
-            blob_root=roots["blob_root"],
-            file_root=roots["file_root"],
-            checkpoint_dir=roots["checkpoint_dir"],
-            memory_roots=[roots["memory_root"]],
-            workers="none",
-            retention_interval=dt.timedelta(milliseconds=1),
-        )
-        opened.append(handle)
-        return handle
-
-    yield open_one
-    for handle in opened:
-        handle.close()
+    return lambda: open_pk(retention_interval=dt.timedelta(milliseconds=1))
 
 
 def test_a_conversation_policy_is_previewed_confirmed_and_run_at_the_next_turn(pk: Pk, world: dict[str, Any]) -> None:
