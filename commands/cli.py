@@ -16,8 +16,9 @@ Exit codes (DESIGN.md's error table, shared with the HTTP API):
        ended with the purge incomplete: the status is the answer
     1  NotFound
     2  ValidationError, and bad command-line usage
-    3  a conflict (stale confirmation, version, idempotency, active runs),
-       a fence, IdReserved or MemoryErasureUnavailable
+    3  a conflict (stale confirmation, version, idempotency, active runs,
+       a legal hold, a retention policy conflict), a fence, IdReserved or
+       MemoryErasureUnavailable
     4  MessagingUnavailable or InfrastructureError (database unreachable,
        schema not initialised or newer than this code); also `ledger verify`
        and `health` when the ledger does not verify
@@ -30,6 +31,7 @@ import datetime as dt
 import functools
 import json
 import logging
+import re
 import shlex
 import signal
 import sys
@@ -48,10 +50,13 @@ from commands.records import (
     Acceptance,
     AuthorErasurePreview,
     BotDeletionPreview,
+    Hold,
     LedgerReport,
     PurgePage,
     PurgeStatus,
     RepositoryIdentity,
+    RetentionPolicy,
+    RetentionPreview,
 )
 from commands.scope import EventScope, PurgePreview
 from commands.settings import Settings
@@ -217,17 +222,34 @@ def listed(title: str, ids: Sequence[str]) -> str:
 
 def render_acceptance(acceptance: Acceptance) -> str:
     if acceptance.outcome == "already_purged":
-        return f"already purged: covered by purge {acceptance.purge_id} (ledger seq {acceptance.ledger_seq})"
-    return (
-        f"accepted: purge {acceptance.purge_id} (ledger seq {acceptance.ledger_seq})\n"
-        f"follow it with: purgectl wait {acceptance.purge_id}"
-    )
+        text = f"already purged: covered by purge {acceptance.purge_id} (ledger seq {acceptance.ledger_seq})"
+    else:
+        text = (
+            f"accepted: purge {acceptance.purge_id} (ledger seq {acceptance.ledger_seq})\n"
+            f"follow it with: purgectl wait {acceptance.purge_id}"
+        )
+    return text + render_disclosures(acceptance.disclosures)
+
+
+def render_ledger_change(acceptance: Acceptance, *, change: str, then: str = "") -> str:
+    """A policy or hold acceptance: it removes nothing itself, so there is nothing to wait for."""
+    where = f"purge {acceptance.purge_id}, ledger seq {acceptance.ledger_seq}"
+    if acceptance.outcome == "already_purged":
+        text = f"already in force: {change} ({where})"
+    else:
+        text = f"accepted: {change} ({where})" + (f"\n{then}" if then else "")
+    return text + render_disclosures(acceptance.disclosures)
+
+
+def render_disclosures(disclosures: Sequence[str]) -> str:
+    return "".join(["\n\ndisclosures:", *(f"\n  - {d}" for d in disclosures)]) if disclosures else ""
 
 
 def render_status(status: PurgeStatus) -> str:
     summary = fields(
         [
             ("purge", status.purge_id),
+            ("what", status.label or status.kind),
             ("kind", status.kind),
             ("status", status.status + (" (stalled)" if status.stalled else "")),
             ("accepted", f"{cell(status.accepted_at)} by {status.actor}"),
@@ -237,7 +259,7 @@ def render_status(status: PurgeStatus) -> str:
     )
     if not status.steps:
         return summary + "\nno cleanup steps (nothing to remove)"
-    headers = ("step", "status", "attempts", "removed", "retained", "remaining", "next attempt", "last error")
+    headers = ("step", "status", "attempts", "removed", "retained", "held", "remaining", "next attempt", "last error")
     rows = [
         (
             s.kind,
@@ -245,6 +267,7 @@ def render_status(status: PurgeStatus) -> str:
             f"{s.attempts}/{s.max_attempts}",
             s.progress.removed,
             s.progress.retained_shared,
+            s.progress.held,
             s.progress.remaining,
             s.next_attempt_at if s.status in ("pending", "retrying") else None,
             s.last_error,
@@ -257,11 +280,11 @@ def render_status(status: PurgeStatus) -> str:
 def render_page(page: PurgePage, *, next_command: Callable[[int], str]) -> str:
     if not page.purges:
         return "no purges"
-    headers = ("purge", "kind", "status", "stalled", "steps done", "removed", "accepted", "actor")
+    headers = ("purge", "what", "status", "stalled", "steps done", "removed", "accepted", "actor")
     rows = [
         (
             p.purge_id,
-            p.kind,
+            p.label or p.kind,
             p.status,
             p.stalled,
             f"{sum(s.status == 'done' for s in p.steps)}/{len(p.steps)}",
@@ -357,6 +380,83 @@ def erase_hint(bot_id: str, identity: RepositoryIdentity) -> str:
     )
 
 
+def render_retention_preview(preview: RetentionPreview) -> str:
+    conversation = f" --conversation {shlex.quote(preview.conversation_id)}" if preview.conversation_id else ""
+    more = preview.conversations - len(preview.by_conversation)
+    touched = f"{preview.conversations} conversations"
+    elsewhere = list(preview.governed_elsewhere)
+    pairs: list[tuple[str, Any]] = [
+        ("scope", scope_text(preview.conversation_id)),
+        ("max age", f"{duration_text(preview.max_age)} ({int(preview.max_age.total_seconds())} s)"),
+        ("cutoff", preview.cutoff),
+        ("expires now", f"{preview.events} events, from {preview.placements} placements in {touched}"),
+        ("kept elsewhere", f"{preview.kept_elsewhere} of them stay live in a conversation the policy leaves alone"),
+        ("held", f"{preview.held} events" + (f" (holds {', '.join(preview.hold_ids)})" if preview.hold_ids else "")),
+        ("replaces", f"policy {preview.replaces}" if preview.replaces else None),
+    ]
+    lines = [
+        f"scope digest  {preview.scope_digest}",
+        "",
+        fields(pairs),
+        "",
+        f"conversations touched ({preview.conversations}):",
+        table(("conversation", "events"), [(c.conversation_id, c.events) for c in preview.by_conversation]),
+        *([f"  ... and {more} more"] if more > 0 else []),
+        *([listed("left to their own policies", elsewhere)] if elsewhere else []),
+        "",
+        "not erased:",
+        *(f"  - {d}" for d in preview.disclosures),
+        "",
+        f"to confirm: purgectl retention set POLICY_ID --max-age {duration_text(preview.max_age)}{conversation} "
+        f"--digest {preview.scope_digest} --actor WHO --reason WHY",
+    ]
+    return "\n".join(lines)
+
+
+def render_policies(policies: Sequence[RetentionPolicy]) -> str:
+    if not policies:
+        return "no retention policies"
+    headers = ("policy", "scope", "max age", "last run", "last cutoff", "last purge", "next run", "set by")
+    rows = [
+        (
+            p.policy_id,
+            scope_text(p.conversation_id),
+            duration_text(p.max_age),
+            p.last_run,
+            p.last_cutoff,
+            p.last_purge_id,
+            p.next_run,
+            p.set_by,
+        )
+        for p in policies
+    ]
+    return table(headers, rows)
+
+
+def render_holds(holds: Sequence[Hold], *, include_released: bool) -> str:
+    if not holds:
+        return "no legal holds" if include_released else "no legal holds in force"
+    headers = ("hold", "conversations", "authors", "placed at", "placed by", "released at", "release purge")
+    rows = [
+        (h.hold_id, few(h.conversation_ids), few(h.authors), h.placed_at, h.placed_by, h.released_at, h.released_by)
+        for h in holds
+    ]
+    width = len(headers) if include_released else len(headers) - 2
+    return table(headers[:width], [row[:width] for row in rows])
+
+
+def scope_text(conversation_id: str | None) -> str:
+    return f"conversation {conversation_id}" if conversation_id else "every conversation"
+
+
+def few(ids: Sequence[str], limit: int = 3) -> str:
+    """A count, and the first few ids: a hold may name a thousand."""
+    if not ids:
+        return "-"
+    shown = ", ".join(ids[:limit]) + (", ..." if len(ids) > limit else "")
+    return f"{len(ids)}: {shown}"
+
+
 def render_report(report: LedgerReport) -> str:
     return f"ledger verifies: {report.rows} rows, head hash {report.head_hash}"
 
@@ -390,6 +490,37 @@ class Timestamp(click.ParamType):
         if parsed.tzinfo is None:
             self.fail(f"{value!r} has no timezone; add Z or an offset such as +02:00", param, ctx)
         return parsed
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+DURATION = re.compile(r"([0-9]{1,12})([smhdw]?)")
+DURATION_SYNTAX = "an integer with a unit s, m, h, d or w (30d, 12h, 90m); a plain integer is seconds"
+
+
+class Duration(click.ParamType):
+    """A whole number of seconds, minutes, hours, days or weeks (``90m``, ``12h``, ``30d``,
+    ``2w``); a plain integer is seconds."""
+
+    name = "DURATION"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> dt.timedelta:
+        if isinstance(value, dt.timedelta):
+            return value
+        match = DURATION.fullmatch(str(value))
+        if match is None:
+            self.fail(f"{value!r} is not a duration: {DURATION_SYNTAX}", param, ctx)
+        number, unit = match.groups()
+        try:
+            return dt.timedelta(seconds=int(number) * DURATION_UNITS[unit or "s"])
+        except OverflowError:
+            self.fail(f"{value!r} is too long a duration", param, ctx)
+
+
+def duration_text(duration: dt.timedelta) -> str:
+    """The duration in its largest whole unit, as ``Duration`` reads it back (``30d``)."""
+    seconds = int(duration.total_seconds())
+    unit = next(u for u in "wdhms" if seconds % DURATION_UNITS[u] == 0)
+    return f"{seconds // DURATION_UNITS[unit]}{unit}"
 
 
 def scope_options(function: Callable[..., None]) -> Callable[..., None]:
@@ -917,6 +1048,169 @@ def wait_with_progress(pk: Purgekeeper, purge_id: str, timeout: float) -> tuple[
             )
 
         return poll_until_finished(pk, purge_id, timeout, on_status=show)
+
+
+# -- retention policies and legal holds
+
+
+@main.group("retention")
+def retention_group() -> None:
+    """Retention policies: previewed, confirmed once, then run by the scheduler as retention
+    purges (purgectl status and list show them, labelled with their policy)."""
+
+
+max_age_option = click.option(
+    "--max-age",
+    required=True,
+    type=Duration(),
+    help=f"Expire what occurred longer ago than this: {DURATION_SYNTAX}.",
+)
+policy_scope_option = click.option(
+    "--conversation", metavar="ID", help="Only this conversation (default: every conversation and channel)."
+)
+
+
+@json_command(retention_group, "preview")
+@max_age_option
+@policy_scope_option
+def retention_preview(max_age: dt.timedelta, conversation: str | None, as_json: bool) -> None:
+    """Show what a policy of --max-age would expire if it ran now, what legal holds would
+    keep, and the scope digest to set it with (retention set)."""
+
+    def action(pk: Purgekeeper) -> RetentionPreview:
+        return pk.preview_retention(max_age=max_age, conversation_id=conversation)
+
+    run_with_handle(as_json, action, render_retention_preview)
+
+
+@json_command(retention_group, "set")
+@click.argument("policy_id")
+@max_age_option
+@policy_scope_option
+@click.option("--digest", required=True, help="The scope digest retention preview showed.")
+@who_options
+@idempotency_option
+def retention_set(
+    policy_id: str,
+    max_age: dt.timedelta,
+    conversation: str | None,
+    digest: str,
+    actor: str,
+    reason: str,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Set (or change) retention policy POLICY_ID, as previewed. Another policy already
+    governing the same scope is refused (policy_conflict, exit 3)."""
+
+    def action(pk: Purgekeeper) -> Acceptance:
+        return pk.set_retention(
+            policy_id,
+            max_age=max_age,
+            conversation_id=conversation,
+            scope_digest=digest,
+            actor=actor,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            origin=ORIGIN,
+        )
+
+    change = f"retention policy {policy_id} set"
+    then = "the scheduler runs it at its next sweep (purgectl resume does too), then at every interval"
+    run_with_handle(as_json, action, lambda a: render_ledger_change(a, change=change, then=then))
+
+
+@json_command(retention_group, "remove")
+@click.argument("policy_id")
+@who_options
+@idempotency_option
+def retention_remove(policy_id: str, actor: str, reason: str, idempotency_key: str | None, as_json: bool) -> None:
+    """Remove retention policy POLICY_ID: it is not run again; runs already accepted finish
+    their cleanup."""
+
+    def action(pk: Purgekeeper) -> Acceptance:
+        return pk.remove_retention(
+            policy_id, actor=actor, reason=reason, idempotency_key=idempotency_key, origin=ORIGIN
+        )
+
+    change = f"retention policy {policy_id} removed"
+    run_with_handle(as_json, action, lambda a: render_ledger_change(a, change=change))
+
+
+@json_command(retention_group, "list")
+def retention_list(as_json: bool) -> None:
+    """List the standing retention policies, with their last and next runs. JSON:
+    {"policies": [...]}."""
+    run_with_handle(
+        as_json,
+        lambda pk: pk.list_retention(),
+        render_policies,
+        lambda policies: {"policies": surface.plain(policies)},
+    )
+
+
+@main.group("hold")
+def hold_group() -> None:
+    """Legal holds: while one is in force, every purge of what it covers is refused
+    (legal_hold, exit 3) and retention runs keep it."""
+
+
+@json_command(hold_group, "place")
+@click.argument("hold_id")
+@click.option("--conversation", "conversations", multiple=True, metavar="ID", help="Hold a conversation (repeatable).")
+@click.option("--author", "authors", multiple=True, help="Hold everything this author wrote (repeatable).")
+@who_options
+@idempotency_option
+def hold_place(
+    hold_id: str,
+    conversations: Sequence[str],
+    authors: Sequence[str],
+    actor: str,
+    reason: str,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Place legal hold HOLD_ID on conversations and authors (at least one). It does not undo
+    purges accepted before it: the disclosures name what they already removed in its scope."""
+
+    def action(pk: Purgekeeper) -> Acceptance:
+        return pk.place_hold(
+            hold_id,
+            conversation_ids=conversations,
+            authors=authors,
+            actor=actor,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            origin=ORIGIN,
+        )
+
+    run_with_handle(as_json, action, lambda a: render_ledger_change(a, change=f"legal hold {hold_id} placed"))
+
+
+@json_command(hold_group, "release")
+@click.argument("hold_id")
+@who_options
+@idempotency_option
+def hold_release(hold_id: str, actor: str, reason: str, idempotency_key: str | None, as_json: bool) -> None:
+    """Release legal hold HOLD_ID: what it covered can be purged again, and retention runs
+    expire what it kept at their next turn. A hold id is never reused."""
+
+    def action(pk: Purgekeeper) -> Acceptance:
+        return pk.release_hold(hold_id, actor=actor, reason=reason, idempotency_key=idempotency_key, origin=ORIGIN)
+
+    run_with_handle(as_json, action, lambda a: render_ledger_change(a, change=f"legal hold {hold_id} released"))
+
+
+@json_command(hold_group, "list")
+@click.option("--all", "include_released", is_flag=True, help="Also the released holds.")
+def hold_list(include_released: bool, as_json: bool) -> None:
+    """List the legal holds in force (--all: the released ones too). JSON: {"holds": [...]}."""
+    run_with_handle(
+        as_json,
+        lambda pk: pk.list_holds(include_released=include_released),
+        lambda holds: render_holds(holds, include_released=include_released),
+        lambda holds: {"holds": surface.plain(holds)},
+    )
 
 
 # -- the ledger

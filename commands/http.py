@@ -33,11 +33,21 @@ POST     /v1/resume                                  resume                    o
 GET      /v1/ledger/verify                           verify_ledger             operator
 GET      /v1/ledger/checkpoint                       checkpoint_ledger (file)  operator
 POST     /v1/ledger/merge                            merge_ledger (upload)     operator
+POST     /v1/retention/preview                       preview_retention         operator
+PUT      /v1/retention/{id}                          set_retention             operator
+POST     /v1/retention/{id}/remove                   remove_retention          operator
+GET      /v1/retention                               list_retention            operator
+PUT      /v1/holds/{id}                              place_hold                operator
+POST     /v1/holds/{id}/release                      release_hold              operator
+GET      /v1/holds                                   list_holds                operator
 =======  ==========================================  ========================  ========
 
 Hosts poll status, so ``status``, ``list_purges`` and ``wait`` are host endpoints; the
 commands that change or reveal the machinery as a whole (re-arming, re-sending, the ledger
-itself) are operator endpoints. ``/status`` and ``/metrics`` come from
+itself, retention policies and legal holds) are operator endpoints. The retention and hold
+operations carry an explicit ``operationId``: the command's name. A policy's ``max_age`` is
+sent as ``max_age_seconds`` and returned as ``max_age`` in seconds; the lists come back as
+``{"policies": [...]}`` and ``{"holds": [...]}``. ``/status`` and ``/metrics`` come from
 ``commands.status_page`` and ``commands.metrics`` and do their own authentication.
 
 Authentication (``commands.webauth``): every ``/v1`` request needs ``Authorization: Bearer
@@ -101,6 +111,8 @@ from starlette.types import Scope as AsgiScope
 from commands import surface, validation
 from commands.attachments import NewAttachment
 from commands.handle import Purgekeeper
+from commands.holds import MAX_HOLD_SUBJECTS
+from commands.kinds.retention import MAX_AGE_LIMIT
 from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import RepositoryIdentity
 from commands.scope import MAX_SCOPE_EVENTS, EventScope
@@ -330,12 +342,51 @@ class RetryRequest(_Body):
     reason: Reason
 
 
+MaxAgeSeconds = Annotated[
+    int, Field(ge=1, le=int(MAX_AGE_LIMIT.total_seconds()), description="whole seconds, at most 100 years")
+]
+Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
+
+
+class RetentionDefinition(_Body):
+    max_age_seconds: MaxAgeSeconds
+    conversation_id: Annotated[Id | None, Field(description="null: every conversation and channel")] = None
+
+
+class RetentionSetting(RetentionDefinition):
+    scope_digest: Digest
+    actor: Actor
+    reason: Reason
+    idempotency_key: Id | None = None
+
+
+class RetentionRemoval(_Body):
+    actor: Actor
+    reason: Reason
+    idempotency_key: Id | None = None
+
+
+class HoldPlacing(_Body):
+    conversation_ids: Annotated[list[Id], Field(max_length=MAX_HOLD_SUBJECTS)] = []
+    authors: Annotated[list[Author], Field(max_length=MAX_HOLD_SUBJECTS)] = []
+    actor: Actor
+    reason: Reason
+    idempotency_key: Id | None = None
+
+
+class HoldRelease(_Body):
+    actor: Actor
+    reason: Reason
+    idempotency_key: Id | None = None
+
+
 class ErrorBody(BaseModel):
     error: str
     detail: str
     reason: str | None = None
     diagnostics: list[str] | None = None
     run_ids: list[str] | None = None
+    hold_ids: list[str] | None = None
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -344,7 +395,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (400, "invalid request"),
         (401, "missing or wrong bearer token"),
         (404, "unknown id"),
-        (409, "conflict, reserved id or Memory erasure unavailable"),
+        (409, "conflict (a legal hold or a policy conflict among them), reserved id or Memory erasure unavailable"),
         (410, "purged, deleted or fenced"),
         (413, "body too large"),
         (503, "messaging or infrastructure unavailable"),
@@ -369,15 +420,15 @@ def create_app(
         summary="Confirmed content purges for chat and agent hosts.",
         redoc_url=None,
     )
-    operator = _operator_routes(pk)
-    for routes in (_content_routes(pk, max_attachment_bytes), _purge_routes(pk), _status_routes(pk), operator):
+    operator = (_operator_routes(pk), _retention_routes(pk), _hold_routes(pk))
+    for routes in (_content_routes(pk, max_attachment_bytes), _purge_routes(pk), _status_routes(pk), *operator):
         app.include_router(routes)
     _include_web_routers(app, pk, tokens)
     _install_error_handlers(app)
     app.add_middleware(
         Gate,
         tokens=tokens,
-        operator_routes=[route for route in operator.routes if isinstance(route, APIRoute)],
+        operator_routes=[route for routes in operator for route in routes.routes if isinstance(route, APIRoute)],
         max_body_bytes=max_body_bytes,
         max_upload_bytes=max_upload_bytes,
     )
@@ -637,6 +688,86 @@ def _operator_routes(pk: Purgekeeper) -> APIRouter:
         ] = False,
     ) -> JSONResponse:
         return _json(_merge(pk, files, allow_other_database=from_other_database))
+
+    return router
+
+
+def _retention_routes(pk: Purgekeeper) -> APIRouter:
+    router = _v1(OPERATOR_TAG)
+
+    @router.post("/retention/preview", operation_id="preview_retention")
+    def preview_retention(definition: RetentionDefinition) -> JSONResponse:
+        max_age = dt.timedelta(seconds=definition.max_age_seconds)
+        return _json(pk.preview_retention(max_age=max_age, conversation_id=definition.conversation_id))
+
+    @router.put("/retention/{policy_id}", operation_id="set_retention")
+    def set_retention(policy_id: IdPath, setting: RetentionSetting, x_request_id: RequestId = None) -> JSONResponse:
+        acceptance = pk.set_retention(
+            policy_id,
+            max_age=dt.timedelta(seconds=setting.max_age_seconds),
+            conversation_id=setting.conversation_id,
+            scope_digest=setting.scope_digest,
+            actor=setting.actor,
+            reason=setting.reason,
+            idempotency_key=setting.idempotency_key,
+            request_id=x_request_id,
+            origin=ORIGIN,
+        )
+        return _json(acceptance)
+
+    @router.post("/retention/{policy_id}/remove", operation_id="remove_retention")
+    def remove_retention(policy_id: IdPath, removal: RetentionRemoval, x_request_id: RequestId = None) -> JSONResponse:
+        acceptance = pk.remove_retention(
+            policy_id,
+            actor=removal.actor,
+            reason=removal.reason,
+            idempotency_key=removal.idempotency_key,
+            request_id=x_request_id,
+            origin=ORIGIN,
+        )
+        return _json(acceptance)
+
+    @router.get("/retention", operation_id="list_retention")
+    def list_retention() -> JSONResponse:
+        return _json({"policies": pk.list_retention()})
+
+    return router
+
+
+def _hold_routes(pk: Purgekeeper) -> APIRouter:
+    router = _v1(OPERATOR_TAG)
+
+    @router.put("/holds/{hold_id}", operation_id="place_hold")
+    def place_hold(hold_id: IdPath, placing: HoldPlacing, x_request_id: RequestId = None) -> JSONResponse:
+        acceptance = pk.place_hold(
+            hold_id,
+            conversation_ids=placing.conversation_ids,
+            authors=placing.authors,
+            actor=placing.actor,
+            reason=placing.reason,
+            idempotency_key=placing.idempotency_key,
+            request_id=x_request_id,
+            origin=ORIGIN,
+        )
+        return _json(acceptance)
+
+    @router.post("/holds/{hold_id}/release", operation_id="release_hold")
+    def release_hold(hold_id: IdPath, release: HoldRelease, x_request_id: RequestId = None) -> JSONResponse:
+        acceptance = pk.release_hold(
+            hold_id,
+            actor=release.actor,
+            reason=release.reason,
+            idempotency_key=release.idempotency_key,
+            request_id=x_request_id,
+            origin=ORIGIN,
+        )
+        return _json(acceptance)
+
+    @router.get("/holds", operation_id="list_holds")
+    def list_holds(
+        include_released: Annotated[bool, Query(description="also the released holds")] = False,
+    ) -> JSONResponse:
+        return _json({"holds": pk.list_holds(include_released=include_released)})
 
     return router
 

@@ -17,6 +17,12 @@ nothing is read per purge. The metrics (all prefixed ``purgekeeper_``):
     ledger_audited_rows                gauge    rows the audit verified in its current round
     messaging_available                gauge    1 when the read gate is open, else 0
     checkpoint_dir_writable            gauge    1 when a checkpoint can be written now, else 0
+    retention_policies                 gauge    standing retention policies
+    retention_runs_total               counter  retention runs accepted (ledger rows)
+    retention_expired_events_total     counter  events the retention runs' bodies steps expired
+    retention_held_events_total        counter  events legal holds kept out of retention runs
+    legal_holds                        gauge    legal holds in force
+    retention_fences                   gauge    retention runs whose cleanup has not finished
 
 ``messaging_available`` is what the next content read would meet (``commands.gate``).
 ``ledger_verified`` and ``ledger_audited_rows`` are the gate's background audit (a few
@@ -44,7 +50,7 @@ from commands.handle import Purgekeeper
 from commands.records import LedgerReport
 from commands.surface import error_body, http_status
 from commands.webauth import Tokens, bearer
-from schema import ledger
+from schema import ledger, retention
 from schema.errors import MessagingUnavailable, PurgekeeperError
 from schema.states import StepKind, StepStatus
 from schema.tables import cleanup_steps
@@ -77,6 +83,7 @@ class Snapshot:
     stalled_purges: int
     ledger: LedgerReport
     gate_problems: tuple[str, ...]  # why content reads and writes are closed; empty when open
+    retention_summary: retention.Summary  # policies, runs, expired, held, holds, fences
     checkpoint_problem: str | None = None  # why the checkpoint directory cannot be written
 
     @property
@@ -186,6 +193,7 @@ def take_snapshot(pk: Purgekeeper, check: LedgerCheck) -> Snapshot:
         due_since = oldest_due_since(conn, head.now)
         incomplete, stalled = purge_counts(conn, head.now, pk.stall_after)
         gate_problems = probe_gate(pk, conn)
+        retained = retention.summary(conn)
     return Snapshot(
         now=head.now,
         ledger_seq=head.seq,
@@ -196,6 +204,7 @@ def take_snapshot(pk: Purgekeeper, check: LedgerCheck) -> Snapshot:
         stalled_purges=stalled,
         ledger=check.report((head.seq, head.head_hash)),
         gate_problems=gate_problems,
+        retention_summary=retained,
         checkpoint_problem=checkpoint.unwritable(pk.settings.checkpoint_dir),
     )
 
@@ -236,6 +245,7 @@ class PurgekeeperCollector(Collector):
             "stalled_purges", "Purges with a step due for longer than the stall threshold.", snap.stalled_purges
         )
         yield from self._work(snap)
+        yield from self._retention(snap.retention_summary)
         yield _gauge("ledger_rows", "Rows in the purge ledger.", snap.ledger_seq)
         yield _gauge("ledger_verified", "0 once the audit found the ledger hash chain damaged.", int(snap.ledger.ok))
         yield _gauge(
@@ -259,6 +269,19 @@ class PurgekeeperCollector(Collector):
             "blobs_retained_shared", "Blobs kept because a live event shares them.", attachments.retained_shared
         )
         yield _gauge("step_attempts", "Attempts of all cleanup steps.", snap.all_steps.attempts)
+
+    @staticmethod
+    def _retention(summary: retention.Summary) -> Iterator[Metric]:
+        yield _gauge("retention_policies", "Standing retention policies.", summary.policies)
+        yield CounterMetricFamily(PREFIX + "retention_runs", "Retention runs accepted.", value=summary.runs)
+        yield CounterMetricFamily(
+            PREFIX + "retention_expired_events", "Events the retention runs expired.", value=summary.expired
+        )
+        yield CounterMetricFamily(
+            PREFIX + "retention_held_events", "Events legal holds kept out of retention runs.", value=summary.held
+        )
+        yield _gauge("legal_holds", "Legal holds in force.", summary.holds)
+        yield _gauge("retention_fences", "Retention runs whose cleanup has not finished.", summary.fences)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

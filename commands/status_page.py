@@ -1,9 +1,13 @@
 """The operator's HTML status page, ``GET /status``: server-rendered, no JavaScript.
 
 It shows ids, statuses, counts and the steps' error texts, never content (no bodies, no
-payloads, no actor or reason). Purges that need attention (incomplete, or stalled) come first,
-marked with a CSS class and a word; then the newest purges. The page reloads itself every few
-seconds (``<meta http-equiv="refresh">``).
+payloads, no purge's actor or reason). Purges that need attention (incomplete, or stalled) come
+first, marked with a CSS class and a word; then the newest purges, each named by its label
+(``PurgeStatus.label``: "retention purge (policy p1)", never who was erased). Then retention and
+legal holds: the standing policies, the holds in force (how many conversations and authors
+each covers, never an author's name; who placed it, as a hold's accountability) and the
+totals ``/metrics`` shows too. The page reloads itself every few seconds
+(``<meta http-equiv="refresh">``).
 
 Sign-in takes the operator token (``Tokens.operator_allows``), as ``Authorization: Bearer`` or
 through the form at ``POST /status/login``, which sets the session cookie:
@@ -34,7 +38,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from commands import metrics
 from commands.handle import Purgekeeper
-from commands.records import PurgeStatus, StepState
+from commands.records import Hold, PurgeStatus, RetentionPolicy, StepState
 from commands.surface import error_body, http_status, plain
 from commands.webauth import COOKIE_NAME, Tokens, bearer
 from schema.errors import NotFound, PurgekeeperError
@@ -116,6 +120,8 @@ class View:
     snapshot: metrics.Snapshot
     attention: tuple[PurgeStatus, ...]  # incomplete and stalled purges, newest first
     recent: tuple[PurgeStatus, ...]  # the newest purges, without those above
+    policies: tuple[RetentionPolicy, ...]  # the standing retention policies
+    holds: tuple[Hold, ...]  # the legal holds in force
 
 
 def needs_attention(purge: PurgeStatus) -> bool:
@@ -133,7 +139,8 @@ def gather(pk: Purgekeeper, check: metrics.LedgerCheck, *, recent: int) -> View:
     flagged = {p.purge_id: p for p in (*incomplete, *stalled, *newest) if p is not None and needs_attention(p)}
     attention = sorted(flagged.values(), key=lambda p: p.ledger_seq, reverse=True)
     rest = tuple(p for p in newest if p.purge_id not in flagged)
-    return View(snapshot=snapshot, attention=tuple(attention), recent=rest)
+    policies, holds = tuple(pk.list_retention()), tuple(pk.list_holds())
+    return View(snapshot=snapshot, attention=tuple(attention), recent=rest, policies=policies, holds=holds)
 
 
 def _status_or_none(pk: Purgekeeper, purge_id: str) -> PurgeStatus | None:
@@ -184,6 +191,7 @@ def render_page(view: View, *, logout_action: str) -> str:
         f"{header}{render_summary(view.snapshot)}"
         f'<section id="attention"><h2>Needs attention</h2>{attention}</section>'
         f'<section id="recent"><h2>Recent purges</h2>{recent}</section>'
+        f"{render_retention(view)}"
     )
     return document("purgekeeper status", body, refresh=True)
 
@@ -239,10 +247,6 @@ def render_step_counts(snap: metrics.Snapshot) -> str:
     return f'<table id="step-counts"><tr><th>steps</th>{head}</tr>{body}</table>'
 
 
-# How a purge's kind reads on the page (otherwise "<kind> purge"); never who was erased.
-KIND_LABELS = {"author": "author erasure", "channel": "channel deletion", "bot": "bot deletion"}
-
-
 def render_purge(purge: PurgeStatus) -> str:
     marks = [mark for mark, on in zip(ATTENTION, (purge.status == "incomplete", purge.stalled), strict=True) if on]
     badges = "".join(f' <span class="badge {mark}">{mark.upper()}</span>' for mark in marks)
@@ -250,13 +254,23 @@ def render_purge(purge: PurgeStatus) -> str:
     return (
         f'<article class="{classes}" id="purge-{_text(purge.purge_id)}" data-status="{_text(purge.status)}">'
         f"<h3><code>{_text(purge.purge_id)}</code> {_text(purge.status)}{badges}</h3>"
-        f"<p>{_text(KIND_LABELS.get(purge.kind, f'{purge.kind} purge'))}, ledger seq {purge.ledger_seq}, "
+        f"<p>{_text(purge.label or f'{purge.kind} purge')}, ledger seq {purge.ledger_seq}, "
         f"accepted {_when(purge.accepted_at)}</p>"
         f"{render_steps(purge.steps)}</article>"
     )
 
 
-STEP_COLUMNS = ("step", "status", "attempts", "removed", "retained shared", "remaining", "next attempt", "last error")
+STEP_COLUMNS = (
+    "step",
+    "status",
+    "attempts",
+    "removed",
+    "retained shared",
+    "held",
+    "remaining",
+    "next attempt",
+    "last error",
+)
 
 
 def render_steps(steps: Iterable[StepState]) -> str:
@@ -279,6 +293,7 @@ def render_step(step: StepState) -> str:
         f"{step.attempts}/{step.max_attempts}",
         str(progress.removed),
         retained,
+        str(progress.held),
         remaining,
         _next_attempt(step),
     )
@@ -296,6 +311,85 @@ def _next_attempt(step: StepState) -> str:
     if step.next_attempt_at >= PARKED_UNTIL:
         return "after the bodies step"
     return str(plain(step.next_attempt_at))
+
+
+def render_retention(view: View) -> str:
+    summary = view.snapshot.retention_summary
+    totals = [
+        ("Standing policies", "retention-policies-count", summary.policies),
+        ("Retention runs", "retention-runs", summary.runs),
+        ("Events expired", "retention-expired", summary.expired),
+        ("Events kept by holds", "retention-held", summary.held),
+        ("Holds in force", "legal-holds-count", summary.holds),
+        ("Runs still cleaning up", "retention-fences", summary.fences),
+    ]
+    rows = "".join(f'<tr><th>{_text(name)}</th><td id="{css}">{value}</td></tr>' for name, css, value in totals)
+    return (
+        f'<section id="retention"><h2>Retention and holds</h2><table id="retention-summary">{rows}</table>'
+        f"<h3>Retention policies</h3>{render_policies(view.policies)}"
+        f"<h3>Legal holds in force</h3>{render_holds(view.holds)}</section>"
+    )
+
+
+POLICY_COLUMNS = ("policy", "scope", "max age", "last run", "next run", "last run's purge")
+HOLD_COLUMNS = ("hold", "conversations", "authors", "placed at", "placed by")
+
+
+def render_policies(policies: Iterable[RetentionPolicy]) -> str:
+    rows = "".join(render_policy(policy) for policy in policies)
+    return _table("retention-policies", POLICY_COLUMNS, rows) if rows else "<p>No retention policies.</p>"
+
+
+def render_policy(policy: RetentionPolicy) -> str:
+    scope = f"conversation {policy.conversation_id}" if policy.conversation_id else "every conversation"
+    cells = (
+        f"<code>{_text(policy.policy_id)}</code>",
+        _text(scope),
+        _text(_age(policy.max_age)),
+        _maybe_when(policy.last_run),
+        _maybe_when(policy.next_run),
+        f"<code>{_text(policy.last_purge_id)}</code>" if policy.last_purge_id else "",
+    )
+    tds = "".join(f"<td>{cell}</td>" for cell in cells)
+    return f'<tr class="policy" data-policy="{_text(policy.policy_id)}">{tds}</tr>'
+
+
+def render_holds(holds: Iterable[Hold]) -> str:
+    rows = "".join(render_hold(hold) for hold in holds)
+    return _table("legal-holds", HOLD_COLUMNS, rows) if rows else "<p>No legal holds in force.</p>"
+
+
+def render_hold(hold: Hold) -> str:
+    """How many conversations and authors the hold covers: an author's name never reaches the page."""
+    cells = (
+        f"<code>{_text(hold.hold_id)}</code>",
+        str(len(hold.conversation_ids)),
+        str(len(hold.authors)),
+        _maybe_when(hold.placed_at),
+        _text(hold.placed_by or ""),
+    )
+    tds = "".join(f"<td>{cell}</td>" for cell in cells)
+    return f'<tr class="hold" data-hold="{_text(hold.hold_id)}">{tds}</tr>'
+
+
+def _table(css_id: str, columns: Iterable[str], rows: str) -> str:
+    head = "".join(f"<th>{_text(name)}</th>" for name in columns)
+    return f'<table id="{css_id}"><tr>{head}</tr>{rows}</table>'
+
+
+def _maybe_when(moment: dt.datetime | None) -> str:
+    return _when(moment) if moment is not None else ""
+
+
+AGE_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
+
+
+def _age(max_age: dt.timedelta) -> str:
+    """A policy's max age in its largest whole unit: 30 days, 12 hours."""
+    seconds = int(max_age.total_seconds())
+    name, size = next((name, size) for name, size in AGE_UNITS if seconds % size == 0)
+    count = seconds // size
+    return f"{count} {name}" + ("" if count == 1 else "s")
 
 
 # -- the routes -----------------------------------------------------------------------------------

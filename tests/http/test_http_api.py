@@ -80,6 +80,13 @@ ENDPOINTS = {
     ("GET", "/v1/ledger/verify"): "operator",
     ("GET", "/v1/ledger/checkpoint"): "operator",
     ("POST", "/v1/ledger/merge"): "operator",
+    ("POST", "/v1/retention/preview"): "operator",
+    ("PUT", "/v1/retention/{policy_id}"): "operator",
+    ("POST", "/v1/retention/{policy_id}/remove"): "operator",
+    ("GET", "/v1/retention"): "operator",
+    ("PUT", "/v1/holds/{hold_id}"): "operator",
+    ("POST", "/v1/holds/{hold_id}/release"): "operator",
+    ("GET", "/v1/holds"): "operator",
 }
 
 

@@ -423,3 +423,72 @@ def test_a_database_fault_is_a_503_page_not_a_traceback(
     assert response.status_code == 503 and response.headers["content-type"].startswith("text/html")
     assert "infrastructure_error: the database stayed busy after 5 attempts" in response.text
     assert 'http-equiv="refresh"' in response.text and "Traceback" not in response.text
+
+
+# -- retention and legal holds ----------------------------------------------------------------------------
+
+
+def set_policy(pk: Pk, policy_id: str, max_age: dt.timedelta, conversation_id: str | None = None) -> str:
+    preview = pk.preview_retention(max_age=max_age, conversation_id=conversation_id)
+    return pk.set_retention(
+        policy_id, max_age=max_age, conversation_id=conversation_id, scope_digest=preview.scope_digest, **WHO
+    ).purge_id
+
+
+def row_cells(html: str, attribute: str, value: str) -> list[str]:
+    found = re.search(rf'<tr [^>]*{attribute}="{value}">(.*?)</tr>', html, re.S)
+    assert found, f"no row {attribute}={value}"
+    return re.findall(r"<td>(.*?)</td>", found.group(1))
+
+
+def test_without_policies_or_holds_the_section_says_so(client: TestClient) -> None:
+    sign_in(client)
+    retention = section(page(client), "retention")
+    assert "<h2>Retention and holds</h2>" in retention
+    assert "No retention policies." in retention and "No legal holds in force." in retention
+    assert 'id="retention-policies-count">0<' in retention and 'id="legal-holds-count">0<' in retention
+
+
+def test_policies_holds_and_runs_are_shown_by_id_and_count_never_an_author(pk: Pk, client: TestClient) -> None:
+    old = dt.datetime.now(dt.UTC) - dt.timedelta(days=40)
+    for conversation_id in ("c-old", "c-kept", "c-own"):
+        pk.create_conversation(conversation_id)
+    pk.ingest_event("c-old", author="ada-lovelace", body=f"{SECRET} body", occurred_at=old)
+    pk.ingest_event("c-kept", author="grace-hopper", body=f"{SECRET} kept", occurred_at=old)
+    placed = pk.place_hold(
+        "h-case", conversation_ids=["c-kept", "c-none"], authors=["grace-hopper"], actor="counsel@example.org",
+        reason="reason-not-shown",
+    )  # fmt: skip
+    set_policy(pk, "p-all", dt.timedelta(days=30))
+    set_policy(pk, "p-own", dt.timedelta(hours=12), "c-own")
+    [run] = [outcome.purge_id for outcome in pk.run_retention() if outcome.purge_id]
+    assert settle(pk, run).status == "complete"
+    policies = {p.policy_id: p for p in pk.list_retention()}
+    sign_in(client)
+    html = page(client)
+
+    retention = section(html, "retention")
+    for name, expected in (("policies-count", 2), ("runs", 1), ("expired", 1), ("held", 1), ("fences", 0)):
+        assert f'id="retention-{name}">{expected}<' in retention, name
+    assert 'id="legal-holds-count">1<' in retention
+    assert row_cells(retention, "data-policy", "p-all") == [
+        "<code>p-all</code>",
+        "every conversation",
+        "30 days",
+        status_page.plain(policies["p-all"].last_run),
+        status_page.plain(policies["p-all"].next_run),
+        f"<code>{run}</code>",
+    ]
+    own = row_cells(retention, "data-policy", "p-own")
+    assert own[1:3] == ["conversation c-own", "12 hours"] and own[5] == ""  # checked, nothing expired: no run
+    held = row_cells(retention, "data-hold", "h-case")
+    assert held[:3] == ["<code>h-case</code>", "2", "1"] and held[4] == "counsel@example.org"
+    assert held[3] == status_page.plain(pk.list_holds()[0].placed_at)
+
+    run_article = article(html, run)
+    assert "retention purge (policy p-all), ledger seq" in run_article
+    bodies = row_cells(run_article, "data-kind", "bodies")
+    assert bodies[:6] == ["bodies", "done", "1/5", "1", "0 (held by a legal hold: 1)", "1"]  # expired 1, held 1
+    assert "legal hold h-case placed, ledger seq 1" in article(html, placed.purge_id)
+    for hidden in ("ada-lovelace", "grace-hopper", SECRET, "reason-not-shown", WHO["actor"]):
+        assert hidden not in html, hidden
