@@ -436,7 +436,7 @@ def render_policies(policies: Sequence[RetentionPolicy]) -> str:
 def render_holds(holds: Sequence[Hold], *, include_released: bool) -> str:
     if not holds:
         return "no legal holds" if include_released else "no legal holds in force"
-    headers = ("hold", "conversations", "authors", "placed at", "placed by", "released at", "release purge")
+    headers = ("hold", "conversations", "authors", "placed at", "placed by", "released at", "released by")
     rows = [
         (h.hold_id, few(h.conversation_ids), few(h.authors), h.placed_at, h.placed_by, h.released_at, h.released_by)
         for h in holds

@@ -12,12 +12,13 @@ from commands.kinds.base import Kind
 from commands.kinds.hold import Placing
 from commands.kinds.hold_release import Release
 from commands.kinds.skeleton import Causal
-from commands.records import Acceptance, Hold
+from commands.records import Acceptance, Hold, HoldCount
 from schema import holds
 from schema.db import Database
 from schema.errors import ValidationError
 
 MAX_HOLD_SUBJECTS = 1000  # conversations and authors one hold names
+MAX_COUNTED = 1000  # holds ``count_holds`` lists at most
 
 
 class HoldCommands:
@@ -88,11 +89,21 @@ class HoldCommands:
                 placed_at=row.placed_at,
                 placed_by=row.placed_by,
                 reason=row.placed_reason,
-                released_by=row.released_by,
+                release_purge_id=row.released_by,
+                released_by=row.released_by_actor,
                 released_at=row.released_at,
             )
             for row in rows
         ]
+
+    def count_holds(self, *, limit: int = 100) -> list[HoldCount]:
+        """The first ``limit`` holds in force by id, each with how many conversations and
+        authors it covers (no subjects: what ``/status`` shows)."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_COUNTED:
+            raise ValidationError(f"limit must be an integer from 1 to {MAX_COUNTED}")
+        with self.db.read() as conn:
+            rows = holds.counts_in_force(conn, limit=limit)
+        return [HoldCount(row.hold_id, int(row.conversations), int(row.authors), row.placed_at) for row in rows]
 
 
 def _conversation_ids(values: Any) -> tuple[str, ...]:

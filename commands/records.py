@@ -426,9 +426,20 @@ class RetentionRunOutcome:
 
 
 @dataclass(frozen=True)
+class HoldCount:
+    """A hold in force, in counts: how many conversations and authors it covers."""
+
+    hold_id: str
+    conversations: int
+    authors: int
+    placed_at: dt.datetime | None
+
+
+@dataclass(frozen=True)
 class Hold:
     """A legal hold: the conversations (everything placed in them) and authors (everything
-    they wrote) it covers, who placed it and why (its ledger row), and its release."""
+    they wrote) it covers, who placed it and why (its ledger row, ``purge_id``), and who
+    released it and when (the release's row, ``release_purge_id``; None while in force)."""
 
     hold_id: str
     conversation_ids: tuple[str, ...]
@@ -437,5 +448,6 @@ class Hold:
     placed_at: dt.datetime | None
     placed_by: str | None
     reason: str | None
+    release_purge_id: str | None
     released_by: str | None
     released_at: dt.datetime | None

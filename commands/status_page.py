@@ -4,9 +4,9 @@ It shows ids, statuses, counts and the steps' error texts, never content (no bod
 payloads, no purge's actor or reason). Purges that need attention (incomplete, or stalled) come
 first, marked with a CSS class and a word; then the newest purges, each named by its label
 (``PurgeStatus.label``: "retention purge (policy p1)", never who was erased). Then retention and
-legal holds: the standing policies, the holds in force (how many conversations and authors
-each covers, never an author's name; who placed it, as a hold's accountability) and the
-totals ``/metrics`` shows too. The page reloads itself every few seconds
+legal holds: the first 100 standing policies and holds in force (how many conversations and
+authors each hold covers: never an author's name, nor who placed it) and the totals
+``/metrics`` shows too. The page reloads itself every few seconds
 (``<meta http-equiv="refresh">``).
 
 Sign-in takes the operator token (``Tokens.operator_allows``), as ``Authorization: Bearer`` or
@@ -38,7 +38,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from commands import metrics
 from commands.handle import Purgekeeper
-from commands.records import Hold, PurgeStatus, RetentionPolicy, StepState
+from commands.records import HoldCount, PurgeStatus, RetentionPolicy, StepState
 from commands.surface import error_body, http_status, plain
 from commands.webauth import COOKIE_NAME, Tokens, bearer
 from schema.errors import NotFound, PurgekeeperError
@@ -120,8 +120,8 @@ class View:
     snapshot: metrics.Snapshot
     attention: tuple[PurgeStatus, ...]  # incomplete and stalled purges, newest first
     recent: tuple[PurgeStatus, ...]  # the newest purges, without those above
-    policies: tuple[RetentionPolicy, ...]  # the standing retention policies
-    holds: tuple[Hold, ...]  # the legal holds in force
+    policies: tuple[RetentionPolicy, ...]  # the standing retention policies, the first LISTED of them
+    holds: tuple[HoldCount, ...]  # the legal holds in force, the first LISTED of them, in counts
 
 
 def needs_attention(purge: PurgeStatus) -> bool:
@@ -139,7 +139,7 @@ def gather(pk: Purgekeeper, check: metrics.LedgerCheck, *, recent: int) -> View:
     flagged = {p.purge_id: p for p in (*incomplete, *stalled, *newest) if p is not None and needs_attention(p)}
     attention = sorted(flagged.values(), key=lambda p: p.ledger_seq, reverse=True)
     rest = tuple(p for p in newest if p.purge_id not in flagged)
-    policies, holds = tuple(pk.list_retention()), tuple(pk.list_holds())
+    policies, holds = tuple(pk.list_retention()[:LISTED]), tuple(pk.count_holds(limit=LISTED))
     return View(snapshot=snapshot, attention=tuple(attention), recent=rest, policies=policies, holds=holds)
 
 
@@ -332,7 +332,8 @@ def render_retention(view: View) -> str:
 
 
 POLICY_COLUMNS = ("policy", "scope", "max age", "last run", "next run", "last run's purge")
-HOLD_COLUMNS = ("hold", "conversations", "authors", "placed at", "placed by")
+HOLD_COLUMNS = ("hold", "conversations", "authors", "placed at")
+LISTED = 100  # policies and holds listed; the summary counts them all
 
 
 def render_policies(policies: Iterable[RetentionPolicy]) -> str:
@@ -354,19 +355,19 @@ def render_policy(policy: RetentionPolicy) -> str:
     return f'<tr class="policy" data-policy="{_text(policy.policy_id)}">{tds}</tr>'
 
 
-def render_holds(holds: Iterable[Hold]) -> str:
+def render_holds(holds: Iterable[HoldCount]) -> str:
     rows = "".join(render_hold(hold) for hold in holds)
     return _table("legal-holds", HOLD_COLUMNS, rows) if rows else "<p>No legal holds in force.</p>"
 
 
-def render_hold(hold: Hold) -> str:
-    """How many conversations and authors the hold covers: an author's name never reaches the page."""
+def render_hold(hold: HoldCount) -> str:
+    """How many conversations and authors the hold covers: an author's name never reaches the
+    page, nor (as for purges) who placed it."""
     cells = (
         f"<code>{_text(hold.hold_id)}</code>",
-        str(len(hold.conversation_ids)),
-        str(len(hold.authors)),
+        str(hold.conversations),
+        str(hold.authors),
         _maybe_when(hold.placed_at),
-        _text(hold.placed_by or ""),
     )
     tds = "".join(f"<td>{cell}</td>" for cell in cells)
     return f'<tr class="hold" data-hold="{_text(hold.hold_id)}">{tds}</tr>'

@@ -91,7 +91,8 @@ def plain(value: Any) -> Any:
     if isinstance(value, dt.datetime):
         return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, dt.timedelta):
-        return value.total_seconds()
+        seconds = value.total_seconds()
+        return int(seconds) if seconds.is_integer() else seconds
     if isinstance(value, enum.Enum):
         return plain(value.value)
     if isinstance(value, Path):

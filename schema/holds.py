@@ -245,6 +245,7 @@ def list_holds(conn: Connection, *, include_released: bool) -> list[Any]:
             placed.c.actor.label("placed_by"),
             placed.c.reason.label("placed_reason"),
             released.c.accepted_at.label("released_at"),
+            released.c.actor.label("released_by_actor"),
         )
         .select_from(
             legal_holds.outerjoin(placed, placed.c.purge_id == legal_holds.c.purge_id).outerjoin(
@@ -255,6 +256,30 @@ def list_holds(conn: Connection, *, include_released: bool) -> list[Any]:
     )
     if not include_released:
         query = query.where(_IN_FORCE)
+    return list(conn.execute(query).all())
+
+
+def counts_in_force(conn: Connection, *, limit: int) -> list[Any]:
+    """The first ``limit`` holds in force by id, each with how many conversations and authors
+    it covers and when it was placed: counts, never the subjects (a hold may name a thousand)."""
+    kind = legal_hold_subjects.c.kind
+    query = (
+        select(
+            legal_holds.c.hold_id,
+            func.count().filter(kind == _CONVERSATION).label("conversations"),
+            func.count().filter(kind == _AUTHOR).label("authors"),
+            func.min(purge_ledger.c.accepted_at).label("placed_at"),
+        )
+        .select_from(
+            legal_holds.join(legal_hold_subjects, _HOLD).outerjoin(
+                purge_ledger, purge_ledger.c.purge_id == legal_holds.c.purge_id
+            )
+        )
+        .where(_IN_FORCE)
+        .group_by(legal_holds.c.hold_id)
+        .order_by(legal_holds.c.hold_id)
+        .limit(limit)
+    )
     return list(conn.execute(query).all())
 
 

@@ -624,7 +624,8 @@ _COUNTS = select(
 
 
 def summary(conn: Connection) -> Summary:
-    """Three aggregate statements, whatever the number of policies and holds."""
+    """Two aggregate statements: the runs through the ledger's partial index of them (their
+    cost follows the runs, as the step totals' follows the steps), then three counts."""
     runs = conn.execute(_RUN_STEPS).one()
     policies, holds_in_force, fences = conn.execute(_COUNTS).one()
     return Summary(

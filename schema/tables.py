@@ -267,6 +267,13 @@ purge_ledger = Table(
     Column("row_hash", String(64), nullable=False),
     UniqueConstraint("purge_id"),
     Index("ix_purge_ledger_idempotency_key", "idempotency_key"),
+    # The retention runs, for /metrics and /status (0009): a scan of them, not of the ledger.
+    Index(
+        "ix_purge_ledger_retention_runs",
+        "purge_id",
+        postgresql_where=text("kind = 'retention_run'"),
+        sqlite_where=text("kind = 'retention_run'"),
+    ),
     _enum_check("kind", PURGE_KINDS, "kind"),
 )
 

@@ -243,7 +243,6 @@ def _erase_batch(
 
 MAX_RETENTION_WALKS = 3  # walks of a run's window before an attempt gives up (a writer racing it)
 KEPT_ELSEWHERE = "event placed in a conversation it has not expired from"
-HELD = "held by a legal hold"
 
 
 def expire_retention(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
@@ -273,12 +272,11 @@ def expire_retention(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEn
 
 def _expire_batch(conn: Connection, *, fence: retention.Fence, after: Any, limit: int, first: bool) -> dict[str, Any]:
     batch = retention.expire_batch(conn, fence, after=after, limit=limit)
-    reasons = {KEPT_ELSEWHERE: batch.kept_elsewhere, HELD: batch.held}
     progress = {
         "removed": len(batch.expired),
         "retained": len(batch.kept_elsewhere),
-        "kept_by_hold": len(batch.held),
-        "reasons": {reason: ids for reason, ids in reasons.items() if ids} or None,
+        "kept_by_hold": len(batch.held),  # counted in the step's own ``held`` column
+        "reasons": {KEPT_ELSEWHERE: batch.kept_elsewhere} if batch.kept_elsewhere else None,
         "restart_retained": first,
     }
     if batch.after is not None:

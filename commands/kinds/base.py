@@ -73,10 +73,12 @@ class Decision:
 
 @dataclass(frozen=True)
 class Already:
-    """Nothing new to purge: the purge that already covers it (its id and ledger seq)."""
+    """Nothing new to purge: the purge that already covers it (its id and ledger seq), and
+    what that says to the caller again."""
 
     purge_id: str
     seq: int
+    disclosures: tuple[str, ...] = ()
 
 
 class Kind(abc.ABC):

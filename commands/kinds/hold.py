@@ -86,7 +86,7 @@ def _repeat(conn: Connection, row: holds.HoldRow, args: Placing) -> Already:
             f"legal hold {row.hold_id} is in force and covers other conversations or authors; place a hold with "
             "another id"
         )
-    return Already(row.purge_id, retention.ledger_seq(conn, row.purge_id) or 0)
+    return Already(row.purge_id, retention.ledger_seq(conn, row.purge_id) or 0, _disclosures(conn, args))
 
 
 def _disclosures(conn: Connection, args: Placing) -> tuple[str, ...]:

@@ -81,7 +81,7 @@ def accept(
         return replay, []
     decision = kind.decide(conn, env, args, locked)
     if isinstance(decision, Already):
-        return Acceptance(decision.purge_id, decision.seq, "already_purged"), []
+        return Acceptance(decision.purge_id, decision.seq, "already_purged", decision.disclosures), []
     purge_id = uuid.uuid4().hex
     kind.fence(conn, purge_id, decision.selectors)
     steps = pq.create_steps(conn, purge_id, decision.steps, parked=decision.parked)

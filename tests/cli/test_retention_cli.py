@@ -269,11 +269,11 @@ def test_a_hold_is_placed_refuses_a_purge_is_listed_and_released(pk: Pk, purgect
         lambda: purgectl.error(3, "id_reserved", "hold", "place", "h1", "--conversation", "c1", *WHO),
     )
     assert [h["hold_id"] for h in in_force["holds"]] == ["h2"]
-    assert [(h["hold_id"], h["released_by"]) for h in everything["holds"]] == [
+    assert [(h["hold_id"], h["release_purge_id"]) for h in everything["holds"]] == [
         ("h1", released["purge_id"]),
         ("h2", None),
     ]
-    assert "release purge" in shown_all and released["purge_id"] in shown_all
+    assert "released by" in shown_all and WHO[1] in shown_all
     assert "h-none" in unknown["detail"] and "h1" in reused["detail"]
     assert purgectl.json("purge-conversation", "c1", *WHO)["outcome"] == "accepted"  # nothing holds c1 now
 

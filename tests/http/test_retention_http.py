@@ -131,14 +131,14 @@ def test_a_hold_is_placed_refuses_a_purge_with_its_ids_is_listed_and_released(op
     assert body["hold_ids"] == ["h1"] and "h1" in body["detail"]
     [held] = ok(operator.get("/v1/holds"))["holds"]
     assert (held["hold_id"], held["conversation_ids"], held["authors"]) == ("h1", ["c1", "c2"], ["bob"])
-    assert (held["purge_id"], held["placed_by"], held["released_by"]) == (placed["purge_id"], WHO["actor"], None)
+    assert (held["purge_id"], held["placed_by"], held["release_purge_id"]) == (placed["purge_id"], WHO["actor"], None)
 
     released = ok(operator.post("/v1/holds/h1/release", json=WHO))
     assert released["outcome"] == "accepted"
     assert ok(operator.get("/v1/holds")) == {"holds": []}
     assert ok(operator.get("/v1/holds", params={"include_released": "false"})) == {"holds": []}
     [gone] = ok(operator.get("/v1/holds", params={"include_released": "true"}))["holds"]
-    assert (gone["hold_id"], gone["released_by"]) == ("h1", released["purge_id"])
+    assert (gone["hold_id"], gone["release_purge_id"]) == ("h1", released["purge_id"])
     refused(operator.put("/v1/holds/h1", json=placing), 409, "id_reserved")  # a hold id is never reused
     assert ok(operator.post("/v1/conversations/c1/purge", json=WHO))["outcome"] == "accepted"
 

@@ -482,13 +482,12 @@ def test_policies_holds_and_runs_are_shown_by_id_and_count_never_an_author(pk: P
     own = row_cells(retention, "data-policy", "p-own")
     assert own[1:3] == ["conversation c-own", "12 hours"] and own[5] == ""  # checked, nothing expired: no run
     held = row_cells(retention, "data-hold", "h-case")
-    assert held[:3] == ["<code>h-case</code>", "2", "1"] and held[4] == "counsel@example.org"
-    assert held[3] == status_page.plain(pk.list_holds()[0].placed_at)
+    assert held == ["<code>h-case</code>", "2", "1", status_page.plain(pk.list_holds()[0].placed_at)]
 
     run_article = article(html, run)
     assert "retention purge (policy p-all), ledger seq" in run_article
     bodies = row_cells(run_article, "data-kind", "bodies")
-    assert bodies[:6] == ["bodies", "done", "1/5", "1", "0 (held by a legal hold: 1)", "1"]  # expired 1, held 1
+    assert bodies[:6] == ["bodies", "done", "1/5", "1", "0", "1"]  # expired 1, held 1
     assert "legal hold h-case placed, ledger seq 1" in article(html, placed.purge_id)
-    for hidden in ("ada-lovelace", "grace-hopper", SECRET, "reason-not-shown", WHO["actor"]):
+    for hidden in ("ada-lovelace", "grace-hopper", SECRET, "reason-not-shown", "counsel@example.org", WHO["actor"]):
         assert hidden not in html, hidden

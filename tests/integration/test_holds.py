@@ -53,21 +53,33 @@ def test_a_hold_is_placed_listed_and_released(pk: Pk, world: dict[str, Any]) -> 
     assert placed.outcome == "accepted" and placed.ledger_seq == 1
     [held] = pk.list_holds()
     assert (held.hold_id, held.conversation_ids, held.authors) == ("case-1", ("c1", "c2"), ("ada",))
-    assert (held.placed_by, held.reason, held.purge_id, held.released_by) == (
-        "counsel@example.com", "litigation hold", placed.purge_id, None,
+    assert (held.placed_by, held.reason, held.purge_id, held.release_purge_id, held.released_by) == (
+        "counsel@example.com", "litigation hold", placed.purge_id, None, None,
     )  # fmt: skip
     assert pk.status(placed.purge_id).label == "legal hold case-1 placed"
     assert pk.status(placed.purge_id).status == "complete"
 
     again = hold(pk, conversation_ids=["c1", "c2"], authors=["ada"])
     assert (again.outcome, again.purge_id) == ("already_purged", placed.purge_id)
+    assert again.disclosures == placed.disclosures  # a repeat says again what it does not undo
+    hold(pk, "case-2", authors=["bob", "cy"])
+    assert pk.count_holds() == [
+        commands.HoldCount("case-1", 2, 1, held.placed_at),
+        commands.HoldCount("case-2", 0, 2, pk.list_holds()[1].placed_at),
+    ]
+    assert [h.hold_id for h in pk.count_holds(limit=1)] == ["case-1"]
+    for limit in (0, 1001, True, "1"):
+        with pytest.raises(commands.ValidationError):
+            pk.count_holds(limit=limit)  # type: ignore[arg-type]
+    pk.release_hold("case-2", actor="counsel", reason="r")
     with pytest.raises(commands.IdempotencyConflict):
         hold(pk, conversation_ids=["c1"])
 
     released = pk.release_hold("case-1", actor="counsel@example.com", reason="settled")
     assert released.outcome == "accepted" and pk.list_holds() == []
-    [old] = pk.list_holds(include_released=True)
-    assert old.released_by == released.purge_id and old.released_at is not None
+    old, _case_2 = pk.list_holds(include_released=True)
+    assert (old.release_purge_id, old.released_by) == (released.purge_id, "counsel@example.com")
+    assert old.released_at is not None
     assert pk.release_hold("case-1", actor="counsel", reason="again").purge_id == released.purge_id
     with pytest.raises(commands.IdReserved):
         hold(pk, conversation_ids=["c1", "c2"], authors=["ada"])  # a hold id is never reused

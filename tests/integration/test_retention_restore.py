@@ -72,7 +72,7 @@ def test_a_hold_released_after_the_backup_stays_released(
     restored, report = restored_after(world, backups, backup, open_pk)
     assert report.appended == (released.purge_id,)
     assert restored.list_holds() == []
-    assert [h.released_by for h in restored.list_holds(include_released=True)] == [released.purge_id]
+    assert [h.release_purge_id for h in restored.list_holds(include_released=True)] == [released.purge_id]
     assert restored.purge_conversation("c2", actor="op", reason="released").outcome == "accepted"
 
 

@@ -99,6 +99,15 @@ def upgrade() -> None:
     with op.batch_alter_table("cleanup_steps") as batch:
         batch.add_column(sa.Column("held", sa.BigInteger(), server_default="0", nullable=False))
     widen_purge_kinds(PURGE_KINDS)  # SQLite: the fences file creates the ledger's triggers again
+    runs = sa.text("kind = 'retention_run'")
+    op.create_index(
+        "ix_purge_ledger_retention_runs",
+        "purge_ledger",
+        ["purge_id"],
+        unique=False,
+        postgresql_where=runs,
+        sqlite_where=runs,
+    )
     fences.install(op.get_bind(), "0009_retention_and_holds.sql")
 
 
