@@ -83,8 +83,8 @@ class RetentionRun(Kind):
         row = locked
         if row is None:
             raise NotFound(f"no retention policy {args.policy_id}")
-        if row.last_cutoff is not None and row.last_cutoff >= args.cutoff and row.last_purge_id:
-            return Already(row.last_purge_id, retention.ledger_seq(conn, row.last_purge_id) or 0)
+        # A run already accepted is found by its idempotency key (its policy version and
+        # cutoff), before this stage: anything else here is a run still to accept.
         if row.ended_by is not None or row.pending_cutoff != args.cutoff:
             raise ValidationError(
                 f"retention policy {args.policy_id} has no run planned at {utc_text(args.cutoff)} (it was removed or "

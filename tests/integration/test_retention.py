@@ -400,3 +400,25 @@ def set_policy_of(pk: Pk, policy_id: str, max_age: dt.timedelta, conversation_id
         policy_id, max_age=max_age, conversation_id=conversation_id, scope_digest=preview.scope_digest,
         actor="dpo", reason="r",
     )  # fmt: skip
+
+
+def test_a_lengthened_policy_runs_again_with_its_new_cutoff(
+    world: dict[str, Any], short_turns: Callable[[], Pk]
+) -> None:
+    """Tried (a review's finding): a policy's run at 30 days, not yet cleaned up, then the
+    policy lengthened to 35 days, whose cutoff is earlier than that run's: its next turn is a
+    run of the new version (the old version's run was answered instead, its planned cutoff
+    never cleared, and the policy never ran again)."""
+    pk = short_turns()
+    set_policy(pk, "p", 30, "c2")
+    [first] = pk.run_retention()
+    assert first.purge_id is not None
+    set_policy(pk, "p", 35, "c2")
+    [second] = pk.run_retention()  # old2 and shared are 40 days old, still placed: expiring
+    assert second.purge_id not in (None, first.purge_id) and second.error is None
+    assert scalar(pk, "SELECT pending_cutoff FROM retention_policies") is None
+    for run in (first, second):
+        settle(pk, str(run.purge_id))
+    assert texts(pk, "c2") == [] and body_of(pk, "old2") is None
+    [third] = pk.run_retention()
+    assert (third.purge_id, third.error) == (None, None)
