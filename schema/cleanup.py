@@ -111,7 +111,13 @@ _LIVE_ELSEWHERE = (
     .where(among(placements.c.event_id, IDS), placements.c.conversation_id != _CONVERSATION, NOT_PURGED)
     .where(_event_fence_absent(placements.c.event_id))
     .where(not_(event_erased(placements.c.event_id)))  # an author erasure fences it too
-    .where(not_(placement_expired(events.c.author, events.c.occurred_at, placements.c.conversation_id)))
+    .where(
+        not_(
+            placement_expired(
+                events.c.author, events.c.occurred_at, placements.c.conversation_id, placements.c.created_at
+            )
+        )
+    )
 )
 
 

@@ -40,6 +40,7 @@ from schema.driver import DriverStatement, Reader
 from schema.expiry import placement_expired, readable_in
 from schema.states import BlobState, ConversationState, TombstoneKind
 from schema.tables import (
+    SQLITE_NOW,
     UtcDateTime,
     admissions,
     attachments,
@@ -142,7 +143,12 @@ _INSERT_EVENT = {
     for dialect, insert_of in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
     for deduplicated in (False, True)
 }
-_INSERT_PLACEMENT = insert(placements)
+# A placement's created_at to the millisecond on SQLite too (its column default has whole
+# seconds): a retention run's fence covers only what was placed before its acceptance.
+_INSERT_PLACEMENT = {
+    "postgresql": insert(placements),
+    "sqlite": insert(placements).values(created_at=literal_column(SQLITE_NOW)),
+}
 
 
 def insert_event_reading_head(
@@ -161,7 +167,7 @@ def upsert_insert(conn: Connection, table: Table) -> Any:
 
 
 def insert_placement(conn: Connection, event_id: str, conversation_id: str) -> None:
-    conn.execute(_INSERT_PLACEMENT, {"event_id": event_id, "conversation_id": conversation_id})
+    conn.execute(_INSERT_PLACEMENT[conn.dialect.name], {"event_id": event_id, "conversation_id": conversation_id})
 
 
 def placement_exists(conn: Connection, event_id: str, conversation_id: str) -> bool:
@@ -211,7 +217,9 @@ _any_fence = retention_fences.alias("any_fence")
 # estimate of the fences' subplans tipping the choice (2.4 ms of planning per confirmation).
 _EXPIRED_HERE = and_(
     exists().select_from(_any_fence).correlate_except(_any_fence),
-    placement_expired(_placed_event.c.author, _placed_event.c.occurred_at, placements.c.conversation_id),
+    placement_expired(
+        _placed_event.c.author, _placed_event.c.occurred_at, placements.c.conversation_id, placements.c.created_at
+    ),
 )
 
 
@@ -273,7 +281,7 @@ _READABLE_EVENTS = (
     .where(not_(_tombstone_exists(TombstoneKind.CONVERSATION, conversations.c.id)))
     .where(not_(_tombstone_exists(TombstoneKind.EVENT, events.c.id)))
     .where(not_(author_erased(events.c.author, events.c.occurred_at)))
-    .where(readable_in(events.c.author, events.c.occurred_at, bindparam("conversation_id")))
+    .where(readable_in(events.c.author, events.c.occurred_at, bindparam("conversation_id"), placements.c.created_at))
     .order_by(events.c.occurred_at, events.c.id)
 )
 

@@ -2,8 +2,10 @@
 an event's placement in a conversation.
 
 A run in ``retention_fences`` expires the placement of an event in a conversation when the
-event occurred before its cutoff, the run is the conversation's own (or global), and neither
-the conversation nor the event's author is among its exemptions (``retention_exemptions``:
+event occurred before its cutoff, the placement was made before the run's acceptance
+(``placed_before``: a placement made later is never the run's, also when a merge writes the
+fence again), the run is the conversation's own (or global), and neither the conversation
+nor the event's author is among its exemptions (``retention_exemptions``:
 holds, and for a global run the conversations with a policy of their own). The triggers
 (schema/sql/*/0009_retention_and_holds.sql) say the same. Between runs the table is empty,
 and the check is one probe of it.
@@ -35,14 +37,14 @@ def _exempt(alias: Any, kind: HoldSubject, subject: Any) -> Any:
     )
 
 
-def placement_expired(author: Any, occurred_at: Any, conversation_id: Any) -> Any:
-    """A run whose cleanup has not finished expires the placement in ``conversation_id`` of
-    an event by ``author`` that occurred at ``occurred_at`` (columns or values). The
-    expression's own aliases are never correlated away, so it means the same inside any
-    statement."""
+def placement_expired(author: Any, occurred_at: Any, conversation_id: Any, placed_at: Any) -> Any:
+    """A run whose cleanup has not finished expires the placement in ``conversation_id``,
+    made at ``placed_at``, of an event by ``author`` that occurred at ``occurred_at``
+    (columns or values). The expression's own aliases are never correlated away, so it means
+    the same inside any statement."""
     return (
         exists()
-        .where(_fence.c.cutoff > occurred_at)
+        .where(_fence.c.cutoff > occurred_at, _fence.c.placed_before > placed_at)
         .where(or_(_fence.c.conversation_id.is_(None), _fence.c.conversation_id == conversation_id))
         .where(~_exempt(_exempt_conversation, HoldSubject.CONVERSATION, conversation_id))
         .where(~_exempt(_exempt_author, HoldSubject.AUTHOR, author))
@@ -53,7 +55,7 @@ def placement_expired(author: Any, occurred_at: Any, conversation_id: Any) -> An
 _EARLIEST = literal(dt.datetime(1, 1, 1, tzinfo=dt.UTC), UtcDateTime())
 
 
-def readable_in(author: Any, occurred_at: Any, conversation_id: Any) -> Any:
+def readable_in(author: Any, occurred_at: Any, conversation_id: Any, placed_at: Any) -> Any:
     """A read of one conversation (``conversation_id`` a bound value): no run expires the
     placement. The latest cutoff of the runs that could apply there is one uncorrelated
     subquery, evaluated once per read (an InitPlan on PostgreSQL, a cached subquery on
@@ -63,7 +65,5 @@ def readable_in(author: Any, occurred_at: Any, conversation_id: Any) -> Any:
         .where(or_(_fence.c.conversation_id.is_(None), _fence.c.conversation_id == conversation_id))
         .scalar_subquery()
     )
-    expired = and_(
-        occurred_at < func.coalesce(latest, _EARLIEST), placement_expired(author, occurred_at, conversation_id)
-    )
-    return not_(expired)
+    possible = occurred_at < func.coalesce(latest, _EARLIEST)
+    return not_(and_(possible, placement_expired(author, occurred_at, conversation_id, placed_at)))

@@ -72,11 +72,17 @@ from schema.tables import (
 # later snapshot: a fence committed in between would make the two disagree.
 FENCE_LOCK_CLASS = 1886089844
 _FENCE_LOCK = AdvisoryLock(FENCE_LOCK_CLASS)
+# The plans' lock ('pkrp'): the placements trigger takes it shared while a policy stands, a
+# plan takes it exclusively before it looks for anything to expire, so every writer that
+# checked a placement against the cutoff has committed it by then (0009_retention_and_holds.sql).
+PLAN_LOCK_CLASS = 1886089840
+_PLAN_LOCK = AdvisoryLock(PLAN_LOCK_CLASS)
 
 _POLICY = retention_policies.c
 _STANDING = _POLICY.ended_by.is_(None)
 _CUTOFF: Any = bindparam("cutoff", type_=UtcDateTime())
 _START: Any = bindparam("window_start", type_=UtcDateTime())
+_PLACED_BEFORE: Any = bindparam("placed_before", type_=UtcDateTime())
 _CONVERSATION: BindParameter[Any] = bindparam("conversation_id")
 _PURGE: BindParameter[Any] = bindparam("purge_id")
 _CONVERSATION_KIND: Any = literal_column(f"'{HoldSubject.CONVERSATION.value}'")
@@ -255,7 +261,9 @@ def anything_to_expire(
 ) -> bool:
     """Whether a run of the scope with this window would expire anything: one EXISTS, which
     stops at the first placement found (through the events' time index for a global scope,
-    the conversation's placements otherwise)."""
+    the conversation's placements otherwise). It waits first for the writers that are placing
+    events (the plans' lock), so none it cannot see yet is left behind the window."""
+    _PLAN_LOCK.take(conn, exclusive=True)
     expiring = _expiring_now(global_scope=conversation_id is None, windowed=start is not None)
     return bool(conn.scalar(select(exists(expiring)), _window_params(conversation_id, cutoff, start)))
 
@@ -368,6 +376,7 @@ class Fence:
     conversation_id: str | None
     cutoff: dt.datetime
     window_start: dt.datetime | None
+    placed_before: dt.datetime
 
     @classmethod
     def of(cls, purge_id: str, selectors: Mapping[str, Any]) -> Fence:
@@ -379,6 +388,7 @@ class Fence:
             conversation_id=selectors.get("conversation_id"),
             cutoff=ledger.from_utc_text(str(selectors["cutoff"])),
             window_start=ledger.from_utc_text(str(start)) if start else None,
+            placed_before=ledger.from_utc_text(str(selectors["placed_before"])),
         )
 
     @property
@@ -387,7 +397,8 @@ class Fence:
         return self.conversation_id is None, self.window_start is not None
 
     def params(self) -> dict[str, Any]:
-        return {"purge_id": self.purge_id, **_window_params(self.conversation_id, self.cutoff, self.window_start)}
+        window = _window_params(self.conversation_id, self.cutoff, self.window_start)
+        return {"purge_id": self.purge_id, "placed_before": self.placed_before, **window}
 
 
 def lock_fences(conn: Connection, *, exclusive: bool) -> None:
@@ -412,6 +423,7 @@ def insert_fence(conn: Connection, fence: Fence, exemptions: Sequence[tuple[str,
             conversation_id=fence.conversation_id,
             cutoff=fence.cutoff,
             window_start=fence.window_start,
+            placed_before=fence.placed_before,
         )
     )
 
@@ -456,7 +468,8 @@ def _concerned(*, global_scope: bool, windowed: bool) -> Any:
     not in a conversation with a policy of its own), in a conversation not purged; they
     expire, or a hold keeps them."""
     scope = not_(_OWN_POLICY_EXEMPT) if global_scope else placements.c.conversation_id == _CONVERSATION
-    return and_(_in_window(events.c.occurred_at, windowed=windowed), NOT_PURGED, scope)
+    placed = placements.c.created_at < _PLACED_BEFORE
+    return and_(_in_window(events.c.occurred_at, windowed=windowed), NOT_PURGED, placed, scope)
 
 
 def _walk_statement(dialect: str, *, global_scope: bool, windowed: bool, after: bool) -> Any:
@@ -479,7 +492,7 @@ def _walk_statement(dialect: str, *, global_scope: bool, windowed: bool, after: 
         exists()
         .where(placements.c.event_id == walked.c.id)
         .where(conversations.c.id == placements.c.conversation_id, NOT_PURGED)
-        .where(not_(_OWN_POLICY_EXEMPT))
+        .where(placements.c.created_at < _PLACED_BEFORE, not_(_OWN_POLICY_EXEMPT))
     )
     query = (
         select(walked.c.id, type_coerce(walked.c.occurred_at, key_type).label("key"))

@@ -358,8 +358,9 @@ retention_policies = Table(
 )
 
 # One row per retention run whose cleanup has not finished: the placements it expires (in
-# its scope, ``occurred_at < cutoff``, not exempt) are unreadable and unwritable from the
-# run's commit on, like an event tombstone; its bodies step deletes them (and fences the
+# its scope, ``occurred_at < cutoff``, placed before its acceptance, not exempt) are
+# unreadable and unwritable from the run's commit on (and again after a merge: a placement
+# made after the run is never its), like an event tombstone; its bodies step deletes them (and fences the
 # events no longer live anywhere), then deletes this row, which the triggers allow only once
 # nothing it expires is left. Every read probes it; it is empty between runs.
 retention_fences = Table(
@@ -370,6 +371,7 @@ retention_fences = Table(
     Column("conversation_id", String(ID_LENGTH)),  # NULL: a global run
     Column("cutoff", UtcDateTime(), nullable=False),
     Column("window_start", UtcDateTime()),  # NULL: from the beginning
+    Column("placed_before", UtcDateTime(), nullable=False),  # the run's acceptance: later placements are not its
     _created_at(),
 )
 

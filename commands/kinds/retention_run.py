@@ -70,6 +70,7 @@ class RetentionRun(Kind):
             fields.require_id(selectors, "conversation_id")
         fields.timestamp(selectors, "cutoff", required=True)
         fields.timestamp(selectors, "window_start")
+        fields.timestamp(selectors, "placed_before", required=True)
         fields.ids(selectors, "held_conversations")
         fields.ids(selectors, "own_policy_conversations")
         fields.ids(selectors, "hold_ids")
@@ -98,6 +99,7 @@ class RetentionRun(Kind):
             "max_age_seconds": int(row.max_age_seconds),
             "cutoff": utc_text(args.cutoff),
             "window_start": utc_text(row.expired_through) if row.expired_through else None,
+            "placed_before": utc_text(ledger.database_now(conn)),  # later placements are never this run's
             "held_conversations": [s for k, s in held if k == HoldSubject.CONVERSATION],
             "held_authors": [s for k, s in held if k == HoldSubject.AUTHOR],
             "own_policy_conversations": (

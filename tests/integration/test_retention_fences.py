@@ -136,3 +136,67 @@ def test_holds_and_policies_are_never_deleted_nor_a_release_undone(pk: Pk) -> No
 )
 def test_none_of_the_new_tables_is_truncated(pk: Pk, table: str) -> None:
     refused(pk.db, f"TRUNCATE {table} CASCADE", ValidationError)
+
+
+@pytest.mark.postgres_only
+def test_a_writer_whose_transaction_began_before_a_run_is_checked_on_the_clock_of_its_write(pk: Pk) -> None:
+    """Tried (a review's finding): a raw writer begins a transaction, a run expires c1's old
+    content and finishes, then the writer places an event that occurred just before that
+    run's cutoff. The backfill check used the transaction's start (now()), let it in, and no
+    later run walks that far back: it must be refused."""
+    import time
+
+    from sqlalchemy import text
+
+    pk.create_conversation("c1")
+    pk.ingest_event("c1", author="ada", body="old", occurred_at=ago(40))
+    set_policy(pk, "thirty", 30, "c1")
+    with pk.db.engine.connect() as stale:
+        began = stale.execute(text("SELECT now()")).scalar()  # the transaction began here
+        time.sleep(1.5)  # longer ago than the second between the event and the cutoff
+        [outcome] = pk.run_retention()
+        settle(pk, str(outcome.purge_id))
+        assert outcome.cutoff is not None and began < outcome.cutoff + 30 * DAY
+        stale.execute(
+            text("INSERT INTO events (id, author, occurred_at, body) VALUES ('late', 'ada', :at, 'past the cutoff')"),
+            {"at": outcome.cutoff - dt.timedelta(seconds=1)},
+        )
+        with pytest.raises(Exception) as refused:
+            stale.execute(text("INSERT INTO placements (event_id, conversation_id) VALUES ('late', 'c1')"))
+        assert "backfill cannot bring expired content back" in str(refused.value)
+        stale.rollback()
+    assert [e.body for e in pk.read_conversation("c1")] == []
+
+
+@pytest.mark.postgres_only
+def test_a_plan_waits_for_the_writers_placing_events_so_none_is_left_behind_its_window(pk: Pk) -> None:
+    """Tried (a review's finding): a writer places an event that is within a 2-second policy
+    when it checks, and commits only after the event has aged past it; a plan made in between
+    must see it (it waits for the writer: the plans' lock), else the policy's window moves
+    past the event and no run ever expires it."""
+    import threading
+    import time
+
+    from sqlalchemy import text
+
+    from tests.integration.test_retention import set_policy_of
+
+    pk.create_conversation("c1")
+    set_policy_of(pk, "quick", dt.timedelta(seconds=2), "c1")
+    outcomes: list[Any] = []
+    with pk.db.engine.connect() as writer:
+        writer.execute(
+            text("INSERT INTO events (id, author, occurred_at, body) VALUES ('w', 'ada', clock_timestamp(), 'x')")
+        )
+        writer.execute(text("INSERT INTO placements (event_id, conversation_id) VALUES ('w', 'c1')"))
+        time.sleep(2.5)  # the event is past the policy's cutoff now, and not committed
+        turn = threading.Thread(target=lambda: outcomes.extend(pk.run_retention()))
+        turn.start()
+        time.sleep(0.5)
+        assert turn.is_alive()  # the plan waits for the writer
+        writer.commit()
+        turn.join(timeout=30)
+    [outcome] = outcomes
+    assert outcome.purge_id is not None, outcome
+    settle(pk, outcome.purge_id)
+    assert pk.read_conversation("c1") == [] and scalar(pk, "SELECT body FROM events WHERE id = 'w'") is None

@@ -110,3 +110,24 @@ def test_a_policy_removed_after_the_backup_stays_removed(
     assert restored.list_retention() == []
     assert restored.run_retention() == []
     assert texts(restored, "c2") == ["bob's"]
+
+
+def test_a_merge_applies_a_run_only_to_what_was_placed_before_its_acceptance(world: Pk) -> None:
+    """Tried (a review's finding): after a global run, a hold on c2 and a held backfill into
+    it, and a conversation with a year's policy of its own given an older event; then a full
+    merge, which writes every run's fence again. The run expired neither (they were placed
+    after it), so the merge must not: it expired both, the held one included."""
+    set_policy(world, "all", 30)
+    [run] = world.run_retention()
+    settle(world, str(run.purge_id))
+    world.place_hold("h", conversation_ids=["c2"], actor="counsel", reason="r")
+    world.ingest_event("c2", author="bob", body="held history", event_id="held-late", occurred_at=ago(50))
+    world.create_conversation("own")
+    set_policy(world, "own-year", 365, "own")
+    world.ingest_event("own", author="cy", body="kept a year", event_id="own-late", occurred_at=ago(40))
+    world.merge_ledger(world.settings.checkpoint_dir, full=True)
+    for purge_id in {run.purge_id} | {o.purge_id for o in world.run_retention() if o.purge_id}:
+        settle(world, str(purge_id))
+    assert texts(world, "c2") == ["held history"] and texts(world, "own") == ["kept a year"]
+    assert body_of(world, "held-late") == "held history" and body_of(world, "own-late") == "kept a year"
+    assert texts(world, "c1") == ["new"]  # what the run expired stays expired

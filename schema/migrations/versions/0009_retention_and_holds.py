@@ -64,6 +64,7 @@ def upgrade() -> None:
         sa.Column("conversation_id", sa.String(length=200), nullable=True),
         sa.Column("cutoff", sa.DateTime(timezone=True), nullable=False),
         sa.Column("window_start", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("placed_before", sa.DateTime(timezone=True), nullable=False),
         sa.Column(
             "created_at", sa.DateTime(timezone=True), server_default=sa.text("(CURRENT_TIMESTAMP)"), nullable=False
         ),

@@ -3,25 +3,30 @@
 --
 -- - A retention run whose cleanup has not finished has a row in retention_fences. It expires
 --   a placement (an event in a conversation) when the event occurred before its cutoff, the
---   conversation is its own (or, a global run, any), and neither the conversation nor the
---   event's author is among the run's exemptions (holds, and for a global run the
+--   placement was made before the run's acceptance (placed_before: a later placement is never
+--   the run's, also after a merge writes the fence again), the conversation is its own (or, a
+--   global run, any), and neither the conversation nor the event's author is among the run's
+--   exemptions (holds, and for a global run the
 --   conversations with a policy of their own). An expired placement keeps nothing live: an
 --   event is live while it has no fence and a placement in a conversation that is not purged
 --   AND that no run expires. pk_has_live_placement says so, for pk_event_is_live,
 --   pk_lock_for_write and the placements delete check.
--- - An event is never placed where a run expires it; nor, unless a hold covers it, in a
---   conversation whose standing policy's cutoff (now - max_age) it already passed: a
---   provider's backfill cannot bring expired content back.
+-- - An event is never placed, unless a hold covers it, in a conversation whose standing
+--   policy's cutoff (now - max_age, on the clock of the check) it already passed: a
+--   provider's backfill cannot bring expired content back. The check takes the retention
+--   plans' lock shared (two int4 keys: 1886089840 'pkrp', 0), which a run's plan takes
+--   exclusively before it looks for anything to expire: a writer that checked before a plan
+--   has committed when the plan looks, so nothing placed is left behind its window.
 -- - While a policy stands or a run's cleanup is under way, an event's author and time never
 --   change (a run's window and exemptions are decided by them).
 -- - A retention fence never changes, and is deleted only once nothing it expires is left; its
 --   exemptions are written before it and removed after it, never changed. A legal hold is
 --   never deleted and its release never undone; retention policies are never deleted. None
 --   of these tables is truncated.
-CREATE FUNCTION pk_placement_expired(ev_author text, ev_at timestamptz, conv_id text) RETURNS boolean
-LANGUAGE sql STABLE AS $$
+CREATE FUNCTION pk_placement_expired(ev_author text, ev_at timestamptz, conv_id text, placed_at timestamptz)
+RETURNS boolean LANGUAGE sql STABLE AS $$
     SELECT (SELECT 1 FROM retention_fences f
-             WHERE f.cutoff > ev_at
+             WHERE f.cutoff > ev_at AND f.placed_before > placed_at
                AND (f.conversation_id IS NULL OR f.conversation_id = conv_id)
                AND (SELECT 1 FROM retention_exemptions x
                      WHERE x.purge_id = f.purge_id AND x.kind = 'conversation' AND x.subject_id = conv_id LIMIT 1) IS NULL
@@ -34,7 +39,7 @@ CREATE FUNCTION pk_has_live_placement(ev_id text) RETURNS boolean LANGUAGE sql S
     SELECT (SELECT 1 FROM placements p JOIN conversations c ON c.id = p.conversation_id
                                        JOIN events e ON e.id = p.event_id
              WHERE p.event_id = ev_id AND c.state <> 'purged'
-               AND NOT pk_placement_expired(e.author, e.occurred_at, p.conversation_id) LIMIT 1) IS NOT NULL;
+               AND NOT pk_placement_expired(e.author, e.occurred_at, p.conversation_id, p.created_at) LIMIT 1) IS NOT NULL;
 $$;
 -- ;;
 CREATE OR REPLACE FUNCTION pk_event_is_live(ev_id text) RETURNS boolean LANGUAGE sql STABLE AS $$
@@ -103,16 +108,13 @@ DECLARE
     ev_at timestamptz;
     governing record;
 BEGIN
-    IF (SELECT 1 FROM retention_policies WHERE ended_by IS NULL LIMIT 1) IS NULL
-       AND (SELECT 1 FROM retention_fences LIMIT 1) IS NULL THEN
-        RETURN;  -- no retention in force: one probe of each table
+    IF (SELECT 1 FROM retention_policies WHERE ended_by IS NULL LIMIT 1) IS NULL THEN
+        RETURN;  -- no policy stands: one probe
     END IF;
+    PERFORM pg_advisory_xact_lock_shared(1886089840, 0);
     SELECT author, occurred_at INTO ev_author, ev_at FROM events WHERE id = ev_id;
     IF ev_author IS NULL THEN
         RETURN;
-    END IF;
-    IF pk_placement_expired(ev_author, ev_at, conv_id) THEN
-        RAISE EXCEPTION 'purgekeeper:content_purged: event % has expired from conversation % under a retention run; it is never placed there again', ev_id, conv_id;
     END IF;
     IF pk_held(ev_author, conv_id) THEN
         RETURN;  -- retention keeps what a hold covers
@@ -121,7 +123,7 @@ BEGIN
     SELECT policy_id, max_age_seconds INTO governing FROM retention_policies
      WHERE ended_by IS NULL AND (conversation_id = conv_id OR conversation_id IS NULL)
      ORDER BY conversation_id NULLS LAST LIMIT 1;
-    IF FOUND AND ev_at < now() - make_interval(secs => governing.max_age_seconds) THEN
+    IF FOUND AND ev_at < clock_timestamp() - make_interval(secs => governing.max_age_seconds) THEN
         RAISE EXCEPTION 'purgekeeper:content_purged: event % occurred at %, before the cutoff of retention policy % (% seconds) for conversation %; a backfill cannot bring expired content back',
             ev_id, ev_at, governing.policy_id, governing.max_age_seconds, conv_id;
     END IF;
@@ -205,7 +207,7 @@ BEGIN
     IF fence.conversation_id IS NOT NULL THEN
         RETURN EXISTS (
             SELECT 1 FROM placements p JOIN events e ON e.id = p.event_id JOIN conversations c ON c.id = p.conversation_id
-             WHERE p.conversation_id = fence.conversation_id AND c.state <> 'purged'
+             WHERE p.conversation_id = fence.conversation_id AND c.state <> 'purged' AND p.created_at < fence.placed_before
                AND e.occurred_at < fence.cutoff AND (fence.window_start IS NULL OR e.occurred_at >= fence.window_start)
                AND NOT EXISTS (SELECT 1 FROM retention_exemptions x WHERE x.purge_id = fence.purge_id
                                 AND x.kind = 'conversation' AND x.subject_id = p.conversation_id)
@@ -215,7 +217,7 @@ BEGIN
     RETURN EXISTS (
         SELECT 1 FROM events e JOIN placements p ON p.event_id = e.id JOIN conversations c ON c.id = p.conversation_id
          WHERE e.occurred_at < fence.cutoff AND (fence.window_start IS NULL OR e.occurred_at >= fence.window_start)
-           AND c.state <> 'purged'
+           AND c.state <> 'purged' AND p.created_at < fence.placed_before
            AND NOT EXISTS (SELECT 1 FROM retention_exemptions x WHERE x.purge_id = fence.purge_id
                             AND x.kind = 'conversation' AND x.subject_id = p.conversation_id)
            AND NOT EXISTS (SELECT 1 FROM retention_exemptions x WHERE x.purge_id = fence.purge_id

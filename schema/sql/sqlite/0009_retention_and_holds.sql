@@ -2,8 +2,11 @@
 -- schema/sql/postgresql/0009_retention_and_holds.sql. SQLite serialises writers (BEGIN
 -- IMMEDIATE): a writer's checks read the latest state.
 --
--- A placement is live while its conversation is not purged and no retention fence expires
--- it: the view pk_live_placements says so once, and every trigger below that decides whether
+-- A fence expires only placements made before its run's acceptance (placed_before). The
+-- library writes a placement's created_at to the millisecond; the column's default (a raw
+-- writer's) has whole seconds, and such a placement made in the acceptance's second counts as
+-- before it. A placement is live while its conversation is not purged and no retention fence
+-- expires it: the view pk_live_placements says so once, and every trigger below that decides whether
 -- an event is live asks it, where 0008 spelled out "a placement in a conversation that is not
 -- purged". An event X is live while it has no event tombstone, no author erasure covers it,
 -- and EXISTS (SELECT 1 FROM pk_live_placements WHERE event_id = X).
@@ -44,7 +47,7 @@ SELECT p.event_id, p.conversation_id
   FROM placements p JOIN conversations c ON c.id = p.conversation_id JOIN events e ON e.id = p.event_id
  WHERE c.state <> 'purged'
    AND NOT EXISTS (SELECT 1 FROM retention_fences f
-                    WHERE f.cutoff > e.occurred_at
+                    WHERE f.cutoff > e.occurred_at AND f.placed_before > p.created_at
                       AND (f.conversation_id IS NULL OR f.conversation_id = p.conversation_id)
                       AND NOT EXISTS (SELECT 1 FROM retention_exemptions x WHERE x.purge_id = f.purge_id
                                        AND x.kind = 'conversation' AND x.subject_id = p.conversation_id)
@@ -94,16 +97,7 @@ BEGIN
                     WHERE e.id = NEW.event_id)
         OR (EXISTS (SELECT 1 FROM placements WHERE event_id = NEW.event_id)
             AND NOT EXISTS (SELECT 1 FROM pk_live_placements WHERE event_id = NEW.event_id)));
-    -- Never where a retention run expires it.
-    SELECT RAISE(ABORT, 'purgekeeper:content_purged: the event has expired from this conversation under a retention run; it is never placed there again')
-     WHERE EXISTS (SELECT 1 FROM events e JOIN retention_fences f ON f.cutoff > e.occurred_at
-                    WHERE e.id = NEW.event_id
-                      AND (f.conversation_id IS NULL OR f.conversation_id = NEW.conversation_id)
-                      AND NOT EXISTS (SELECT 1 FROM retention_exemptions x WHERE x.purge_id = f.purge_id
-                                       AND x.kind = 'conversation' AND x.subject_id = NEW.conversation_id)
-                      AND NOT EXISTS (SELECT 1 FROM retention_exemptions x WHERE x.purge_id = f.purge_id
-                                       AND x.kind = 'author' AND x.subject_id = e.author));
-    -- Nor, unless a hold covers it, past the cutoff (now - max_age) of the conversation's own
+    -- Unless a hold covers it, never past the cutoff (now - max_age) of the conversation's own
     -- standing policy, else the global one: a backfill cannot bring expired content back.
     SELECT RAISE(ABORT, 'purgekeeper:content_purged: the event occurred before the cutoff of the retention policy that governs this conversation; a backfill cannot bring expired content back')
      WHERE EXISTS (
@@ -273,7 +267,7 @@ END;
 CREATE TRIGGER pk_retention_fences_before_delete BEFORE DELETE ON retention_fences
 WHEN (OLD.conversation_id IS NOT NULL AND EXISTS (
         SELECT 1 FROM placements p JOIN events e ON e.id = p.event_id JOIN conversations c ON c.id = p.conversation_id
-         WHERE p.conversation_id = OLD.conversation_id AND c.state <> 'purged'
+         WHERE p.conversation_id = OLD.conversation_id AND c.state <> 'purged' AND p.created_at < OLD.placed_before
            AND e.occurred_at < OLD.cutoff AND (OLD.window_start IS NULL OR e.occurred_at >= OLD.window_start)
            AND NOT EXISTS (SELECT 1 FROM retention_exemptions x WHERE x.purge_id = OLD.purge_id
                             AND x.kind = 'conversation' AND x.subject_id = p.conversation_id)
@@ -282,7 +276,7 @@ WHEN (OLD.conversation_id IS NOT NULL AND EXISTS (
   OR (OLD.conversation_id IS NULL AND EXISTS (
         SELECT 1 FROM events e JOIN placements p ON p.event_id = e.id JOIN conversations c ON c.id = p.conversation_id
          WHERE e.occurred_at < OLD.cutoff AND (OLD.window_start IS NULL OR e.occurred_at >= OLD.window_start)
-           AND c.state <> 'purged'
+           AND c.state <> 'purged' AND p.created_at < OLD.placed_before
            AND NOT EXISTS (SELECT 1 FROM retention_exemptions x WHERE x.purge_id = OLD.purge_id
                             AND x.kind = 'conversation' AND x.subject_id = p.conversation_id)
            AND NOT EXISTS (SELECT 1 FROM retention_exemptions x WHERE x.purge_id = OLD.purge_id
