@@ -18,10 +18,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, exists, func, literal_column, select, union, update
+from sqlalchemy import Connection, bindparam, exists, func, literal_column, or_, select, union, update
 
-from schema.content import upsert_insert
+from schema.content import event_erased, upsert_insert
 from schema.driver import DriverStatement
+from schema.expiry import placement_expired
 from schema.idlists import IdList, among_many
 from schema.locks import AdvisoryLock
 from schema.states import HoldSubject, TombstoneKind
@@ -34,6 +35,7 @@ from schema.tables import (
     legal_holds,
     placements,
     purge_ledger,
+    retention_policies,
     tombstones,
 )
 
@@ -306,22 +308,41 @@ class AlreadyPurged:
 
     purged_conversations: tuple[str, ...]
     erased_authors: tuple[str, ...]
-    fenced_events: int
+    fenced_events: int  # by an event tombstone, an author erasure, or a retention run in scope
+    retention_policies: tuple[str, ...]  # whose runs already expired what they governed in scope
 
 
 def already_purged(conn: Connection, conversation_ids: Sequence[str], authors: Sequence[str]) -> AlreadyPurged:
+    held_conversations, held_authors = list(conversation_ids), list(authors)
     purged = select(tombstones.c.id).where(
         tombstones.c.kind.in_([TombstoneKind.CONVERSATION.value, TombstoneKind.CHANNEL.value]),
-        tombstones.c.id.in_(list(conversation_ids)),
+        tombstones.c.id.in_(held_conversations),
     )
-    erased = select(author_erasures.c.author).where(author_erasures.c.author.in_(list(authors))).distinct()
-    fenced = exists().where(IS_EVENT_TOMBSTONE, tombstones.c.id == events.c.id)
-    in_scope = events.c.author.in_(list(authors)) | events.c.id.in_(
-        select(placements.c.event_id).where(placements.c.conversation_id.in_(list(conversation_ids)))
+    erased = select(author_erasures.c.author).where(author_erasures.c.author.in_(held_authors)).distinct()
+    placed_in_scope = or_(placements.c.conversation_id.in_(held_conversations), events.c.author.in_(held_authors))
+    expiring = (
+        exists()
+        .where(placements.c.event_id == events.c.id, placed_in_scope)
+        .where(
+            placement_expired(
+                events.c.author, events.c.occurred_at, placements.c.conversation_id, placements.c.created_at
+            )
+        )
+    )
+    fenced = or_(
+        exists().where(IS_EVENT_TOMBSTONE, tombstones.c.id == events.c.id), event_erased(events.c.id), expiring
+    )
+    in_scope = events.c.author.in_(held_authors) | events.c.id.in_(
+        select(placements.c.event_id).where(placements.c.conversation_id.in_(held_conversations))
     )
     counted = select(func.count()).select_from(events).where(in_scope, fenced)
+    policy = retention_policies.c
+    ran = select(policy.policy_id).where(policy.last_purge_id.is_not(None)).order_by(policy.policy_id)
+    if not held_authors:  # a hold on conversations: the policies that governed them
+        ran = ran.where(or_(policy.conversation_id.is_(None), policy.conversation_id.in_(held_conversations)))
     return AlreadyPurged(
         purged_conversations=tuple(sorted(set(conn.scalars(purged)))),
         erased_authors=tuple(sorted(set(conn.scalars(erased)))),
         fenced_events=int(conn.scalar(counted) or 0),
+        retention_policies=tuple(conn.scalars(ran)),
     )

@@ -81,7 +81,8 @@ class Hold(Kind):
 def _repeat(conn: Connection, row: holds.HoldRow, args: Placing) -> Already:
     if row.released_by is not None:
         raise IdReserved(f"legal hold {row.hold_id} was released; a hold id is never reused")
-    if (row.conversation_ids, row.authors) != (tuple(sorted(args.conversation_ids)), tuple(sorted(args.authors))):
+    stored = (sorted(row.conversation_ids), sorted(row.authors))  # by Python's order, never the database's collation
+    if stored != (sorted(args.conversation_ids), sorted(args.authors)):
         raise IdempotencyConflict(
             f"legal hold {row.hold_id} is in force and covers other conversations or authors; place a hold with "
             "another id"
@@ -99,6 +100,11 @@ def _disclosures(conn: Connection, args: Placing) -> tuple[str, ...]:
         said.append(f"Already erased, and not held: content by {_few(found.erased_authors)} in their erased windows.")
     if found.fenced_events:
         said.append(f"Already purged, and not held: {found.fenced_events} events in the hold's scope.")
+    if found.retention_policies:
+        said.append(
+            f"Already expired, and not held: what retention policy {_few(found.retention_policies)} expired in the "
+            "hold's scope before it."
+        )
     return tuple(said)
 
 

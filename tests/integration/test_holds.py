@@ -183,7 +183,7 @@ def test_a_hold_placed_after_a_purge_does_not_undo_it_and_says_so(pk: Pk, world:
     said = " ".join(placed.disclosures)
     assert "does not undo" in said
     assert "conversations c2" in said and "content by cy" in said
-    assert "1 events" in said  # e1, fenced by its content purge
+    assert "2 events" in said  # e1, fenced by its content purge; cy's e4, erased
     assert [e.id for e in pk.read_conversation("c1")] == ["e2", "e3"]  # e1 stays purged; e3 lives on in c1
     with pytest.raises(commands.AuthorErased):
         pk.ingest_event("ch", author="cy", body="back?")
@@ -234,3 +234,24 @@ def test_a_hold_and_a_purge_racing_for_the_same_content_are_serialised(pk: Pk, w
         assert counted == ([f"Already purged, and not held: {purged} events in the hold's scope."] if purged else [])
         pk.release_hold(f"race-hold-{round_}", actor="counsel", reason="next round")
     assert outcomes  # each round was one or the other, whole
+
+
+def test_a_hold_discloses_what_retention_runs_and_erasures_already_removed_in_its_scope(pk: Pk) -> None:
+    """Tried (a review's finding): a retention run accepted over c-a (its fence standing), cy's
+    content erased (an event of cy's in c-b, not yet cleaned up), then a hold on c-a and c-b:
+    its acceptance named neither, as it counted event tombstones only."""
+    from tests.integration.test_retention import ago, set_policy
+
+    pk.create_conversation("c-a")
+    pk.create_conversation("c-b")
+    pk.ingest_event("c-a", author="ada", body="old", occurred_at=ago(40))
+    pk.ingest_event("c-b", author="cy", body="cy's")
+    set_policy(pk, "thirty", 30, "c-a")
+    [run] = pk.run_retention()
+    assert run.purge_id is not None
+    erasure = pk.preview_author_erasure("cy")
+    pk.erase_author("cy", scope_digest=erasure.scope_digest, actor="dpo", reason="GDPR")
+    placed = hold(pk, conversation_ids=["c-a", "c-b"])
+    said = " ".join(placed.disclosures)
+    assert "2 events in the hold's scope" in said  # ada's, expiring from c-a; cy's, erased
+    assert "retention policy thirty" in said
