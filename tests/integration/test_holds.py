@@ -5,6 +5,7 @@ content; what a hold does not undo; and (PostgreSQL) a hold racing a purge."""
 from __future__ import annotations
 
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -255,3 +256,25 @@ def test_a_hold_discloses_what_retention_runs_and_erasures_already_removed_in_it
     said = " ".join(placed.disclosures)
     assert "2 events in the hold's scope" in said  # ada's, expiring from c-a; cy's, erased
     assert "retention policy thirty" in said
+
+
+def test_a_hold_placed_again_is_the_same_hold_under_any_collation(postgres_template: str, tmp_path: Path) -> None:
+    """Tried (a review's finding): a database whose collation orders "adam" before "Zed"
+    (ICU en-US), and the same hold on authors Zed and adam placed twice: the second is the
+    first hold again, not an IdempotencyConflict. PostgreSQL only (``postgres_template``: the
+    server must answer)."""
+    from tests.conftest import _admin_connect, drop_database, postgres_url
+
+    name = f"pk_icu_{uuid.uuid4().hex[:12]}"
+    with _admin_connect() as admin:
+        admin.execute(
+            f"CREATE DATABASE \"{name}\" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+        )
+    try:
+        with commands.open(postgres_url(name), checkpoint_dir=tmp_path / "l", blob_root=tmp_path / "b",
+                           file_root=tmp_path / "f", workers="none") as pk:  # fmt: skip
+            first = pk.place_hold("h", authors=["Zed", "adam"], actor="counsel", reason="r")
+            again = pk.place_hold("h", authors=["adam", "Zed"], actor="counsel", reason="r")
+            assert (again.outcome, again.purge_id) == ("already_purged", first.purge_id)
+    finally:
+        drop_database(name)
