@@ -154,6 +154,7 @@ SQLITE_TRIGGERS = frozenset(
         "pk_legal_hold_subjects_no_update",
         "pk_legal_hold_subjects_no_delete",
         "pk_retention_policies_no_delete",
+        "pk_retention_policies_before_update",
     }
 )
 

@@ -127,6 +127,15 @@ def test_holds_and_policies_are_never_deleted_nor_a_release_undone(pk: Pk) -> No
     refused(pk.db, "UPDATE legal_holds SET released_by = 'another'", ValidationError)
     set_policy(pk, "all", 30)
     refused(pk.db, "DELETE FROM retention_policies", ValidationError)
+    for weakened in (
+        "UPDATE retention_policies SET max_age_seconds = 3153600000",
+        "UPDATE retention_policies SET conversation_id = 'c1'",
+        "UPDATE retention_policies SET policy_id = 'other'",
+    ):
+        refused(pk.db, weakened, ValidationError)
+    far = dt.datetime(2999, 1, 1, tzinfo=dt.UTC)
+    refused(pk.db, "UPDATE retention_policies SET expired_through = :far", ValidationError, far=far)
+    write(pk.db, "UPDATE retention_policies SET next_run_at = :far", far=far)  # the schedule is bookkeeping
     assert [h.hold_id for h in pk.list_holds(include_released=True)] == ["h"] and len(pk.list_retention()) == 1
 
 

@@ -21,8 +21,9 @@
 --   change (a run's window and exemptions are decided by them).
 -- - A retention fence never changes, and is deleted only once nothing it expires is left; its
 --   exemptions are written before it and removed after it, never changed. A legal hold is
---   never deleted and its release never undone; retention policies are never deleted. None
---   of these tables is truncated.
+--   never deleted and its release never undone; retention policies are never deleted, and
+--   what a policy is (scope, max age, end) changes only with a new version. None of these
+--   tables is truncated.
 CREATE FUNCTION pk_placement_expired(ev_author text, ev_at timestamptz, conv_id text, placed_at timestamptz)
 RETURNS boolean LANGUAGE sql STABLE AS $$
     SELECT (SELECT 1 FROM retention_fences f
@@ -279,10 +280,25 @@ FOR EACH ROW EXECUTE FUNCTION pk_legal_hold_subjects_guard();
 -- ;;
 CREATE FUNCTION pk_retention_policies_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'purgekeeper:tombstone_permanent: a retention policy is never deleted; remove it with retention_end';
+    IF TG_OP = 'DELETE' THEN
+        RAISE EXCEPTION 'purgekeeper:tombstone_permanent: a retention policy is never deleted; remove it with retention_end';
+    END IF;
+    -- The scheduler's bookkeeping changes freely; what the policy is changes only with a new
+    -- version (the purge id of its ledger row), and its window never reaches past now.
+    IF NEW.policy_id <> OLD.policy_id
+       OR (NEW.purge_id = OLD.purge_id
+           AND (NEW.conversation_id IS DISTINCT FROM OLD.conversation_id
+                OR NEW.max_age_seconds <> OLD.max_age_seconds
+                OR (OLD.ended_by IS NOT NULL AND NEW.ended_by IS DISTINCT FROM OLD.ended_by))) THEN
+        RAISE EXCEPTION 'purgekeeper:invalid_change: retention policy %: its scope, max age and end change only with a new version', OLD.policy_id;
+    END IF;
+    IF NEW.expired_through IS NOT NULL AND NEW.expired_through > clock_timestamp() THEN
+        RAISE EXCEPTION 'purgekeeper:invalid_change: retention policy %: its window never reaches past now', OLD.policy_id;
+    END IF;
+    RETURN NEW;
 END $$;
 -- ;;
-CREATE TRIGGER pk_retention_policies_guard BEFORE DELETE ON retention_policies
+CREATE TRIGGER pk_retention_policies_guard BEFORE UPDATE OR DELETE ON retention_policies
 FOR EACH ROW EXECUTE FUNCTION pk_retention_policies_guard();
 -- ;;
 CREATE TRIGGER pk_retention_policies_no_truncate BEFORE TRUNCATE ON retention_policies

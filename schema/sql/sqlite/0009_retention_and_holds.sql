@@ -328,3 +328,17 @@ CREATE TRIGGER pk_retention_policies_no_delete BEFORE DELETE ON retention_polici
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:tombstone_permanent: a retention policy is never deleted; remove it with retention_end');
 END;
+-- ;;
+-- The scheduler's bookkeeping changes freely; what the policy is changes only with a new
+-- version (the purge id of its ledger row), and its window never reaches past now.
+CREATE TRIGGER pk_retention_policies_before_update BEFORE UPDATE ON retention_policies
+BEGIN
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a retention policy''s scope, max age and end change only with a new version')
+     WHERE NEW.policy_id IS NOT OLD.policy_id
+        OR (NEW.purge_id IS OLD.purge_id
+            AND (NEW.conversation_id IS NOT OLD.conversation_id
+                 OR NEW.max_age_seconds IS NOT OLD.max_age_seconds
+                 OR (OLD.ended_by IS NOT NULL AND NEW.ended_by IS NOT OLD.ended_by)));
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a retention policy''s window never reaches past now')
+     WHERE NEW.expired_through IS NOT NULL AND NEW.expired_through > strftime('%Y-%m-%d %H:%M:%f999', 'now');
+END;
