@@ -1,7 +1,9 @@
 """Retention policies: confirmed once by a person, then run by the leading scheduler for as
 long as they stand (see ``commands.kinds.retention`` and ``commands.kinds.retention_run``).
 
-A policy's turn, when it is due (``next_run_at``; a new or changed policy is due at once):
+A policy's turn, when it is due (``next_run_at``; a new or changed policy is due at once).
+The due policies whose windows hold nothing to expire take their turns together, in one short
+transaction (``schema.retention.quiet_turns``); each of the others:
 
 1. **Plan**, in a short transaction under the policy's row lock: a run already planned and
    not accepted (its leader died) is taken as it is; otherwise the cutoff is now - max_age on
@@ -122,7 +124,12 @@ class RetentionCommands:
         sweep, and ``resume()`` does): one run accepted per policy with anything to expire."""
         with self.db.read() as conn:
             due = retention.due_policies(conn, limit=DUE_LIMIT)
-        return [self._turn(policy_id) for policy_id in due]
+        if not due:
+            return []
+        quiet = self.db.transact(
+            functools.partial(retention.quiet_turns, policy_ids=due, interval=self.retention_interval)
+        )
+        return [RetentionRunOutcome(p, None, None) if p in quiet else self._turn(p) for p in due]
 
     def _turn(self, policy_id: str) -> RetentionRunOutcome:
         """Plan, accept, schedule (see the module docstring); a failure is logged and left for

@@ -31,6 +31,7 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
+    case,
     delete,
     distinct,
     exists,
@@ -44,6 +45,9 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
 from schema import ledger
 from schema.content import NOT_PURGED, event_erased, live_event, upsert_insert
@@ -228,6 +232,9 @@ def _held_now(kind: Any, subject: Any) -> Any:
 _own = retention_policies.alias("own_policy")
 _HAS_OWN_POLICY = exists().where(_own.c.conversation_id == placements.c.conversation_id, _own.c.ended_by.is_(None))
 _FENCED = or_(exists().where(IS_EVENT_TOMBSTONE, tombstones.c.id == events.c.id), event_erased(events.c.id))
+_JOINED = placements.join(events, events.c.id == placements.c.event_id).join(
+    conversations, conversations.c.id == placements.c.conversation_id
+)
 
 
 def _expiring_now(*, global_scope: bool, windowed: bool) -> Any:
@@ -254,6 +261,89 @@ def _expiring_now(*, global_scope: bool, windowed: bool) -> Any:
 
 def _window_params(conversation_id: str | None, cutoff: dt.datetime, start: dt.datetime | None) -> dict[str, Any]:
     return {"conversation_id": conversation_id, "cutoff": cutoff, "window_start": start}
+
+
+class _cutoff(FunctionElement[Any]):
+    """``now - max_age_seconds`` in the database's own time arithmetic: a policy's cutoff,
+    computed per row."""
+
+    type = UtcDateTime()
+    inherit_cache = True
+    name = "pk_cutoff"
+
+
+@compiles(_cutoff, "postgresql")
+def _cutoff_postgresql(element: _cutoff, compiler: SQLCompiler, **kw: Any) -> str:
+    now, seconds = (compiler.process(clause, **kw) for clause in element.clauses)
+    return f"({now} - make_interval(secs => {seconds}))"
+
+
+@compiles(_cutoff, "sqlite")
+def _cutoff_sqlite(element: _cutoff, compiler: SQLCompiler, **kw: Any) -> str:
+    now, seconds = (compiler.process(clause, **kw) for clause in element.clauses)
+    return f"strftime('%Y-%m-%d %H:%M:%f000', {now}, '-' || {seconds} || ' seconds')"
+
+
+_NOW: Any = bindparam("now", type_=UtcDateTime())
+_due = retention_policies.alias("due_policy")
+_DUE_CUTOFF = _cutoff(_NOW, _due.c.max_age_seconds)
+_LOCK_DUE = (
+    select(_due.c.policy_id, _due.c.conversation_id, _due.c.max_age_seconds, _due.c.expired_through)
+    .where(among(_due.c.policy_id, IDS), _due.c.ended_by.is_(None), _due.c.pending_cutoff.is_(None))
+    .where(_due.c.next_run_at <= _NOW)
+    .order_by(_due.c.policy_id)
+    .with_for_update(of=_due)
+)
+# The due conversation policies with anything to expire in their windows, all in one
+# statement: per policy one EXISTS over its conversation's placements (stopping at the first).
+_BUSY_CONVERSATION_POLICIES = select(_due.c.policy_id).where(
+    among(_due.c.policy_id, IDS),
+    _due.c.conversation_id.is_not(None),
+    exists()
+    .select_from(_JOINED)
+    .where(placements.c.conversation_id == _due.c.conversation_id, NOT_PURGED, not_(_FENCED))
+    .where(events.c.occurred_at < _DUE_CUTOFF)
+    .where(or_(_due.c.expired_through.is_(None), events.c.occurred_at >= _due.c.expired_through))
+    .where(not_(_held_now(_CONVERSATION_KIND, placements.c.conversation_id)))
+    .where(not_(_held_now(_AUTHOR_KIND, events.c.author))),
+)
+
+
+def quiet_turns(conn: Connection, *, policy_ids: Sequence[str], interval: dt.timedelta) -> set[str]:
+    """The turns of these due policies that find nothing to expire, taken together in this
+    transaction (a statement for all the conversation policies, an EXISTS for the global one,
+    one UPDATE): their windows move to now - max_age, their next turns are due an
+    ``interval`` later, and no ledger row is written. Returns them; the others (something to
+    expire, a run planned, or no longer due) are for one turn each."""
+    now = ledger.database_now(conn)
+    rows = conn.execute(_LOCK_DUE, {"ids": list(policy_ids), "now": now}).all()
+    if not rows:
+        return set()
+    _PLAN_LOCK.take(conn, exclusive=True)  # the writers placing events have committed
+    ids = [row.policy_id for row in rows]
+    busy = set(conn.scalars(_BUSY_CONVERSATION_POLICIES, {"ids": ids, "now": now}))
+    for row in rows:
+        if row.conversation_id is None:  # the one global policy: through the events' time index
+            cutoff, start = now - dt.timedelta(seconds=int(row.max_age_seconds)), row.expired_through
+            if (start is None or cutoff > start) and anything_to_expire(
+                conn, conversation_id=None, cutoff=cutoff, start=start
+            ):
+                busy.add(row.policy_id)
+    quiet = [policy_id for policy_id in ids if policy_id not in busy]
+    if quiet:
+        cutoff = _cutoff(_NOW, _POLICY.max_age_seconds)
+        behind = or_(_POLICY.expired_through.is_(None), _POLICY.expired_through < cutoff)
+        conn.execute(
+            update(retention_policies)
+            .where(among(_POLICY.policy_id, IDS))
+            .values(
+                expired_through=case((behind, cutoff), else_=_POLICY.expired_through),
+                last_run_at=ledger.clock(conn),
+                next_run_at=ledger.clock(conn, plus=interval),
+            ),
+            {"ids": quiet, "now": now},
+        )
+    return set(quiet)
 
 
 def anything_to_expire(
@@ -453,9 +543,6 @@ _OWN_POLICY_EXEMPT = _exempt(
 _EXPIRES = and_(
     not_(_exempt("exempt_conversation", _CONVERSATION_KIND, placements.c.conversation_id)),
     not_(_exempt("exempt_author", _AUTHOR_KIND, events.c.author)),
-)
-_JOINED = placements.join(events, events.c.id == placements.c.event_id).join(
-    conversations, conversations.c.id == placements.c.conversation_id
 )
 
 
