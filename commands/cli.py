@@ -129,11 +129,11 @@ def run_command(
 
 
 @contextlib.contextmanager
-def opened() -> Iterator[Purgekeeper]:
+def opened(settings: Settings | None = None, *, role: str = "cli") -> Iterator[Purgekeeper]:
     """A handle on the configured database, with no in-process worker: the one-shot commands
     only accept, read and wake; the worker and scheduler processes (or ``serve``) clean up."""
-    settings = Settings.from_env()
-    db = settings.open_database(role="cli")
+    settings = settings or Settings.from_env()
+    db = settings.open_database(role=role)
     try:
         require_initialised(settings, db)
         settings.make_directories()
@@ -646,29 +646,26 @@ def scheduler() -> None:
         if not settings.broker_url:
             raise ValidationError("purgectl scheduler needs PURGEKEEPER_BROKER_URL; embedded mode runs it in-process")
         failpoints.arm(settings.failpoints)
-        db = settings.open_database(role="scheduler")
-        try:
-            require_initialised(settings, db)
-            settings.make_directories()
-            pk = Purgekeeper(settings, db=db, workers="none")
-        except BaseException:
-            db.dispose()
-            raise
+        with opened(settings, role="scheduler") as pk:
+            lead(pk, settings, settings.broker_url)
     except PurgekeeperError as error:
         fail(error, as_json=False)
+
+
+def lead(pk: Purgekeeper, settings: Settings, broker_url: str) -> None:
+    """The scheduler's loop on ``pk``, until a SIGTERM."""
     loop = Scheduler(
         pk.db,
-        _logged_enqueue(settings.broker_url, pk.database_key),
+        _logged_enqueue(broker_url, pk.database_key),
         interval=settings.sweep_interval,
         resend_after=settings.step_lease,
         after_sweep=pk.scheduler_duties,
-        queued=functools.partial(broker.queued_steps, settings.broker_url, pk.database_key),
+        queued=functools.partial(broker.queued_steps, broker_url, pk.database_key),
     )
     signal.signal(signal.SIGTERM, lambda *_: loop.stop_soon())
     click.echo(f"scheduler {loop.owner}: sweeping every {settings.sweep_interval.total_seconds():g}s", err=True)
     loop.run()
     loop.release()  # a SIGTERM gives the lease up: the next scheduler leads at once
-    pk.close()
 
 
 def _logged_enqueue(broker_url: str, key: str) -> Callable[[Sequence[str]], None]:

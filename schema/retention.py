@@ -331,13 +331,13 @@ def quiet_turns(conn: Connection, *, policy_ids: Sequence[str], interval: dt.tim
                 busy.add(row.policy_id)
     quiet = [policy_id for policy_id in ids if policy_id not in busy]
     if quiet:
-        cutoff = _cutoff(_NOW, _POLICY.max_age_seconds)
-        behind = or_(_POLICY.expired_through.is_(None), _POLICY.expired_through < cutoff)
+        each_cutoff = _cutoff(_NOW, _POLICY.max_age_seconds)
+        behind = or_(_POLICY.expired_through.is_(None), _POLICY.expired_through < each_cutoff)
         conn.execute(
             update(retention_policies)
             .where(among(_POLICY.policy_id, IDS))
             .values(
-                expired_through=case((behind, cutoff), else_=_POLICY.expired_through),
+                expired_through=case((behind, each_cutoff), else_=_POLICY.expired_through),
                 last_run_at=ledger.clock(conn),
                 next_run_at=ledger.clock(conn, plus=interval),
             ),

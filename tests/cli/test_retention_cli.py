@@ -24,6 +24,7 @@ import commands
 from commands import cli
 from tests.cli.test_purgectl import WHO, Purgectl, concurrently, written
 from tests.helpers import settle
+from tests.integration.test_retention import ago, set_policy
 
 Pk = commands.Purgekeeper
 DAY = dt.timedelta(days=1)
@@ -46,10 +47,6 @@ def purgectl(database_url: str, roots: dict[str, Path], tmp_path: Path) -> Purge
     return Purgectl(env)
 
 
-def ago(days: float) -> dt.datetime:
-    return dt.datetime.now(dt.UTC) - days * DAY
-
-
 def seed(pk: Pk) -> None:
     """c1: ada's ``old`` (40 days ago) and ``fresh`` (1 day ago); c2: bob's ``old2`` (40 days)."""
     pk.create_conversation("c1")
@@ -57,18 +54,6 @@ def seed(pk: Pk) -> None:
     pk.ingest_event("c1", author="ada", body="old", event_id="old", occurred_at=ago(40))
     pk.ingest_event("c1", author="ada", body="fresh", event_id="fresh", occurred_at=ago(1))
     pk.ingest_event("c2", author="bob", body="old2", event_id="old2", occurred_at=ago(40))
-
-
-def set_policy(pk: Pk, policy_id: str, days: int, conversation_id: str | None = None) -> commands.Acceptance:
-    preview = pk.preview_retention(max_age=days * DAY, conversation_id=conversation_id)
-    return pk.set_retention(
-        policy_id,
-        max_age=days * DAY,
-        conversation_id=conversation_id,
-        scope_digest=preview.scope_digest,
-        actor="dpo@example.com",
-        reason="retention schedule",
-    )
 
 
 def step(status: dict[str, Any], kind: str) -> dict[str, Any]:
