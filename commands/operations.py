@@ -15,8 +15,7 @@ from sqlalchemy import Connection
 from commands import validation
 from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import LedgerReport, PurgePage, PurgeStatus, StepState
-from schema import ledger, steps
-from schema import purges as pq
+from schema import ledger, purges, steps
 from schema.db import Database
 from schema.errors import InfrastructureError, NotFound, ValidationError
 from schema.states import StepStatus
@@ -105,7 +104,7 @@ class OperatorCommands:
             step_ids = steps.rearm_incomplete(conn, purge_id)
             if not step_ids:
                 raise ValidationError(f"purge {purge_id} has no incomplete step to retry")
-            pq.record_audit(conn, purge_id, action="retry", actor=actor, reason=reason, step_ids=step_ids)
+            purges.record_audit(conn, purge_id, action="retry", actor=actor, reason=reason, step_ids=step_ids)
             return step_ids
 
         self._wake(self.db.transact(work))
@@ -141,7 +140,7 @@ class OperatorCommands:
         if after is not None and (not isinstance(after, int) or isinstance(after, bool) or not 1 <= after < 2**63):
             raise ValidationError("after must be a positive ledger seq (the next_after of a page)")
         with self.db.read() as conn:
-            rows = pq.list_ledger(conn, status=status, limit=limit + 1, before_seq=after)
+            rows = purges.list_ledger(conn, status=status, limit=limit + 1, before_seq=after)
             entries = [ledger.LedgerEntry.from_row(row) for row in rows[:limit]]
             statuses = self._statuses(conn, entries)
         next_after = entries[-1].seq if len(rows) > limit else None
@@ -167,7 +166,7 @@ class OperatorCommands:
 
     def _statuses(self, conn: Connection, entries: Sequence[ledger.LedgerEntry]) -> list[PurgeStatus]:
         by_purge: dict[str, list[Any]] = defaultdict(list)
-        for row in pq.steps_of(conn, [e.purge_id for e in entries]):
+        for row in purges.steps_of(conn, [e.purge_id for e in entries]):
             by_purge[row.purge_id].append(row)
         now = ledger.database_now(conn)
         return [self._status(entry, by_purge[entry.purge_id], now) for entry in entries]

@@ -22,7 +22,7 @@ from commands.kinds.skeleton import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH, Causal,
 from commands.records import Acceptance, AuthorErasurePreview, BotDeletionPreview, RepositoryIdentity
 from commands.scope import EventScope, PurgePreview, aware
 from commands.settings import Settings
-from schema import purges as pq
+from schema import purges
 from schema.db import Database
 from schema.errors import LedgerNotCopied, PurgekeeperError, ValidationError
 from workers import ledger_copy
@@ -187,7 +187,7 @@ class PurgeCommands:
             report, remembered = kind.preview(conn, self._env(), args)
         if remembered is not None:
             digest = report.scope_digest
-            self.db.transact(lambda conn: pq.save_preview(conn, digest, remembered, keep_for=PREVIEW_RETENTION))
+            self.db.transact(lambda conn: purges.save_preview(conn, digest, remembered, keep_for=PREVIEW_RETENTION))
         return report
 
     def _accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:

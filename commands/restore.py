@@ -46,9 +46,7 @@ from sqlalchemy import Connection
 
 from commands import kinds, ledger_rows
 from commands.gate import Gate, GateState
-from schema import ledger
-from schema import purges as pq
-from schema import restore as rq
+from schema import ledger, purges, restore
 from schema.db import Database
 from schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
 from schema.steps import PARKED_UNTIL
@@ -181,7 +179,7 @@ class RestoreCommands:
 
     def _remove_deleted_files(self) -> int:
         with self.db.read() as conn:
-            rows = rq.deleted_blobs(conn)
+            rows = restore.deleted_blobs(conn)
         removed = 0
         for row in rows:
             with contextlib.suppress(ValueError):  # a path that escapes its root is never touched
@@ -351,7 +349,7 @@ def _reapply_fences(conn: Connection, entries: Iterable[ledger.LedgerEntry]) -> 
     """Every fence and tombstone these rows imply, as each kind says (an existing one is kept
     as it is); returns the runs abandoned."""
     kinds.reapply_fences(conn, entries)
-    return rq.abandon_runs_in_purged_scopes(conn)
+    return restore.abandon_runs_in_purged_scopes(conn)
 
 
 def _rearm_cleanup(conn: Connection, entries: Iterable[ledger.LedgerEntry]) -> list[str]:
@@ -362,9 +360,9 @@ def _rearm_cleanup(conn: Connection, entries: Iterable[ledger.LedgerEntry]) -> l
     for entry in entries:
         for kind, parked in kinds.cleanup_left(conn, entry):
             due = PARKED_UNTIL if parked else now
-            step_id = rq.rearm_step(conn, entry.purge_id, kind.value, due=due, note=REARM_NOTE)
+            step_id = restore.rearm_step(conn, entry.purge_id, kind.value, due=due, note=REARM_NOTE)
             if step_id is None:
-                [step_id] = pq.create_steps(conn, entry.purge_id, [kind], parked=[kind] if parked else [])
+                [step_id] = purges.create_steps(conn, entry.purge_id, [kind], parked=[kind] if parked else [])
             if not parked:
                 due_now.append(step_id)
     return due_now

@@ -20,8 +20,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from commands import validation
-from schema import content as q
-from schema import purges as pq
+from schema import content, purges
 from schema.errors import ConversationPurged, NotFound, ValidationError
 from schema.idlists import Ids
 from schema.ledger import canonical_json, sha256_hex, utc_text
@@ -208,11 +207,11 @@ def build_report(conn: Connection, scope: EventScope, *, lock: bool = False) -> 
     (confirmation), the conversations and then the events are locked exclusively first, in id
     order, and the report is read under those locks."""
     event_ids, rows = _select_events(conn, scope, lock=lock)
-    found = pq.report_rows(conn, event_ids)
+    found = purges.report_rows(conn, event_ids)
     placements = _group(found.placements, "event_id", "conversation_id")
     events = []
     hashed_events = []  # what _hashable makes of each event, made here in the same pass
-    for event_id, provider_id, author, occurred_at, fenced in rows:  # pq.event_rows' columns
+    for event_id, provider_id, author, occurred_at, fenced in rows:  # purges.event_rows' columns
         where = tuple(placements[event_id])
         events.append(PreviewEvent(event_id, provider_id, author, occurred_at, where, bool(fenced)))
         hashed_events.append(_hashed_event(event_id, provider_id, author, occurred_at, where))
@@ -241,8 +240,8 @@ def _select_events(conn: Connection, scope: EventScope, *, lock: bool) -> tuple[
     if scope.event_ids is not None:
         chosen = Ids(sorted(scope.event_ids))  # bound to every statement of the report, encoded once
         if lock:
-            pq.lock_conversations_of(conn, chosen)
-        rows = pq.event_rows(conn, chosen, lock=lock)
+            purges.lock_conversations_of(conn, chosen)
+        rows = purges.event_rows(conn, chosen, lock=lock)
         missing = sorted(set(chosen) - {r.id for r in rows})
         if missing:
             raise NotFound(f"no event {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
@@ -251,14 +250,14 @@ def _select_events(conn: Connection, scope: EventScope, *, lock: bool) -> tuple[
     require_purgeable_conversation(conn, conversation_id)
     ids = _events_in_scope(conn, scope)
     if lock:  # events placed before the lock are re-read under it
-        pq.lock_conversations(conn, [conversation_id, *pq.conversations_of(conn, ids)])
+        purges.lock_conversations(conn, [conversation_id, *purges.conversations_of(conn, ids)])
         ids = _events_in_scope(conn, scope)
     selected = Ids(ids)
-    return selected, pq.event_rows(conn, selected, lock=lock)
+    return selected, purges.event_rows(conn, selected, lock=lock)
 
 
 def _events_in_scope(conn: Connection, scope: EventScope) -> list[str]:
-    ids = pq.events_in_conversation(
+    ids = purges.events_in_conversation(
         conn,
         scope.conversation_id or "",
         after=scope.after,
@@ -278,9 +277,9 @@ def _events_in_scope(conn: Connection, scope: EventScope) -> list[str]:
 
 def require_purgeable_conversation(conn: Connection, conversation_id: str) -> None:
     """NotFound for an unknown conversation, ConversationPurged for a purged one."""
-    if q.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
+    if content.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
         raise ConversationPurged(f"conversation {conversation_id} is already purged")
-    row = q.conversation_row(conn, conversation_id)
+    row = content.conversation_row(conn, conversation_id)
     if row is None:
         raise NotFound(f"no conversation {conversation_id}")
     if row.state == ConversationState.PURGED:
@@ -315,7 +314,7 @@ def _derivatives(rows: Sequence[Any]) -> tuple[PreviewDerivative, ...]:
     return tuple(PreviewDerivative(d.id, d.conversation_id, d.kind, tuple(sources[d.id])) for d in found.values())
 
 
-def _attachments(found: pq.ReportRows) -> tuple[tuple[PreviewAttachment, ...], tuple[PreviewAttachment, ...]]:
+def _attachments(found: purges.ReportRows) -> tuple[tuple[PreviewAttachment, ...], tuple[PreviewAttachment, ...]]:
     """Split into exclusive (bytes deleted) and shared (bytes kept, other references named)."""
     rows = found.attachments
     others: dict[str, list[Reference]] = defaultdict(list)

@@ -21,9 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from schema import authors, ledger, retention, steps
-from schema import cleanup as q
-from schema import purges as pq
+from schema import authors, cleanup, ledger, purges, retention, steps
 from schema.db import Database, bound_lock_waits, commit_without_flush
 from schema.errors import LockTimeout
 from schema.states import StepKind
@@ -163,7 +161,7 @@ def null_fenced_content(ctx: StepContext, held: steps.Claim, entry: ledger.Ledge
 
 
 def _null_batch(conn: Connection, *, event_ids: list[str], remaining: int) -> dict[str, Any]:
-    return {"removed": q.null_content_of(conn, event_ids), "remaining": remaining, "done": remaining == 0}
+    return {"removed": cleanup.null_content_of(conn, event_ids), "remaining": remaining, "done": remaining == 0}
 
 
 def empty_conversation(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
@@ -181,7 +179,7 @@ def empty_conversation(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
 def _empty_batch(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
     """The next events of the conversation; once its events are all done, its runs and
     derivatives in the same transaction."""
-    placed = q.placed_events(conn, conversation_id, limit=limit + 1)  # one more: is there a next batch?
+    placed = cleanup.placed_events(conn, conversation_id, limit=limit + 1)  # one more: is there a next batch?
     if len(placed) > limit:
         return _empty_events(conn, placed[:limit], purge_id=purge_id, conversation_id=conversation_id)
     done = _empty_events(conn, placed, purge_id=purge_id, conversation_id=conversation_id)
@@ -192,11 +190,11 @@ def _empty_batch(conn: Connection, *, purge_id: str, conversation_id: str, limit
 def _empty_events(conn: Connection, placed: list[str], *, purge_id: str, conversation_id: str) -> dict[str, Any]:
     if not placed:
         return {"removed": 0}
-    live_elsewhere = q.live_elsewhere(conn, placed, conversation_id)
+    live_elsewhere = cleanup.live_elsewhere(conn, placed, conversation_id)
     shared = sorted(live_elsewhere)
     only_here = [event_id for event_id in placed if event_id not in live_elsewhere]
-    q.tombstone_events(conn, purge_id, only_here)
-    removed = q.null_content_of(conn, only_here) + q.remove_placements(conn, conversation_id, placed)
+    cleanup.tombstone_events(conn, purge_id, only_here)
+    removed = cleanup.null_content_of(conn, only_here) + cleanup.remove_placements(conn, conversation_id, placed)
     return {
         "removed": removed,
         "retained": len(shared),
@@ -207,8 +205,8 @@ def _empty_events(conn: Connection, placed: list[str], *, purge_id: str, convers
 def _delete_rows(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
     """A batch of the conversation's runs (with their admissions) and derivatives; once none
     are left, the attachments step is unparked in the same transaction."""
-    runs = q.delete_runs_batch(conn, conversation_id, limit=limit)
-    derived = q.delete_derivatives_batch(conn, conversation_id, limit=limit)
+    runs = cleanup.delete_runs_batch(conn, conversation_id, limit=limit)
+    derived = cleanup.delete_derivatives_batch(conn, conversation_id, limit=limit)
     more = runs >= limit or derived >= limit
     wake = [] if more else steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value)
     return {"removed": runs + derived, "more": more, "wake": wake}
@@ -319,12 +317,12 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
 
 
 def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: int, first: bool) -> dict[str, Any]:
-    rows = q.lock_candidate_blobs(conn, purge_id, after=after, limit=limit)
+    rows = cleanup.lock_candidate_blobs(conn, purge_id, after=after, limit=limit)
     ids = [row.id for row in rows]
-    live = q.live_referenced(conn, ids) if ids else set()
+    live = cleanup.live_referenced(conn, ids) if ids else set()
     shared = sorted(blob_id for blob_id in ids if blob_id in live)
     doomed = [row for row in rows if row.id not in live]
-    q.mark_deleting(conn, [row.id for row in doomed])
+    cleanup.mark_deleting(conn, [row.id for row in doomed])
     last = len(ids) < limit  # a short batch is the last one
     return {
         "retained": len(shared),
@@ -337,7 +335,7 @@ def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: in
 
 
 def _mark_deleted(conn: Connection, *, blob_ids: list[str], last: bool) -> dict[str, Any]:
-    marked = q.mark_deleted(conn, blob_ids)
+    marked = cleanup.mark_deleted(conn, blob_ids)
     return {"removed": marked, "done": last}
 
 
@@ -374,7 +372,7 @@ def _nothing_left(ctx: StepContext, held: steps.Claim, repository: Path) -> Ran:
     false."""
     with ctx.db.read() as conn:
         set_aside = steps.remaining_of(conn, held.step_id) == 1
-        erased_around = any(Path(path) in repository.parents for path in pq.erased_repositories(conn))
+        erased_around = any(Path(path) in repository.parents for path in purges.erased_repositories(conn))
     if not (set_aside or erased_around):
         raise NotProvable("unresolved", f"{repository} is gone, and purgekeeper did not remove it")
     return _memory_done(ctx, held, removed=1)
@@ -387,7 +385,7 @@ def _memory_done(ctx: StepContext, held: steps.Claim, *, removed: int) -> Ran:
 
 def _prove(ctx: StepContext, repository: Path, bot_id: str, marker_id: Any) -> None:
     with ctx.db.read() as conn:
-        others = pq.kept_repositories(conn, except_bot=bot_id)
+        others = purges.kept_repositories(conn, except_bot=bot_id)
     verdict = memory.prove_ownership(
         repository,
         bot_id=bot_id,

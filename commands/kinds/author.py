@@ -35,9 +35,7 @@ from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
 from commands.records import AuthorErasurePreview, ConversationCount, ErasureTotals, SharedAttachment
 from commands.scope import DISCLOSURES
-from schema import authors, holds, ledger
-from schema import purges as pq
-from schema import restore as rq
+from schema import authors, holds, ledger, purges, restore
 from schema.errors import StaleConfirmation
 from schema.ledger import canonical_json, sha256_hex, utc_text
 from schema.states import PurgeKind, StepKind
@@ -98,7 +96,7 @@ class Author(Kind):
 
     def decide(self, conn: Connection, env: Env, args: Confirmation, locked: dt.datetime) -> Decision | Already:
         window, end = args.window, locked
-        saved = pq.saved_preview(conn, args.scope_digest)
+        saved = purges.saved_preview(conn, args.scope_digest)
         if saved is None or saved.get("author_erasure") != _window_key(window):
             raise StaleConfirmation(
                 f"no preview of the erasure of {window.author} with this window has this digest (a preview is "
@@ -138,7 +136,7 @@ class Author(Kind):
         if authors.content_left(conn, str(entry.selectors["author"]), _window_end(entry.selectors)):
             # the bodies step fences the events again, then unparks attachments
             return [(StepKind.BODIES, False), (StepKind.ATTACHMENTS, True)]
-        return [(StepKind.ATTACHMENTS, False)] if rq.bytes_left(conn, entry.purge_id) else []
+        return [(StepKind.ATTACHMENTS, False)] if restore.bytes_left(conn, entry.purge_id) else []
 
 
 def _report(conn: Connection, window: Window, end: dt.datetime) -> AuthorErasurePreview:

@@ -16,9 +16,7 @@ from sqlalchemy import Connection
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
 from commands.records import BotDeletionPreview, MemoryPreview, RepositoryIdentity
-from schema import content as q
-from schema import holds, ledger
-from schema import purges as pq
+from schema import content, holds, ledger, purges
 from schema.errors import MemoryErasureUnavailable, NotFound
 from schema.states import PurgeKind, StepKind, TombstoneKind
 from workers import memory
@@ -48,10 +46,10 @@ class Bot(Kind):
 
     def preview(self, conn: Connection, env: Env, bot_id: str) -> tuple[BotDeletionPreview, None]:
         """What deleting the bot does, and whether its Memory can be erased (with the reason)."""
-        bot = q.bot_row(conn, bot_id)
+        bot = content.bot_row(conn, bot_id)
         if bot is None:
             raise NotFound(f"no bot {bot_id}")
-        blocking = pq.active_run_ids(conn, bot_id=bot_id)
+        blocking = purges.active_run_ids(conn, bot_id=bot_id)
         verdict = _ownership(conn, env, bot)
         identity = RepositoryIdentity(bot.memory_path, bot.marker_id) if bot.memory_path and bot.marker_id else None
         memory_preview = MemoryPreview(bot.memory_path, verdict.provable, verdict.reason, verdict.detail, identity)
@@ -70,17 +68,17 @@ class Bot(Kind):
             raise fields.RowInvalid("a bot row with erase_memory needs its memory_path and marker_id")
 
     def lock(self, conn: Connection, env: Env, args: Request) -> Any:
-        bot = pq.lock_bot(conn, args.bot_id)
+        bot = purges.lock_bot(conn, args.bot_id)
         if bot is None:
             raise NotFound(f"no bot {args.bot_id}")
         return bot
 
     def decide(self, conn: Connection, env: Env, args: Request, locked: Any) -> Decision | Already:
         bot = locked
-        done = pq.tombstone_of(conn, TombstoneKind.BOT, args.bot_id)
+        done = purges.tombstone_of(conn, TombstoneKind.BOT, args.bot_id)
         if done:
             return skeleton.already(done)
-        skeleton.refuse_active_runs(pq.active_run_ids(conn, bot_id=args.bot_id))
+        skeleton.refuse_active_runs(purges.active_run_ids(conn, bot_id=args.bot_id))
         if args.erase_memory:
             held = holds.holds_of_bot(conn, args.bot_id)
             skeleton.refuse_held(held, f"the conversations of bot {args.bot_id}, whose Memory erasure was asked for")
@@ -95,8 +93,8 @@ class Bot(Kind):
 
     def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
         if selectors.get("erase_memory"):  # first: once the tombstone is in, the bot row is final
-            pq.mark_memory_erasure(conn, str(selectors["bot_id"]))
-        pq.insert_tombstones(conn, purge_id, {TombstoneKind.BOT: [selectors["bot_id"]]})
+            purges.mark_memory_erasure(conn, str(selectors["bot_id"]))
+        purges.insert_tombstones(conn, purge_id, {TombstoneKind.BOT: [selectors["bot_id"]]})
 
     def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
         selectors = entry.selectors
@@ -116,7 +114,7 @@ def _ownership(conn: Connection, env: Env, bot: Any) -> memory.Ownership:
         bot_id=bot.id,
         marker_id=bot.marker_id,
         memory_roots=env.settings.memory_roots,
-        other_repositories=pq.kept_repositories(conn, except_bot=bot.id),
+        other_repositories=purges.kept_repositories(conn, except_bot=bot.id),
     )
 
 

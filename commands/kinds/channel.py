@@ -10,8 +10,7 @@ from sqlalchemy import Connection
 
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
-from schema import ledger
-from schema import purges as pq
+from schema import ledger, purges
 from schema.errors import NotFound, ValidationError
 from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
 
@@ -26,7 +25,7 @@ class Channel(Kind):
         fields.require_id(selectors, "channel_id")
 
     def lock(self, conn: Connection, env: Env, args: str) -> Any:
-        row = pq.lock_conversation(conn, args)
+        row = purges.lock_conversation(conn, args)
         if row is None:
             raise NotFound(f"no channel {args}")
         if row.kind != ConversationKind.CHANNEL:
@@ -34,13 +33,13 @@ class Channel(Kind):
         return row
 
     def decide(self, conn: Connection, env: Env, args: str, locked: Any) -> Decision | Already:
-        done = pq.tombstone_of(conn, TombstoneKind.CHANNEL, args) or pq.tombstone_of(
+        done = purges.tombstone_of(conn, TombstoneKind.CHANNEL, args) or purges.tombstone_of(
             conn, TombstoneKind.CONVERSATION, args
         )
         return skeleton.already(done) if done else Decision({"channel_id": args})
 
     def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
-        pq.insert_tombstones(conn, purge_id, {TombstoneKind.CHANNEL: [selectors["channel_id"]]})
+        purges.insert_tombstones(conn, purge_id, {TombstoneKind.CHANNEL: [selectors["channel_id"]]})
 
     def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
         return []  # nothing was removed, so nothing can come back

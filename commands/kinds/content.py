@@ -12,9 +12,7 @@ from sqlalchemy import Connection
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
 from commands.scope import EventScope, PurgePreview, build_report, describe_changes
-from schema import authors, ledger
-from schema import purges as pq
-from schema import restore as rq
+from schema import authors, ledger, purges, restore
 from schema.errors import StaleConfirmation
 from schema.states import PurgeKind, StepKind, TombstoneKind
 from workers import cleanup
@@ -52,10 +50,13 @@ class Content(Kind):
         hold_ids = sorted({hold_id for mark in held for hold_id in mark.hold_ids})
         skeleton.refuse_held(hold_ids, f"events {_few([mark.event_id for mark in held])}")
         if report.scope_digest != args.scope_digest:
-            raise StaleConfirmation(describe_changes(pq.saved_preview(conn, args.scope_digest), report))
+            raise StaleConfirmation(describe_changes(purges.saved_preview(conn, args.scope_digest), report))
         skeleton.refuse_active_runs([r.id for r in report.blocking_runs])
         if not fresh:  # fenced by event tombstones, or by an author erasure not cleaned up yet
-            found = [pq.latest_covering_purge(conn, report.event_ids), authors.covering_erasure(conn, report.event_ids)]
+            found = [
+                purges.latest_covering_purge(conn, report.event_ids),
+                authors.covering_erasure(conn, report.event_ids),
+            ]
             return skeleton.already(max((row for row in found if row is not None), key=lambda row: row.seq or 0))
         event_ids = sorted(fresh_ids)
         attachments = report.exclusive_attachments + report.shared_attachments
@@ -69,7 +70,7 @@ class Content(Kind):
         return Decision(selectors, steps, digest=report.scope_digest, touched=report.conversation_ids)
 
     def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
-        pq.insert_tombstones(
+        purges.insert_tombstones(
             conn,
             purge_id,
             {
@@ -80,9 +81,9 @@ class Content(Kind):
 
     def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
         needed = []
-        if rq.content_left(conn, list(entry.selectors.get("event_ids", []))):
+        if restore.content_left(conn, list(entry.selectors.get("event_ids", []))):
             needed.append((StepKind.BODIES, False))
-        if rq.bytes_left(conn, entry.purge_id):
+        if restore.bytes_left(conn, entry.purge_id):
             needed.append((StepKind.ATTACHMENTS, False))
         return needed
 

@@ -11,9 +11,7 @@ from sqlalchemy import Connection
 
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
-from schema import holds, ledger
-from schema import purges as pq
-from schema import restore as rq
+from schema import holds, ledger, purges, restore
 from schema.errors import VersionConflict
 from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
 from workers import cleanup
@@ -40,13 +38,13 @@ class Conversation(Kind):
         fields.flag(selectors, "reserved_absent_id")
 
     def lock(self, conn: Connection, env: Env, args: Request) -> Any:
-        return pq.lock_conversation(conn, args.conversation_id)
+        return purges.lock_conversation(conn, args.conversation_id)
 
     def decide(self, conn: Connection, env: Env, args: Request, locked: Any) -> Decision | Already:
         """The tombstone first: a repeat is ``already_purged``, even with the original
         expected version."""
         row, conversation_id = locked, args.conversation_id
-        done = pq.tombstone_of(conn, TombstoneKind.CONVERSATION, conversation_id)
+        done = purges.tombstone_of(conn, TombstoneKind.CONVERSATION, conversation_id)
         if done:
             return skeleton.already(done)
         if row is not None and args.expected_version is not None and row.version != args.expected_version:
@@ -54,7 +52,7 @@ class Conversation(Kind):
                 f"conversation {conversation_id} is at version {row.version}, not {args.expected_version}"
             )
         if row is not None:
-            skeleton.refuse_active_runs(pq.active_run_ids(conn, conversation_ids=[conversation_id]))
+            skeleton.refuse_active_runs(purges.active_run_ids(conn, conversation_ids=[conversation_id]))
             skeleton.refuse_held(holds.holds_of_conversation(conn, conversation_id), f"conversation {conversation_id}")
         selectors = {
             "conversation_id": conversation_id,
@@ -68,10 +66,10 @@ class Conversation(Kind):
         return Decision(selectors, (StepKind.BODIES, StepKind.ATTACHMENTS), parked=(StepKind.ATTACHMENTS,))
 
     def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
-        pq.insert_tombstones(conn, purge_id, {TombstoneKind.CONVERSATION: [selectors["conversation_id"]]})
+        purges.insert_tombstones(conn, purge_id, {TombstoneKind.CONVERSATION: [selectors["conversation_id"]]})
 
     def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
-        if rq.conversation_left(conn, str(entry.selectors["conversation_id"]), entry.purge_id):
+        if restore.conversation_left(conn, str(entry.selectors["conversation_id"]), entry.purge_id):
             # the bodies step fences the events placed only here, then unparks attachments
             return [(StepKind.BODIES, False), (StepKind.ATTACHMENTS, True)]
-        return [(StepKind.ATTACHMENTS, False)] if rq.bytes_left(conn, entry.purge_id) else []
+        return [(StepKind.ATTACHMENTS, False)] if restore.bytes_left(conn, entry.purge_id) else []

@@ -28,8 +28,7 @@ from commands.kinds import fields
 from commands.kinds.base import Already, Decision, Env, Kind
 from commands.records import ConversationCount, RetentionPreview
 from commands.scope import DISCLOSURES, require_purgeable_conversation
-from schema import ledger, retention
-from schema import purges as pq
+from schema import ledger, purges, retention
 from schema.errors import PolicyConflict, StaleConfirmation, ValidationError
 from schema.ledger import canonical_json, sha256_hex
 from schema.states import PurgeKind, StepKind
@@ -112,7 +111,7 @@ class Retention(Kind):
 
     def decide(self, conn: Connection, env: Env, args: Setting, locked: Any) -> Decision | Already:
         definition, row = args.definition, locked
-        saved = pq.saved_preview(conn, args.scope_digest)
+        saved = purges.saved_preview(conn, args.scope_digest)
         if args.scope_digest != digest_of(definition) or saved is None or saved.get("retention") != _key(definition):
             raise StaleConfirmation(
                 "no preview of this policy's definition (scope and max_age) has this digest (a preview is kept "

@@ -30,8 +30,7 @@ from sqlalchemy import Connection
 
 from commands.kinds import fields
 from commands.kinds.base import Already, Decision, Env, Kind
-from schema import holds, ledger, retention
-from schema import restore as rq
+from schema import holds, ledger, restore, retention
 from schema.errors import NotFound, ValidationError
 from schema.ledger import utc_text
 from schema.states import Exemption, HoldSubject, PurgeKind, StepKind
@@ -127,11 +126,11 @@ class RetentionRun(Kind):
         unparks attachments). Nothing back: its fence, written again by the merge, goes now
         (the triggers check that nothing it expires is left)."""
         run = retention.Fence.of(entry.purge_id, entry.selectors)
-        if retention.expiring_left(conn, run) or rq.fenced_content_left(conn, entry.purge_id):
+        if retention.expiring_left(conn, run) or restore.fenced_content_left(conn, entry.purge_id):
             return [(StepKind.BODIES, False), (StepKind.ATTACHMENTS, True)]
         if retention.fence_exists(conn, entry.purge_id):
             retention.drop_fence(conn, entry.purge_id)
-        return [(StepKind.ATTACHMENTS, False)] if rq.bytes_left(conn, entry.purge_id) else []
+        return [(StepKind.ATTACHMENTS, False)] if restore.bytes_left(conn, entry.purge_id) else []
 
 
 def exemptions(selectors: Mapping[str, Any]) -> list[tuple[str, str, str]]:

@@ -29,8 +29,7 @@ from sqlalchemy import Connection
 from commands import validation
 from commands.kinds.base import Already, Env, Kind
 from commands.records import Acceptance
-from schema import holds, ledger
-from schema import purges as pq
+from schema import holds, ledger, purges
 from schema.errors import ActiveRuns, IdempotencyConflict, LegalHold
 
 MAX_ACTOR_LENGTH = 200
@@ -71,12 +70,12 @@ def accept(
     """One acceptance of ``kind`` (see the module docstring); returns it and the steps to wake."""
     if kind.policy_lock is not None:
         holds.lock_policies(conn, exclusive=kind.policy_lock == "exclusive")
-    replay = _replay(conn, causal, kind, request)
+    replay = _replayed(conn, causal, kind, request)
     if replay:
         return replay, []
     locked = kind.lock(conn, env, args)
     head = _head(conn, env) if kind.head_first else None
-    replay = _replay(conn, causal, kind, request)  # again under the locks: a twin that won the race
+    replay = _replayed(conn, causal, kind, request)  # again under the locks: a twin that won the race
     if replay:
         return replay, []
     decision = kind.decide(conn, env, args, locked)
@@ -84,9 +83,9 @@ def accept(
         return Acceptance(decision.purge_id, decision.seq, "already_purged", decision.disclosures), []
     purge_id = uuid.uuid4().hex
     kind.fence(conn, purge_id, decision.selectors)
-    steps = pq.create_steps(conn, purge_id, decision.steps, parked=decision.parked)
+    steps = purges.create_steps(conn, purge_id, decision.steps, parked=decision.parked)
     if decision.touched:
-        pq.bump_versions(conn, decision.touched)
+        purges.bump_versions(conn, decision.touched)
     selectors = {**decision.selectors, "request": request}
     entry = ledger.append(
         conn,
@@ -129,7 +128,7 @@ def _head(conn: Connection, env: Env) -> ledger.Head:
     return head
 
 
-def _replay(conn: Connection, causal: Causal, kind: Kind, request: dict[str, Any]) -> Acceptance | None:
+def _replayed(conn: Connection, causal: Causal, kind: Kind, request: dict[str, Any]) -> Acceptance | None:
     """The original acceptance for a repeated idempotency key, or a conflict. A key names
     one request: its kind, what it asked for, and who asked and why; any other request with
     the same key is an IdempotencyConflict."""

@@ -32,7 +32,7 @@ from sqlalchemy import text
 import commands
 from commands import EventScope, NewAttachment
 from commands.settings import Settings
-from commands.webauth import COOKIE_NAME
+from commands.web.auth import COOKIE_NAME
 from tests import helpers
 from tests.conftest import ON_CI
 from workers import runner

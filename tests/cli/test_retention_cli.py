@@ -22,6 +22,7 @@ from click.testing import CliRunner
 
 import commands
 from commands import cli
+from commands.cli import options
 from tests.cli.test_purgectl import WHO, Purgectl, concurrently, written
 from tests.helpers import settle
 from tests.integration.test_retention import ago, set_policy
@@ -192,16 +193,16 @@ DURATIONS = [
 
 @pytest.mark.parametrize(("given", "seconds", "shown"), DURATIONS)
 def test_durations_read_and_print_back(given: str, seconds: int, shown: str) -> None:
-    duration = cli.Duration().convert(given, None, None)
+    duration = options.Duration().convert(given, None, None)
     assert duration == dt.timedelta(seconds=seconds)
-    assert cli.duration_text(duration) == shown
-    assert cli.Duration().convert(shown, None, None) == duration
+    assert options.duration_text(duration) == shown
+    assert options.Duration().convert(shown, None, None) == duration
 
 
 @pytest.mark.parametrize("given", ["", "d", "30 d", "30D", "1.5h", "+3d", "3d4h", "\u0663d", "9" * 13, "P30D"])
 def test_anything_else_is_not_a_duration(given: str) -> None:
     with pytest.raises(click.BadParameter, match="is not a duration"):
-        cli.Duration().convert(given, None, None)
+        options.Duration().convert(given, None, None)
 
 
 def test_help_lists_the_retention_and_hold_commands() -> None:

@@ -29,10 +29,10 @@ from sqlalchemy import select, text
 
 import commands
 from commands import EventScope, NewAttachment
-from commands.http import MAX_JSON_DEPTH, MAX_WAIT_SECONDS, OPERATOR_TAG, create_app
-from commands.server import DEMO_BOT, DEMO_PURGED_EVENT, LOOPBACK, resolve_access, seed_demo
+from commands.http.app import MAX_JSON_DEPTH, MAX_WAIT_SECONDS, OPERATOR_TAG, create_app
+from commands.http.server import DEMO_BOT, DEMO_PURGED_EVENT, LOOPBACK, resolve_access, seed_demo
 from commands.settings import Settings
-from commands.webauth import TOKEN_FILE_NAME, Tokens
+from commands.web.auth import TOKEN_FILE_NAME, Tokens
 from schema import ledger
 from schema.tables import metadata
 
@@ -823,7 +823,7 @@ def test_serve_seeds_serves_and_stops_on_sigterm(tmp_path: Path, backend: str) -
         port = probe.getsockname()[1]
     env = {**os.environ, "PURGEKEEPER_DATA_DIR": str(tmp_path / "data")}
     script = (
-        "from commands.server import serve; from commands.settings import Settings; "
+        "from commands.http.server import serve; from commands.settings import Settings; "
         f"serve(Settings.from_env(), host='0.0.0.0', port={port}, demo=True); print('closed')"
     )
     process = subprocess.Popen(

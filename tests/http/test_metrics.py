@@ -18,8 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import bindparam, event, text
 
 import commands
-from commands import EventScope, NewAttachment, metrics
-from commands.webauth import Tokens
+from commands import EventScope, NewAttachment
+from commands.web import metrics
+from commands.web.auth import Tokens
 from schema import ledger
 from schema.tables import UtcDateTime
 from tests.helpers import FailingStore, scalar, settle

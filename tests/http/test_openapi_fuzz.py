@@ -22,7 +22,7 @@ from schemathesis import GenerationMode
 import commands
 from commands import NewAttachment
 from commands.http import create_app
-from commands.webauth import Tokens
+from commands.web.auth import Tokens
 from tests.http.test_http_api import ENDPOINTS
 
 TOKEN = "fuzz-host-token"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import commands
-from commands.http import OPERATOR_TAG
+from commands.http.app import OPERATOR_TAG
 from tests.helpers import scalar, settle
 from tests.http.test_http_api import AS_HOST, AS_OPERATOR, WHO, TestClient, make_client, ok, refused
 

@@ -24,8 +24,9 @@ from hypothesis import strategies as st
 from sqlalchemy import bindparam, text
 
 import commands
-from commands import EventScope, NewAttachment, status_page
-from commands.webauth import COOKIE_NAME, Tokens
+from commands import EventScope, NewAttachment
+from commands.web import status as status_page
+from commands.web.auth import COOKIE_NAME, Tokens
 from schema.tables import UtcDateTime
 from tests.helpers import FailingStore, settle
 

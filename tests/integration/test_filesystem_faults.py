@@ -24,8 +24,10 @@ import pytest
 from fastapi import FastAPI
 
 import commands
-from commands import EventScope, NewAttachment, metrics, status_page
-from commands.webauth import Tokens
+from commands import EventScope, NewAttachment
+from commands.web import metrics
+from commands.web import status as status_page
+from commands.web.auth import Tokens
 from tests.helpers import settle
 from workers import checkpoint, failpoints
 

@@ -23,7 +23,7 @@ import pytest
 import commands
 from commands import EventScope, NewAttachment
 from commands.http import create_app
-from commands.webauth import Tokens
+from commands.web.auth import Tokens
 from tests.integration.test_read_gate import Backups
 from workers import failpoints
 from workers.ledger_copy import LedgerCopy

@@ -21,9 +21,11 @@ from fastapi import FastAPI
 from sqlalchemy import select
 
 import commands
-from commands import EventScope, NewAttachment, metrics, status_page
+from commands import EventScope, NewAttachment
 from commands.http import create_app
-from commands.webauth import Tokens
+from commands.web import metrics
+from commands.web import status as status_page
+from commands.web.auth import Tokens
 from schema.tables import metadata
 from tests.helpers import POLICY, settle
 from tests.integration.test_read_gate import Backups

@@ -49,7 +49,7 @@ from sqlalchemy import Connection, and_, distinct, func, or_, select
 from commands.handle import Purgekeeper
 from commands.records import LedgerReport
 from commands.surface import error_body, http_status
-from commands.webauth import Tokens, bearer
+from commands.web.auth import Tokens, bearer
 from schema import ledger, retention
 from schema.errors import MessagingUnavailable, PurgekeeperError
 from schema.states import StepKind, StepStatus

@@ -48,9 +48,9 @@ itself, retention policies and legal holds) are operator endpoints. The retentio
 operations carry an explicit ``operationId``: the command's name. A policy's ``max_age`` is
 sent as ``max_age_seconds`` and returned as ``max_age`` in seconds; the lists come back as
 ``{"policies": [...]}`` and ``{"holds": [...]}``. ``/status`` and ``/metrics`` come from
-``commands.status_page`` and ``commands.metrics`` and do their own authentication.
+``commands.web.status`` and ``commands.web.metrics`` and do their own authentication.
 
-Authentication (``commands.webauth``): every ``/v1`` request needs ``Authorization: Bearer
+Authentication (``commands.web.auth``): every ``/v1`` request needs ``Authorization: Bearer
 <token>``, checked before the body is read. Host endpoints take the host or the operator
 token; operator endpoints take the operator token when one is configured, else the host
 token. A missing or wrong token is ``401 {"error": "unauthorized"}``. ``/openapi.json`` and
@@ -102,29 +102,24 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, StrictBool
 from starlette.background import BackgroundTask
-from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.routing import Match
-from starlette.types import ASGIApp, Message, Receive, Send
-from starlette.types import Scope as AsgiScope
 
 from commands import surface, validation
 from commands.attachments import NewAttachment
 from commands.handle import Purgekeeper
 from commands.holds import MAX_HOLD_SUBJECTS
+from commands.http.guard import API_PREFIX, RequestGuard
 from commands.kinds.retention import MAX_AGE_LIMIT
 from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import RepositoryIdentity
 from commands.scope import MAX_SCOPE_EVENTS, EventScope
-from commands.webauth import Tokens, bearer
-from schema import content as q
+from commands.web.auth import Tokens
+from schema import content
 from schema.errors import ConversationPurged, NotFound, PurgekeeperError, ValidationError
 from schema.states import ConversationState, TombstoneKind
 
 log = logging.getLogger(__name__)
 
-API_PREFIX = "/v1"
-MERGE_PATH = f"{API_PREFIX}/ledger/merge"
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 DEFAULT_MAX_UPLOAD_BYTES = 64 * 1_048_576
 MAX_WAIT_SECONDS = 30.0
@@ -134,7 +129,7 @@ MAX_PATH_LENGTH = 4096
 MAX_SEQ = 2**63 - 1
 MAX_DETAIL_LENGTH = 500
 OPERATOR_TAG = "operator"
-WEB_ROUTER_MODULES = ("commands.status_page", "commands.metrics")
+WEB_ROUTER_MODULES = ("commands.web.status", "commands.web.metrics")
 ORIGIN = "http"
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]*$"
@@ -147,7 +142,6 @@ HTTP_ERROR_CODES = {
     413: "payload_too_large",
     415: "unsupported_media_type",
 }
-UNAUTHORIZED = {"error": "unauthorized", "detail": "a valid 'Authorization: Bearer <token>' header is required"}
 
 # -- request shapes -------------------------------------------------------------------------
 
@@ -426,7 +420,7 @@ def create_app(
     _include_web_routers(app, pk, tokens)
     _install_error_handlers(app)
     app.add_middleware(
-        Gate,
+        RequestGuard,
         tokens=tokens,
         operator_routes=[route for routes in operator for route in routes.routes if isinstance(route, APIRoute)],
         max_body_bytes=max_body_bytes,
@@ -795,8 +789,8 @@ def _merge(pk: Purgekeeper, files: Sequence[UploadFile], *, allow_other_database
 def _missing_or_purged(pk: Purgekeeper, conversation_id: str) -> PurgekeeperError:
     """Why a conversation reads as None: never existed (404) or purged (410)."""
     with pk.db.read() as conn:
-        purged = q.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id)
-        row = None if purged else q.conversation_row(conn, conversation_id)
+        purged = content.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id)
+        row = None if purged else content.conversation_row(conn, conversation_id)
     if purged or (row is not None and row.state == ConversationState.PURGED):
         return ConversationPurged(f"conversation {conversation_id} is purged")
     return NotFound(f"no conversation {conversation_id}")
@@ -894,97 +888,3 @@ def _short(errors: Sequence[Any]) -> str:
     if len(errors) > 3:
         parts.append(f"and {len(errors) - 3} more")
     return "; ".join(parts)[:MAX_DETAIL_LENGTH] or "invalid request"
-
-
-# -- the gate: tokens and body caps, before anything reads the body ------------------------
-
-
-class Gate:
-    """ASGI middleware: the bearer token of every ``/v1`` request (the operator token for an
-    operator route), then the body cap. The body is read here, up to the cap, and replayed."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        tokens: Tokens,
-        operator_routes: Sequence[APIRoute],
-        max_body_bytes: int,
-        max_upload_bytes: int,
-    ) -> None:
-        self.app = app
-        self.tokens = tokens
-        self.operator_routes = operator_routes
-        self.max_body_bytes = max_body_bytes
-        self.max_upload_bytes = max_upload_bytes
-
-    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        headers = Headers(scope=scope)
-        if _under_api(scope["path"]) and not self._allowed(scope, bearer(headers.get("authorization"))):
-            await _send_json(send, 401, UNAUTHORIZED, {"www-authenticate": "Bearer"})
-            return
-        cap = self.max_upload_bytes if scope["path"] == MERGE_PATH else self.max_body_bytes
-        try:
-            body = await _read_body(receive, cap, headers.get("content-length"))
-        except _Disconnected:
-            return  # the client left; there is no one to answer
-        if body is None:
-            detail = f"the request body is larger than {cap} bytes"
-            await _send_json(send, 413, {"error": "payload_too_large", "detail": detail})
-            return
-        await self.app(scope, _replay(body, receive), send)
-
-    def _allowed(self, scope: AsgiScope, token: str | None) -> bool:
-        if any(route.matches(scope)[0] != Match.NONE for route in self.operator_routes):
-            return self.tokens.operator_allows(token)
-        return self.tokens.host_allows(token)
-
-
-class _Disconnected(Exception):
-    """The client went away while sending the body."""
-
-
-def _under_api(path: str) -> bool:
-    return path == API_PREFIX or path.startswith(API_PREFIX + "/")
-
-
-async def _read_body(receive: Receive, cap: int, content_length: str | None) -> bytes | None:
-    """The whole body, or None when it is larger than ``cap`` (told, or counted)."""
-    if content_length is not None and content_length.isdigit() and int(content_length) > cap:
-        return None
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _Disconnected
-        chunk = message.get("body", b"")
-        total += len(chunk)
-        if total > cap:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed
-
-
-async def _send_json(send: Send, status: int, content: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-    response = JSONResponse(content, status_code=status, headers=headers)
-    await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
-    await send({"type": "http.response.body", "body": response.body})

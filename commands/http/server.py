@@ -30,7 +30,7 @@ from commands.handle import Purgekeeper
 from commands.http import create_app
 from commands.scope import EventScope
 from commands.settings import Settings
-from commands.webauth import Tokens, load_or_create_token
+from commands.web.auth import Tokens, load_or_create_token
 from schema.errors import Fenced, NotFound
 from workers import runner
 

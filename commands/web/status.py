@@ -36,11 +36,11 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Header, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from commands import metrics
 from commands.handle import Purgekeeper
 from commands.records import HoldCount, PurgeStatus, RetentionPolicy, StepState
 from commands.surface import error_body, http_status, plain
-from commands.webauth import COOKIE_NAME, Tokens, bearer
+from commands.web import metrics
+from commands.web.auth import COOKIE_NAME, Tokens, bearer
 from schema.errors import NotFound, PurgekeeperError
 from schema.states import StepStatus
 from schema.steps import PARKED_UNTIL

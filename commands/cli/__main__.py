@@ -1,0 +1,5 @@
+"""``python -m commands.cli``: purgectl."""
+
+from commands.cli import main
+
+main()

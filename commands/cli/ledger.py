@@ -1,0 +1,98 @@
+"""The ledger commands: verify, checkpoint, merge."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from commands.cli.base import json_command, main, run_with_handle
+from commands.cli.render import render_checkpoint, render_mapping, render_report
+from commands.handle import Purgekeeper
+from commands.records import (
+    LedgerReport,
+)
+from schema.errors import (
+    MessagingUnavailable,
+)
+from workers import checkpoint
+
+# -- the ledger
+
+
+@main.group("ledger")
+def ledger_group() -> None:
+    """Verify, checkpoint and merge the purge ledger."""
+
+
+@json_command(ledger_group, "verify")
+def ledger_verify(as_json: bool) -> None:
+    """Walk the ledger's hash chain and compare it with the newest checkpoint in the
+    checkpoint directory. When it does not verify, or lacks purges the checkpoint holds, or a
+    merge is under way, the problems are reported as a messaging_unavailable error with
+    diagnostics, and the exit code is 4 (content reads and writes are closed in that state)."""
+
+    def action(pk: Purgekeeper) -> LedgerReport:
+        report = pk.verify_ledger()
+        if not report.ok:
+            detail = f"the purge ledger does not verify ({report.rows} rows, head hash {report.head_hash})"
+            raise MessagingUnavailable(detail, diagnostics=report.problems)
+        state = pk.messaging_status()
+        if not state.open:
+            detail = f"the ledger verifies ({report.rows} rows) but content reads and writes are closed"
+            raise MessagingUnavailable(detail, diagnostics=state.problems)
+        return report
+
+    run_with_handle(as_json, action, render_report)
+
+
+@json_command(ledger_group, "checkpoint")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Export the whole ledger to this one file (format version 2); without it, bring the "
+    "ledger's copy in the checkpoint directory (PURGEKEEPER_CHECKPOINT_DIR) up to the database.",
+)
+def ledger_checkpoint(out: Path | None, as_json: bool) -> None:
+    """Export the ledger as one self-contained file (--out), or bring its copy in the
+    checkpoint directory up to date (every acceptance already adds its row there before it
+    returns). Keep both outside database backups: `ledger merge` restores purges from them."""
+
+    def action(pk: Purgekeeper) -> checkpoint.Checkpoint:
+        if out is not None:
+            return pk.checkpoint_ledger(out)
+        seq = pk.copy_ledger()
+        head = pk.copy.head()
+        return checkpoint.Checkpoint(pk.copy.directory, pk.database_key, seq, head.row_hash if head else "")
+
+    run_with_handle(as_json, action, render_checkpoint)
+
+
+@json_command(ledger_group, "merge")
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--from-other-database",
+    is_flag=True,
+    help="Also merge ledgers written by another database (another database id); refused otherwise.",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Also re-apply every purge the database holds already, and unlink the files of deleted "
+    "blobs: for a database restored together with its files from older backups.",
+)
+def ledger_merge(sources: tuple[Path, ...], from_other_database: bool, full: bool, as_json: bool) -> None:
+    """Restore: from the checkpoint directory, a ledger copy, an export or a version 1 file,
+    append the purges the database lacks, re-apply their fences and re-create their cleanup;
+    content reads and writes reopen only afterwards. The report names the database each
+    source came from."""
+
+    run_with_handle(
+        as_json,
+        lambda pk: pk.merge_ledger(*sources, allow_other_database=from_other_database, full=full),
+        render_mapping,
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,156 @@
+"""The operator's commands: status, list, retry, resume, wait."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from commands import surface
+from commands.cli.base import DEFAULT_PAGE, DEFAULT_WAIT_S, FINISHED, WAIT_POLL_S, json_command, main, run_with_handle
+from commands.cli.options import who_options
+from commands.cli.render import render_page, render_status
+from commands.handle import Purgekeeper
+from commands.operations import MAX_PAGE, PURGE_STATUSES
+from commands.records import (
+    PurgeStatus,
+)
+
+# -- operating
+
+
+@json_command(main)
+@click.argument("purge_id")
+def status(purge_id: str, as_json: bool) -> None:
+    """Show a purge's status and each cleanup step's attempts, progress and last error."""
+    run_with_handle(as_json, lambda pk: pk.status(purge_id), render_status)
+
+
+@json_command(main, "list")
+@click.option("--status", "status_filter", type=click.Choice(PURGE_STATUSES), help="Only purges in this status.")
+@click.option("--limit", default=DEFAULT_PAGE, show_default=True, type=int, help=f"Purges per page (1 to {MAX_PAGE}).")
+@click.option("--after", "cursor", type=int, metavar="CURSOR", help="The cursor a previous page printed.")
+def list_purges(status_filter: str | None, limit: int, cursor: int | None, as_json: bool) -> None:
+    """List purges, newest first, a page at a time. JSON: {"purges": [...], "next_after": N};
+    pass N to --after for the next page (null on the last page)."""
+
+    def next_command(after: int) -> str:
+        chosen = f" --status {status_filter}" if status_filter else ""
+        return f"purgectl list{chosen} --limit {limit} --after {after}"
+
+    run_with_handle(
+        as_json,
+        lambda pk: pk.list_purges(status_filter, limit=limit, after=cursor),
+        lambda page: render_page(page, next_command=next_command),
+    )
+
+
+@json_command(main)
+@click.argument("purge_id")
+@who_options
+def retry(purge_id: str, actor: str, reason: str, as_json: bool) -> None:
+    """Re-arm a purge's incomplete steps with fresh attempts; the actor and reason are audited.
+    A purge with no incomplete step is refused (validation_error, exit 2)."""
+    run_with_handle(as_json, lambda pk: pk.retry(purge_id, actor=actor, reason=reason), render_status)
+
+
+@json_command(main)
+def resume(as_json: bool) -> None:
+    """Re-send every cleanup step that is due or whose lease expired. JSON: {"due_steps": N,
+    "sent": true|false}; without PURGEKEEPER_BROKER_URL nothing can be sent from here, and the
+    scheduler inside `purgectl serve` sends them at its next sweep."""
+
+    def action(pk: Purgekeeper) -> dict[str, Any]:
+        return {"due_steps": pk.resume(), "sent": pk.settings.broker_url is not None}
+
+    def render(result: dict[str, Any]) -> str:
+        if result["sent"]:
+            return f"re-sent {result['due_steps']} due step(s) to the broker"
+        return (
+            f"{result['due_steps']} step(s) due; no PURGEKEEPER_BROKER_URL is set (embedded mode), so the "
+            "scheduler inside `purgectl serve` sends them at its next sweep"
+        )
+
+    run_with_handle(as_json, action, render)
+
+
+@json_command(main)
+@click.argument("purge_id")
+@click.option(
+    "--timeout",
+    default=DEFAULT_WAIT_S,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Give up after this long and print the status.",
+)
+def wait(purge_id: str, timeout: float, as_json: bool) -> None:
+    """Wait until the purge is complete or incomplete, showing steps done and rows removed,
+    then print its status. A timeout is not an error: the status is printed with
+    "timed_out": true, and the exit code is 0 (as it is for an incomplete purge). This command
+    does no cleanup itself: the worker processes (or `purgectl serve`) do."""
+
+    def action(pk: Purgekeeper) -> tuple[PurgeStatus, bool]:
+        if as_json:
+            return poll_until_finished(pk, purge_id, timeout, on_status=lambda _: None)
+        return wait_with_progress(pk, purge_id, timeout)
+
+    def render(outcome: tuple[PurgeStatus, bool]) -> str:
+        final, timed_out = outcome
+        ending = "timed out; the purge is still " if timed_out else "the purge ended "
+        return render_status(final) + "\n\n" + ending + final.status
+
+    def to_json(outcome: tuple[PurgeStatus, bool]) -> dict[str, Any]:
+        final, timed_out = outcome
+        return {**surface.plain(final), "timed_out": timed_out}
+
+    run_with_handle(as_json, action, render, to_json)
+
+
+def poll_until_finished(
+    pk: Purgekeeper, purge_id: str, timeout: float, *, on_status: Callable[[PurgeStatus], None]
+) -> tuple[PurgeStatus, bool]:
+    """Poll the status until the purge is complete or incomplete; ``True`` if it timed out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        current = pk.status(purge_id)
+        on_status(current)
+        if current.status in FINISHED:
+            return current, False
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return current, True
+        time.sleep(min(WAIT_POLL_S, left))
+
+
+def wait_with_progress(pk: Purgekeeper, purge_id: str, timeout: float) -> tuple[PurgeStatus, bool]:
+    """The same poll, with a Rich progress bar on stderr (steps done of all, rows removed)
+    when stderr is a terminal; a log file gets only the final status, on stdout."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return poll_until_finished(pk, purge_id, timeout, on_status=lambda _: None)
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps, {task.fields[removed]} removed"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task(f"purge {purge_id}", total=None, removed=0)
+
+        def show(current: PurgeStatus) -> None:
+            progress.update(
+                task,
+                description=f"purge {purge_id} {current.status}",
+                total=len(current.steps),
+                completed=sum(s.status == "done" for s in current.steps),
+                removed=sum(s.progress.removed for s in current.steps),
+            )
+
+        return poll_until_finished(pk, purge_id, timeout, on_status=show)

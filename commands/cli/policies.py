@@ -1,0 +1,180 @@
+"""Retention policies and legal holds."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+import click
+
+from commands import surface
+from commands.cli.base import ORIGIN, json_command, main, run_with_handle
+from commands.cli.options import DURATION_SYNTAX, Duration, idempotency_option, who_options
+from commands.cli.render import render_holds, render_ledger_change, render_policies, render_retention_preview
+from commands.handle import Purgekeeper
+from commands.records import (
+    Acceptance,
+    RetentionPreview,
+)
+
+# -- retention policies and legal holds
+
+
+@main.group("retention")
+def retention_group() -> None:
+    """Retention policies: previewed, confirmed once, then run by the scheduler as retention
+    purges (purgectl status and list show them, labelled with their policy)."""
+
+
+max_age_option = click.option(
+    "--max-age",
+    required=True,
+    type=Duration(),
+    help=f"Expire what occurred longer ago than this: {DURATION_SYNTAX}.",
+)
+policy_scope_option = click.option(
+    "--conversation", metavar="ID", help="Only this conversation (default: every conversation and channel)."
+)
+
+
+@json_command(retention_group, "preview")
+@max_age_option
+@policy_scope_option
+def retention_preview(max_age: dt.timedelta, conversation: str | None, as_json: bool) -> None:
+    """Show what a policy of --max-age would expire if it ran now, what legal holds would
+    keep, and the scope digest to set it with (retention set)."""
+
+    def action(pk: Purgekeeper) -> RetentionPreview:
+        return pk.preview_retention(max_age=max_age, conversation_id=conversation)
+
+    run_with_handle(as_json, action, render_retention_preview)
+
+
+@json_command(retention_group, "set")
+@click.argument("policy_id")
+@max_age_option
+@policy_scope_option
+@click.option("--digest", required=True, help="The scope digest retention preview showed.")
+@who_options
+@idempotency_option
+def retention_set(
+    policy_id: str,
+    max_age: dt.timedelta,
+    conversation: str | None,
+    digest: str,
+    actor: str,
+    reason: str,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Set (or change) retention policy POLICY_ID, as previewed. Another policy already
+    governing the same scope is refused (policy_conflict, exit 3)."""
+
+    def action(pk: Purgekeeper) -> Acceptance:
+        return pk.set_retention(
+            policy_id,
+            max_age=max_age,
+            conversation_id=conversation,
+            scope_digest=digest,
+            actor=actor,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            origin=ORIGIN,
+        )
+
+    change = f"retention policy {policy_id} set"
+    then = "the scheduler runs it at its next sweep (purgectl resume does too), then at every interval"
+    run_with_handle(as_json, action, lambda a: render_ledger_change(a, change=change, then=then))
+
+
+@json_command(retention_group, "remove")
+@click.argument("policy_id")
+@who_options
+@idempotency_option
+def retention_remove(policy_id: str, actor: str, reason: str, idempotency_key: str | None, as_json: bool) -> None:
+    """Remove retention policy POLICY_ID: it is not run again; runs already accepted finish
+    their cleanup."""
+
+    def action(pk: Purgekeeper) -> Acceptance:
+        return pk.remove_retention(
+            policy_id, actor=actor, reason=reason, idempotency_key=idempotency_key, origin=ORIGIN
+        )
+
+    change = f"retention policy {policy_id} removed"
+    run_with_handle(as_json, action, lambda a: render_ledger_change(a, change=change))
+
+
+@json_command(retention_group, "list")
+def retention_list(as_json: bool) -> None:
+    """List the standing retention policies, with their last and next runs. JSON:
+    {"policies": [...]}."""
+    run_with_handle(
+        as_json,
+        lambda pk: pk.list_retention(),
+        render_policies,
+        lambda policies: {"policies": surface.plain(policies)},
+    )
+
+
+@main.group("hold")
+def hold_group() -> None:
+    """Legal holds: while one is in force, every purge of what it covers is refused
+    (legal_hold, exit 3) and retention runs keep it."""
+
+
+@json_command(hold_group, "place")
+@click.argument("hold_id")
+@click.option("--conversation", "conversations", multiple=True, metavar="ID", help="Hold a conversation (repeatable).")
+@click.option("--author", "authors", multiple=True, help="Hold everything this author wrote (repeatable).")
+@who_options
+@idempotency_option
+def hold_place(
+    hold_id: str,
+    conversations: Sequence[str],
+    authors: Sequence[str],
+    actor: str,
+    reason: str,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Place legal hold HOLD_ID on conversations and authors (at least one). It does not undo
+    purges accepted before it: the disclosures name what they already removed in its scope."""
+
+    def action(pk: Purgekeeper) -> Acceptance:
+        return pk.place_hold(
+            hold_id,
+            conversation_ids=conversations,
+            authors=authors,
+            actor=actor,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            origin=ORIGIN,
+        )
+
+    run_with_handle(as_json, action, lambda a: render_ledger_change(a, change=f"legal hold {hold_id} placed"))
+
+
+@json_command(hold_group, "release")
+@click.argument("hold_id")
+@who_options
+@idempotency_option
+def hold_release(hold_id: str, actor: str, reason: str, idempotency_key: str | None, as_json: bool) -> None:
+    """Release legal hold HOLD_ID: what it covered can be purged again, and retention runs
+    expire what it kept at their next turn. A hold id is never reused."""
+
+    def action(pk: Purgekeeper) -> Acceptance:
+        return pk.release_hold(hold_id, actor=actor, reason=reason, idempotency_key=idempotency_key, origin=ORIGIN)
+
+    run_with_handle(as_json, action, lambda a: render_ledger_change(a, change=f"legal hold {hold_id} released"))
+
+
+@json_command(hold_group, "list")
+@click.option("--all", "include_released", is_flag=True, help="Also the released holds.")
+def hold_list(include_released: bool, as_json: bool) -> None:
+    """List the legal holds in force (--all: the released ones too). JSON: {"holds": [...]}."""
+    run_with_handle(
+        as_json,
+        lambda pk: pk.list_holds(include_released=include_released),
+        lambda holds: render_holds(holds, include_released=include_released),
+        lambda holds: {"holds": surface.plain(holds)},
+    )
