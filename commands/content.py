@@ -30,9 +30,11 @@ from schema import content
 from schema.db import Database
 from schema.errors import (
     ContentPurged,
+    ConversationPurged,
     IdReserved,
     InfrastructureError,
     NotFound,
+    PurgekeeperError,
     ValidationError,
 )
 from schema.states import (
@@ -121,6 +123,18 @@ class ContentCommands:
         if row is None or row.state == ConversationState.PURGED:
             return None
         return Conversation.from_row(row)
+
+    def why_unreadable(self, conversation_id: str) -> PurgekeeperError:
+        """Why ``get_conversation`` gives None: ``ConversationPurged`` for a purged
+        conversation, else ``NotFound`` (for a surface that reports the difference)."""
+        validation.check_id(conversation_id, "conversation_id")
+        with self.db.read() as conn:
+            if content.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
+                return ConversationPurged(f"conversation {conversation_id} is purged")
+            row = content.conversation_row(conn, conversation_id)
+        if row is not None and row.state == ConversationState.PURGED:
+            return ConversationPurged(f"conversation {conversation_id} is purged")
+        return NotFound(f"no conversation {conversation_id}")
 
     def list_conversations(self) -> list[Conversation]:
         """The catalog: every conversation and channel that is not purged, by id."""

@@ -43,13 +43,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Executable, Row, select
+from sqlalchemy import Connection, Executable, Row
 
 from schema import ledger
 from schema.db import Database
 from schema.driver import Reader
 from schema.errors import MessagingUnavailable
-from schema.tables import ledger_head
 from workers import checkpoint
 from workers.ledger_copy import CopyHead, CopyInvalid, LedgerCopy
 
@@ -80,9 +79,6 @@ class GateState:
     checkpoint: str | None = None  # the copy (or version 1 file) compared with, by name
     warnings: tuple[str, ...] = field(default=())  # version 1 checkpoint files that did not verify
     checked_at: dt.datetime | None = None
-
-
-_HEAD_GATE = select(ledger_head.c.seq, ledger_head.c.head_hash, ledger_head.c.gate_reason).where(ledger_head.c.id == 1)
 
 
 class Gate:
@@ -127,7 +123,7 @@ class Gate:
     # -- the O(1) check ----------------------------------------------------------------------
 
     def require_open(
-        self, conn: Connection, statement: Executable = _HEAD_GATE, params: dict[str, Any] | None = None
+        self, conn: Connection, statement: Executable = ledger.HEAD_GATE, params: dict[str, Any] | None = None
     ) -> Row[Any]:
         """For a content read or write: one primary-key read of the head, in its transaction,
         and a stat of the copy's head file. ``statement`` may read more in the same row (its

@@ -161,6 +161,10 @@ def lock_head(conn: Connection) -> Head:
     return _head(conn, lock=True)
 
 
+# What the read gate checks of the head on every content call: one primary-key read.
+HEAD_GATE = select(ledger_head.c.seq, ledger_head.c.head_hash, ledger_head.c.gate_reason).where(ledger_head.c.id == 1)
+
+
 def read_head(conn: Connection) -> Head:
     return _head(conn, lock=False)
 

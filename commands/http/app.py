@@ -114,9 +114,7 @@ from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import RepositoryIdentity
 from commands.scope import MAX_SCOPE_EVENTS, EventScope
 from commands.web.auth import Tokens
-from schema import content
-from schema.errors import ConversationPurged, NotFound, PurgekeeperError, ValidationError
-from schema.states import ConversationState, TombstoneKind
+from schema.errors import PurgekeeperError, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -459,14 +457,14 @@ def _content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
     def get_conversation(conversation_id: IdPath) -> JSONResponse:
         found = pk.get_conversation(conversation_id)
         if found is None:
-            raise _missing_or_purged(pk, conversation_id)
+            raise pk.why_unreadable(conversation_id)
         return _json(found)
 
     @router.get("/conversations/{conversation_id}/events")
     def read_conversation(conversation_id: IdPath) -> JSONResponse:
         events = pk.read_conversation(conversation_id)
         if not events and pk.get_conversation(conversation_id) is None:
-            raise _missing_or_purged(pk, conversation_id)
+            raise pk.why_unreadable(conversation_id)
         return _json({"events": events})
 
     @router.post("/conversations/{conversation_id}/events")
@@ -784,16 +782,6 @@ def _merge(pk: Purgekeeper, files: Sequence[UploadFile], *, allow_other_database
 
 
 # -- helpers --------------------------------------------------------------------------------
-
-
-def _missing_or_purged(pk: Purgekeeper, conversation_id: str) -> PurgekeeperError:
-    """Why a conversation reads as None: never existed (404) or purged (410)."""
-    with pk.db.read() as conn:
-        purged = content.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id)
-        row = None if purged else content.conversation_row(conn, conversation_id)
-    if purged or (row is not None and row.state == ConversationState.PURGED):
-        return ConversationPurged(f"conversation {conversation_id} is purged")
-    return NotFound(f"no conversation {conversation_id}")
 
 
 def _attachment(attachment: CasAttachment | FileAttachment | ReuseAttachment, index: int, cap: int) -> NewAttachment:

@@ -41,6 +41,7 @@ from commands.records import HoldCount, PurgeStatus, RetentionPolicy, StepState
 from commands.surface import error_body, http_status, plain
 from commands.web import metrics
 from commands.web.auth import COOKIE_NAME, Tokens, bearer
+from schema import overview
 from schema.errors import NotFound, PurgekeeperError
 from schema.states import StepStatus
 from schema.steps import PARKED_UNTIL
@@ -133,7 +134,7 @@ def gather(pk: Purgekeeper, check: metrics.LedgerCheck, *, recent: int) -> View:
     newest = pk.list_purges(limit=recent).purges
     incomplete = pk.list_purges("incomplete", limit=recent).purges
     with pk.db.read() as conn:
-        stalled_ids = metrics.stalled_purge_ids(conn, snapshot.now, pk.stall_after, limit=recent)
+        stalled_ids = overview.stalled_purge_ids(conn, snapshot.now, pk.stall_after, limit=recent)
     known = {p.purge_id: p for p in (*newest, *incomplete)}
     stalled = [known.get(purge_id) or _status_or_none(pk, purge_id) for purge_id in stalled_ids]
     flagged = {p.purge_id: p for p in (*incomplete, *stalled, *newest) if p is not None and needs_attention(p)}

@@ -21,7 +21,7 @@ import commands
 from commands import EventScope, NewAttachment
 from commands.web import metrics
 from commands.web.auth import Tokens
-from schema import ledger
+from schema import ledger, overview
 from schema.tables import UtcDateTime
 from tests.helpers import FailingStore, scalar, settle
 
@@ -304,7 +304,7 @@ def test_a_database_fault_is_a_503_with_the_error_body(
     def busy(*args: Any, **kwargs: Any) -> Any:
         raise commands.InfrastructureError("the database stayed busy after 5 attempts")
 
-    monkeypatch.setattr(metrics, "step_totals", busy)
+    monkeypatch.setattr(overview, "step_totals", busy)
     response = client.get("/metrics", headers={"Authorization": f"Bearer {OPERATOR}"})
     assert response.status_code == 503
     assert response.json() == {"error": "infrastructure_error", "detail": "the database stayed busy after 5 attempts"}
