@@ -14,17 +14,29 @@ from sqlalchemy import Connection
 
 from commands import validation
 from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
-from commands.records import LedgerReport, PurgePage, PurgeStatus, StepState
+from commands.records import (
+    Attempt,
+    AuditEntry,
+    HeldStep,
+    LedgerReport,
+    PurgeDetail,
+    PurgePage,
+    PurgeStatus,
+    StepState,
+    WorkerLeases,
+)
 from schema import ledger, purges, steps
 from schema.db import Database
 from schema.errors import InfrastructureError, NotFound, ValidationError
-from schema.states import StepStatus
+from schema.states import PurgeKind, StepStatus
 from workers import checkpoint, ledger_copy, scheduler
 
 STALL_AFTER = dt.timedelta(minutes=10)
 WAIT_POLL_S = 0.05
 MAX_PAGE = 1000
 PURGE_STATUSES = ("accepted", "cleaning", "complete", "incomplete")
+FINISHED = ("complete", "incomplete")
+PURGE_KINDS = tuple(kind.value for kind in PurgeKind)
 
 
 # What each kind's row is, in a few words; never who was erased.
@@ -75,6 +87,13 @@ def is_stalled(steps: Sequence[StepState], rows: Sequence[Any], *, now: dt.datet
     return False
 
 
+def completed_at(entry: ledger.LedgerEntry, steps: Sequence[StepState]) -> dt.datetime:
+    """When a complete purge completed: its last step's finish, or its acceptance if it had
+    no cleanup (a policy, a hold, a channel deletion)."""
+    finished = [step.updated_at for step in steps if step.updated_at is not None]
+    return max(finished, default=entry.accepted_at)
+
+
 class OperatorCommands:
     """Mixed into :class:`commands.Purgekeeper`; needs ``db``, ``stall_after`` and ``_wake``."""
 
@@ -110,14 +129,21 @@ class OperatorCommands:
         self._wake(self.db.transact(work))
         return self.status(purge_id)
 
-    def wait(self, purge_id: str, timeout: float) -> PurgeStatus:
-        """Block until the purge is complete or incomplete; on timeout, return its status."""
+    def wait(
+        self, purge_id: str, timeout: float, *, on_progress: Callable[[PurgeStatus], None] | None = None
+    ) -> PurgeStatus:
+        """Block until the purge is complete or incomplete; on timeout, return its status.
+        ``on_progress`` is called with each status polled that differs from the one before."""
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 <= timeout < math.inf:
             raise ValidationError("timeout must be a finite number of seconds, zero or more")
         deadline = time.monotonic() + timeout
+        seen: PurgeStatus | None = None
         while True:
             status = self.status(purge_id)
-            if status.status in ("complete", "incomplete") or time.monotonic() >= deadline:
+            if on_progress is not None and status != seen:
+                on_progress(status)
+            seen = status
+            if status.status in FINISHED or time.monotonic() >= deadline:
                 return status
             time.sleep(min(WAIT_POLL_S, max(deadline - time.monotonic(), 0)))
 
@@ -130,21 +156,64 @@ class OperatorCommands:
                 raise NotFound(f"no purge {purge_id}")
             return self._statuses(conn, [entry])[0]
 
-    def list_purges(self, status: str | None = None, *, limit: int = 100, after: int | None = None) -> PurgePage:
-        """Purges newest first, optionally only those with a derived ``status``. ``after`` is
-        the ``next_after`` of the previous page."""
-        if status is not None:
-            validation.check_choice(status, "status", PURGE_STATUSES)
+    def list_purges(
+        self,
+        status: str | None = None,
+        *,
+        kind: str | None = None,
+        conversation_id: str | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        limit: int = 100,
+        after: int | None = None,
+    ) -> PurgePage:
+        """Purges newest first: of one derived ``status``, one ``kind``, concerning one
+        conversation or channel, accepted in ``[since, until)``, as given. ``after`` is the
+        ``next_after`` of the previous page."""
+        where = purges.LedgerFilter(
+            status=None if status is None else validation.check_choice(status, "status", PURGE_STATUSES),
+            kind=None if kind is None else validation.check_choice(kind, "kind", PURGE_KINDS),
+            conversation_id=validation.check_optional_id(conversation_id, "conversation_id"),
+            since=validation.check_optional_moment(since, "since"),
+            until=validation.check_optional_moment(until, "until"),
+        )
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
             raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
         if after is not None and (not isinstance(after, int) or isinstance(after, bool) or not 1 <= after < 2**63):
             raise ValidationError("after must be a positive ledger seq (the next_after of a page)")
         with self.db.read() as conn:
-            rows = purges.list_ledger(conn, status=status, limit=limit + 1, before_seq=after)
+            rows = purges.list_ledger(conn, where=where, limit=limit + 1, before_seq=after)
             entries = [ledger.LedgerEntry.from_row(row) for row in rows[:limit]]
             statuses = self._statuses(conn, entries)
         next_after = entries[-1].seq if len(rows) > limit else None
         return PurgePage(purges=tuple(statuses), next_after=next_after)
+
+    def purge_detail(self, purge_id: str) -> PurgeDetail:
+        """A purge's status with every attempt of its steps (owner, start, finish, error) and
+        the operators' actions on it (who retried it, and why): the console's page of it."""
+        validation.check_id(purge_id, "purge_id")
+        with self.db.read() as conn:
+            entry = ledger.entry_by_purge_id(conn, purge_id)
+            if entry is None:
+                raise NotFound(f"no purge {purge_id}")
+            return PurgeDetail(
+                status=self._statuses(conn, [entry])[0],
+                attempts=tuple(Attempt.from_row(row) for row in purges.attempts_of(conn, purge_id)),
+                audit=tuple(AuditEntry.from_row(row) for row in purges.audit_of(conn, purge_id)),
+            )
+
+    def worker_leases(self, *, limit: int = MAX_PAGE) -> list[WorkerLeases]:
+        """The live lease owners (a worker's attempt each), and the steps each one holds now."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+            raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
+        with self.db.read() as conn:
+            rows = purges.live_leases(conn, limit=limit)
+        held: dict[str, list[HeldStep]] = defaultdict(list)
+        for row in rows:
+            held[row.lease_owner].append(
+                HeldStep(row.id, row.purge_id, row.kind, int(row.attempts), row.lease_expires_at)
+            )
+        return [WorkerLeases(owner, tuple(steps)) for owner, steps in held.items()]
 
     def verify_ledger(self) -> LedgerReport:
         """Walk the hash chain; report at most a bounded number of problems."""
@@ -173,10 +242,11 @@ class OperatorCommands:
 
     def _status(self, entry: ledger.LedgerEntry, rows: Sequence[Any], now: dt.datetime) -> PurgeStatus:
         steps = tuple(StepState.from_row(row) for row in rows)
+        status = derive_status(steps)
         return PurgeStatus(
             purge_id=entry.purge_id,
             kind=entry.kind,
-            status=derive_status(steps),
+            status=status,
             stalled=is_stalled(steps, rows, now=now, stall_after=self.stall_after),
             ledger_seq=entry.seq,
             accepted_at=entry.accepted_at,
@@ -185,4 +255,5 @@ class OperatorCommands:
             steps=steps,
             label=label_of(entry),
             policy_id=str(entry.selectors["policy_id"]) if entry.kind in POLICY_KINDS else None,
+            completed_at=completed_at(entry, steps) if status == "complete" else None,
         )

@@ -214,6 +214,9 @@ class StepState:
     last_error: str | None
     next_attempt_at: dt.datetime
     progress: StepProgress
+    lease_owner: str | None = None  # the attempt that holds the step now, while it runs
+    lease_expires_at: dt.datetime | None = None
+    updated_at: dt.datetime | None = None  # its last change (a claim, a batch, a finish)
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> StepState:
@@ -232,6 +235,9 @@ class StepState:
                 remaining=None if row.remaining is None else int(row.remaining),
                 held=int(row.held),
             ),
+            lease_owner=row.lease_owner,
+            lease_expires_at=row.lease_expires_at,
+            updated_at=row.updated_at,
         )
 
 
@@ -255,6 +261,80 @@ class PurgeStatus:
     steps: tuple[StepState, ...]
     label: str = ""
     policy_id: str | None = None
+    completed_at: dt.datetime | None = None  # complete: when its last step finished (or its acceptance)
+
+    @property
+    def duration(self) -> dt.timedelta | None:
+        """From acceptance to complete."""
+        return None if self.completed_at is None else self.completed_at - self.accepted_at
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt of a cleanup step: who ran it (``owner``, the lease owner), from when to
+    when, and how it ended (``done``, ``retrying``, ``incomplete``, ``lease_lost``; None while
+    it runs) with its error."""
+
+    step_id: str
+    step_kind: str
+    attempt: int
+    owner: str
+    started_at: dt.datetime
+    finished_at: dt.datetime | None
+    outcome: str | None
+    error: str | None
+
+    @property
+    def duration(self) -> dt.timedelta | None:
+        return None if self.finished_at is None else self.finished_at - self.started_at
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> Attempt:
+        return cls(
+            row.step_id, row.kind, int(row.attempt), row.owner, row.started_at, row.finished_at, row.outcome, row.error
+        )
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """An operator's action on a purge (a retry): who, why, when, and the steps it re-armed."""
+
+    action: str
+    actor: str
+    reason: str
+    step_ids: tuple[str, ...]
+    at: dt.datetime
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> AuditEntry:
+        return cls(row.action, row.actor, row.reason, tuple(json.loads(row.step_ids)), row.created_at)
+
+
+@dataclass(frozen=True)
+class PurgeDetail:
+    """Everything the console's page of one purge shows: its status (steps, leases, times),
+    every attempt of its steps, and the operators' actions on it."""
+
+    status: PurgeStatus
+    attempts: tuple[Attempt, ...]
+    audit: tuple[AuditEntry, ...]
+
+
+@dataclass(frozen=True)
+class HeldStep:
+    step_id: str
+    purge_id: str
+    kind: str
+    attempt: int
+    lease_expires_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class WorkerLeases:
+    """A worker attempt holding steps under live leases (its ``owner`` is host:thread:random)."""
+
+    owner: str
+    steps: tuple[HeldStep, ...]
 
 
 @dataclass(frozen=True)

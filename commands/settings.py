@@ -20,6 +20,11 @@ PURGEKEEPER_RETENTION_INTERVAL
 PURGEKEEPER_IDLE_IN_TRANSACTION_TIMEOUT
                            PostgreSQL: seconds after which the server ends a session idle
                            inside a transaction, releasing its locks (default 10)
+PURGEKEEPER_LOG_FORMAT     ``text`` (default) or ``json``: one format for every process
+PURGEKEEPER_LOG_LEVEL      ``DEBUG``, ``INFO`` (default), ``WARNING`` or ``ERROR``
+PURGEKEEPER_WORKER_METRICS_PORT
+                           the port of a dramatiq worker group's own /metrics (its
+                           Prometheus middleware); unset: none (the Procfile sets 9191)
 PURGEKEEPER_FAILPOINTS     fault tests only: ``bodies.batch=exit`` and the like
 ========================== ==============================================================
 """
@@ -38,6 +43,8 @@ from schema.errors import ValidationError
 ENV_PREFIX = "PURGEKEEPER_"
 RETENTION_INTERVAL = dt.timedelta(hours=1)  # between two runs of a retention policy
 DATABASE_FILE = "purgekeeper.db"
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,9 @@ class Settings:
     retention_interval: dt.timedelta = RETENTION_INTERVAL
     idle_in_transaction_timeout: dt.timedelta = IDLE_IN_TRANSACTION_TIMEOUT
     failpoints: str = ""
+    log_format: str = "text"
+    log_level: str = "INFO"
+    worker_metrics_port: int | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -88,6 +98,9 @@ class Settings:
                 get("IDLE_IN_TRANSACTION_TIMEOUT"), IDLE_IN_TRANSACTION_TIMEOUT.total_seconds()
             ),
             failpoints=get("FAILPOINTS") or "",
+            log_format=_choice("LOG_FORMAT", (get("LOG_FORMAT") or "text").lower(), LOG_FORMATS),
+            log_level=_choice("LOG_LEVEL", (get("LOG_LEVEL") or "INFO").upper(), LOG_LEVELS),
+            worker_metrics_port=_port("WORKER_METRICS_PORT", get("WORKER_METRICS_PORT")),
         )
 
     def open_database(self, *, role: str = "handle") -> Database:
@@ -125,6 +138,20 @@ def _seconds(value: str | None, default: float) -> dt.timedelta:
     if seconds <= 0:
         raise ValidationError(f"a number of seconds must be positive: {value!r}")
     return dt.timedelta(seconds=seconds)
+
+
+def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValidationError(f"{ENV_PREFIX}{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
+def _port(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise ValidationError(f"{ENV_PREFIX}{name} must be a TCP port (1-65535), not {value!r}")
+    return int(value)
 
 
 def _path(value: str | None, default: Path) -> Path:

@@ -118,13 +118,18 @@ def check_data(value: Any) -> bytes:
 
 
 def check_occurred_at(value: Any) -> dt.datetime | None:
+    return check_optional_moment(value, "occurred_at")
+
+
+def check_optional_moment(value: Any, field: str) -> dt.datetime | None:
+    """None, or a timezone-aware datetime, in UTC."""
     if value is None:
         return None
     if not isinstance(value, dt.datetime):
-        raise ValidationError(f"occurred_at must be a datetime, not {type(value).__name__}")
+        raise ValidationError(f"{field} must be a datetime, not {type(value).__name__}")
     if value.tzinfo is None or value.utcoffset() is None:
-        raise ValidationError("occurred_at must be timezone-aware")
-    return to_utc(value, "occurred_at")
+        raise ValidationError(f"{field} must be timezone-aware")
+    return to_utc(value, field)
 
 
 def to_utc(value: dt.datetime, field: str) -> dt.datetime:

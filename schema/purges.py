@@ -42,6 +42,7 @@ from schema import holds
 from schema.content import author_erased, live_event, upsert_insert
 from schema.driver import DriverStatement
 from schema.idlists import IdList, Ids, among_many, array_literal
+from schema.ledger import database_now
 from schema.states import ACTIVE_RUN_STATUSES, StepKind, StepStatus, TombstoneKind
 from schema.steps import PARKED_UNTIL
 from schema.tables import (
@@ -56,9 +57,11 @@ from schema.tables import (
     events,
     placements,
     purge_audit,
+    purge_conversations,
     purge_ledger,
     purge_previews,
     runs,
+    step_attempts,
     tombstones,
 )
 
@@ -547,13 +550,73 @@ def derived_status_filter(status: str) -> Any:
     }[status]
 
 
-def list_ledger(conn: Connection, *, status: str | None, limit: int, before_seq: int | None) -> list[Row[Any]]:
-    """Ledger rows newest first, optionally of one derived status, before a seq cursor."""
-    query = select(purge_ledger).order_by(purge_ledger.c.seq.desc()).limit(limit)
-    if status is not None:
-        query = query.where(derived_status_filter(status))
+@dataclass(frozen=True)
+class LedgerFilter:
+    """Which ledger rows ``list_ledger`` returns: of one derived status, one kind, naming one
+    conversation (``purge_conversations``), accepted in ``[since, until)``."""
+
+    status: str | None = None
+    kind: str | None = None
+    conversation_id: str | None = None
+    since: dt.datetime | None = None
+    until: dt.datetime | None = None
+
+
+def list_ledger(conn: Connection, *, where: LedgerFilter, limit: int, before_seq: int | None) -> list[Row[Any]]:
+    """Ledger rows newest first, before a seq cursor, as ``where`` says (by the primary key
+    backwards, or the (kind, seq) index, or the conversation's rows)."""
+    row = purge_ledger.c
+    query = select(purge_ledger).order_by(row.seq.desc()).limit(limit)
+    if where.status is not None:
+        query = query.where(derived_status_filter(where.status))
+    if where.kind is not None:
+        query = query.where(row.kind == where.kind)
+    if where.conversation_id is not None:
+        named = select(purge_conversations.c.purge_id).where(
+            purge_conversations.c.conversation_id == where.conversation_id
+        )
+        query = query.where(row.purge_id.in_(named))
+    if where.since is not None:
+        query = query.where(row.accepted_at >= where.since)
+    if where.until is not None:
+        query = query.where(row.accepted_at < where.until)
     if before_seq is not None:
-        query = query.where(purge_ledger.c.seq < before_seq)
+        query = query.where(row.seq < before_seq)
+    return list(conn.execute(query).all())
+
+
+def record_conversations(conn: Connection, purge_id: str, conversation_ids: Iterable[str]) -> None:
+    """The conversations the purge concerns, for listing by conversation (idempotent)."""
+    rows = [{"conversation_id": c, "purge_id": purge_id} for c in sorted(set(conversation_ids))]
+    if rows:
+        statement = upsert_insert(conn, purge_conversations).on_conflict_do_nothing(
+            index_elements=["conversation_id", "purge_id"]
+        )
+        conn.execute(statement, rows)
+
+
+def audit_of(conn: Connection, purge_id: str) -> list[Row[Any]]:
+    """Who re-armed the purge and why, oldest first."""
+    query = select(purge_audit).where(purge_audit.c.purge_id == purge_id).order_by(purge_audit.c.created_at)
+    return list(conn.execute(query).all())
+
+
+def attempts_of(conn: Connection, purge_id: str) -> list[Row[Any]]:
+    """Every attempt of the purge's steps, oldest first."""
+    a = step_attempts.c
+    return list(conn.execute(select(step_attempts).where(a.purge_id == purge_id).order_by(a.started_at, a.id)).all())
+
+
+def live_leases(conn: Connection, *, limit: int) -> list[Any]:
+    """The steps held under a lease that has not run out, by owner: what each worker does now."""
+    c = cleanup_steps.c
+    now = database_now(conn)
+    query = (
+        select(c.lease_owner, c.id, c.purge_id, c.kind, c.attempts, c.lease_expires_at)
+        .where(c.status == StepStatus.RUNNING.value, c.lease_expires_at > now)
+        .order_by(c.lease_owner, c.lease_expires_at)
+        .limit(limit)
+    )
     return list(conn.execute(query).all())
 
 

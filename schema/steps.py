@@ -14,17 +14,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, or_, select, update
+from sqlalchemy import Connection, and_, func, insert, or_, select, update
 
 from schema.content import upsert_insert
 from schema.ledger import clock, database_now
 from schema.states import StepStatus
-from schema.tables import cleanup_steps, leader_leases
+from schema.tables import cleanup_steps, leader_leases, step_attempts
 
+LEASE_EXPIRED = "the worker stopped during its last attempt (lease expired)"
+LEASE_LOST = "lease_lost"  # an attempt's outcome: its lease ran out before it finished
+RELEASED = "released"  # an attempt's outcome: its worker shut down and gave the step back
 # A step parked behind another (a conversation's attachments wait for its bodies step).
 PARKED_UNTIL = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
 MAX_ERROR_LENGTH = 2000
@@ -62,21 +66,25 @@ def _due(now: Any) -> Any:
 def claim(conn: Connection, step_id: str, *, owner: str, lease: dt.timedelta) -> Claim | None:
     """Take the step if it is due or its lease expired. A step whose lease expired on its last
     attempt (the worker died every time) ends incomplete instead. Two UPDATEs, each reading
-    the database clock inside itself."""
+    the database clock inside itself; the attempt is recorded (``step_attempts``), and one
+    whose lease ran out is closed as ``lease_lost``."""
     now = clock(conn)
     c = cleanup_steps.c
-    conn.execute(
+    ended = conn.execute(
         update(cleanup_steps)
         .where(c.id == step_id, c.status == StepStatus.RUNNING.value, c.lease_expires_at <= now)
         .where(c.attempts >= c.max_attempts)
         .values(
             status=StepStatus.INCOMPLETE.value,
-            last_error=func.coalesce(c.last_error, "the worker stopped during its last attempt (lease expired)"),
+            last_error=func.coalesce(c.last_error, LEASE_EXPIRED),
             lease_owner=None,
             lease_expires_at=None,
             updated_at=now,
         )
-    )
+        .returning(c.id)
+    ).first()
+    if ended is not None:
+        _close_attempts(conn, step_id, outcome=LEASE_LOST, error=LEASE_EXPIRED)
     row = conn.execute(
         update(cleanup_steps)
         .where(c.id == step_id, _due(now))
@@ -91,7 +99,31 @@ def claim(conn: Connection, step_id: str, *, owner: str, lease: dt.timedelta) ->
     ).first()
     if row is None:
         return None
+    _close_attempts(conn, step_id, outcome=LEASE_LOST, error=LEASE_EXPIRED)  # an earlier attempt's lease ran out
+    conn.execute(
+        insert(step_attempts).values(
+            id=uuid.uuid4().hex,
+            step_id=row.id,
+            purge_id=row.purge_id,
+            kind=row.kind,
+            attempt=int(row.attempts),
+            owner=owner,
+            started_at=now,
+        )
+    )
     return Claim(row.id, row.purge_id, row.kind, int(row.attempts), int(row.max_attempts), owner)
+
+
+def _close_attempts(
+    conn: Connection, step_id: str, *, outcome: str, error: str | None, owner: str | None = None, at: Any = None
+) -> None:
+    """End the step's open attempts (``owner``'s only, if given), at the time the step's row
+    was written (``at``) or now."""
+    a = step_attempts.c
+    query = update(step_attempts).where(a.step_id == step_id, a.finished_at.is_(None))
+    if owner is not None:
+        query = query.where(a.owner == owner)
+    conn.execute(query.values(finished_at=clock(conn) if at is None else at, outcome=outcome, error=error))
 
 
 def progress(
@@ -135,10 +167,14 @@ def progress(
         update(cleanup_steps)
         .where(c.id == held.step_id, c.lease_owner == held.owner, c.status == StepStatus.RUNNING.value)
         .values(**values)
-        .returning(c.id)
+        .returning(c.id, c.updated_at)
     ).first()
     if row is None:
         raise LeaseLost(f"step {held.step_id} is no longer leased to {held.owner}")
+    if done:
+        _close_attempts(
+            conn, held.step_id, outcome=StepStatus.DONE.value, error=None, owner=held.owner, at=row.updated_at
+        )
 
 
 def remaining_of(conn: Connection, step_id: str) -> int | None:
@@ -181,10 +217,13 @@ def finish(
         update(cleanup_steps)
         .where(c.id == held.step_id, c.lease_owner == held.owner, c.status == StepStatus.RUNNING.value)
         .values(**values)
-        .returning(c.id)
+        .returning(c.id, c.updated_at)
     ).first()
     if row is None:
         raise LeaseLost(f"step {held.step_id} is no longer leased to {held.owner}")
+    _close_attempts(
+        conn, held.step_id, outcome=outcome.value, error=values.get("last_error"), owner=held.owner, at=row.updated_at
+    )
 
 
 def release(conn: Connection, owner: str) -> int:
@@ -197,7 +236,10 @@ def release(conn: Connection, owner: str) -> int:
         .values(lease_expires_at=now, updated_at=now)
         .returning(c.id)
     )
-    return len(list(rows))
+    released = [row.id for row in rows]
+    for step_id in released:
+        _close_attempts(conn, step_id, outcome=RELEASED, error=None, owner=owner)
+    return len(released)
 
 
 def unpark(conn: Connection, purge_id: str, kind: str) -> list[str]:

@@ -267,6 +267,7 @@ purge_ledger = Table(
     Column("row_hash", String(64), nullable=False),
     UniqueConstraint("purge_id"),
     Index("ix_purge_ledger_idempotency_key", "idempotency_key"),
+    Index("ix_purge_ledger_kind_seq", "kind", "seq"),  # list_purges(kind=...), newest first (0010)
     # The retention runs, for /metrics and /status (0009): a scan of them, not of the ledger.
     Index(
         "ix_purge_ledger_retention_runs",
@@ -464,6 +465,38 @@ purge_audit = Table(
     Index("ix_purge_audit_purge_id", "purge_id"),
 )
 
+# One row per attempt of a cleanup step (0010): who ran it, from when to when, how it ended
+# (done, retrying, incomplete, lease_lost: its lease ran out and another attempt took over or
+# the step ended incomplete) and its error. An attempt still running has no finished_at.
+step_attempts = Table(
+    "step_attempts",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("step_id", String(64), nullable=False),
+    Column("purge_id", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("owner", String(128), nullable=False),
+    Column("started_at", UtcDateTime(), nullable=False),
+    Column("finished_at", UtcDateTime()),
+    Column("outcome", String(16)),
+    Column("error", Text),
+    Index("ix_step_attempts_purge_id", "purge_id", "started_at"),
+    Index("ix_step_attempts_step_id", "step_id", "finished_at"),
+    # /metrics: the attempts that ended since a moment (the durations histogram)
+    Index("ix_step_attempts_finished_at", "finished_at"),
+)
+
+# The conversations a purge concerns, for listing purges by conversation (0010): written with
+# each acceptance (and each merged row) from the kind's ``conversations`` of its selectors.
+purge_conversations = Table(
+    "purge_conversations",
+    metadata,
+    Column("conversation_id", String(ID_LENGTH), nullable=False),
+    Column("purge_id", String(64), nullable=False),
+    PrimaryKeyConstraint("conversation_id", "purge_id"),
+)
+
 # One row per singleton role (the scheduler): who leads, until when (database clock).
 leader_leases = Table(
     "leader_leases",
@@ -509,5 +542,7 @@ PURGE_TABLES = (
     cleanup_steps,
     purge_previews,
     purge_audit,
+    step_attempts,
+    purge_conversations,
     leader_leases,
 )

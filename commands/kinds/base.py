@@ -109,3 +109,10 @@ class Kind(abc.ABC):
     @abc.abstractmethod
     def left_after_restore(self, conn: Connection, entry: LedgerEntry) -> list[tuple[StepKind, bool]]:
         """The cleanup steps (kind, parked) this purge needs again after a restore."""
+
+    def conversations(self, selectors: Mapping[str, Any]) -> list[str]:
+        """The conversations a row of this kind names, for listing purges by conversation
+        (none: an author erasure's, a bot's; a kind that names some says which)."""
+        named = selectors.get("conversation_ids") or []
+        single = selectors.get("conversation_id")
+        return [str(c) for c in (*named, *([single] if single else []))]

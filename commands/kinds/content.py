@@ -38,6 +38,7 @@ class Content(Kind):
         fields.ids(selectors, "event_ids", required=True)
         fields.ids(selectors, "already_fenced")
         fields.provider_ids(selectors, "provider_event_ids")
+        fields.ids(selectors, "conversation_ids")
 
     def lock(self, conn: Connection, env: Env, args: Confirmation) -> PurgePreview:
         return build_report(conn, args.scope, lock=True)
@@ -65,6 +66,7 @@ class Content(Kind):
             "event_ids": event_ids,
             "provider_event_ids": sorted(e.provider_event_id for e in fresh if e.provider_event_id),
             "already_fenced": sorted(report.already_fenced),
+            "conversation_ids": list(report.conversation_ids),  # where they are placed: for listing
         }
         steps = (StepKind.BODIES, StepKind.ATTACHMENTS) if attached else (StepKind.BODIES,)
         return Decision(selectors, steps, digest=report.scope_digest, touched=report.conversation_ids)

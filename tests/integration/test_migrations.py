@@ -3,6 +3,8 @@ and ``purgectl init`` is idempotent and refuses a database newer than the code."
 
 from __future__ import annotations
 
+import datetime as dt
+import importlib
 import json
 import os
 import sqlite3
@@ -238,5 +240,58 @@ def test_an_upgrade_from_0004_with_data_purges_what_0004_wrote(empty_database_ur
                     "VALUES ('e-raw', 'p-old', 'ada', CURRENT_TIMESTAMP, 'raw again')"
                 )
             )
+    finally:
+        pk.close()
+
+
+def test_0010_backfills_the_conversations_of_the_purges_already_in_the_ledger(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    """The rows acceptance writes into ``purge_conversations`` are the rows 0010's backfill
+    derives from the ledger rows written before it: a conversation purge, a channel deletion,
+    a conversation-scoped content purge, a hold on two conversations and a retention policy
+    of one; an author erasure names none. Both backends: the backfill's SQL is per dialect."""
+    backfill = importlib.import_module("schema.migrations.versions.0010_attempts_and_purge_conversations").BACKFILL
+    pk = commands.open(
+        empty_database_url,
+        blob_root=tmp_path / "blobs",
+        file_root=tmp_path / "files",
+        memory_roots=[tmp_path / "memory"],
+        checkpoint_dir=tmp_path / "ledger",
+        workers="none",
+    )
+    who = {"actor": "op", "reason": "r"}
+    try:
+        for conversation in ("c1", "c2", "c3"):
+            pk.create_conversation(conversation)
+        pk.create_conversation("ch1", kind="channel")
+        pk.ingest_event("c3", author="ada", body="x", event_id="e3")
+        pk.purge_conversation("c1", **who)
+        pk.delete_channel("ch1", **who)
+        scope = commands.EventScope(conversation_id="c3")
+        pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **who)
+        pk.place_hold("h1", conversation_ids=["c2", "c9"], **who)
+        preview = pk.preview_retention(max_age=dt.timedelta(days=30), conversation_id="c2")
+        pk.set_retention(
+            "p1", max_age=dt.timedelta(days=30), conversation_id="c2", scope_digest=preview.scope_digest, **who
+        )
+        preview_author = pk.preview_author_erasure("bob")
+        pk.erase_author("bob", scope_digest=preview_author.scope_digest, **who)
+        query = text("SELECT conversation_id, purge_id FROM purge_conversations ORDER BY 1, 2")
+        with pk.db.write() as conn:
+            recorded = conn.execute(query).all()
+            conn.execute(text("DELETE FROM purge_conversations"))
+            conn.execute(text(backfill[conn.dialect.name]))
+            backfilled = conn.execute(query).all()
+        kinds = {r.purge_id: r.kind for r in pk.list_purges().purges}
+        assert sorted((c, kinds[p]) for c, p in recorded) == [
+            ("c1", "conversation"),
+            ("c2", "hold"),
+            ("c2", "retention"),
+            ("c3", "content"),
+            ("c9", "hold"),
+            ("ch1", "channel"),
+        ]
+        assert backfilled == recorded
     finally:
         pk.close()
