@@ -1,12 +1,14 @@
-"""Fault-test fixtures: real Redis, real ``dramatiq commands.worker`` processes and a real
-``purgectl scheduler`` process, on a fresh PostgreSQL database.
+"""Fault-test fixtures: a Redis of the test's own, real ``dramatiq commands.worker`` processes
+and a real ``purgectl scheduler`` process, on a fresh PostgreSQL database.
 
 Every process starts in its own session (``start_new_session=True``), so its pid is its process
 group: a test can SIGKILL a whole worker (the dramatiq main process and its worker process) at
 once, and teardown kills every group it started. Every wait is bounded (``WAIT_S``).
 
-A missing Redis fails the run on CI (``CI`` set) and skips these tests locally. A test that
-stops Redis gets it restarted by the ``restartable_redis`` teardown, whatever happened.
+The machine's shared servers are never stopped, restarted, flushed or reconfigured. Each test
+gets its own ``redis-server`` on a free port (``redis_server``), which it may stop, restart or
+flush; a test that restarts or stops PostgreSQL does it to a cluster of its own (``cluster``).
+A missing ``redis-server`` or ``initdb`` fails the run on CI (``CI`` set) and skips locally.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import commands
-from tests.conftest import REDIS_URL, service_missing
+from tests.conftest import REDIS_URL, postgres_url, service_missing
 from workers import broker
 
 T = TypeVar("T")
@@ -44,26 +46,6 @@ POLL_S = 0.05
 WORKER_READY = "Worker process is ready"
 SCHEDULER_READY = "sweeping every"
 QUEUE = broker.QUEUE
-MACHINE_REDIS = ("127.0.0.1", 6379)
-REDIS_DIRS = (Path("/var/lib/redis"), Path("/var/log/redis"))
-REDIS_START_COMMAND = (
-    "redis-server",
-    "--daemonize",
-    "yes",
-    "--bind",
-    "127.0.0.1",
-    "-::1",
-    "--port",
-    "6379",
-    "--save",
-    "",
-    "--appendonly",
-    "no",
-    "--dir",
-    "/var/lib/redis",
-    "--logfile",
-    "/var/log/redis/ci.log",
-)
 FAULT_SETTINGS = {
     "PURGEKEEPER_STEP_LEASE": "2",
     "PURGEKEEPER_SWEEP_INTERVAL": "0.2",
@@ -83,81 +65,104 @@ def wait_until(check: Callable[[], T], what: str, *, timeout: float = WAIT_S, in
         time.sleep(interval)
 
 
-# -- Redis -------------------------------------------------------------------------------------
+# -- a throw-away Redis ------------------------------------------------------------------------
 
 
-def _redis(url: str = REDIS_URL) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2)
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
-def _machine_redis() -> redis.Redis:
-    """A probe of the machine's Redis that fails at once (no reconnection backoff) when it is down."""
-    return redis.Redis(*MACHINE_REDIS, socket_connect_timeout=1, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+@dataclass
+class RedisServer:
+    """A ``redis-server`` of the test's own (on a free port, in a temporary directory, nothing
+    saved, in the foreground): a test may stop, restart or flush it. Never the machine's
+    shared server."""
 
+    binary: Path
+    directory: Path
+    port: int
+    popen: subprocess.Popen[bytes] | None = None
 
-def redis_answers() -> bool:
-    client = _machine_redis()
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
 
-
-def stop_redis() -> None:
-    """``redis-cli shutdown nosave``, then wait until the server no longer answers."""
-    cli = shutil.which("redis-cli")
-    if cli:
-        subprocess.run(
-            [cli, "-h", MACHINE_REDIS[0], "-p", str(MACHINE_REDIS[1]), "shutdown", "nosave"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=30,
-            check=False,
+    def client(self) -> redis.Redis:
+        """A client that fails at once (no reconnection backoff) while the server is down."""
+        return redis.Redis(
+            "127.0.0.1", self.port, socket_connect_timeout=1, socket_timeout=2, retry=Retry(NoBackoff(), 0)
         )
-    else:  # pragma: no cover - redis-cli ships with redis-server
-        client = _machine_redis()
+
+    def answers(self) -> bool:
+        client = self.client()
         try:
-            client.shutdown(nosave=True)
+            return bool(client.ping())
         except redis.RedisError:
-            pass
+            return False
         finally:
             client.close()
-    wait_until(lambda: not redis_answers(), "Redis to stop answering PING")
 
+    def running(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
 
-def start_redis() -> None:
-    """Start Redis the way the machine does (if it is down), and wait until it answers PING."""
-    if redis_answers():
-        return
-    for directory in REDIS_DIRS:
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            pass
-    subprocess.run(
-        list(REDIS_START_COMMAND),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=30,
-        check=False,
-        start_new_session=True,
-    )
-    wait_until(redis_answers, "Redis to answer PING after a restart")
+    def start(self) -> None:
+        """Start it (if it is down) on its port, and wait until it answers PING."""
+        if self.running():
+            return
+        log = self.directory / "redis.log"
+        argv = [str(self.binary), "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory)]
+        argv += ["--daemonize", "no", "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction"]
+        with log.open("ab") as out:
+            self.popen = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        wait_until(self._started, f"redis-server to answer PING on port {self.port}", interval=0.01)
+
+    def _started(self) -> bool:
+        if not self.running():
+            log = (self.directory / "redis.log").read_text(errors="replace")
+            raise AssertionError(f"redis-server exited before it answered PING:\n{log[-2000:]}")
+        return self.answers()
+
+    def stop(self) -> None:
+        """SIGTERM (with nothing to save it exits at once), then wait until it no longer answers."""
+        if self.popen is not None:
+            self.popen.terminate()
+            self.popen.wait(timeout=WAIT_S)
+        wait_until(lambda: not self.answers(), "redis-server to stop answering PING")
+
+    def kill(self) -> None:
+        if self.running():
+            assert self.popen is not None
+            self.popen.kill()
+            self.popen.wait(timeout=WAIT_S)
 
 
 @pytest.fixture
-def redis_client() -> Iterator[redis.Redis]:
-    """A client on the test Redis database, emptied first."""
-    client = _redis()
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """The test's own Redis: every fault test's processes and handles use it, so none of them
+    stops, flushes or fills the machine's shared server (nor a database another run uses).
+    A missing ``redis-server`` fails the run on CI and skips locally."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        service_missing("redis-server", FileNotFoundError("no redis-server on PATH"))
+    assert binary is not None
+    directory = tmp_path / "redis"
+    directory.mkdir()
+    server = RedisServer(Path(binary), directory, _free_port())
     try:
-        client.ping()
-    except redis.RedisError as exc:
-        client.close()
-        service_missing("Redis", exc)
-    client.flushdb()
+        server.start()
+        yield server
+    finally:
+        server.kill()
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client on the test's own (empty) Redis."""
+    client = redis.Redis.from_url(redis_server.url, socket_connect_timeout=1, socket_timeout=2)
     try:
         yield client
     finally:
@@ -165,28 +170,22 @@ def redis_client() -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def restartable_redis(redis_client: redis.Redis) -> Iterator[redis.Redis]:
-    """For the tests that stop Redis: only the machine's own server, which they know how to
-    start. Teardown always brings it back (and waits until it answers PING)."""
-    kwargs = redis_client.connection_pool.connection_kwargs
-    if (kwargs.get("host"), kwargs.get("port")) != MACHINE_REDIS:
-        pytest.skip(f"stops and restarts only the machine's Redis at {MACHINE_REDIS}, not {REDIS_URL}")
-    try:
-        yield redis_client
-    finally:
-        start_redis()
+def restartable_redis(redis_client: redis.Redis) -> redis.Redis:
+    """For the tests that stop Redis: the client on the test's own server, which they stop and
+    start through ``redis_server`` and which teardown kills."""
+    return redis_client
 
 
 @pytest.fixture
-def redis_broker(redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> Iterator[dramatiq.Broker]:
-    """This test process's broker for the test Redis is a fresh RedisBroker, dropped after
-    the test; the process's other brokers (an embedded StubBroker, say) are left alone."""
-    broker.forget(REDIS_URL)
-    the_broker = broker.setup(REDIS_URL)
+def redis_broker(redis_server: RedisServer) -> Iterator[dramatiq.Broker]:
+    """This test process's broker for the test's Redis, dropped after the test; the process's
+    other brokers (an embedded StubBroker, say) are left alone."""
+    broker.forget(redis_server.url)  # an earlier test's server may have had the same port
+    the_broker = broker.setup(redis_server.url)
     try:
         yield the_broker
     finally:
-        broker.forget(REDIS_URL)
+        broker.forget(redis_server.url)
 
 
 # -- processes ---------------------------------------------------------------------------------
@@ -315,13 +314,13 @@ class Processes:
 
 
 @pytest.fixture
-def fault_env(postgres_clone: str, roots: dict[str, Path], tmp_path: Path) -> dict[str, str]:
+def fault_env(postgres_clone: str, roots: dict[str, Path], tmp_path: Path, redis_server: RedisServer) -> dict[str, str]:
     """The environment of the worker and scheduler processes (PURGEKEEPER_* already stripped)."""
     env = {name: value for name, value in os.environ.items() if not name.startswith("PURGEKEEPER_")}
     env.update(
         {
             "PURGEKEEPER_DATABASE_URL": postgres_clone,
-            "PURGEKEEPER_BROKER_URL": REDIS_URL,
+            "PURGEKEEPER_BROKER_URL": redis_server.url,
             "PURGEKEEPER_DATA_DIR": str(tmp_path / "data"),
             "PURGEKEEPER_BLOB_ROOT": str(roots["blob_root"]),
             "PURGEKEEPER_FILE_ROOT": str(roots["file_root"]),
@@ -347,10 +346,10 @@ def processes(fault_env: dict[str, str], tmp_path: Path, redis_client: redis.Red
 
 @pytest.fixture
 def open_handle(
-    postgres_clone: str, roots: dict[str, Path], redis_broker: dramatiq.Broker
+    postgres_clone: str, roots: dict[str, Path], redis_server: RedisServer, redis_broker: dramatiq.Broker
 ) -> Iterator[Callable[..., commands.Purgekeeper]]:
     """Open handles on the test database (or ``database_url``) whose confirmations enqueue to
-    Redis (no in-process worker); they are closed at teardown."""
+    the test's Redis (no in-process worker); they are closed at teardown."""
     handles: list[commands.Purgekeeper] = []
 
     def open_one(database_url: str | None = None, **kwargs: Any) -> commands.Purgekeeper:
@@ -360,7 +359,7 @@ def open_handle(
             file_root=roots["file_root"],
             checkpoint_dir=roots["checkpoint_dir"],
             memory_roots=[roots["memory_root"]],
-            broker_url=REDIS_URL,
+            broker_url=redis_server.url,
             workers="none",
             **kwargs,
         )
@@ -381,12 +380,6 @@ def pk(open_handle: Callable[..., commands.Purgekeeper]) -> commands.Purgekeeper
 
 
 # -- a throw-away PostgreSQL cluster -------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _postgres_bin() -> Path | None:
@@ -468,6 +461,44 @@ def cluster() -> Iterator[Cluster]:
         with contextlib.suppress(subprocess.CalledProcessError):
             made.ctl("stop", "-m", "immediate")
         shutil.rmtree(directory, ignore_errors=True)
+
+
+# -- the machine's shared servers ----------------------------------------------------------------
+
+
+def shared_redis_run_id() -> str | None:
+    """The ``run_id`` of the machine's Redis (new at every start), or None if it does not answer."""
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1, socket_timeout=2, retry=Retry(NoBackoff(), 0))
+    try:
+        return str(client.info("server")["run_id"])
+    except redis.RedisError:
+        return None
+    finally:
+        client.close()
+
+
+def shared_postgres_starts() -> tuple[Any, ...] | None:
+    """When the machine's PostgreSQL started and last loaded its configuration (a restart or a
+    reload after ``ALTER SYSTEM`` moves them), or None if it does not answer."""
+    import psycopg
+
+    try:
+        with psycopg.connect(postgres_url("postgres").replace("+psycopg", ""), connect_timeout=2) as conn:
+            return tuple(conn.execute("SELECT pg_postmaster_start_time(), pg_conf_load_time()").fetchone() or ())
+    except psycopg.Error:
+        return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_servers_untouched() -> Iterator[None]:
+    """The fault tests leave the machine's Redis and PostgreSQL as they found them: the same
+    Redis process, and a PostgreSQL neither restarted nor reloaded (checked at the end)."""
+    before = (shared_redis_run_id(), shared_postgres_starts())
+    yield
+    after = (shared_redis_run_id(), shared_postgres_starts())
+    assert after == before, (
+        f"the shared Redis or PostgreSQL was restarted or reloaded during the fault tests: {before} -> {after}"
+    )
 
 
 # -- content and sessions ----------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""Fault tests of the step protocol with real processes: PostgreSQL, Redis, ``dramatiq``
-workers (``--processes 1 --threads 2``) and ``purgectl scheduler``, with a 2 s step lease, a
-0.2 s sweep and a 0.05 s backoff base. The step row is the source of truth; Redis only carries
-wake-ups, so losing them, or the worker, or Redis itself, must only delay a purge.
+"""Fault tests of the step protocol with real processes: PostgreSQL, a ``redis-server`` of the
+test's own (one test flushes it, another stops and restarts it), ``dramatiq`` workers
+(``--processes 1 --threads 2``) and ``purgectl scheduler``, with a 2 s step lease, a 0.2 s sweep
+and a 0.05 s backoff base. The step row is the source of truth; Redis only carries wake-ups, so
+losing them, or the worker, or Redis itself, must only delay a purge.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from sqlalchemy import text
 import commands
 from commands import EventScope
 from schema.states import StepStatus
-from tests.conftest import REDIS_URL
-from tests.faults.conftest import WAIT_S, Processes, open_transactions, start_redis, stop_redis, wait_until
+from tests.faults.conftest import WAIT_S, Processes, RedisServer, open_transactions, wait_until
 from workers import broker
 
 Pk = commands.Purgekeeper
@@ -157,19 +157,17 @@ def test_purges_in_flight_survive_a_redis_flushall(pk: Pk, processes: Processes,
 
 
 def test_a_confirmation_while_redis_is_down_succeeds_and_completes_once_it_is_back(
-    pk: Pk, processes: Processes, restartable_redis: redis.Redis, caplog: pytest.LogCaptureFixture
+    pk: Pk, processes: Processes, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     worker = processes.worker()
     scheduler = processes.scheduler()
-    try:
-        stop_redis()
-        with caplog.at_level(logging.WARNING, logger="commands.purges"):
-            purge_id, step_id, event_id = purge_event(pk)
-        assert any("enqueue of cleanup steps" in r.getMessage() for r in caplog.records), caplog.text
-        assert pk.status(purge_id).status == "accepted"
-        assert step_row(pk, step_id).attempts == 0
-    finally:
-        start_redis()
+    redis_server.stop()  # the test's own server: the worker, the scheduler and the handle use it
+    with caplog.at_level(logging.WARNING, logger="commands.purges"):
+        purge_id, step_id, event_id = purge_event(pk)
+    assert any("enqueue of cleanup steps" in r.getMessage() for r in caplog.records), caplog.text
+    assert pk.status(purge_id).status == "accepted"
+    assert step_row(pk, step_id).attempts == 0
+    redis_server.start()
     wait_complete(pk, purge_id, worker, scheduler)
     row = step_row(pk, step_id)
     assert (row.status, row.attempts) == ("done", 1)
@@ -221,7 +219,7 @@ def test_a_step_whose_worker_dies_every_time_ends_incomplete_and_retry_rearms_it
 
 
 def test_the_same_step_delivered_twice_at_once_runs_once(
-    open_handle: Callable[..., Pk], processes: Processes, redis_client: redis.Redis
+    open_handle: Callable[..., Pk], processes: Processes, redis_server: RedisServer, redis_client: redis.Redis
 ) -> None:
     captured: list[str] = []
     pk = open_handle(enqueue=captured.extend)  # the confirmation sends nothing
@@ -237,7 +235,7 @@ def test_the_same_step_delivered_twice_at_once_runs_once(
         """,
     )
 
-    broker.enqueue(REDIS_URL, pk.database_key, [step_id, step_id])
+    broker.enqueue(redis_server.url, pk.database_key, [step_id, step_id])
     assert queued(redis_client) == 2
 
     worker = processes.worker()  # its two threads take both deliveries at once
