@@ -5,18 +5,33 @@
 - Operator endpoints (and ``/status``, ``/metrics``) take the operator token when
   ``PURGEKEEPER_OPERATOR_TOKEN`` is set; otherwise the host token.
 - Tokens are compared in constant time; a missing or wrong one is a 401 that names neither.
+
+The console's session (``SessionSigner``) is an itsdangerous ``URLSafeTimedSerializer`` value:
+the signed-in operator's name, a CSRF token and the time it was signed, HMAC-SHA256 under a key
+derived from the operator token. It holds no token, it dies after its time to live, and rotating
+the token ends every session at once.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import hashlib
 import hmac
 import os
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from itsdangerous import BadData, TimestampSigner, URLSafeTimedSerializer
 
 TOKEN_FILE_NAME = "api-token"
 COOKIE_NAME = "purgekeeper_session"
+SESSION_SALT = "purgekeeper /status session v2"
+SESSION_TTL = dt.timedelta(hours=12)
+CSRF_BYTES = 32
 
 
 @dataclass(frozen=True)
@@ -28,7 +43,12 @@ class Tokens:
         return _matches(presented, self.api) or (self.operator is not None and _matches(presented, self.operator))
 
     def operator_allows(self, presented: str | None) -> bool:
-        return _matches(presented, self.operator if self.operator is not None else self.api)
+        return _matches(presented, self.operator_token)
+
+    @property
+    def operator_token(self) -> str:
+        """The token ``operator_allows`` accepts: the operator's, or else the host's."""
+        return self.operator if self.operator is not None else self.api
 
 
 def _matches(presented: str | None, expected: str) -> bool:
@@ -64,3 +84,66 @@ def load_or_create_token(data_dir: Path) -> tuple[str, Path, bool]:
         handle.write(token + "\n")
     os.chmod(path, 0o600)
     return token, path, True
+
+
+# -- the console's session -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Session:
+    """Who signed in to the console, and the token its forms must carry back (CSRF)."""
+
+    operator: str
+    csrf: str
+
+    @classmethod
+    def start(cls, operator: str) -> Session:
+        return cls(operator=operator, csrf=secrets.token_urlsafe(CSRF_BYTES))
+
+    def form_allows(self, presented: str | None) -> bool:
+        """The CSRF token a form sent back, compared in constant time."""
+        return _matches(presented, self.csrf)
+
+
+class _ClockedSigner(TimestampSigner):
+    """itsdangerous' timestamp signer on a given clock (tests sign in the past)."""
+
+    def __init__(self, *args: Any, clock: Callable[[], float], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.clock = clock
+
+    def get_timestamp(self) -> int:
+        return int(self.clock())
+
+
+class SessionSigner:
+    """Signs and reads the session cookie's value (itsdangerous, HMAC-SHA256). The key is the
+    operator token, so a new token refuses every cookie signed under the old one."""
+
+    def __init__(self, token: str, *, ttl: dt.timedelta = SESSION_TTL, clock: Callable[[], float] = time.time) -> None:
+        self.ttl = ttl
+        self.serializer = URLSafeTimedSerializer(
+            token,
+            salt=SESSION_SALT,
+            signer=_ClockedSigner,
+            signer_kwargs={"clock": clock, "key_derivation": "hmac", "digest_method": hashlib.sha256},
+        )
+
+    def sign(self, session: Session) -> str:
+        return self.serializer.dumps({"operator": session.operator, "csrf": session.csrf})
+
+    def read(self, value: str | None) -> Session | None:
+        """The session of a cookie, or None when it is missing, forged, foreign or expired.
+        Any value at all gives a session or None, never an error (a cookie is the client's)."""
+        if not value:
+            return None
+        try:
+            data = self.serializer.loads(value, max_age=int(self.ttl.total_seconds()))
+        except BadData:
+            return None
+        if not isinstance(data, dict):
+            return None
+        operator, csrf = data.get("operator"), data.get("csrf")
+        if not (isinstance(operator, str) and operator and isinstance(csrf, str) and csrf):
+            return None
+        return Session(operator=operator, csrf=csrf)

@@ -1,147 +1,225 @@
-"""The operator's HTML status page, ``GET /status``: server-rendered, no JavaScript.
+"""The operator's console at ``/status``: server-rendered (Jinja2, autoescaped), no JavaScript.
 
-It shows ids, statuses, counts and the steps' error texts, never content (no bodies, no
-payloads, no purge's actor or reason). Purges that need attention (incomplete, or stalled) come
-first, marked with a CSS class and a word; then the newest purges, each named by its label
-(``PurgeStatus.label``: "retention purge (policy p1)", never who was erased). Then retention and
-legal holds: the first 100 standing policies and holds in force (how many conversations and
-authors each hold covers: never an author's name, nor who placed it) and the totals
-``/metrics`` shows too. The page reloads itself every few seconds
-(``<meta http-equiv="refresh">``).
+===========================================  =============================================
+``GET /status``                              the purges, newest first, filtered by ``status``
+                                             and ``kind``, one page at a time (``after``)
+``GET /status/purges/{id}``                  one purge: steps, leases, attempts, audit rows
+``POST /status/purges/{id}/retry``           re-arm its incomplete steps (form: ``reason``)
+``GET /status/workers``                      live lease owners and the steps each one holds
+``POST /status/login``, ``/status/logout``   the session (form: ``name``, ``token``)
+===========================================  =============================================
 
-Sign-in takes the operator token (``Tokens.operator_allows``), as ``Authorization: Bearer`` or
-through the form at ``POST /status/login``, which sets the session cookie:
+What the pages show. The overview shows ids, statuses, counts, labels and the steps' error
+texts, never content (no bodies, no payloads, no purge's own actor or reason). Purges that need
+attention (incomplete, or stalled) come first on the unfiltered first page, marked with a CSS
+class and a word; then the newest purges, each named by its label ("retention purge (policy
+p1)", never who was erased). Then retention and legal holds: the first 100 standing policies
+and holds in force (how many conversations and authors each hold covers: never an author's
+name, nor who placed it). A purge's page adds each attempt (owner, start, finish, outcome,
+error) and its audit rows: the operators' own names and reasons for a retry. Times are told
+relative to the database clock ("3 min ago", "in 40 s"), the UTC time in a ``title``.
 
-- the value is ``<expiry>.<HMAC-SHA256 keyed by the token, of the expiry>``: never the token,
-  and it cannot be turned back into one;
-- it is HttpOnly, SameSite=Strict, limited to ``/status``, Secure when served over https, and
-  expires after ``session_ttl``;
-- it stays valid across restarts and API processes, and dies when the token changes or it
-  expires. ``POST /status/logout`` clears it from the browser; a copy taken before then lasts
-  until its expiry, so rotate the token to end every session at once.
+Refreshing. The overview, the workers view and the page of a purge still cleaning reload every
+few seconds (``<meta http-equiv="refresh">``); ``?refresh=off`` (the "Pause refresh" link)
+renders the same page without it. The sign-in form and the retry form never reload under a
+person typing.
+
+Signing in takes the operator's name and the operator token (``Tokens.operator_allows``). The
+session cookie (``auth.SessionSigner``: itsdangerous, keyed by the token) carries the name and
+a CSRF token; it is HttpOnly, SameSite=Strict, limited to ``/status``, Secure over https, and
+expires after ``session_ttl``. It stays valid across restarts and API processes, and dies when
+the token changes or it expires. ``POST /status/logout`` clears it from the browser; a copy
+taken before then lasts until its expiry, so rotate the token to end every session at once.
+
+Scripts may send ``Authorization: Bearer <operator token>`` instead; a retry is then recorded
+under the ``X-Purgekeeper-Operator`` header's name, or "operator". A form POST from a session
+must carry the session's CSRF token, and is refused when ``Sec-Fetch-Site`` says it came
+from another site (or, from a browser that does not send that header, when ``Origin`` names
+another host); a bearer request needs neither (no browser sends the header on its own).
 """
 
 from __future__ import annotations
 
-import base64
+import dataclasses
 import datetime as dt
-import hashlib
-import hmac
-import time
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
-from html import escape
-from typing import Annotated
+from typing import Annotated, Any
+from urllib.parse import urlencode, urlsplit
 
 from fastapi import APIRouter, Form, Header, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import RedirectResponse, Response
 
+from commands import validation
 from commands.handle import Purgekeeper
-from commands.records import HoldCount, PurgeStatus, RetentionPolicy, StepState
-from commands.surface import error_body, http_status, plain
-from commands.web import metrics
-from commands.web.auth import COOKIE_NAME, Tokens, bearer
-from schema import overview
-from schema.errors import NotFound, PurgekeeperError
+from commands.operations import PURGE_KINDS, PURGE_STATUSES
+from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
+from commands.records import HoldCount, PurgeStatus, RetentionPolicy
+from commands.surface import error_body, http_status
+from commands.web import metrics, pages
+from commands.web.auth import COOKIE_NAME, SESSION_TTL, Session, SessionSigner, Tokens, bearer
+from schema import ledger, overview
+from schema.errors import NotFound, PurgekeeperError, ValidationError
 from schema.states import StepStatus
 from schema.steps import PARKED_UNTIL
 
 RECENT_PURGES = 50
-REFRESH_SECONDS = 5
-SESSION_TTL = dt.timedelta(hours=12)
-SESSION_CONTEXT = "purgekeeper /status session v1"
+LISTED = 100  # policies and holds listed; the summary counts them all
 ATTENTION = ("incomplete", "stalled")
-
-STYLE = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #1d1d1f; }
-h1 { font-size: 1.4rem; margin: 0; } h2 { font-size: 1.1rem; margin-top: 1.5rem; }
-header { display: flex; justify-content: space-between; align-items: center; }
-table { border-collapse: collapse; margin: .4rem 0; } th, td { border: 1px solid #ccc; padding: .2rem .5rem; }
-th { background: #f3f3f3; text-align: left; } code { font-size: .9em; }
-.purge { border: 1px solid #ccc; border-radius: 4px; padding: .5rem .8rem; margin: .6rem 0; }
-.purge h3 { font-size: 1rem; margin: 0 0 .3rem; }
-.purge.incomplete { border: 2px solid #b00020; background: #fff4f4; }
-.purge.stalled { border: 2px solid #b36b00; background: #fffaf0; }
-.badge { font-weight: bold; padding: 0 .4rem; border-radius: 3px; color: #fff; background: #555; }
-.badge.incomplete, .bad { background: #b00020; color: #fff; } .badge.stalled { background: #b36b00; }
-.ok { color: #0a6b2d; font-weight: bold; } .bad { padding: 0 .3rem; font-weight: bold; }
-.error-text { font-family: monospace; white-space: pre-wrap; overflow-wrap: anywhere; color: #b00020; }
-td:last-child { max-width: 40rem; }
-.login-error { color: #b00020; font-weight: bold; }
-"""
-CSP = (
-    "default-src 'none'; "
-    f"style-src 'sha256-{base64.b64encode(hashlib.sha256(STYLE.encode()).digest()).decode()}'; "
-    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-SECURITY_HEADERS = {
-    "Cache-Control": "no-store",
-    "Content-Security-Policy": CSP,
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-}
+FINISHED = ("complete", "incomplete")
+OPERATOR_HEADER = "X-Purgekeeper-Operator"
+BEARER_OPERATOR = "operator"
+MAX_CURSOR_DIGITS = 19
+BAD_TOKEN = "That token is not valid."
+FORGED_FORM = "This form did not come from your console session: reload the page and try again. Nothing was changed."
+RETRIED = "Retry recorded: the incomplete steps are re-armed."
 
 
-# -- the session cookie ---------------------------------------------------------------------------
-
-
-def _operator_token(tokens: Tokens) -> str:
-    """The token ``Tokens.operator_allows`` accepts: the operator's, or else the host's."""
-    return tokens.operator if tokens.operator is not None else tokens.api
-
-
-def _mac(token: str, expires: int) -> str:
-    message = f"{SESSION_CONTEXT}:{expires}".encode()
-    return hmac.new(token.encode("utf-8"), message, hashlib.sha256).hexdigest()
-
-
-def session_value(token: str, *, expires: int) -> str:
-    return f"{expires}.{_mac(token, expires)}"
-
-
-MAX_EXPIRY_DIGITS = 18  # an expiry in Unix seconds; longer is no expiry this code wrote
-
-
-def session_valid(value: str | None, token: str, *, now: float) -> bool:
-    """Any value at all gives True or False, never an error (a cookie is the client's)."""
-    if not value or not token:
-        return False
-    expiry, _, mac = value.partition(".")
-    if not (expiry.isascii() and expiry.isdigit()) or len(expiry) > MAX_EXPIRY_DIGITS or int(expiry) <= now:
-        return False
-    return hmac.compare_digest(mac.encode(), _mac(token, int(expiry)).encode())
-
-
-# -- what the page shows --------------------------------------------------------------------------
+# -- who is asking ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class View:
+class Operator:
+    """A signed-in operator: by session cookie, or by bearer token (``session`` None: a script,
+    with no cookie and no CSRF token to check)."""
+
+    name: str
+    session: Session | None
+
+
+def same_origin(headers: Mapping[str, str]) -> bool:
+    """No sign of a cross-site request. ``Sec-Fetch-Site`` decides when the browser sends it
+    (no page can forge it); else ``Origin``, when sent, must be this host. Under
+    ``Referrer-Policy: no-referrer`` a browser sends ``Origin: null`` even from this site,
+    so a bare ``null`` is refused only when ``Sec-Fetch-Site`` cannot vouch for the request."""
+    site = headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    try:
+        return origin != "null" and urlsplit(origin).netloc == headers.get("host")
+    except ValueError:
+        return False
+
+
+# -- the overview's filters and pages ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Filters:
+    """The overview's query: ``status``, ``kind``, the ``after`` cursor, ``refresh=off``."""
+
+    status: str | None = None
+    kind: str | None = None
+    after: int | None = None
+    paused: bool = False
+
+    @classmethod
+    def parse(cls, query: Mapping[str, str]) -> Filters:
+        """Empty fields mean any; a bad status or kind is ``list_purges``' to refuse."""
+        after = query.get("after") or None
+        if after is not None and not (after.isascii() and after.isdigit() and len(after) <= MAX_CURSOR_DIGITS):
+            raise ValidationError("after must be a positive ledger seq (the link to older purges)")
+        return cls(
+            status=query.get("status") or None,
+            kind=query.get("kind") or None,
+            after=None if after is None else int(after),
+            paused=query.get("refresh") == "off",
+        )
+
+    @property
+    def narrowed(self) -> bool:
+        return self.status is not None or self.kind is not None or self.after is not None
+
+    def href(self, base: str, **changes: Any) -> str:
+        """The overview with these filters, changed as given."""
+        changed = dataclasses.replace(self, **changes)
+        query = {
+            "status": changed.status,
+            "kind": changed.kind,
+            "after": changed.after,
+            "refresh": "off" if changed.paused else None,
+        }
+        return _with_query(base, query)
+
+
+def _with_query(path: str, query: Mapping[str, object]) -> str:
+    given = {name: value for name, value in query.items() if value is not None}
+    return path + ("?" + urlencode(given) if given else "")
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What every page's frame needs: where the console lives, who is signed in, the database's
+    now, and whether the page reloads itself (``toggle``: the same page, paused or resumed)."""
+
+    base: str
+    operator: Operator | None = None
+    now: dt.datetime | None = None
+    refresh: bool = False
+    paused: bool = False
+    toggle: str | None = None
+
+    @property
+    def csrf(self) -> str | None:
+        return None if self.operator is None or self.operator.session is None else self.operator.session.csrf
+
+
+# -- what the overview shows --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Overview:
     snapshot: metrics.Snapshot
-    attention: tuple[PurgeStatus, ...]  # incomplete and stalled purges, newest first
-    recent: tuple[PurgeStatus, ...]  # the newest purges, without those above
+    attention: tuple[PurgeStatus, ...] | None  # incomplete and stalled, newest first; None when filtered
+    purges: tuple[PurgeStatus, ...]  # this page of the list, without those above
+    next_after: int | None  # the cursor of the next, older page
     policies: tuple[RetentionPolicy, ...]  # the standing retention policies, the first LISTED of them
     holds: tuple[HoldCount, ...]  # the legal holds in force, the first LISTED of them, in counts
 
 
-def needs_attention(purge: PurgeStatus) -> bool:
-    return purge.status == "incomplete" or purge.stalled
+def marks(purge: PurgeStatus) -> list[str]:
+    """Why a purge needs attention: "incomplete", "stalled", both or neither."""
+    return [mark for mark, on in zip(ATTENTION, (purge.status == "incomplete", purge.stalled), strict=True) if on]
 
 
-def gather(pk: Purgekeeper, check: metrics.LedgerCheck, *, recent: int) -> View:
+def gather(pk: Purgekeeper, check: metrics.LedgerCheck, filters: Filters, *, page_size: int) -> Overview:
+    """Bounded reads only: the aggregates, one page of the list, and at most ``page_size``
+    purges needing attention."""
     snapshot = metrics.take_snapshot(pk, check)
-    newest = pk.list_purges(limit=recent).purges
-    incomplete = pk.list_purges("incomplete", limit=recent).purges
+    page = pk.list_purges(filters.status, kind=filters.kind, limit=page_size, after=filters.after)
+    attention = None if filters.narrowed else needing_attention(pk, snapshot, page.purges, limit=page_size)
+    shown = {purge.purge_id for purge in attention or ()}
+    return Overview(
+        snapshot=snapshot,
+        attention=attention,
+        purges=tuple(purge for purge in page.purges if purge.purge_id not in shown),
+        next_after=page.next_after,
+        policies=tuple(pk.list_retention()[:LISTED]),
+        holds=tuple(pk.count_holds(limit=LISTED)),
+    )
+
+
+def needing_attention(
+    pk: Purgekeeper, snapshot: metrics.Snapshot, newest: tuple[PurgeStatus, ...], *, limit: int
+) -> tuple[PurgeStatus, ...]:
+    incomplete = pk.list_purges("incomplete", limit=limit).purges
     with pk.db.read() as conn:
-        stalled_ids = overview.stalled_purge_ids(conn, snapshot.now, pk.stall_after, limit=recent)
+        stalled_ids = overview.stalled_purge_ids(conn, snapshot.now, pk.stall_after, limit=limit)
     known = {p.purge_id: p for p in (*newest, *incomplete)}
     stalled = [known.get(purge_id) or _status_or_none(pk, purge_id) for purge_id in stalled_ids]
-    flagged = {p.purge_id: p for p in (*incomplete, *stalled, *newest) if p is not None and needs_attention(p)}
-    attention = sorted(flagged.values(), key=lambda p: p.ledger_seq, reverse=True)
-    rest = tuple(p for p in newest if p.purge_id not in flagged)
-    policies, holds = tuple(pk.list_retention()[:LISTED]), tuple(pk.count_holds(limit=LISTED))
-    return View(snapshot=snapshot, attention=tuple(attention), recent=rest, policies=policies, holds=holds)
+    flagged = {p.purge_id: p for p in (*incomplete, *stalled, *newest) if p is not None and marks(p)}
+    return tuple(sorted(flagged.values(), key=lambda p: p.ledger_seq, reverse=True))
+
+
+# What the templates' purge and step macros call on.
+STEP_HELPERS: dict[str, Any] = {
+    "marks": marks,
+    "parked_until": PARKED_UNTIL,
+    "finished_steps": (StepStatus.DONE, StepStatus.INCOMPLETE),
+}
 
 
 def _status_or_none(pk: Purgekeeper, purge_id: str) -> PurgeStatus | None:
@@ -152,326 +230,276 @@ def _status_or_none(pk: Purgekeeper, purge_id: str) -> PurgeStatus | None:
         return None
 
 
-# -- HTML -----------------------------------------------------------------------------------------
-
-
-def _text(value: object) -> str:
-    return escape(str(value), quote=True)
-
-
-def _when(moment: dt.datetime) -> str:
-    return _text(plain(moment))
-
-
-def document(title: str, body: str, *, refresh: bool) -> str:
-    meta = f'<meta http-equiv="refresh" content="{REFRESH_SECONDS}">' if refresh else ""
-    return (
-        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1">{meta}'
-        f"<title>{_text(title)}</title><style>{STYLE}</style></head>\n<body>{body}</body></html>\n"
-    )
-
-
-def render_login(action: str, *, error: str | None) -> str:
-    alert = f'<p class="login-error" role="alert">{_text(error)}</p>' if error else ""
-    form = (
-        f'<form method="post" action="{_text(action)}">'
-        '<label for="token">Operator token</label> '
-        '<input id="token" type="password" name="token" autocomplete="current-password" required autofocus> '
-        '<button type="submit">Sign in</button></form>'
-    )
-    return document("purgekeeper status: sign in", f"<h1>purgekeeper status</h1>{alert}{form}", refresh=False)
-
-
-def render_page(view: View, *, logout_action: str) -> str:
-    logout = f'<form method="post" action="{_text(logout_action)}"><button type="submit">Sign out</button></form>'
-    header = f"<header><h1>purgekeeper status</h1>{logout}</header>"
-    attention = "".join(render_purge(p) for p in view.attention) or "<p>Nothing needs attention.</p>"
-    recent = "".join(render_purge(p) for p in view.recent) or "<p>No other purges.</p>"
-    body = (
-        f"{header}{render_summary(view.snapshot)}"
-        f'<section id="attention"><h2>Needs attention</h2>{attention}</section>'
-        f'<section id="recent"><h2>Recent purges</h2>{recent}</section>'
-        f"{render_retention(view)}"
-    )
-    return document("purgekeeper status", body, refresh=True)
-
-
-def _flag(ok: bool, good: str, bad: str, name: str) -> str:
-    css = "ok" if ok else "bad"
-    return f'<span id="{name}" class="{css}">{_text(good if ok else bad)}</span>'
-
-
-def render_summary(snap: metrics.Snapshot) -> str:
-    problems = "".join(f"<li>{_text(problem)}</li>" for problem in snap.ledger.problems)
-    closed = "".join(f"<li>{_text(problem)}</li>" for problem in snap.gate_problems)
-    gate = f'<ul id="messaging-problems">{closed}</ul>' if closed else ""
-    rows = [
-        ("As of", _when(snap.now)),
-        (
-            "Ledger head",
-            f'seq <span id="ledger-seq">{snap.ledger_seq}</span>, '
-            f'hash <code id="ledger-head">{_text(snap.head_hash)}</code>',
-        ),
-        (
-            "Ledger verifies",
-            _flag(snap.ledger.ok, "yes", "NO", "ledger-verified")
-            + (f'<ul id="ledger-problems">{problems}</ul>' if problems else ""),
-        ),
-        ("Messaging", _flag(snap.messaging_available, "available", "UNAVAILABLE", "messaging") + gate),
-        (
-            "Checkpoint directory",
-            _flag(
-                snap.checkpoint_problem is None,
-                "writable",
-                f"the checkpoint directory cannot be written: {snap.checkpoint_problem}",
-                "checkpoint-dir",
-            ),
-        ),
-        ("Incomplete purges", f'<span id="incomplete-count">{snap.incomplete_purges}</span>'),
-        ("Stalled purges", f'<span id="stalled-count">{snap.stalled_purges}</span>'),
-        ("Oldest due step waits", f"{snap.oldest_due_age.total_seconds():.0f} s"),
-    ]
-    summary = "".join(f"<tr><th>{_text(name)}</th><td>{cell}</td></tr>" for name, cell in rows)
-    return f'<section id="summary"><table>{summary}</table>{render_step_counts(snap)}</section>'
-
-
-def render_step_counts(snap: metrics.Snapshot) -> str:
-    kinds = sorted({kind for _status, kind in snap.steps})
-    head = "".join(f"<th>{_text(kind)}</th>" for kind in kinds)
-    body = "".join(
-        f"<tr><th>{_text(status.value)}</th>"
-        + "".join(f"<td>{snap.steps[(status.value, kind)].steps}</td>" for kind in kinds)
-        + "</tr>"
-        for status in StepStatus
-    )
-    return f'<table id="step-counts"><tr><th>steps</th>{head}</tr>{body}</table>'
-
-
-def render_purge(purge: PurgeStatus) -> str:
-    marks = [mark for mark, on in zip(ATTENTION, (purge.status == "incomplete", purge.stalled), strict=True) if on]
-    badges = "".join(f' <span class="badge {mark}">{mark.upper()}</span>' for mark in marks)
-    classes = " ".join(["purge", *marks])
-    return (
-        f'<article class="{classes}" id="purge-{_text(purge.purge_id)}" data-status="{_text(purge.status)}">'
-        f"<h3><code>{_text(purge.purge_id)}</code> {_text(purge.status)}{badges}</h3>"
-        f"<p>{_text(purge.label or f'{purge.kind} purge')}, ledger seq {purge.ledger_seq}, "
-        f"accepted {_when(purge.accepted_at)}</p>"
-        f"{render_steps(purge.steps)}</article>"
-    )
-
-
-STEP_COLUMNS = (
-    "step",
-    "status",
-    "attempts",
-    "removed",
-    "retained shared",
-    "held",
-    "remaining",
-    "next attempt",
-    "last error",
-)
-
-
-def render_steps(steps: Iterable[StepState]) -> str:
-    rows = "".join(render_step(step) for step in steps)
-    if not rows:
-        return "<p>No cleanup steps.</p>"
-    head = "".join(f"<th>{_text(name)}</th>" for name in STEP_COLUMNS)
-    return f'<table class="steps"><tr>{head}</tr>{rows}</table>'
-
-
-def render_step(step: StepState) -> str:
-    progress = step.progress
-    reasons = ", ".join(f"{reason}: {_count(detail)}" for reason, detail in sorted(progress.retained_reasons.items()))
-    retained = f"{progress.retained_shared}" + (f" ({reasons})" if reasons else "")
-    remaining = "" if progress.remaining is None else str(progress.remaining)
-    error = f'<span class="error-text">{_text(step.last_error)}</span>' if step.last_error else ""
-    cells = (
-        step.kind,
-        step.status,
-        f"{step.attempts}/{step.max_attempts}",
-        str(progress.removed),
-        retained,
-        str(progress.held),
-        remaining,
-        _next_attempt(step),
-    )
-    tds = "".join(f"<td>{_text(cell)}</td>" for cell in cells)
-    return f'<tr class="step {_text(step.status)}" data-kind="{_text(step.kind)}">{tds}<td>{error}</td></tr>'
-
-
-def _count(detail: object) -> object:
-    return detail.get("count", "?") if isinstance(detail, dict) else detail
-
-
-def _next_attempt(step: StepState) -> str:
-    if step.status in (StepStatus.DONE, StepStatus.INCOMPLETE):
-        return ""
-    if step.next_attempt_at >= PARKED_UNTIL:
-        return "after the bodies step"
-    return str(plain(step.next_attempt_at))
-
-
-def render_retention(view: View) -> str:
-    summary = view.snapshot.retention_summary
-    totals = [
-        ("Standing policies", "retention-policies-count", summary.policies),
-        ("Retention runs", "retention-runs", summary.runs),
-        ("Events expired", "retention-expired", summary.expired),
-        ("Events kept by holds", "retention-held", summary.held),
-        ("Holds in force", "legal-holds-count", summary.holds),
-        ("Runs still cleaning up", "retention-fences", summary.fences),
-    ]
-    rows = "".join(f'<tr><th>{_text(name)}</th><td id="{css}">{value}</td></tr>' for name, css, value in totals)
-    return (
-        f'<section id="retention"><h2>Retention and holds</h2><table id="retention-summary">{rows}</table>'
-        f"<h3>Retention policies</h3>{render_policies(view.policies)}"
-        f"<h3>Legal holds in force</h3>{render_holds(view.holds)}</section>"
-    )
-
-
-POLICY_COLUMNS = ("policy", "scope", "max age", "last run", "next run", "last run's purge")
-HOLD_COLUMNS = ("hold", "conversations", "authors", "placed at")
-LISTED = 100  # policies and holds listed; the summary counts them all
-
-
-def render_policies(policies: Iterable[RetentionPolicy]) -> str:
-    rows = "".join(render_policy(policy) for policy in policies)
-    return _table("retention-policies", POLICY_COLUMNS, rows) if rows else "<p>No retention policies.</p>"
-
-
-def render_policy(policy: RetentionPolicy) -> str:
-    scope = f"conversation {policy.conversation_id}" if policy.conversation_id else "every conversation"
-    cells = (
-        f"<code>{_text(policy.policy_id)}</code>",
-        _text(scope),
-        _text(_age(policy.max_age)),
-        _maybe_when(policy.last_run),
-        _maybe_when(policy.next_run),
-        f"<code>{_text(policy.last_purge_id)}</code>" if policy.last_purge_id else "",
-    )
-    tds = "".join(f"<td>{cell}</td>" for cell in cells)
-    return f'<tr class="policy" data-policy="{_text(policy.policy_id)}">{tds}</tr>'
-
-
-def render_holds(holds: Iterable[HoldCount]) -> str:
-    rows = "".join(render_hold(hold) for hold in holds)
-    return _table("legal-holds", HOLD_COLUMNS, rows) if rows else "<p>No legal holds in force.</p>"
-
-
-def render_hold(hold: HoldCount) -> str:
-    """How many conversations and authors the hold covers: an author's name never reaches the
-    page, nor (as for purges) who placed it."""
-    cells = (
-        f"<code>{_text(hold.hold_id)}</code>",
-        str(hold.conversations),
-        str(hold.authors),
-        _maybe_when(hold.placed_at),
-    )
-    tds = "".join(f"<td>{cell}</td>" for cell in cells)
-    return f'<tr class="hold" data-hold="{_text(hold.hold_id)}">{tds}</tr>'
-
-
-def _table(css_id: str, columns: Iterable[str], rows: str) -> str:
-    head = "".join(f"<th>{_text(name)}</th>" for name in columns)
-    return f'<table id="{css_id}"><tr>{head}</tr>{rows}</table>'
-
-
-def _maybe_when(moment: dt.datetime | None) -> str:
-    return _when(moment) if moment is not None else ""
-
-
-AGE_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
-
-
-def _age(max_age: dt.timedelta) -> str:
-    """A policy's max age in its largest whole unit: 30 days, 12 hours."""
-    seconds = int(max_age.total_seconds())
-    name, size = next((name, size) for name, size in AGE_UNITS if seconds % size == 0)
-    count = seconds // size
-    return f"{count} {name}" + ("" if count == 1 else "s")
+def database_now(pk: Purgekeeper) -> dt.datetime:
+    """The database clock, which every stored time comes from."""
+    with pk.db.read() as conn:
+        now: dt.datetime = ledger.read_head(conn).now
+    return now
 
 
 # -- the routes -----------------------------------------------------------------------------------
 
-
-def html(body: str, status_code: int = 200, *, headers: dict[str, str] | None = None) -> HTMLResponse:
-    return HTMLResponse(body, status_code=status_code, headers={**SECURITY_HEADERS, **(headers or {})})
+Authorization = Annotated[str | None, Header()]
+OperatorName = Annotated[str | None, Header(alias=OPERATOR_HEADER)]
 
 
 def router(
     pk: Purgekeeper,
     tokens: Tokens,
     *,
-    recent: int = RECENT_PURGES,
+    page_size: int = RECENT_PURGES,
     session_ttl: dt.timedelta = SESSION_TTL,
 ) -> APIRouter:
-    """``GET /status`` (the page, or the sign-in form with 401), ``POST /status/login`` (form
-    field ``token``) and ``POST /status/logout``."""
-    check = metrics.LedgerCheck(pk)
+    """The console's routes (see the module docstring)."""
+    console = Console(pk, tokens, page_size=page_size, signer=SessionSigner(tokens.operator_token, ttl=session_ttl))
     api = APIRouter()
 
-    def signed_in(request: Request, authorization: str | None) -> bool:
-        presented = bearer(authorization)
-        if presented is not None:
-            return tokens.operator_allows(presented)
-        cookie = request.cookies.get(COOKIE_NAME)
-        return session_valid(cookie, _operator_token(tokens), now=time.time())
-
-    def login_form(request: Request, *, error: str | None) -> HTMLResponse:
-        page = render_login(_path(request, "/status/login"), error=error)
-        return html(page, 401, headers={"WWW-Authenticate": 'Bearer realm="purgekeeper"'})
-
     @api.get("/status", include_in_schema=False)
-    def status_page(request: Request, authorization: Annotated[str | None, Header()] = None) -> Response:
-        if not signed_in(request, authorization):
-            return login_form(request, error=None)
-        try:
-            view = gather(pk, check, recent=recent)
-        except PurgekeeperError as exc:
-            return html(render_unavailable(exc), http_status(exc))
-        return html(render_page(view, logout_action=_path(request, "/status/logout")))
+    def overview_page(request: Request, authorization: Authorization = None) -> Response:
+        who = console.operator(request, authorization, None)
+        return console.overview(request, who) if who else console.sign_in(request)
+
+    @api.get("/status/purges/{purge_id}", include_in_schema=False)
+    def purge_page(request: Request, purge_id: str, authorization: Authorization = None) -> Response:
+        who = console.operator(request, authorization, None)
+        return console.purge(request, who, purge_id) if who else console.sign_in(request)
+
+    @api.post("/status/purges/{purge_id}/retry", include_in_schema=False)
+    def retry(
+        request: Request,
+        purge_id: str,
+        reason: Annotated[str, Form()] = "",
+        csrf: Annotated[str, Form()] = "",
+        authorization: Authorization = None,
+        operator_name: OperatorName = None,
+    ) -> Response:
+        who = console.operator(request, authorization, operator_name)
+        if who is None:
+            return console.sign_in(request, next_path=console.purge_path(request, purge_id))
+        return console.retry(request, who, purge_id, reason=reason, csrf=csrf)
+
+    @api.get("/status/workers", include_in_schema=False)
+    def workers_page(request: Request, authorization: Authorization = None) -> Response:
+        who = console.operator(request, authorization, None)
+        return console.workers(request, who) if who else console.sign_in(request)
 
     @api.post("/status/login", include_in_schema=False)
-    def login(request: Request, token: Annotated[str, Form()] = "") -> Response:
-        if not tokens.operator_allows(token):
-            return login_form(request, error="That token is not valid.")
-        expires = int(time.time() + session_ttl.total_seconds())
-        response = RedirectResponse(_path(request, "/status"), status_code=303, headers=SECURITY_HEADERS)
-        response.set_cookie(
-            COOKIE_NAME,
-            session_value(token, expires=expires),
-            max_age=int(session_ttl.total_seconds()),
-            path=_path(request, "/status"),
-            secure=request.url.scheme == "https",
-            httponly=True,
-            samesite="strict",
-        )
-        return response
+    def login(
+        request: Request,
+        token: Annotated[str, Form()] = "",
+        name: Annotated[str, Form()] = "",
+        next_path: Annotated[str, Form(alias="next")] = "",
+    ) -> Response:
+        return console.login(request, token=token, name=name, next_path=next_path)
 
     @api.post("/status/logout", include_in_schema=False)
     def logout(request: Request) -> Response:
-        response = RedirectResponse(_path(request, "/status"), status_code=303, headers=SECURITY_HEADERS)
-        response.delete_cookie(
-            COOKIE_NAME,
-            path=_path(request, "/status"),
-            secure=request.url.scheme == "https",
-            httponly=True,
-            samesite="strict",
-        )
-        return response
+        return console.logout(request)
 
     return api
 
 
-def _path(request: Request, path: str) -> str:
-    """``path`` under the app's mount point (``root_path``, behind a proxy)."""
-    return str(request.scope.get("root_path", "")).rstrip("/") + path
+class Console:
+    """The routes' work: who is asking, what to read, which page to render."""
+
+    def __init__(self, pk: Purgekeeper, tokens: Tokens, *, page_size: int, signer: SessionSigner) -> None:
+        self.pk = pk
+        self.tokens = tokens
+        self.page_size = page_size
+        self.signer = signer
+        self.check = metrics.LedgerCheck(pk)
+
+    # -- signing in
+
+    def operator(self, request: Request, authorization: str | None, name: str | None) -> Operator | None:
+        presented = bearer(authorization)
+        if presented is not None:
+            return Operator(name or BEARER_OPERATOR, None) if self.tokens.operator_allows(presented) else None
+        session = self.signer.read(request.cookies.get(COOKIE_NAME))
+        return None if session is None else Operator(session.operator, session)
+
+    def sign_in(
+        self,
+        request: Request,
+        *,
+        error: str | None = None,
+        name: str = "",
+        next_path: str | None = None,
+        code: int = 401,
+    ) -> Response:
+        """The sign-in form; it comes back to ``next_path`` (by default the page asked for)."""
+        wanted = next_path if next_path is not None else _request_path(request)
+        return pages.respond(
+            "login.html",
+            code,
+            headers={"WWW-Authenticate": 'Bearer realm="purgekeeper"'} if code == 401 else None,
+            frame=Frame(base=_base(request)),
+            action=_base(request) + "/login",
+            error=error,
+            name=name,
+            next_path=self.safe_next(request, wanted),
+            max_name=MAX_ACTOR_LENGTH,
+        )
+
+    def login(self, request: Request, *, token: str, name: str, next_path: str) -> Response:
+        if not self.tokens.operator_allows(token):
+            return self.sign_in(request, error=BAD_TOKEN, name=name, next_path=next_path)
+        try:
+            operator = validation.check_text(name, "your name", max_length=MAX_ACTOR_LENGTH).strip()
+        except ValidationError as exc:
+            return self.sign_in(request, error=_detail(exc), name=name, next_path=next_path, code=400)
+        response = RedirectResponse(self.safe_next(request, next_path), 303, headers=pages.SECURITY_HEADERS)
+        response.set_cookie(
+            COOKIE_NAME,
+            self.signer.sign(Session.start(operator)),
+            max_age=int(self.signer.ttl.total_seconds()),
+            path=_base(request),
+            secure=request.url.scheme == "https",
+            httponly=True,
+            samesite="strict",
+        )
+        return response
+
+    def logout(self, request: Request) -> Response:
+        response = RedirectResponse(_base(request), 303, headers=pages.SECURITY_HEADERS)
+        response.delete_cookie(
+            COOKIE_NAME, path=_base(request), secure=request.url.scheme == "https", httponly=True, samesite="strict"
+        )
+        return response
+
+    @staticmethod
+    def safe_next(request: Request, wanted: str) -> str:
+        """Where to go after signing in: a console page of this site, never elsewhere."""
+        base = _base(request)
+        local = wanted == base or wanted.startswith((base + "/", base + "?"))
+        if local and wanted.isascii() and wanted.isprintable() and "//" not in wanted and "\\" not in wanted:
+            return wanted
+        return base
+
+    # -- the pages
+
+    def overview(self, request: Request, who: Operator) -> Response:
+        try:
+            filters = Filters.parse(request.query_params)
+            view = gather(self.pk, self.check, filters, page_size=self.page_size)
+        except PurgekeeperError as exc:
+            return self.problem(request, who, exc)
+        base = _base(request)
+        frame = Frame(
+            base=base,
+            operator=who,
+            now=view.snapshot.now,
+            refresh=not filters.paused,
+            paused=filters.paused,
+            toggle=filters.href(base, paused=not filters.paused),
+        )
+        return pages.respond(
+            "overview.html",
+            frame=frame,
+            view=view,
+            filters=filters,
+            purge_statuses=PURGE_STATUSES,
+            purge_kinds=PURGE_KINDS,
+            step_statuses=[status.value for status in StepStatus],
+            step_kinds=sorted({kind for _status, kind in view.snapshot.steps}),
+            older=None if view.next_after is None else filters.href(base, after=view.next_after),
+            newest=filters.href(base, after=None) if filters.after is not None else None,
+            cleared=Filters(paused=filters.paused).href(base),
+            **STEP_HELPERS,
+        )
+
+    def purge(
+        self,
+        request: Request,
+        who: Operator,
+        purge_id: str,
+        *,
+        error: str | None = None,
+        reason: str = "",
+        code: int = 200,
+    ) -> Response:
+        try:
+            detail = self.pk.purge_detail(purge_id)
+            now = database_now(self.pk)
+        except PurgekeeperError as exc:
+            return self.problem(request, who, exc)
+        path = self.purge_path(request, purge_id)
+        live = detail.status.status not in FINISHED and error is None
+        return pages.respond(
+            "purge.html",
+            code,
+            frame=_frame(request, who, now, path, live=live),
+            detail=detail,
+            purge=detail.status,
+            error=error,
+            notice=RETRIED if request.query_params.get("retried") and error is None else None,
+            reason=reason,
+            max_reason=MAX_REASON_LENGTH,
+            action=path + "/retry",
+            **STEP_HELPERS,
+        )
+
+    def retry(self, request: Request, who: Operator, purge_id: str, *, reason: str, csrf: str) -> Response:
+        """Re-arm the purge's incomplete steps as ``who``; any refusal changes nothing."""
+        if who.session is not None and not (who.session.form_allows(csrf) and same_origin(request.headers)):
+            return self.purge(request, who, purge_id, error=FORGED_FORM, reason=reason, code=403)
+        try:
+            self.pk.retry(purge_id, actor=who.name, reason=reason)
+        except PurgekeeperError as exc:
+            return self.purge(request, who, purge_id, error=_detail(exc), reason=reason, code=http_status(exc))
+        return RedirectResponse(self.purge_path(request, purge_id) + "?retried=1", 303, headers=pages.SECURITY_HEADERS)
+
+    def workers(self, request: Request, who: Operator) -> Response:
+        try:
+            leases = self.pk.worker_leases()
+            now = database_now(self.pk)
+        except PurgekeeperError as exc:
+            return self.problem(request, who, exc)
+        frame = _frame(request, who, now, _base(request) + "/workers", live=True)
+        return pages.respond("workers.html", frame=frame, workers=leases)
+
+    def problem(self, request: Request, who: Operator, error: PurgekeeperError) -> Response:
+        """A bad request (400), an unknown purge (404), or the database unavailable (503, and
+        the page tries again by itself)."""
+        code = http_status(error)
+        body = error_body(error)
+        frame = Frame(base=_base(request), operator=who, refresh=code >= 500)
+        return pages.respond("problem.html", code, frame=frame, code=body["error"], detail=body["detail"])
+
+    @staticmethod
+    def purge_path(request: Request, purge_id: str) -> str:
+        return f"{_base(request)}/purges/{purge_id}"
 
 
-def render_unavailable(error: PurgekeeperError) -> str:
-    body = error_body(error)
-    text = f'<h1>purgekeeper status</h1><p class="bad">{_text(body["error"])}: {_text(body["detail"])}</p>'
-    return document("purgekeeper status: unavailable", text, refresh=True)
+def _frame(request: Request, who: Operator, now: dt.datetime, path: str, *, live: bool) -> Frame:
+    """The frame of a page at ``path`` that reloads itself while ``live``, unless paused
+    (``?refresh=off``)."""
+    paused = request.query_params.get("refresh") == "off"
+    return Frame(
+        base=_base(request),
+        operator=who,
+        now=now,
+        refresh=live and not paused,
+        paused=paused,
+        toggle=_with_query(path, {"refresh": None if paused else "off"}) if live else None,
+    )
+
+
+def _detail(error: PurgekeeperError) -> str:
+    return str(error_body(error)["detail"])
+
+
+def _base(request: Request) -> str:
+    """``/status`` under the app's mount point (``root_path``, behind a proxy)."""
+    return str(request.scope.get("root_path", "")).rstrip("/") + "/status"
+
+
+def _request_path(request: Request) -> str:
+    """The path and query asked for, with the mount point (servers differ on whether the
+    ASGI ``path`` already holds ``root_path``)."""
+    root = str(request.scope.get("root_path", "")).rstrip("/")
+    path = str(request.scope["path"])
+    if root and not path.startswith(root + "/"):
+        path = root + path
+    query = request.url.query
+    return path + ("?" + query if query else "")

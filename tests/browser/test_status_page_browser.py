@@ -1,20 +1,31 @@
-"""The status page in a real browser: headless Chromium (selenium) against ``purgectl serve``.
+"""The operator console in a real browser: headless Chromium (selenium) against ``purgectl serve``.
 
 The SQLite database is prepared before the server starts, in the data directory ``serve`` then
-uses: a purge whose attachments step ended ``incomplete`` for real (the blob's file replaced by
-a non-empty directory, one attempt allowed), with an attachment name that is also an HTML
-injection, so the error text the page must show is hostile. The browser signs in through the
-form, finds that error text, finds no element injected by it, checks the session cookie's
-flags, watches the page reload itself, and signs out.
+uses:
 
-A screenshot goes to ``$PK_TEST_ARTIFACTS`` (default ``<repo>/test-artifacts/``) as
-``status-page.png``. Without Chromium or chromedriver the test fails on CI (``CI`` set) and
-skips locally.
+- a purge whose attachments step ended ``incomplete`` for real (the blob's file replaced by a
+  non-empty directory, one attempt allowed), with an attachment name that is also an HTML
+  injection, so the error text the page must show is hostile;
+- a complete content purge and a complete conversation purge (another kind to filter out);
+- a purge whose bodies step a "frozen" worker holds under a long lease (a real claim that
+  never finishes), so the workers view has someone to show.
+
+The browser signs in with a name and the token, checks the session cookie's flags, filters the
+list to incomplete content purges, opens the purge, finds its hostile error shown as text, clears
+the fault, retries with a reason and sees the audit row with its name and reason and the purge
+complete; then opens the workers view, pauses and resumes the refresh, and signs out.
+
+Screenshots go to ``$PK_TEST_ARTIFACTS`` (default ``<repo>/test-artifacts/``):
+``console-overview.png``, ``console-filtered.png``, ``console-purge.png``,
+``console-retried.png`` and ``console-workers.png``. Without Chromium or chromedriver the test
+fails on CI (``CI`` set) and skips locally.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,6 +44,7 @@ import commands
 from commands import EventScope, NewAttachment
 from commands.settings import Settings
 from commands.web.auth import COOKIE_NAME
+from schema import steps
 from tests import helpers
 from tests.conftest import ON_CI
 from workers import runner
@@ -42,13 +54,15 @@ BIN = Path(sys.executable).parent
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(os.environ.get("PK_TEST_ARTIFACTS") or REPO / "test-artifacts")
-SCREENSHOT = "status-page.png"
 
 HOST_TOKEN = "browser-host-token-5b1e"
 OPERATOR_TOKEN = "browser-operator-token-c9d4"
+OPERATOR_NAME = "Ada Oncall"
+RETRY_REASON = "moved the directory out of the blob's way (OPS-17)"
 HOSTILE_NAME = "<img src=x onerror=alert(1)>.txt"  # no '/': a valid attachment name
 SECRET = "S3CR3T-browser-body"
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
+FROZEN_WORKER = "frozen-host:4242:c0ffee"
 START_S = 30.0
 WAIT_S = 15.0
 
@@ -60,7 +74,10 @@ WAIT_S = 15.0
 class Prepared:
     incomplete: str
     complete: str
+    conversation: str
+    held: str
     error_text: str
+    obstacle: Path  # the directory standing where the incomplete purge's blob file was
 
 
 def settle(pk: commands.Purgekeeper, purge_id: str) -> commands.PurgeStatus:
@@ -76,7 +93,7 @@ def purge_event(pk: commands.Purgekeeper, conversation_id: str, *, name: str) ->
     return purge_id, event
 
 
-def break_blob_file(pk: commands.Purgekeeper, blob_id: str) -> None:
+def break_blob_file(pk: commands.Purgekeeper, blob_id: str) -> Path:
     """A real fault: the blob's file becomes a non-empty directory, so unlink always fails."""
     with pk.db.read() as conn:
         kind, relative = conn.execute(text("SELECT kind, path FROM blobs WHERE id = :id"), {"id": blob_id}).one()
@@ -84,6 +101,14 @@ def break_blob_file(pk: commands.Purgekeeper, blob_id: str) -> None:
     path.unlink()
     path.mkdir()
     (path / "in-the-way").write_text("not content")
+    return path
+
+
+def hold_bodies_step(pk: commands.Purgekeeper, purge_id: str) -> None:
+    """A worker claims the purge's bodies step and freezes: its lease runs for an hour."""
+    [bodies] = [step.id for step in pk.status(purge_id).steps if step.kind == "bodies"]
+    claim = pk.db.transact(lambda conn: steps.claim(conn, bodies, owner=FROZEN_WORKER, lease=dt.timedelta(hours=1)))
+    assert claim is not None
 
 
 def prepare(settings: Settings) -> Prepared:
@@ -97,8 +122,13 @@ def prepare(settings: Settings) -> Prepared:
     ) as pk:
         complete, _ = purge_event(pk, "c-fine", name="fine.txt")
         assert settle(pk, complete).status == "complete"
+        pk.create_conversation("c-whole")
+        conversation = pk.purge_conversation("c-whole", **WHO).purge_id
+        assert settle(pk, conversation).status == "complete"
+        held, _ = purge_event(pk, "c-held", name="held.txt")
+        hold_bodies_step(pk, held)
         incomplete, event = purge_event(pk, "c-broken", name=HOSTILE_NAME)
-        break_blob_file(pk, event.attachments[0].blob_id)
+        obstacle = break_blob_file(pk, event.attachments[0].blob_id)
         with pk.db.write() as conn:
             conn.execute(text("UPDATE cleanup_steps SET max_attempts = 1 WHERE purge_id = :p"), {"p": incomplete})
         status = settle(pk, incomplete)
@@ -107,7 +137,7 @@ def prepare(settings: Settings) -> Prepared:
     # the error names the blob, never the file's path: that holds the purged attachment's name
     assert failed.last_error is not None and HOSTILE_NAME not in failed.last_error
     assert "could not unlink the file of blob" in failed.last_error
-    return Prepared(incomplete=incomplete, complete=complete, error_text=failed.last_error)
+    return Prepared(incomplete, complete, conversation, held, failed.last_error, obstacle)
 
 
 # -- the server ----------------------------------------------------------------------------------------
@@ -246,18 +276,23 @@ def wait_for(condition: Any, what: str, timeout: float = WAIT_S) -> Any:
     pytest.fail(f"timed out waiting for {what}")
 
 
-def sign_in(driver: Any, token: str) -> None:
+def by_id(driver: Any, element_id: str) -> Any:
     from selenium.webdriver.common.by import By
 
-    field = driver.find_element(By.NAME, "token")
-    field.clear()
-    field.send_keys(token)
-    driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    return driver.find_element(By.ID, element_id)
 
 
-def save_screenshot(driver: Any) -> Path:
+def sign_in(driver: Any, token: str, name: str = OPERATOR_NAME) -> None:
+    for field, value in (("name", name), ("token", token)):
+        box = by_id(driver, field)
+        box.clear()
+        box.send_keys(value)
+    driver.find_element("css selector", "#sign-in button[type=submit]").click()
+
+
+def save_screenshot(driver: Any, name: str) -> Path:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / SCREENSHOT
+    path = ARTIFACTS / name
     height = driver.execute_script("return document.documentElement.scrollHeight")
     page = {"width": 1280, "height": max(int(height), 800), "deviceScaleFactor": 1, "mobile": False}
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", page)  # the whole page, not the window
@@ -266,13 +301,40 @@ def save_screenshot(driver: Any) -> Path:
     finally:
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
     assert path.stat().st_size > 10_000
+    print(f"screenshot: {path}")
     return path
 
 
-def test_an_operator_signs_in_and_sees_the_incomplete_purge_and_its_error(
+def has_refresh(driver: Any) -> bool:
+    return bool(driver.execute_script("return document.querySelector('meta[http-equiv=refresh]') !== null"))
+
+
+def reloads_by_itself(driver: Any, ready: str) -> None:
+    """The marker set on this document is gone once the page has reloaded itself."""
+    driver.execute_script("document.documentElement.dataset.seen = 'before-refresh'")
+    wait_for(
+        lambda: driver.execute_script("return document.documentElement.dataset.seen") is None,
+        "the page to reload itself",
+        timeout=12.0,
+    )
+    wait_for(lambda: by_id(driver, ready), "the reloaded page")
+
+
+def listed(driver: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    cards = by_id(driver, "recent").find_elements(By.CSS_SELECTOR, "article.purge")
+    return [card.get_attribute("id").removeprefix("purge-") for card in cards]
+
+
+# -- the walk-through -----------------------------------------------------------------------------------
+
+
+def test_an_operator_signs_in_filters_opens_retries_and_sees_the_audit_row(
     browser: Any, server: Server, prepared: Prepared
 ) -> None:
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
 
     browser.get(f"{server.url}/status")
     assert "sign in" in browser.title
@@ -282,15 +344,15 @@ def test_an_operator_signs_in_and_sees_the_incomplete_purge_and_its_error(
     assert browser.get_cookies() == []
 
     sign_in(browser, OPERATOR_TOKEN)
-    wait_for(lambda: browser.find_element(By.ID, "summary"), "the status page")
+    wait_for(lambda: by_id(browser, "summary"), "the overview")
     assert browser.current_url == f"{server.url}/status"
+    assert by_id(browser, "operator").text == f"Signed in as {OPERATOR_NAME}"
     [cookie] = browser.get_cookies()
     assert cookie["name"] == COOKIE_NAME and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert cookie["path"] == "/status" and OPERATOR_TOKEN not in cookie["value"]
     assert browser.execute_script("return document.cookie") == ""  # HttpOnly: no script can read it
 
-    attention = browser.find_element(By.ID, "attention")
-    failed = attention.find_element(By.ID, f"purge-{prepared.incomplete}")
+    failed = by_id(browser, "attention").find_element(By.ID, f"purge-{prepared.incomplete}")
     assert "incomplete" in failed.get_attribute("class").split()
     assert failed.find_element(By.CSS_SELECTOR, ".badge.incomplete").text == "INCOMPLETE"
     error = failed.find_element(By.CSS_SELECTOR, "tr.step.incomplete .error-text")
@@ -298,25 +360,81 @@ def test_an_operator_signs_in_and_sees_the_incomplete_purge_and_its_error(
     assert HOSTILE_NAME not in error.text and error.text.startswith("IsADirectoryError: ")
     assert browser.find_elements(By.TAG_NAME, "img") == []  # the name injected nothing
     assert browser.find_elements(By.TAG_NAME, "script") == []
-    recent = browser.find_element(By.ID, "recent")
-    assert recent.find_element(By.ID, f"purge-{prepared.complete}").get_attribute("data-status") == "complete"
-    assert browser.find_element(By.ID, "incomplete-count").text == "1"
-    assert browser.find_element(By.ID, "messaging").text == "available"
+    accepted = failed.find_element(By.CSS_SELECTOR, "p time")
+    assert accepted.text == "now" or accepted.text.endswith(" ago")
+    assert accepted.get_attribute("title").endswith("Z")
+    assert by_id(browser, "incomplete-count").text == "1"
+    assert by_id(browser, "messaging").text == "available"
     body = browser.find_element(By.TAG_NAME, "body").text
     assert SECRET not in body and WHO["actor"] not in body and WHO["reason"] not in body
-    print(f"screenshot: {save_screenshot(browser)}")
+    save_screenshot(browser, "console-overview.png")
 
-    # The page reloads itself: the marker set on this document is gone after the refresh.
-    browser.execute_script("document.documentElement.dataset.seen = 'before-refresh'")
+    # Filter: incomplete content purges only.
+    Select(by_id(browser, "filter-status")).select_by_value("incomplete")
+    Select(by_id(browser, "filter-kind")).select_by_value("content")
+    by_id(browser, "apply-filters").click()
+    wait_for(lambda: "status=incomplete" in browser.current_url, "the filtered overview")
+    assert "kind=content" in browser.current_url
+    assert listed(browser) == [prepared.incomplete]
+    assert browser.find_elements(By.ID, "attention") == []
+    save_screenshot(browser, "console-filtered.png")
+
+    # Open the purge.
+    by_id(browser, f"purge-{prepared.incomplete}").find_element(By.CSS_SELECTOR, "a.purge-link").click()
+    wait_for(lambda: by_id(browser, "purge-title"), "the purge's page")
+    assert browser.current_url == f"{server.url}/status/purges/{prepared.incomplete}"
+    assert by_id(browser, "purge-status").text == "incomplete"
+    attempt = browser.find_element(By.CSS_SELECTOR, "#attempt-rows tr.attempt.incomplete")
+    assert attempt.find_element(By.CSS_SELECTOR, ".error-text").text == prepared.error_text
+    assert by_id(browser, "audit").text.endswith("No operator has acted on this purge.")
+    assert not has_refresh(browser)  # the retry form is never wiped by a reload
+    assert browser.find_elements(By.TAG_NAME, "img") == []
+    save_screenshot(browser, "console-purge.png")
+
+    # Clear the fault, then retry with a reason.
+    shutil.rmtree(prepared.obstacle)
+    by_id(browser, "reason").send_keys(RETRY_REASON)
+    by_id(browser, "retry-submit").click()
+    wait_for(lambda: by_id(browser, "notice"), "the retry's notice")
+    assert browser.current_url == f"{server.url}/status/purges/{prepared.incomplete}?retried=1"
+    [row] = browser.find_elements(By.CSS_SELECTOR, "#audit-rows tr.audit")
+    assert row.find_element(By.CSS_SELECTOR, ".audit-operator").text == OPERATOR_NAME
+    assert row.find_element(By.CSS_SELECTOR, ".audit-reason").text == RETRY_REASON
+    assert row.find_element(By.TAG_NAME, "td").text == "retry"
     wait_for(
-        lambda: browser.execute_script("return document.documentElement.dataset.seen") is None,
-        "the page to reload itself",
-        timeout=12.0,
+        lambda: browser.refresh() or by_id(browser, "purge-status").text == "complete",
+        "the retried purge to complete",
     )
-    wait_for(lambda: browser.find_element(By.ID, f"purge-{prepared.incomplete}"), "the reloaded page")
+    assert browser.find_elements(By.CSS_SELECTOR, "#attempt-rows tr.attempt.done")
+    save_screenshot(browser, "console-retried.png")
 
-    browser.find_element(By.CSS_SELECTOR, "header form button[type=submit]").click()
-    wait_for(lambda: browser.find_element(By.NAME, "token"), "the sign-in form after signing out")
+    # The workers view: the frozen worker and the step it holds.
+    by_id(browser, "nav-workers").click()
+    wait_for(lambda: by_id(browser, "workers"), "the workers view")
+    worker = browser.find_element(By.CSS_SELECTOR, "article.worker")
+    assert worker.get_attribute("data-owner") == FROZEN_WORKER
+    held = worker.find_element(By.CSS_SELECTOR, "tr.held-step")
+    assert held.get_attribute("data-kind") == "bodies"
+    expires = held.find_element(By.TAG_NAME, "time")
+    assert expires.text.startswith("in ") and expires.get_attribute("title").endswith("Z")
+    save_screenshot(browser, "console-workers.png")
+
+    # Pause the refresh, then resume it.
+    assert has_refresh(browser)
+    by_id(browser, "refresh-toggle").click()
+    wait_for(lambda: "refresh=off" in browser.current_url, "the paused view")
+    assert not has_refresh(browser) and by_id(browser, "refresh-state").text == "Refresh paused."
+    by_id(browser, "refresh-toggle").click()
+    wait_for(lambda: "refresh=off" not in browser.current_url, "the resumed view")
+    reloads_by_itself(browser, "workers")
+
+    browser.find_element(By.CSS_SELECTOR, "tr.held-step a").click()  # the held step's purge
+    wait_for(lambda: by_id(browser, "purge-title"), "the held purge's page")
+    owner = browser.find_element(By.CSS_SELECTOR, "tr.step[data-kind=bodies] .lease-owner")
+    assert owner.text == FROZEN_WORKER
+
+    by_id(browser, "sign-out").click()
+    wait_for(lambda: by_id(browser, "token"), "the sign-in form after signing out")
     assert browser.get_cookies() == []
     assert prepared.incomplete not in browser.page_source
 
@@ -327,6 +445,8 @@ def test_the_server_answers_without_a_browser_too(server: Server, prepared: Prep
     operator = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
     page = httpx.get(f"{server.url}/status", headers=operator)
     assert page.status_code == 200 and prepared.incomplete in page.text
+    workers = httpx.get(f"{server.url}/status/workers", headers=operator)
+    assert workers.status_code == 200 and FROZEN_WORKER in workers.text
     assert httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {HOST_TOKEN}"}).status_code == 401
     metrics = httpx.get(f"{server.url}/metrics", headers=operator)
     assert metrics.status_code == 200

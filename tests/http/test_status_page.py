@@ -1,32 +1,41 @@
-"""The operator's HTML status page on SQLite and PostgreSQL, through a tiny app of its router:
-sign-in (form, cookie, bearer), what the page shows and in which order, that it escapes every
-text and never shows content, and the ledger and messaging summary.
+"""The operator console's overview and sign-in on SQLite and PostgreSQL, through a tiny app of
+its router: sign-in (form, itsdangerous-signed cookie, bearer), what the overview shows and in
+which order, that it escapes every text and never shows content, and the ledger and messaging
+summary. The console's other pages are in ``test_console_*.py``, which share the helpers here.
 
 The faults are real steps run with ``runner.run_step``: a blob store whose unlink fails with a
 hostile message, a step's due time pushed into the past with raw SQL (stalled), and a ledger row
-tampered with the append-only triggers out of the way.
+tampered with the append-only triggers out of the way. Pages are read with a small tree builder
+on the standard library's ``html.parser``, and checked raw where escaping is the point.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
+import hashlib
+import json
 import re
 import time
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
 from typing import Any
 
 import hypothesis
 import pytest
 from fastapi import FastAPI
 from hypothesis import strategies as st
+from itsdangerous import URLSafeTimedSerializer
 from sqlalchemy import bindparam, text
 
 import commands
 from commands import EventScope, NewAttachment
+from commands.web import pages, times
 from commands.web import status as status_page
-from commands.web.auth import COOKIE_NAME, Tokens
+from commands.web.auth import COOKIE_NAME, SESSION_SALT, Session, SessionSigner, Tokens
 from schema.tables import UtcDateTime
 from tests.helpers import FailingStore, settle
 
@@ -39,10 +48,99 @@ Pk = commands.Purgekeeper
 OPERATOR = "operator-token-7f3a"
 HOST = "host-token-91c2"
 TOKENS = Tokens(api=HOST, operator=OPERATOR)
+OPERATOR_NAME = "Grace Oncall"
 SECRET = "S3CR3T-content"
 WHO = {"actor": "actor-not-shown@example.org", "reason": "reason-not-shown"}
 HOSTILE = "<script>alert('pwned')</script> & \"quoted\""
 LONG_AGO = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+
+
+# -- reading a page ---------------------------------------------------------------------------------
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+@dataclass
+class Element:
+    tag: str
+    attrs: dict[str, str]
+    children: list[Element | str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        """The text inside, whitespace collapsed (as a reader sees it)."""
+        return " ".join(self._raw_text().split())
+
+    def _raw_text(self) -> str:
+        return "".join(child if isinstance(child, str) else child._raw_text() for child in self.children)
+
+    @property
+    def classes(self) -> set[str]:
+        return set(self.attrs.get("class", "").split())
+
+    def walk(self) -> Iterator[Element]:
+        for child in self.children:
+            if isinstance(child, Element):
+                yield child
+                yield from child.walk()
+
+    def find_all(self, tag: str | None = None, *, cls: str | None = None, **attrs: str) -> list[Element]:
+        """Elements inside, by tag, class and attributes (``data_kind`` is ``data-kind``)."""
+        wanted = {name.replace("_", "-"): value for name, value in attrs.items()}
+        return [
+            element
+            for element in self.walk()
+            if (tag is None or element.tag == tag)
+            and (cls is None or cls in element.classes)
+            and all(element.attrs.get(name) == value for name, value in wanted.items())
+        ]
+
+    def find(self, tag: str | None = None, *, cls: str | None = None, **attrs: str) -> Element:
+        found = self.find_all(tag, cls=cls, **attrs)
+        assert len(found) == 1, f"{len(found)} elements match {tag} {cls} {attrs}"
+        return found[0]
+
+    def by_id(self, element_id: str) -> Element:
+        return self.find(id=element_id)
+
+    def has_id(self, element_id: str) -> bool:
+        return bool(self.find_all(id=element_id))
+
+    def cells(self) -> list[str]:
+        """A table row's cells, as text."""
+        return [cell.text for cell in self.find_all("td")]
+
+
+class _TreeBuilder(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Element("#document", {})
+        self.open = [self.root]
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        element = Element(tag, {name: value or "" for name, value in attrs})
+        self.open[-1].children.append(element)
+        if tag not in VOID:
+            self.open.append(element)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.open[-1].children.append(Element(tag, {name: value or "" for name, value in attrs}))
+
+    def handle_endtag(self, tag: str) -> None:
+        assert tag in [element.tag for element in self.open], f"</{tag}> closes nothing"
+        while self.open.pop().tag != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        self.open[-1].children.append(data)
+
+
+def parse(html: str) -> Element:
+    builder = _TreeBuilder()
+    builder.feed(html)
+    builder.close()
+    assert builder.open == [builder.root], "unclosed elements"
+    return builder.root
 
 
 # -- the app and its client -------------------------------------------------------------------------
@@ -60,34 +158,38 @@ def client(pk: Pk) -> Iterator[TestClient]:
         yield test_client
 
 
-def sign_in(client: TestClient, token: str = OPERATOR) -> Any:
-    return client.post("/status/login", data={"token": token}, follow_redirects=False)
+def sign_in(client: TestClient, token: str = OPERATOR, name: str = OPERATOR_NAME, **fields: str) -> Any:
+    return client.post("/status/login", data={"token": token, "name": name, **fields}, follow_redirects=False)
 
 
-def page(client: TestClient) -> str:
-    response = client.get("/status")
+def page(client: TestClient, path: str = "/status", **params: str) -> str:
+    response = client.get(path, params=params)
     assert response.status_code == 200, response.text
     return response.text
 
 
-def article(html: str, purge_id: str) -> str:
-    found = re.search(rf'<article [^>]*id="purge-{purge_id}".*?</article>', html, re.S)
-    assert found, f"purge {purge_id} is not on the page"
-    return found.group(0)
+def article(html: str, purge_id: str) -> Element:
+    return parse(html).by_id(f"purge-{purge_id}")
 
 
-def section(html: str, name: str) -> str:
-    found = re.search(rf'<section id="{name}">.*?</section>', html, re.S)
-    assert found, name
-    return found.group(0)
+def section(html: str, name: str) -> Element:
+    return parse(html).find("section", id=name)
+
+
+def step_row(within: Element, kind: str) -> list[str]:
+    return within.find("tr", cls="step", data_kind=kind).cells()
+
+
+def signer(token: str = OPERATOR, **options: Any) -> SessionSigner:
+    return SessionSigner(token, **options)
 
 
 # -- purges in every state ----------------------------------------------------------------------------
 
 
-def purge_new_event(pk: Pk, conversation_id: str, *, attachment: bool = False) -> str:
+def purge_new_event(pk: Pk, conversation_id: str, *, attachment: bool = False, name: str = "doc.txt") -> str:
     pk.create_conversation(conversation_id)
-    files = [NewAttachment.file(f"{SECRET} bytes".encode(), name="doc.txt")] if attachment else []
+    files = [NewAttachment.file(f"{SECRET} bytes".encode(), name=name)] if attachment else []
     event = pk.ingest_event(conversation_id, author="ada", body=f"{SECRET} body", attachments=files)
     scope = EventScope(event_ids=[event.id])
     acceptance = pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **WHO)
@@ -144,8 +246,11 @@ def test_without_a_session_the_page_is_the_sign_in_form(pk: Pk, client: TestClie
     assert response.status_code == 401
     assert response.headers["content-type"].startswith("text/html")
     assert response.headers["www-authenticate"].startswith("Bearer")
-    assert '<form method="post" action="/status/login">' in response.text
-    assert 'name="token"' in response.text and 'type="password"' in response.text
+    form = parse(response.text).find("form", id="sign-in")
+    assert form.attrs["method"] == "post" and form.attrs["action"] == "/status/login"
+    assert form.find("input", name="token").attrs["type"] == "password"
+    assert "required" in form.find("input", name="name").attrs
+    assert form.find("input", name="next").attrs["value"] == "/status"
     assert purge_id not in response.text and "Ledger head" not in response.text
     assert 'http-equiv="refresh"' not in response.text  # a typed token is not wiped every 5 s
     assert "set-cookie" not in response.headers
@@ -158,18 +263,30 @@ def test_a_wrong_token_gets_401_the_form_and_an_error_and_no_cookie(client: Test
     for presented in WRONG_TOKENS:
         response = sign_in(client, presented)
         assert response.status_code == 401, presented
-        assert '<p class="login-error" role="alert">That token is not valid.</p>' in response.text
-        assert '<form method="post" action="/status/login">' in response.text
+        shown = parse(response.text)
+        assert shown.find("p", cls="login-error").text == "That token is not valid."
+        assert shown.find("input", name="name").attrs["value"] == OPERATOR_NAME  # kept; the token is not
+        assert "value" not in shown.find("input", name="token").attrs
         assert "set-cookie" not in response.headers
         assert client.get("/status").status_code == 401
 
 
 def test_a_missing_token_field_is_a_wrong_token(client: TestClient) -> None:
-    response = client.post("/status/login", data={"other": OPERATOR}, follow_redirects=False)
+    response = client.post("/status/login", data={"name": OPERATOR_NAME, "other": OPERATOR}, follow_redirects=False)
     assert response.status_code == 401 and "That token is not valid." in response.text
 
 
-def test_the_right_token_sets_an_httponly_strict_cookie_that_is_not_the_token(pk: Pk, client: TestClient) -> None:
+UNUSABLE_NAMES = {"": "must not be empty", "   ": "must not be empty", "x" * 201: "longer than 200"}
+
+
+def test_the_right_token_without_a_usable_name_is_refused_with_the_reason(client: TestClient) -> None:
+    for name, said in UNUSABLE_NAMES.items():
+        response = sign_in(client, name=name)
+        assert response.status_code == 400 and "set-cookie" not in response.headers
+        assert said in parse(response.text).find("p", cls="login-error").text
+
+
+def test_the_right_token_sets_an_httponly_strict_itsdangerous_cookie(pk: Pk, client: TestClient) -> None:
     purge_id = purge_new_event(pk, "c1")
     response = sign_in(client)
     assert response.status_code == 303
@@ -178,28 +295,55 @@ def test_the_right_token_sets_an_httponly_strict_cookie_that_is_not_the_token(pk
     attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
     assert {"httponly", "samesite", "path", "max-age"} <= attributes
     assert "samesite=strict" in cookie.lower() and "path=/status;" in cookie.lower() + ";"
+    assert f"max-age={12 * 3600}" in cookie.lower()
     assert "secure" not in attributes  # plain http here; Secure over https
     value = client.cookies[COOKIE_NAME]
     assert OPERATOR not in cookie and OPERATOR not in value and HOST not in value
-    assert re.fullmatch(r"\d+\.[0-9a-f]{64}", value)
+
+    # itsdangerous' own reader, keyed by the operator token, finds the name and a CSRF token
+    reader = URLSafeTimedSerializer(
+        OPERATOR, salt=SESSION_SALT, signer_kwargs={"key_derivation": "hmac", "digest_method": hashlib.sha256}
+    )
+    session = reader.loads(value, max_age=60)
+    assert session["operator"] == OPERATOR_NAME and len(session["csrf"]) >= 32
 
     html = page(client)
     assert purge_id in html and '<meta http-equiv="refresh" content="5">' in html
+    assert parse(html).by_id("operator").text == f"Signed in as {OPERATOR_NAME}"
     with app_of(pk) as other:  # the cookie alone, in another client (and another router)
         fresh = other.get("/status", headers={"Cookie": f"{COOKIE_NAME}={value}"})
     assert fresh.status_code == 200 and purge_id in fresh.text
 
 
+def test_over_https_the_cookie_is_secure(pk: Pk) -> None:
+    with app_of(pk) as secure:
+        secure.base_url = secure.base_url.copy_with(scheme="https")
+        response = sign_in(secure)
+    assert response.status_code == 303 and "secure" in response.headers["set-cookie"].lower().split("; ")
+
+
+def _rewrite_payload(value: str, **changes: str) -> str:
+    """The cookie with its payload changed and the old signature kept."""
+    payload, _, stamp_and_mac = value.partition(".")
+    data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    forged = base64.urlsafe_b64encode(json.dumps({**data, **changes}).encode()).rstrip(b"=").decode()
+    return f"{forged}.{stamp_and_mac}"
+
+
 def forged_cookies() -> dict[str, str]:
-    later = int(time.time()) + 3600
-    valid = status_page.session_value(OPERATOR, expires=later)
+    genuine = signer().sign(Session.start(OPERATOR_NAME))
+    middle = len(genuine) - 10  # inside the signature (its last character holds padding bits too)
+    flipped = "A" if genuine[middle] != "A" else "B"
+    ttl = 12 * 3600
     return {
         "the raw token": OPERATOR,
-        "a changed mac": valid[:-1] + ("0" if valid[-1] != "0" else "1"),
-        "a moved expiry": f"{later + 1}.{valid.partition('.')[2]}",
-        "an expired session": status_page.session_value(OPERATOR, expires=int(time.time()) - 1),
-        "signed with the host token": status_page.session_value(HOST, expires=later),
-        "no mac": f"{later}.",
+        "a changed signature": genuine[:middle] + flipped + genuine[middle + 1 :],
+        "a changed name": _rewrite_payload(genuine, operator="mallory"),
+        "expired": signer(clock=lambda: time.time() - ttl - 5).sign(Session.start(OPERATOR_NAME)),
+        "signed in the future": signer(clock=lambda: time.time() + 3600).sign(Session.start(OPERATOR_NAME)),
+        "signed with the host token": signer(HOST).sign(Session.start(OPERATOR_NAME)),
+        "another salt": URLSafeTimedSerializer(OPERATOR).dumps({"operator": "x", "csrf": "y" * 40}),
+        "no signature": genuine.rpartition(".")[0],
         "garbage": "not-a-session",
     }
 
@@ -208,10 +352,18 @@ def test_a_forged_expired_or_foreign_cookie_is_refused(client: TestClient) -> No
     for forgery, value in forged_cookies().items():
         response = client.get("/status", headers={"Cookie": f"{COOKIE_NAME}={value}"})
         assert response.status_code == 401, forgery
-    genuine = status_page.session_value(OPERATOR, expires=int(time.time()) + 3600)
+    genuine = signer().sign(Session.start(OPERATOR_NAME))
     assert client.get("/status", headers={"Cookie": f"{COOKIE_NAME}={genuine}"}).status_code == 200
-    for digit in ("\u00b2", "\u0663"):  # str.isdigit() says yes, int() says no (or reads 3)
-        assert not status_page.session_valid(f"{digit}.{genuine.partition('.')[2]}", OPERATOR, now=time.time())
+
+
+def test_a_session_lasts_its_time_to_live_and_no_longer(pk: Pk) -> None:
+    ttl = dt.timedelta(minutes=30)
+    with app_of(pk, session_ttl=ttl) as short:
+        within = signer(ttl=ttl, clock=lambda: time.time() - 29 * 60).sign(Session.start(OPERATOR_NAME))
+        beyond = signer(ttl=ttl, clock=lambda: time.time() - 31 * 60).sign(Session.start(OPERATOR_NAME))
+        assert short.get("/status", headers={"Cookie": f"{COOKIE_NAME}={within}"}).status_code == 200
+        assert short.get("/status", headers={"Cookie": f"{COOKIE_NAME}={beyond}"}).status_code == 401
+        assert "max-age=1800" in sign_in(short).headers["set-cookie"].lower()
 
 
 @hypothesis.settings(
@@ -221,7 +373,10 @@ def test_a_forged_expired_or_foreign_cookie_is_refused(client: TestClient) -> No
     value=st.one_of(
         st.text(max_size=300),
         st.builds(lambda digits, mac: f"{digits}.{mac}", st.text("0123456789", min_size=1, max_size=6000), st.text()),
-        st.sampled_from(["9" * 5000 + ".00", "1" * 4301, ".", "..", "1.", "-1.ab", "1e309.x", "\u0000.1"]),
+        st.builds(lambda a, b, c: f"{a}.{b}.{c}", st.text(max_size=80), st.text(max_size=20), st.text(max_size=60)),
+        st.sampled_from(
+            ["9" * 5000 + ".00", "1" * 4301, ".", "..", "1.", "-1.ab", "1e309.x", "\u0000.1", "e30.AAAA.x"]
+        ),
     )
 )
 def test_any_cookie_value_gets_the_login_page_never_a_server_error(client: TestClient, value: str) -> None:
@@ -241,6 +396,8 @@ def test_a_session_ends_when_the_token_changes(pk: Pk, client: TestClient) -> No
     value = client.cookies[COOKIE_NAME]
     with app_of(pk, Tokens(api=HOST, operator="rotated-operator-token")) as rotated:
         assert rotated.get("/status", headers={"Cookie": f"{COOKIE_NAME}={value}"}).status_code == 401
+    with app_of(pk) as same:
+        assert same.get("/status", headers={"Cookie": f"{COOKIE_NAME}={value}"}).status_code == 200
 
 
 def test_sign_out_clears_the_cookie(client: TestClient) -> None:
@@ -254,10 +411,22 @@ def test_sign_out_clears_the_cookie(client: TestClient) -> None:
     assert client.get("/status").status_code == 401
 
 
+def test_signing_in_returns_to_the_console_page_asked_for_and_nowhere_else(pk: Pk, client: TestClient) -> None:
+    purge_id = purge_new_event(pk, "c1")
+    asked = client.get(f"/status/purges/{purge_id}")
+    assert asked.status_code == 401
+    wanted = parse(asked.text).find("input", name="next").attrs["value"]
+    assert wanted == f"/status/purges/{purge_id}"
+    assert sign_in(client, next=wanted).headers["location"] == wanted
+    for elsewhere in ("https://evil.example/status", "//evil.example/status", "/statusx", "/status/\\evil", "/v1/x"):
+        assert sign_in(client, next=elsewhere).headers["location"] == "/status", elsewhere
+
+
 def test_a_bearer_operator_token_shows_the_page_and_the_host_token_does_not(pk: Pk, client: TestClient) -> None:
     purge_id = purge_new_event(pk, "c1")
     shown = client.get("/status", headers={"Authorization": f"Bearer {OPERATOR}"})
     assert shown.status_code == 200 and purge_id in shown.text
+    assert parse(shown.text).by_id("operator").text == "Signed in as operator"
     assert client.get("/status", headers={"Authorization": f"Bearer {HOST}"}).status_code == 401
     assert client.get("/status", headers={"Authorization": f"Basic {OPERATOR}"}).status_code == 401
     with app_of(pk, Tokens(api=HOST)) as host_only:  # no operator token: the host token operates
@@ -265,12 +434,27 @@ def test_a_bearer_operator_token_shows_the_page_and_the_host_token_does_not(pk: 
         assert sign_in(host_only, HOST).status_code == 303
 
 
-def test_responses_forbid_scripts_framing_and_caching(client: TestClient) -> None:
-    for response in (client.get("/status"), sign_in(client), client.get("/status")):
+def test_responses_forbid_scripts_framing_and_caching(pk: Pk, client: TestClient) -> None:
+    purge_id = purge_new_event(pk, "c1")
+    responses = [client.get("/status"), sign_in(client), client.get("/status")]
+    responses += [client.get(path) for path in (f"/status/purges/{purge_id}", "/status/workers", "/status/purges/nope")]
+    for response in responses:
         assert response.headers["cache-control"] == "no-store"
         csp = response.headers["content-security-policy"]
         assert "default-src 'none'" in csp and "script-src" not in csp and "frame-ancestors 'none'" in csp
         assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["referrer-policy"] == "no-referrer"
+
+
+def test_the_inline_stylesheet_is_the_one_the_policy_allows(client: TestClient) -> None:
+    signed_out = client.get("/status")
+    sign_in(client)
+    for response in (signed_out, client.get("/status")):
+        [style] = re.findall(r"<style>(.*?)</style>", response.text, re.S)
+        digest = base64.b64encode(hashlib.sha256(style.encode()).digest()).decode()
+        assert f"style-src 'sha256-{digest}'" in response.headers["content-security-policy"]
+        assert style == pages.STYLE and "<" not in style
 
 
 # -- what the page shows ---------------------------------------------------------------------------------
@@ -286,29 +470,32 @@ def test_incomplete_and_stalled_purges_come_first_marked_with_their_errors(pk: P
     sign_in(client)
     html = page(client)
 
-    top, rest = section(html, "attention"), section(html, "recent")
+    top, rest = section(html, "attention").text, section(html, "recent").text
     assert failed in top and stalled in top and done not in top and waiting not in top
     assert done in rest and waiting in rest and failed not in rest and stalled not in rest
     order = positions(html, [failed, stalled, done, waiting])  # where each purge first appears
     assert max(order[:2]) < min(order[2:]), "a purge needing attention is below another"
 
-    failed_html = article(html, failed)
-    assert re.search(r'class="purge incomplete"', failed_html)
-    assert '<span class="badge incomplete">INCOMPLETE</span>' in failed_html
-    assert (
-        '<tr class="step incomplete" data-kind="attachments"><td>attachments</td><td>incomplete</td><td>1/1</td>'
-        in (failed_html)
-    )
-    assert "OSError: could not unlink the file of blob " in failed_html  # by blob id, never the file's path
-    assert "&lt;script&gt;alert(&#x27;pwned&#x27;)&lt;/script&gt; &amp; &quot;quoted&quot;" in failed_html
+    failed_card = article(html, failed)
+    assert failed_card.classes == {"purge", "incomplete"} and failed_card.attrs["data-status"] == "incomplete"
+    assert failed_card.find("span", cls="badge").text == "INCOMPLETE"
+    assert failed_card.find("a", cls="purge-link").attrs["href"] == f"/status/purges/{failed}"
+    assert step_row(failed_card, "attachments")[:3] == ["attachments", "incomplete", "1/1"]
+    error = failed_card.find("span", cls="error-text").text
+    assert error.startswith("OSError: could not unlink the file of blob ")  # by blob id, never the path
+    assert error.endswith(" ".join(HOSTILE.split()))
+    assert "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt; &amp; &#34;quoted&#34;" in html
     assert "<script" not in html  # nowhere, not only in the error text
 
-    stalled_html = article(html, stalled)
-    assert 'class="purge stalled"' in stalled_html and '<span class="badge stalled">STALLED</span>' in stalled_html
-    assert "INCOMPLETE" not in stalled_html and "2000-01-01T00:00:00" in stalled_html
-    assert 'data-status="complete"' in article(html, done) and 'class="purge"' in article(html, done)
-    assert 'data-status="accepted"' in article(html, waiting)
-    assert re.search(r'id="incomplete-count">1<.*id="stalled-count">1<', html, re.S)
+    stalled_card = article(html, stalled)
+    assert stalled_card.classes == {"purge", "stalled"} and stalled_card.find("span", cls="badge").text == "STALLED"
+    assert "INCOMPLETE" not in stalled_card.text
+    next_attempt = stalled_card.find("tr", data_kind="bodies").find("td", cls="next-attempt").find("time")
+    assert next_attempt.attrs["title"] == "2000-01-01T00:00:00Z" and next_attempt.text.endswith(" d ago")
+    assert article(html, done).attrs["data-status"] == "complete" and article(html, done).classes == {"purge"}
+    assert article(html, waiting).attrs["data-status"] == "accepted"
+    shown = parse(html)
+    assert (shown.by_id("incomplete-count").text, shown.by_id("stalled-count").text) == ("1", "1")
 
 
 def test_the_attention_list_is_newest_first(pk: Pk, client: TestClient) -> None:
@@ -317,7 +504,7 @@ def test_the_attention_list_is_newest_first(pk: Pk, client: TestClient) -> None:
     stall(pk, newer)
     sign_in(client)
     top = section(page(client), "attention")
-    assert positions(top, [newer, older]) == sorted(positions(top, [newer, older]))
+    assert [card.attrs["id"] for card in top.find_all("article")] == [f"purge-{newer}", f"purge-{older}"]
 
 
 def test_a_purge_needing_attention_outside_the_recent_window_is_still_on_top(pk: Pk) -> None:
@@ -325,10 +512,10 @@ def test_a_purge_needing_attention_outside_the_recent_window_is_still_on_top(pk:
     stalled = purge_new_event(pk, "c-stalled")
     stall(pk, stalled)
     newer = [purge_new_event(pk, f"c-new-{n}") for n in range(3)]
-    with app_of(pk, recent=2) as client:
+    with app_of(pk, page_size=2) as client:
         sign_in(client)
         html = page(client)
-    top, rest = section(html, "attention"), section(html, "recent")
+    top, rest = section(html, "attention").text, section(html, "recent").text
     assert failed in top and "failed long ago" in top and stalled in top
     assert [p in rest for p in newer] == [False, True, True]  # only the newest two are listed
 
@@ -341,16 +528,12 @@ def test_step_progress_attempts_and_parked_steps_are_shown(pk: Pk, client: TestC
     whole = pk.purge_conversation("c-whole", **WHO).purge_id
     sign_in(client)
     html = page(client)
-    rows = re.findall(r'<tr class="step[^"]*" data-kind="(\w+)">(.*?)</tr>', article(html, done))
-    cells = {kind: re.findall(r"<td>(.*?)</td>", row) for kind, row in rows}
-    assert cells["attachments"][:5] == ["attachments", "done", "1/5", "1", "0"]
-    assert cells["bodies"][:3] == ["bodies", "done", "1/5"]
-    parked = article(html, whole)
-    assert re.search(
-        r'data-kind="attachments"><td>attachments</td><td>pending</td><td>0/5</td>.*?'
-        r"<td>after the bodies step</td>",
-        parked,
-    )
+    assert step_row(article(html, done), "attachments")[:5] == ["attachments", "done", "1/5", "1", "0"]
+    assert step_row(article(html, done), "bodies")[:3] == ["bodies", "done", "1/5"]
+    parked = step_row(article(html, whole), "attachments")
+    assert parked[:3] == ["attachments", "pending", "0/5"] and parked[-2] == "after the bodies step"
+    complete = article(html, done).find("p").text
+    assert re.search(r"accepted (now|\d+ s ago), complete (now|\d+ s ago) after [\d.]+ s$", complete), complete
 
 
 def test_each_kind_is_named_and_an_erased_author_is_not(pk: Pk, client: TestClient) -> None:
@@ -361,8 +544,8 @@ def test_each_kind_is_named_and_an_erased_author_is_not(pk: Pk, client: TestClie
     whole = pk.purge_conversation("c-ada", **WHO).purge_id
     sign_in(client)
     html = page(client)
-    assert "author erasure, ledger seq 1" in article(html, erased)
-    assert "conversation purge, ledger seq 2" in article(html, whole)
+    assert "author erasure, ledger seq 1" in article(html, erased).text
+    assert "conversation purge, ledger seq 2" in article(html, whole).text
     assert "ada-lovelace" not in html and SECRET not in html
 
 
@@ -379,28 +562,30 @@ def test_the_page_never_shows_content_actor_or_reason(pk: Pk, client: TestClient
 
 def test_the_ledger_head_and_its_verification_are_shown(pk: Pk, client: TestClient) -> None:
     sign_in(client)
-    empty = page(client)
-    assert 'id="ledger-seq">0<' in empty and 'id="ledger-verified" class="ok">yes<' in empty
+    empty = parse(page(client))
+    assert empty.by_id("ledger-seq").text == "0" and empty.by_id("ledger-verified").text == "yes"
     for conversation_id in ("c1", "c2"):
         purge_new_event(pk, conversation_id)
     report = pk.verify_ledger()
-    html = page(client)
-    assert 'id="ledger-seq">2<' in html and f'<code id="ledger-head">{report.head_hash}</code>' in html
-    assert 'id="ledger-verified" class="ok">yes<' in html and 'id="messaging" class="ok">available<' in html
-    assert "ledger-problems" not in html
+    shown = parse(page(client))
+    assert shown.by_id("ledger-seq").text == "2" and shown.by_id("ledger-head").text == report.head_hash
+    assert shown.by_id("ledger-verified").classes == {"ok"} and shown.by_id("messaging").text == "available"
+    assert not shown.has_id("ledger-problems")
 
     tamper_ledger(pk, "UPDATE purge_ledger SET reason = 'nothing happened' WHERE seq = 1")
     pk.gate.stop_audit()  # the test takes the audit's step itself, at once
     pk.gate.audit_cycle = 0
     pk.gate.audit_step()
-    broken = page(client)
-    assert 'id="ledger-verified" class="bad">NO<' in broken
-    assert re.search(r'<ul id="ledger-problems"><li>tampered row at seq 1 ', broken)
+    broken = parse(page(client))
+    assert broken.by_id("ledger-verified").text == "NO" and broken.by_id("ledger-verified").classes == {"bad"}
+    assert broken.by_id("ledger-problems").find_all("li")[0].text.startswith("tampered row at seq 1 ")
     assert not pk.gate.evaluate().open  # as at the next start, or after a merge
-    closed = page(client)
-    assert 'id="messaging" class="bad">UNAVAILABLE<' in closed
-    assert re.search(r'<ul id="messaging-problems"><li>the ledger does not verify: tampered row at seq 1 ', closed)
-    assert "nothing happened" not in closed  # a problem names the row, never its fields
+    closed_html = page(client)
+    closed = parse(closed_html)
+    assert closed.by_id("messaging").text == "UNAVAILABLE"
+    problems = [item.text for item in closed.by_id("messaging-problems").find_all("li")]
+    assert problems[0].startswith("the ledger does not verify: tampered row at seq 1 ")
+    assert "nothing happened" not in closed_html  # a problem names the row, never its fields
 
 
 def test_a_merge_under_way_shows_messaging_unavailable_with_its_reason(pk: Pk, client: TestClient) -> None:
@@ -408,8 +593,9 @@ def test_a_merge_under_way_shows_messaging_unavailable_with_its_reason(pk: Pk, c
         conn.execute(text("UPDATE ledger_head SET gate_reason = 'a <b>ledger</b> merge is under way' WHERE id = 1"))
     sign_in(client)
     html = page(client)
-    assert 'id="messaging" class="bad">UNAVAILABLE<' in html and 'id="ledger-verified" class="ok">yes<' in html
-    assert '<ul id="messaging-problems"><li>a &lt;b&gt;ledger&lt;/b&gt; merge is under way</li></ul>' in html
+    shown = parse(html)
+    assert shown.by_id("messaging").text == "UNAVAILABLE" and shown.by_id("ledger-verified").text == "yes"
+    assert "<li>a &lt;b&gt;ledger&lt;/b&gt; merge is under way</li>" in html
 
 
 def test_a_database_fault_is_a_503_page_not_a_traceback(
@@ -422,7 +608,9 @@ def test_a_database_fault_is_a_503_page_not_a_traceback(
     monkeypatch.setattr(pk, "list_purges", busy)
     response = client.get("/status")
     assert response.status_code == 503 and response.headers["content-type"].startswith("text/html")
-    assert "infrastructure_error: the database stayed busy after 5 attempts" in response.text
+    assert parse(response.text).by_id("problem").text == (
+        "infrastructure_error: the database stayed busy after 5 attempts"
+    )
     assert 'http-equiv="refresh"' in response.text and "Traceback" not in response.text
 
 
@@ -436,18 +624,12 @@ def set_policy(pk: Pk, policy_id: str, max_age: dt.timedelta, conversation_id: s
     ).purge_id
 
 
-def row_cells(html: str, attribute: str, value: str) -> list[str]:
-    found = re.search(rf'<tr [^>]*{attribute}="{value}">(.*?)</tr>', html, re.S)
-    assert found, f"no row {attribute}={value}"
-    return re.findall(r"<td>(.*?)</td>", found.group(1))
-
-
 def test_without_policies_or_holds_the_section_says_so(client: TestClient) -> None:
     sign_in(client)
     retention = section(page(client), "retention")
-    assert "<h2>Retention and holds</h2>" in retention
-    assert "No retention policies." in retention and "No legal holds in force." in retention
-    assert 'id="retention-policies-count">0<' in retention and 'id="legal-holds-count">0<' in retention
+    assert retention.find("h2").text == "Retention and holds"
+    assert "No retention policies." in retention.text and "No legal holds in force." in retention.text
+    assert retention.by_id("retention-policies-count").text == "0" and retention.by_id("legal-holds-count").text == "0"
 
 
 def test_policies_holds_and_runs_are_shown_by_id_and_count_never_an_author(pk: Pk, client: TestClient) -> None:
@@ -470,25 +652,21 @@ def test_policies_holds_and_runs_are_shown_by_id_and_count_never_an_author(pk: P
 
     retention = section(html, "retention")
     for name, expected in (("policies-count", 2), ("runs", 1), ("expired", 1), ("held", 1), ("fences", 0)):
-        assert f'id="retention-{name}">{expected}<' in retention, name
-    assert 'id="legal-holds-count">1<' in retention
-    assert row_cells(retention, "data-policy", "p-all") == [
-        "<code>p-all</code>",
-        "every conversation",
-        "30 days",
-        status_page.plain(policies["p-all"].last_run),
-        status_page.plain(policies["p-all"].next_run),
-        f"<code>{run}</code>",
-    ]
-    own = row_cells(retention, "data-policy", "p-own")
+        assert retention.by_id(f"retention-{name}").text == str(expected), name
+    assert retention.by_id("legal-holds-count").text == "1"
+    every = retention.find("tr", data_policy="p-all")
+    assert every.cells()[:3] == ["p-all", "every conversation", "30 days"] and every.cells()[5] == run
+    last_run, next_run = (cell.find("time").attrs["title"] for cell in every.find_all("td")[3:5])
+    assert last_run == times.utc(policies["p-all"].last_run)  # type: ignore[arg-type]
+    assert next_run == times.utc(policies["p-all"].next_run)  # type: ignore[arg-type]
+    own = retention.find("tr", data_policy="p-own").cells()
     assert own[1:3] == ["conversation c-own", "12 hours"] and own[5] == ""  # checked, nothing expired: no run
-    held = row_cells(retention, "data-hold", "h-case")
-    assert held == ["<code>h-case</code>", "2", "1", status_page.plain(pk.list_holds()[0].placed_at)]
+    held = retention.find("tr", data_hold="h-case")
+    assert held.cells()[:3] == ["h-case", "2", "1"]
+    assert held.find("time").attrs["title"] == times.utc(pk.list_holds()[0].placed_at)
 
-    run_article = article(html, run)
-    assert "retention purge (policy p-all), ledger seq" in run_article
-    bodies = row_cells(run_article, "data-kind", "bodies")
-    assert bodies[:6] == ["bodies", "done", "1/5", "1", "0", "1"]  # expired 1, held 1
-    assert "legal hold h-case placed, ledger seq 1" in article(html, placed.purge_id)
+    assert "retention purge (policy p-all), ledger seq" in article(html, run).text
+    assert step_row(article(html, run), "bodies")[:6] == ["bodies", "done", "1/5", "1", "0", "1"]  # expired 1, held 1
+    assert "legal hold h-case placed, ledger seq 1" in article(html, placed.purge_id).text
     for hidden in ("ada-lovelace", "grace-hopper", SECRET, "reason-not-shown", "counsel@example.org", WHO["actor"]):
         assert hidden not in html, hidden
