@@ -1,31 +1,82 @@
-"""Attachments a host adds with an event: new CAS bytes, a new real file, or a reuse."""
+"""Attachments a host adds with an event: new CAS bytes, a new real file, or a reuse.
+
+New bytes come in memory (``NewAttachment.cas(data)``, ``.file(data)``) or from a file on
+disk (``.cas_from(path)``, ``.file_from(path)``): a file's bytes are hashed and stored in
+chunks, never held whole, so an attachment of the full size limit costs no more memory than
+a small one. The HTTP upload route spools its uploads to such files."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from commands import validation
 from schema.errors import ValidationError
 from schema.states import Binding, BlobKind
 from workers.blobstore import cas_path, file_path
 
+CHUNK_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FileBytes:
+    """The bytes of a file on disk, read in chunks of ``CHUNK_BYTES``. ``size`` and
+    ``sha256`` are taken when it is made; a file that changes before it is stored is
+    refused (the chunks are hashed again as they are read), never stored as other bytes."""
+
+    path: Path
+    size: int
+    sha256: str
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str]) -> FileBytes:
+        """Hash the file at ``path`` (one pass, in chunks)."""
+        source = Path(path)
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with source.open("rb") as handle:
+                while chunk := handle.read(CHUNK_BYTES):
+                    digest.update(chunk)
+                    size += len(chunk)
+        except OSError as exc:
+            raise ValidationError(f"attachment file cannot be read: {exc.strerror or type(exc).__name__}") from exc
+        return cls(path=source, size=size, sha256=digest.hexdigest())
+
+    def __iter__(self) -> Iterator[bytes]:
+        """The bytes, chunk by chunk; ``ValidationError`` at the end if they are not the
+        bytes that were hashed."""
+        digest = hashlib.sha256()
+        with self.path.open("rb") as handle:
+            while chunk := handle.read(CHUNK_BYTES):
+                digest.update(chunk)
+                yield chunk
+        if digest.hexdigest() != self.sha256:
+            raise ValidationError("the attachment file changed after it was given; nothing was stored")
+
 
 @dataclass(frozen=True)
 class NewAttachment:
-    """One attachment to bind to a new event. Build it with ``cas``, ``file`` or ``reuse``."""
+    """One attachment to bind to a new event. Build it with ``cas``, ``file``, ``cas_from``,
+    ``file_from`` or ``reuse``."""
 
     source: str
     name: str
     binding: Binding
-    data: bytes | None = field(default=None, repr=False)
+    data: bytes | FileBytes | None = field(default=None, repr=False)
     blob_id: str | None = None
 
     def __post_init__(self) -> None:
         validation.check_name(self.name)
         if self.source in ("cas", "file"):
-            validation.check_data(self.data)
+            if isinstance(self.data, FileBytes):
+                _check_size(self.data.size)
+            else:
+                validation.check_data(self.data)
         elif self.source == "reuse":
             validation.check_id(self.blob_id, "blob_id")
         else:
@@ -42,10 +93,28 @@ class NewAttachment:
         return cls(source="file", name=name, binding=Binding.REAL_FILE, data=data)
 
     @classmethod
+    def cas_from(cls, path: str | os.PathLike[str], *, name: str) -> NewAttachment:
+        """``cas`` of the bytes of the file at ``path``, read in chunks. The file must stay
+        as it is until the event is ingested; it is left where it is."""
+        return cls(source="cas", name=name, binding=Binding.LEGACY_CAS, data=FileBytes.of(path))
+
+    @classmethod
+    def file_from(cls, path: str | os.PathLike[str], *, name: str) -> NewAttachment:
+        """``file`` of the bytes of the file at ``path``, read in chunks (as ``cas_from``)."""
+        return cls(source="file", name=name, binding=Binding.REAL_FILE, data=FileBytes.of(path))
+
+    @classmethod
     def reuse(cls, blob_id: str, *, name: str, binding: str = "real_file") -> NewAttachment:
         """Share an existing present blob (a forward), bound as ``real_file`` or ``legacy_cas``."""
         validation.check_choice(binding, "binding", [b.value for b in Binding])
         return cls(source="reuse", name=name, binding=Binding(binding), blob_id=blob_id)
+
+
+def _check_size(size: int) -> None:
+    if size == 0:
+        raise ValidationError("attachment data must not be empty")
+    if size > validation.MAX_ATTACHMENT_BYTES:
+        raise ValidationError(f"attachment is larger than {validation.MAX_ATTACHMENT_BYTES} bytes")
 
 
 @dataclass(frozen=True)
@@ -61,12 +130,16 @@ class StagedBlob:
 
 def stage(attachment: NewAttachment) -> StagedBlob | None:
     """Where new bytes go; None for a reuse, which writes nothing."""
-    if attachment.data is None:
+    data = attachment.data
+    if data is None:
         return None
     blob_id = uuid.uuid4().hex
-    sha256 = hashlib.sha256(attachment.data).hexdigest()
+    if isinstance(data, FileBytes):
+        sha256, size = data.sha256, data.size
+    else:
+        sha256, size = hashlib.sha256(data).hexdigest(), len(data)
     if attachment.source == "cas":
         kind, path = BlobKind.CAS, cas_path(sha256, blob_id)
     else:
         kind, path = BlobKind.FILE, file_path(blob_id)
-    return StagedBlob(blob_id=blob_id, kind=kind, sha256=sha256, size=len(attachment.data), path=path)
+    return StagedBlob(blob_id=blob_id, kind=kind, sha256=sha256, size=size, path=path)

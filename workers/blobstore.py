@@ -35,7 +35,7 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -80,9 +80,10 @@ class BlobStore:
         never opens a path this way."""
         return Path(self._resolved[BlobKind(kind)]).joinpath(*_components(relative))
 
-    def write(self, kind: BlobKind | str, relative: str, data: bytes) -> None:
-        """Write the bytes durably and atomically (a reader sees all of them or none),
-        creating the shard directories, never through a symlink."""
+    def write(self, kind: BlobKind | str, relative: str, data: bytes | Iterable[bytes]) -> None:
+        """Write the bytes (whole, or in pieces: an upload's spool file read in chunks) durably
+        and atomically (a reader sees all of them or none), creating the shard directories,
+        never through a symlink."""
         parts = _components(relative)
         with _Directories(self._resolved) as directories:
             atomic_write_at(directories.parent(BlobKind(kind), parts, create=True), parts[-1], data)

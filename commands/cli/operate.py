@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-import time
+import datetime as dt
+import shlex
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import click
 
 from commands import surface
-from commands.cli.base import DEFAULT_PAGE, DEFAULT_WAIT_S, FINISHED, WAIT_POLL_S, json_command, main, run_with_handle
-from commands.cli.options import who_options
+from commands.cli.base import DEFAULT_PAGE, DEFAULT_WAIT_S, FINISHED, json_command, main, run_with_handle
+from commands.cli.options import Timestamp, who_options
 from commands.cli.render import render_page, render_status
 from commands.handle import Purgekeeper
-from commands.operations import MAX_PAGE, PURGE_STATUSES
+from commands.operations import MAX_PAGE, PURGE_KINDS, PURGE_STATUSES
 from commands.records import (
     PurgeStatus,
 )
+
+EXIT_INCOMPLETE = 5  # `wait --fail-on-incomplete`: the purge ended incomplete
 
 # -- operating
 
@@ -30,21 +34,41 @@ def status(purge_id: str, as_json: bool) -> None:
 
 @json_command(main, "list")
 @click.option("--status", "status_filter", type=click.Choice(PURGE_STATUSES), help="Only purges in this status.")
+@click.option("--kind", type=click.Choice(PURGE_KINDS), help="Only ledger rows of this kind.")
+@click.option("--conversation", metavar="ID", help="Only purges that concern this conversation or channel.")
+@click.option("--since", type=Timestamp(), help="Only purges accepted at or after TIME.")
+@click.option("--until", type=Timestamp(), help="Only purges accepted before TIME.")
 @click.option("--limit", default=DEFAULT_PAGE, show_default=True, type=int, help=f"Purges per page (1 to {MAX_PAGE}).")
 @click.option("--after", "cursor", type=int, metavar="CURSOR", help="The cursor a previous page printed.")
-def list_purges(status_filter: str | None, limit: int, cursor: int | None, as_json: bool) -> None:
-    """List purges, newest first, a page at a time. JSON: {"purges": [...], "next_after": N};
-    pass N to --after for the next page (null on the last page)."""
+def list_purges(
+    status_filter: str | None,
+    kind: str | None,
+    conversation: str | None,
+    since: dt.datetime | None,
+    until: dt.datetime | None,
+    limit: int,
+    cursor: int | None,
+    as_json: bool,
+) -> None:
+    """List purges, newest first, a page at a time, filtered as GET /v1/purges filters them.
+    JSON: {"purges": [...], "next_after": N}; pass N to --after (with the same filters) for
+    the next page (null on the last page)."""
+    filters = {"status": status_filter, "kind": kind, "conversation": conversation, "since": since, "until": until}
 
     def next_command(after: int) -> str:
-        chosen = f" --status {status_filter}" if status_filter else ""
+        chosen = "".join(f" --{name} {_argument(value)}" for name, value in filters.items() if value is not None)
         return f"purgectl list{chosen} --limit {limit} --after {after}"
 
-    run_with_handle(
-        as_json,
-        lambda pk: pk.list_purges(status_filter, limit=limit, after=cursor),
-        lambda page: render_page(page, next_command=next_command),
-    )
+    def action(pk: Purgekeeper) -> Any:
+        return pk.list_purges(
+            status_filter, kind=kind, conversation_id=conversation, since=since, until=until, limit=limit, after=cursor
+        )
+
+    run_with_handle(as_json, action, lambda page: render_page(page, next_command=next_command))
+
+
+def _argument(value: str | dt.datetime) -> str:
+    return shlex.quote(surface.plain(value) if isinstance(value, dt.datetime) else value)
 
 
 @json_command(main)
@@ -86,16 +110,27 @@ def resume(as_json: bool) -> None:
     metavar="SECONDS",
     help="Give up after this long and print the status.",
 )
-def wait(purge_id: str, timeout: float, as_json: bool) -> None:
+@click.option(
+    "--fail-on-incomplete",
+    is_flag=True,
+    help=f"Exit {EXIT_INCOMPLETE} (after printing the status) when the purge ends incomplete; for scripts.",
+)
+def wait(purge_id: str, timeout: float, fail_on_incomplete: bool, as_json: bool) -> None:
     """Wait until the purge is complete or incomplete, showing steps done and rows removed,
     then print its status. A timeout is not an error: the status is printed with
-    "timed_out": true, and the exit code is 0 (as it is for an incomplete purge). This command
-    does no cleanup itself: the worker processes (or `purgectl serve`) do."""
+    "timed_out": true, and the exit code is 0. An incomplete purge exits 0 too, unless
+    --fail-on-incomplete is given: then it exits 5, so `purgectl wait ID --fail-on-incomplete
+    && next-step` stops there (retry it with `purgectl retry`). This command does no cleanup
+    itself: the worker processes (or `purgectl serve`) do."""
+    ended: list[PurgeStatus] = []
 
     def action(pk: Purgekeeper) -> tuple[PurgeStatus, bool]:
         if as_json:
-            return poll_until_finished(pk, purge_id, timeout, on_status=lambda _: None)
-        return wait_with_progress(pk, purge_id, timeout)
+            outcome = poll_until_finished(pk, purge_id, timeout, on_status=lambda _: None)
+        else:
+            outcome = wait_with_progress(pk, purge_id, timeout)
+        ended.append(outcome[0])
+        return outcome
 
     def render(outcome: tuple[PurgeStatus, bool]) -> str:
         final, timed_out = outcome
@@ -107,22 +142,16 @@ def wait(purge_id: str, timeout: float, as_json: bool) -> None:
         return {**surface.plain(final), "timed_out": timed_out}
 
     run_with_handle(as_json, action, render, to_json)
+    if fail_on_incomplete and ended and ended[0].status == "incomplete":
+        sys.exit(EXIT_INCOMPLETE)
 
 
 def poll_until_finished(
     pk: Purgekeeper, purge_id: str, timeout: float, *, on_status: Callable[[PurgeStatus], None]
 ) -> tuple[PurgeStatus, bool]:
-    """Poll the status until the purge is complete or incomplete; ``True`` if it timed out."""
-    deadline = time.monotonic() + timeout
-    while True:
-        current = pk.status(purge_id)
-        on_status(current)
-        if current.status in FINISHED:
-            return current, False
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return current, True
-        time.sleep(min(WAIT_POLL_S, left))
+    """``pk.wait``, with ``on_status`` called on each change; ``True`` if it timed out."""
+    final = pk.wait(purge_id, timeout, on_progress=on_status)
+    return final, final.status not in FINISHED
 
 
 def wait_with_progress(pk: Purgekeeper, purge_id: str, timeout: float) -> tuple[PurgeStatus, bool]:

@@ -1,54 +1,67 @@
 """The HTTP API: a thin layer over the same ``commands`` methods, everything under ``/v1``.
 
-The OpenAPI document is at ``/openapi.json`` (and ``/docs``). Every success is ``200`` with
-the record as JSON (``commands.surface.plain``): a repeated idempotent write returns the same
-record, so a creation is not told apart from a replay.
+The OpenAPI document is at ``/openapi.json`` (and ``/docs``). Every operation has an
+explicit ``operationId`` (the command's name) and a typed response (``commands.http.models``;
+the JSON is ``commands.surface.plain`` of the record). A request that does not match the
+document is a ``400 validation_error``: the document says so, and lists no 422. A repeated
+idempotent write returns the same record, so a creation is not told apart from a replay.
 
-=======  ==========================================  ========================  ========
-method   path                                        command                   who
-=======  ==========================================  ========================  ========
-POST     /v1/conversations                           create_conversation       host
-GET      /v1/conversations                           list_conversations        host
-GET      /v1/conversations/{id}                      get_conversation          host
-GET      /v1/conversations/{id}/events               read_conversation         host
-POST     /v1/conversations/{id}/events               ingest_event              host
-POST     /v1/conversations/{id}/placements           place_event               host
-POST     /v1/conversations/{id}/derivatives          add_derivative            host
-POST     /v1/conversations/{id}/purge                purge_conversation        host
-POST     /v1/channels/{id}/delete                    delete_channel            host
-POST     /v1/bots                                    register_bot              host
-GET      /v1/bots/{id}/deletion-preview              preview_bot_deletion      host
-POST     /v1/bots/{id}/delete                        delete_bot                host
-POST     /v1/runs                                    start_run                 host
-POST     /v1/runs/{id}/finish                        finish_run                host
-POST     /v1/runs/{id}/admissions                    admit                     host
-GET      /v1/attachments/{id}                        open_attachment (bytes)   host
-POST     /v1/purges/preview                          preview_purge             host
-POST     /v1/purges/confirm                          confirm_purge             host
-GET      /v1/purges                                  list_purges               host
-GET      /v1/purges/{id}                             status                    host
-GET      /v1/purges/{id}/wait                        wait                      host
-POST     /v1/purges/{id}/retry                       retry                     operator
-POST     /v1/resume                                  resume                    operator
-GET      /v1/ledger/verify                           verify_ledger             operator
-GET      /v1/ledger/checkpoint                       checkpoint_ledger (file)  operator
-POST     /v1/ledger/merge                            merge_ledger (upload)     operator
-POST     /v1/retention/preview                       preview_retention         operator
-PUT      /v1/retention/{id}                          set_retention             operator
-POST     /v1/retention/{id}/remove                   remove_retention          operator
-GET      /v1/retention                               list_retention            operator
-PUT      /v1/holds/{id}                              place_hold                operator
-POST     /v1/holds/{id}/release                      release_hold              operator
-GET      /v1/holds                                   list_holds                operator
-=======  ==========================================  ========================  ========
+Acceptances (``202``): every route that accepts a purge, a deletion, a retention policy or
+a legal hold answers ``202 Accepted`` with a ``Location: /v1/purges/{purge_id}`` header and
+the ``Acceptance``; an idempotent replay (``"outcome": "already_purged"``) answers the same,
+with the purge that covers it. Poll the Location (or ``.../wait``) for the cleanup.
+
+=======  ==========================================  ========================  ======  ========
+method   path                                        command (operationId)     status  who
+=======  ==========================================  ========================  ======  ========
+POST     /v1/conversations                           create_conversation       200     host
+GET      /v1/conversations                           list_conversations        200     host
+GET      /v1/conversations/{id}                      get_conversation          200     host
+GET      /v1/conversations/{id}/events               read_conversation         200     host
+POST     /v1/conversations/{id}/events               ingest_event              200     host
+POST     /v1/conversations/{id}/events/upload        upload_event (multipart)  200     host
+POST     /v1/conversations/{id}/placements           place_event               200     host
+POST     /v1/conversations/{id}/derivatives          add_derivative            200     host
+POST     /v1/conversations/{id}/purge                purge_conversation        202     host
+POST     /v1/channels/{id}/delete                    delete_channel            202     host
+POST     /v1/bots                                    register_bot              200     host
+GET      /v1/bots/{id}/deletion-preview              preview_bot_deletion      200     host
+POST     /v1/bots/{id}/delete                        delete_bot                202     host
+POST     /v1/authors/erasure-preview                 preview_author_erasure    200     host
+POST     /v1/authors/erase                           erase_author              202     host
+POST     /v1/runs                                    start_run                 200     host
+POST     /v1/runs/{id}/finish                        finish_run                200     host
+POST     /v1/runs/{id}/admissions                    admit                     200     host
+GET      /v1/attachments/{id}                        open_attachment (bytes)   200     host
+POST     /v1/purges/preview                          preview_purge             200     host
+POST     /v1/purges/confirm                          confirm_purge             202     host
+GET      /v1/purges                                  list_purges               200     host
+GET      /v1/purges/{id}                             status                    200     host
+GET      /v1/purges/{id}/wait                        wait                      200     host
+POST     /v1/purges/{id}/retry                       retry                     200     operator
+POST     /v1/resume                                  resume                    200     operator
+GET      /v1/ledger/verify                           verify_ledger             200     operator
+GET      /v1/ledger/checkpoint                       checkpoint_ledger (file)  200     operator
+POST     /v1/ledger/merge                            merge_ledger (upload)     200     operator
+POST     /v1/retention/preview                       preview_retention         200     operator
+PUT      /v1/retention/{id}                          set_retention             202     operator
+POST     /v1/retention/{id}/remove                   remove_retention          202     operator
+GET      /v1/retention                               list_retention            200     operator
+PUT      /v1/holds/{id}                              place_hold                202     operator
+POST     /v1/holds/{id}/release                      release_hold              202     operator
+GET      /v1/holds                                   list_holds                200     operator
+=======  ==========================================  ========================  ======  ========
 
 Hosts poll status, so ``status``, ``list_purges`` and ``wait`` are host endpoints; the
 commands that change or reveal the machinery as a whole (re-arming, re-sending, the ledger
-itself, retention policies and legal holds) are operator endpoints. The retention and hold
-operations carry an explicit ``operationId``: the command's name. A policy's ``max_age`` is
-sent as ``max_age_seconds`` and returned as ``max_age`` in seconds; the lists come back as
-``{"policies": [...]}`` and ``{"holds": [...]}``. ``/status`` and ``/metrics`` come from
-``commands.web.status`` and ``commands.web.metrics`` and do their own authentication.
+itself, retention policies and legal holds) are operator endpoints. ``GET /v1/purges``
+filters by ``status``, ``kind``, ``conversation_id`` and acceptance time (``since`` <=
+accepted_at < ``until``, ISO 8601 with an offset: a naive or malformed time is a 400),
+newest first, a page of ``limit`` at a time (``after``: the previous page's ``next_after``).
+A policy's ``max_age`` is sent as ``max_age_seconds`` and returned as ``max_age`` in
+seconds; the lists come back as ``{"policies": [...]}`` and ``{"holds": [...]}``. ``/status``
+and ``/metrics`` come from ``commands.web.status`` and ``commands.web.metrics`` and do their
+own authentication.
 
 Authentication (``commands.web.auth``): every ``/v1`` request needs ``Authorization: Bearer
 <token>``, checked before the body is read. Host endpoints take the host or the operator
@@ -61,23 +74,32 @@ Errors are ``{"error": CODE, "detail": ...}`` with DESIGN.md's statuses
 
 - ``400 validation_error`` for a request that does not match the OpenAPI schema (wrong
   types, unknown fields, lengths, patterns, bad base64, nesting deeper than
-  ``MAX_JSON_DEPTH``); only a short message, never the input;
+  ``MAX_JSON_DEPTH``, a malformed multipart body); only a short message, never the input;
 - ``401 unauthorized``, ``404 not_found`` (no such endpoint, or an unknown id),
-  ``405 method_not_allowed``;
+  ``405 method_not_allowed``, ``415 unsupported_media_type`` (an upload that is not
+  ``multipart/form-data``);
 - ``410 conversation_purged`` when reading a purged conversation (the Python API returns
   ``None`` or ``[]``);
-- ``413 payload_too_large`` for a body over ``max_body_bytes`` (``max_upload_bytes`` for a
-  merge upload), refused before the request reaches a command;
+- ``413 payload_too_large`` for a body over its cap, refused before the request reaches a
+  command and with nothing kept;
 - ``500 internal_error`` for a bug: the traceback goes to the log, never to the client.
 
-Caps: attachments arrive base64-encoded in the JSON body, at most
-``validation.MAX_ATTACHMENTS_PER_EVENT`` per event and ``max_attachment_bytes`` each once
-decoded (the body cap bounds them first); ``wait`` blocks at most ``MAX_WAIT_SECONDS``
-(a longer timeout is shortened, and the status returned as on any timeout).
+Caps (``RequestGuard``): a JSON body is at most ``max_body_bytes`` (1 MiB). Attachments
+sent in it are base64 (4 bytes for every 3), so together they stay under 768 KiB, less the
+rest of the JSON: ``ingest_event`` is for small ones. ``upload_event`` takes the same event as ``multipart/form-data``
+and is where attachments reach their limit: each at most ``max_attachment_bytes`` (64 MiB,
+``validation.MAX_ATTACHMENT_BYTES``), at most ``validation.MAX_ATTACHMENTS_PER_EVENT`` per
+event, and the whole request at most ``max_attachment_bytes + UPLOAD_ALLOWANCE_BYTES`` (the
+fields and framing). Its body is never held in memory: ``commands.http.uploads`` writes
+each part to a spool file under the blob root as it arrives, and the event is ingested
+from those files. A merge upload is at most ``max_upload_bytes``, also streamed. ``wait``
+blocks at most ``MAX_WAIT_SECONDS`` (a longer timeout is shortened, and the status returned
+as on any timeout).
 
 The API never reads or writes a server path that a client names: the checkpoint is a
-download written to a private temporary file, a merge is an upload, and ``register_bot``'s
-``memory_path`` must lie inside one of the configured Memory roots.
+download written to a private temporary file, a merge is an upload, an upload's spool
+files are named here, and ``register_bot``'s ``memory_path`` must lie inside one of the
+configured Memory roots.
 """
 
 from __future__ import annotations
@@ -101,20 +123,25 @@ from fastapi.responses import FileResponse, JSONResponse, Response, StreamingRes
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, StrictBool
+from pydantic import ValidationError as PydanticValidationError
 from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from commands import surface, validation
 from commands.attachments import NewAttachment
 from commands.handle import Purgekeeper
 from commands.holds import MAX_HOLD_SUBJECTS
+from commands.http import models, uploads
 from commands.http.guard import API_PREFIX, RequestGuard
 from commands.kinds.retention import MAX_AGE_LIMIT
+from commands.operations import MAX_PAGE
 from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
-from commands.records import RepositoryIdentity
+from commands.records import Acceptance, RepositoryIdentity
 from commands.scope import MAX_SCOPE_EVENTS, EventScope
 from commands.web.auth import Tokens
 from schema.errors import PurgekeeperError, ValidationError
+from schema.states import PurgeKind
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +188,24 @@ def _shallow(value: JsonValue) -> JsonValue:
     raise ValueError(f"JSON is nested deeper than {MAX_JSON_DEPTH} levels")
 
 
+def _provider_id(value: str) -> str:
+    """The id another system gave an event, checked as the Python API checks it."""
+    try:
+        return validation.check_provider_id(value)
+    except ValidationError as exc:
+        raise ValueError(exc.detail) from None
+
+
 Id = Annotated[str, Field(min_length=1, max_length=validation.MAX_ID_LENGTH, pattern=ID_PATTERN)]
+ProviderId = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=validation.MAX_PROVIDER_ID_LENGTH,
+        description="printable, no whitespace: slack:T1/C1/1700000000.000100, $abc:example.org, <a@b>",
+    ),
+    AfterValidator(_provider_id),
+]
 Author = Annotated[str, Field(min_length=1, max_length=validation.MAX_AUTHOR_LENGTH)]
 Actor = Annotated[str, Field(min_length=1, max_length=MAX_ACTOR_LENGTH)]
 Reason = Annotated[str, Field(min_length=1, max_length=MAX_REASON_LENGTH)]
@@ -228,7 +272,7 @@ AttachmentIn = Annotated[CasAttachment | FileAttachment | ReuseAttachment, Field
 class NewEvent(_Body):
     author: Author
     body: Annotated[str | None, Field(min_length=1, max_length=validation.MAX_BODY_BYTES)] = None
-    provider_event_id: Id | None = None
+    provider_event_id: ProviderId | None = None
     event_id: Id | None = None
     occurred_at: UtcTime | None = None
     attachments: Annotated[list[AttachmentIn], Field(max_length=validation.MAX_ATTACHMENTS_PER_EVENT)] = []
@@ -372,19 +416,44 @@ class HoldRelease(_Body):
     idempotency_key: Id | None = None
 
 
-class ErrorBody(BaseModel):
-    error: str
-    detail: str
-    reason: str | None = None
-    diagnostics: list[str] | None = None
-    run_ids: list[str] | None = None
-    hold_ids: list[str] | None = None
+class UploadedEvent(_Body):
+    """The text parts of an ``upload_event`` request (its files are the attachments)."""
 
+    author: Author
+    body: Annotated[str | None, Field(min_length=1, max_length=validation.MAX_BODY_BYTES)] = None
+    provider_event_id: ProviderId | None = None
+    event_id: Id | None = None
+    occurred_at: UtcTime | None = None
+
+
+def _upload_schema() -> dict[str, Any]:
+    """The ``multipart/form-data`` body of ``upload_event``: the text fields as
+    ``UploadedEvent`` has them, then the attachments by how they are bound."""
+    assert uploads.FIELDS == tuple(UploadedEvent.model_fields)
+    required = [name for name, field in UploadedEvent.model_fields.items() if field.is_required()]
+    text: dict[str, Any] = {"type": "string"}
+    ids = {**text, "minLength": 1, "maxLength": validation.MAX_ID_LENGTH, "pattern": ID_PATTERN}
+    files = {"type": "array", "items": {"type": "string", "format": "binary"}}
+    limit = validation.MAX_ATTACHMENTS_PER_EVENT
+    properties = {
+        "author": {**text, "minLength": 1, "maxLength": validation.MAX_AUTHOR_LENGTH},
+        "body": {**text, "minLength": 1, "description": f"at most {validation.MAX_BODY_BYTES} bytes of UTF-8"},
+        "provider_event_id": {**text, "minLength": 1, "maxLength": validation.MAX_PROVIDER_ID_LENGTH},
+        "event_id": ids,
+        "occurred_at": {**text, "format": "date-time", "description": "ISO 8601 with an offset"},
+        "file": {**files, "maxItems": limit, "description": "attachments stored as real files; filename = name"},
+        "cas": {**files, "maxItems": limit, "description": "attachments stored content-addressed; filename = name"},
+    }
+    schema = {"type": "object", "title": "EventUpload", "required": required, "properties": properties}
+    return {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
+
+
+# -- responses ------------------------------------------------------------------------------
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorBody, "description": description}
+    status: {"model": models.ErrorBody, "description": description}
     for status, description in (
-        (400, "invalid request"),
+        (400, "invalid request (validation_error)"),
         (401, "missing or wrong bearer token"),
         (404, "unknown id"),
         (409, "conflict (a legal hold or a policy conflict among them), reserved id or Memory erasure unavailable"),
@@ -393,6 +462,25 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (503, "messaging or infrastructure unavailable"),
     )
 }
+UPLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
+    413: {"model": models.ErrorBody, "description": "an attachment or the whole request is too large"},
+    415: {"model": models.ErrorBody, "description": "not multipart/form-data"},
+}
+ACCEPTED: dict[str, Any] = {
+    "status_code": 202,
+    "response_model": models.Acceptance,
+    "responses": {
+        202: {
+            "description": "accepted (or already in force): the purge's status is at the Location",
+            "headers": {
+                "Location": {"description": "/v1/purges/{purge_id}", "schema": {"type": "string"}},
+            },
+        }
+    },
+}
+BINARY = {"schema": {"type": "string", "format": "binary"}}
+UPLOAD_ALLOWANCE_BYTES = 1_048_576  # an upload's fields and multipart framing, beside its attachments
+VALIDATION_SCHEMAS = ("HTTPValidationError", "ValidationError")
 
 # -- the app --------------------------------------------------------------------------------
 
@@ -413,23 +501,31 @@ def create_app(
         redoc_url=None,
     )
     operator = (_operator_routes(pk), _retention_routes(pk), _hold_routes(pk))
-    for routes in (_content_routes(pk, max_attachment_bytes), _purge_routes(pk), _status_routes(pk), *operator):
+    routers = (_content_routes(pk, max_attachment_bytes), _purge_routes(pk), _status_routes(pk), *operator)
+    for routes in routers:
         app.include_router(routes)
     _include_web_routers(app, pk, tokens)
     _install_error_handlers(app)
+    _document_400_not_422(app)
+    uploads.sweep_stale(pk.settings.blob_root)
+    streamed = {"merge_ledger": max_upload_bytes, "upload_event": max_attachment_bytes + UPLOAD_ALLOWANCE_BYTES}
     app.add_middleware(
         RequestGuard,
         tokens=tokens,
-        operator_routes=[route for routes in operator for route in routes.routes if isinstance(route, APIRoute)],
+        operator_routes=_api_routes(*operator),
         max_body_bytes=max_body_bytes,
-        max_upload_bytes=max_upload_bytes,
+        streamed=[(route, streamed[route.name]) for route in _api_routes(*routers) if route.name in streamed],
     )
     return app
 
 
+def _api_routes(*routers: APIRouter) -> list[APIRoute]:
+    return [route for router in routers for route in router.routes if isinstance(route, APIRoute)]
+
+
 def _v1(tag: str) -> APIRouter:
     """One group of ``/v1`` routes; the bearer scheme is declared for the OpenAPI document (the
-    ``Gate`` middleware checks the token)."""
+    ``RequestGuard`` middleware checks the token)."""
     return APIRouter(
         prefix=API_PREFIX,
         tags=[tag],
@@ -438,36 +534,62 @@ def _v1(tag: str) -> APIRouter:
     )
 
 
+def _document_400_not_422(app: FastAPI) -> None:
+    """A request that does not match the document is a 400 ``ErrorBody`` (``_invalid_request``),
+    so the 422 FastAPI documents for every operation with parameters is taken out again."""
+    generate = app.openapi
+
+    def document() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            for item in schema["paths"].values():
+                for operation in item.values():
+                    operation["responses"].pop("422", None)
+            for name in VALIDATION_SCHEMAS:
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+        return app.openapi_schema or generate()
+
+    app.openapi = document  # type: ignore[method-assign]
+
+
 def _json(value: Any) -> JSONResponse:
     return JSONResponse(surface.plain(value))
+
+
+def _accepted(acceptance: Acceptance) -> JSONResponse:
+    """202 with the Location of the purge's status (the same for an idempotent replay)."""
+    location = f"{API_PREFIX}/purges/{acceptance.purge_id}"
+    return JSONResponse(surface.plain(acceptance), status_code=202, headers={"Location": location})
 
 
 def _content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
     router = _v1("content")
 
-    @router.post("/conversations")
+    @router.post("/conversations", operation_id="create_conversation", response_model=models.Conversation)
     def create_conversation(new: NewConversation) -> JSONResponse:
         return _json(pk.create_conversation(new.conversation_id, kind=new.kind, bot_id=new.bot_id))
 
-    @router.get("/conversations")
+    @router.get("/conversations", operation_id="list_conversations", response_model=models.ConversationList)
     def list_conversations() -> JSONResponse:
         return _json({"conversations": pk.list_conversations()})
 
-    @router.get("/conversations/{conversation_id}")
+    @router.get("/conversations/{conversation_id}", operation_id="get_conversation", response_model=models.Conversation)
     def get_conversation(conversation_id: IdPath) -> JSONResponse:
         found = pk.get_conversation(conversation_id)
         if found is None:
             raise pk.why_unreadable(conversation_id)
         return _json(found)
 
-    @router.get("/conversations/{conversation_id}/events")
+    @router.get(
+        "/conversations/{conversation_id}/events", operation_id="read_conversation", response_model=models.EventList
+    )
     def read_conversation(conversation_id: IdPath) -> JSONResponse:
         events = pk.read_conversation(conversation_id)
         if not events and pk.get_conversation(conversation_id) is None:
             raise pk.why_unreadable(conversation_id)
         return _json({"events": events})
 
-    @router.post("/conversations/{conversation_id}/events")
+    @router.post("/conversations/{conversation_id}/events", operation_id="ingest_event", response_model=models.Event)
     def ingest_event(conversation_id: IdPath, new: NewEvent) -> JSONResponse:
         attachments = [_attachment(a, i, max_attachment_bytes) for i, a in enumerate(new.attachments)]
         event = pk.ingest_event(
@@ -481,38 +603,72 @@ def _content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
         )
         return _json(event)
 
-    @router.post("/conversations/{conversation_id}/placements")
+    spool = uploads.spool_directory(pk.settings.blob_root)
+
+    @router.post(
+        "/conversations/{conversation_id}/events/upload",
+        operation_id="upload_event",
+        response_model=models.Event,
+        responses=UPLOAD_RESPONSES,
+        openapi_extra={"requestBody": _upload_schema()},
+    )
+    async def upload_event(conversation_id: IdPath, request: Request) -> JSONResponse:
+        """``ingest_event`` as ``multipart/form-data``: the event's fields as text parts, each
+        attachment a file part named ``file`` or ``cas`` (its filename is its name)."""
+        upload = await uploads.receive(request, spool=spool, max_attachment_bytes=max_attachment_bytes)
+        try:
+            new = _uploaded_event(upload.fields)
+            event = await run_in_threadpool(
+                pk.ingest_event,
+                conversation_id,
+                author=new.author,
+                body=new.body,
+                provider_event_id=new.provider_event_id,
+                event_id=new.event_id,
+                occurred_at=new.occurred_at,
+                attachments=upload.attachments(),
+            )
+        finally:
+            upload.discard()
+        return _json(event)
+
+    @router.post(
+        "/conversations/{conversation_id}/placements", operation_id="place_event", response_model=models.Placement
+    )
     def place_event(conversation_id: IdPath, new: NewPlacement) -> JSONResponse:
         return _json(pk.place_event(new.event_id, conversation_id))
 
-    @router.post("/conversations/{conversation_id}/derivatives")
+    @router.post(
+        "/conversations/{conversation_id}/derivatives", operation_id="add_derivative", response_model=models.Derivative
+    )
     def add_derivative(conversation_id: IdPath, new: NewDerivative) -> JSONResponse:
         derivative = pk.add_derivative(
             conversation_id, kind=new.kind, payload=new.payload, source_event_ids=new.source_event_ids
         )
         return _json(derivative)
 
-    @router.post("/bots")
+    @router.post("/bots", operation_id="register_bot", response_model=models.Bot)
     def register_bot(new: NewBot) -> JSONResponse:
         memory_path = _inside_memory_roots(new.memory_path, pk.settings.memory_roots)
         return _json(pk.register_bot(new.bot_id, name=new.name, memory_path=memory_path))
 
-    @router.post("/runs")
+    @router.post("/runs", operation_id="start_run", response_model=models.Run)
     def start_run(new: NewRun) -> JSONResponse:
         return _json(pk.start_run(new.conversation_id, bot_id=new.bot_id, run_id=new.run_id))
 
-    @router.post("/runs/{run_id}/finish")
+    @router.post("/runs/{run_id}/finish", operation_id="finish_run", response_model=models.Run)
     def finish_run(run_id: IdPath, finish: RunFinish) -> JSONResponse:
         return _json(pk.finish_run(run_id, status=finish.status, output=finish.output))
 
-    @router.post("/runs/{run_id}/admissions")
+    @router.post("/runs/{run_id}/admissions", operation_id="admit", response_model=models.Admission)
     def admit(run_id: IdPath, new: NewAdmission) -> JSONResponse:
         return _json(pk.admit(new.event_id, run_id, payload=new.payload))
 
     @router.get(
         "/attachments/{attachment_id}",
+        operation_id="open_attachment",
         response_class=StreamingResponse,
-        responses={200: {"content": {"application/octet-stream": {}}, "description": "the bytes"}},
+        responses={200: {"content": {"application/octet-stream": BINARY}, "description": "the bytes"}},
     )
     def open_attachment(attachment_id: IdPath) -> StreamingResponse:
         stream = pk.open_attachment(attachment_id)
@@ -526,11 +682,11 @@ def _content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
 def _purge_routes(pk: Purgekeeper) -> APIRouter:
     router = _v1("purges")
 
-    @router.post("/purges/preview")
+    @router.post("/purges/preview", operation_id="preview_purge", response_model=models.PurgePreview)
     def preview_purge(scope: Annotated[ScopeIn, Body()]) -> JSONResponse:
         return _json(pk.preview_purge(scope.scope()))
 
-    @router.post("/purges/confirm")
+    @router.post("/purges/confirm", operation_id="confirm_purge", **ACCEPTED)
     def confirm_purge(confirmation: Confirmation, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.confirm_purge(
             confirmation.scope.scope(),
@@ -541,9 +697,9 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
             request_id=x_request_id,
             origin=ORIGIN,
         )
-        return _json(acceptance)
+        return _accepted(acceptance)
 
-    @router.post("/conversations/{conversation_id}/purge")
+    @router.post("/conversations/{conversation_id}/purge", operation_id="purge_conversation", **ACCEPTED)
     def purge_conversation(
         conversation_id: IdPath, purge: ConversationPurge, x_request_id: RequestId = None
     ) -> JSONResponse:
@@ -556,9 +712,9 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
             request_id=x_request_id,
             origin=ORIGIN,
         )
-        return _json(acceptance)
+        return _accepted(acceptance)
 
-    @router.post("/channels/{channel_id}/delete")
+    @router.post("/channels/{channel_id}/delete", operation_id="delete_channel", **ACCEPTED)
     def delete_channel(channel_id: IdPath, deletion: ChannelDeletion, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.delete_channel(
             channel_id,
@@ -568,13 +724,17 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
             request_id=x_request_id,
             origin=ORIGIN,
         )
-        return _json(acceptance)
+        return _accepted(acceptance)
 
-    @router.get("/bots/{bot_id}/deletion-preview")
+    @router.get(
+        "/bots/{bot_id}/deletion-preview",
+        operation_id="preview_bot_deletion",
+        response_model=models.BotDeletionPreview,
+    )
     def preview_bot_deletion(bot_id: IdPath) -> JSONResponse:
         return _json(pk.preview_bot_deletion(bot_id))
 
-    @router.post("/bots/{bot_id}/delete")
+    @router.post("/bots/{bot_id}/delete", operation_id="delete_bot", **ACCEPTED)
     def delete_bot(bot_id: IdPath, deletion: BotDeletion, x_request_id: RequestId = None) -> JSONResponse:
         reviewed = deletion.reviewed_repository
         acceptance = pk.delete_bot(
@@ -587,13 +747,17 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
             request_id=x_request_id,
             origin=ORIGIN,
         )
-        return _json(acceptance)
+        return _accepted(acceptance)
 
-    @router.post("/authors/erasure-preview")
+    @router.post(
+        "/authors/erasure-preview",
+        operation_id="preview_author_erasure",
+        response_model=models.AuthorErasurePreview,
+    )
     def preview_author_erasure(window: AuthorWindow) -> JSONResponse:
         return _json(pk.preview_author_erasure(window.author, before=window.before))
 
-    @router.post("/authors/erase")
+    @router.post("/authors/erase", operation_id="erase_author", **ACCEPTED)
     def erase_author(erasure: AuthorErasure, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.erase_author(
             erasure.author,
@@ -606,7 +770,7 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
             request_id=x_request_id,
             origin=ORIGIN,
         )
-        return _json(acceptance)
+        return _accepted(acceptance)
 
     return router
 
@@ -614,19 +778,40 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
 def _status_routes(pk: Purgekeeper) -> APIRouter:
     router = _v1("purges")
 
-    @router.get("/purges")
+    @router.get("/purges", operation_id="list_purges", response_model=models.PurgePage)
     def list_purges(
         status: Annotated[Literal["accepted", "cleaning", "complete", "incomplete"] | None, Query()] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+        kind: Annotated[PurgeKind | None, Query(description="what the ledger row is")] = None,
+        conversation_id: Annotated[
+            str | None,
+            Query(
+                min_length=1,
+                max_length=validation.MAX_ID_LENGTH,
+                pattern=ID_PATTERN,
+                description="purges that concern this conversation or channel",
+            ),
+        ] = None,
+        since: Annotated[UtcTime | None, Query(description="accepted at or after (ISO 8601 with an offset)")] = None,
+        until: Annotated[UtcTime | None, Query(description="accepted before (ISO 8601 with an offset)")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
         after: Annotated[int | None, Query(ge=1, le=MAX_SEQ, description="next_after of the previous page")] = None,
     ) -> JSONResponse:
-        return _json(pk.list_purges(status, limit=limit, after=after))
+        page = pk.list_purges(
+            status,
+            kind=None if kind is None else kind.value,
+            conversation_id=conversation_id,
+            since=since,
+            until=until,
+            limit=limit,
+            after=after,
+        )
+        return _json(page)
 
-    @router.get("/purges/{purge_id}")
+    @router.get("/purges/{purge_id}", operation_id="status", response_model=models.PurgeStatus)
     def status(purge_id: IdPath) -> JSONResponse:
         return _json(pk.status(purge_id))
 
-    @router.get("/purges/{purge_id}/wait")
+    @router.get("/purges/{purge_id}/wait", operation_id="wait", response_model=models.PurgeStatus)
     def wait(
         purge_id: IdPath,
         timeout: Annotated[
@@ -641,22 +826,23 @@ def _status_routes(pk: Purgekeeper) -> APIRouter:
 def _operator_routes(pk: Purgekeeper) -> APIRouter:
     router = _v1(OPERATOR_TAG)
 
-    @router.post("/purges/{purge_id}/retry")
+    @router.post("/purges/{purge_id}/retry", operation_id="retry", response_model=models.PurgeStatus)
     def retry(purge_id: IdPath, request: RetryRequest) -> JSONResponse:
         return _json(pk.retry(purge_id, actor=request.actor, reason=request.reason))
 
-    @router.post("/resume")
+    @router.post("/resume", operation_id="resume", response_model=models.Resumed)
     def resume() -> JSONResponse:
         return _json({"resent": pk.resume()})
 
-    @router.get("/ledger/verify")
+    @router.get("/ledger/verify", operation_id="verify_ledger", response_model=models.LedgerReport)
     def verify_ledger() -> JSONResponse:
         return _json(pk.verify_ledger())
 
     @router.get(
         "/ledger/checkpoint",
+        operation_id="checkpoint_ledger",
         response_class=Response,
-        responses={200: {"content": {"application/x-ndjson": {}}, "description": "a ledger export (version 2)"}},
+        responses={200: {"content": {"application/x-ndjson": BINARY}, "description": "a ledger export (version 2)"}},
     )
     def checkpoint_ledger() -> Response:
         directory = tempfile.mkdtemp(prefix="purgekeeper-checkpoint-")  # removed once it is sent
@@ -672,7 +858,7 @@ def _operator_routes(pk: Purgekeeper) -> APIRouter:
             background=BackgroundTask(shutil.rmtree, directory, ignore_errors=True),
         )
 
-    @router.post("/ledger/merge")
+    @router.post("/ledger/merge", operation_id="merge_ledger", response_model=models.MergeReport)
     def merge_ledger(
         files: Annotated[list[UploadFile], File(description="checkpoint files to merge (restore)")],
         from_other_database: Annotated[
@@ -687,12 +873,12 @@ def _operator_routes(pk: Purgekeeper) -> APIRouter:
 def _retention_routes(pk: Purgekeeper) -> APIRouter:
     router = _v1(OPERATOR_TAG)
 
-    @router.post("/retention/preview", operation_id="preview_retention")
+    @router.post("/retention/preview", operation_id="preview_retention", response_model=models.RetentionPreview)
     def preview_retention(definition: RetentionDefinition) -> JSONResponse:
         max_age = dt.timedelta(seconds=definition.max_age_seconds)
         return _json(pk.preview_retention(max_age=max_age, conversation_id=definition.conversation_id))
 
-    @router.put("/retention/{policy_id}", operation_id="set_retention")
+    @router.put("/retention/{policy_id}", operation_id="set_retention", **ACCEPTED)
     def set_retention(policy_id: IdPath, setting: RetentionSetting, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.set_retention(
             policy_id,
@@ -705,9 +891,9 @@ def _retention_routes(pk: Purgekeeper) -> APIRouter:
             request_id=x_request_id,
             origin=ORIGIN,
         )
-        return _json(acceptance)
+        return _accepted(acceptance)
 
-    @router.post("/retention/{policy_id}/remove", operation_id="remove_retention")
+    @router.post("/retention/{policy_id}/remove", operation_id="remove_retention", **ACCEPTED)
     def remove_retention(policy_id: IdPath, removal: RetentionRemoval, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.remove_retention(
             policy_id,
@@ -717,9 +903,9 @@ def _retention_routes(pk: Purgekeeper) -> APIRouter:
             request_id=x_request_id,
             origin=ORIGIN,
         )
-        return _json(acceptance)
+        return _accepted(acceptance)
 
-    @router.get("/retention", operation_id="list_retention")
+    @router.get("/retention", operation_id="list_retention", response_model=models.PolicyList)
     def list_retention() -> JSONResponse:
         return _json({"policies": pk.list_retention()})
 
@@ -729,7 +915,7 @@ def _retention_routes(pk: Purgekeeper) -> APIRouter:
 def _hold_routes(pk: Purgekeeper) -> APIRouter:
     router = _v1(OPERATOR_TAG)
 
-    @router.put("/holds/{hold_id}", operation_id="place_hold")
+    @router.put("/holds/{hold_id}", operation_id="place_hold", **ACCEPTED)
     def place_hold(hold_id: IdPath, placing: HoldPlacing, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.place_hold(
             hold_id,
@@ -741,9 +927,9 @@ def _hold_routes(pk: Purgekeeper) -> APIRouter:
             request_id=x_request_id,
             origin=ORIGIN,
         )
-        return _json(acceptance)
+        return _accepted(acceptance)
 
-    @router.post("/holds/{hold_id}/release", operation_id="release_hold")
+    @router.post("/holds/{hold_id}/release", operation_id="release_hold", **ACCEPTED)
     def release_hold(hold_id: IdPath, release: HoldRelease, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.release_hold(
             hold_id,
@@ -753,9 +939,9 @@ def _hold_routes(pk: Purgekeeper) -> APIRouter:
             request_id=x_request_id,
             origin=ORIGIN,
         )
-        return _json(acceptance)
+        return _accepted(acceptance)
 
-    @router.get("/holds", operation_id="list_holds")
+    @router.get("/holds", operation_id="list_holds", response_model=models.HoldList)
     def list_holds(
         include_released: Annotated[bool, Query(description="also the released holds")] = False,
     ) -> JSONResponse:
@@ -795,6 +981,14 @@ def _attachment(attachment: CasAttachment | FileAttachment | ReuseAttachment, in
         raise ValidationError(f"attachments[{index}] is larger than {cap} bytes")
     build = NewAttachment.cas if isinstance(attachment, CasAttachment) else NewAttachment.file
     return build(data, name=attachment.name)
+
+
+def _uploaded_event(fields: dict[str, str]) -> UploadedEvent:
+    """The upload's text parts as an event, checked as the JSON route checks its body."""
+    try:
+        return UploadedEvent.model_validate(fields)
+    except PydanticValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
 
 
 def _inside_memory_roots(memory_path: str | None, roots: Sequence[Path]) -> Path | None:

@@ -1,6 +1,11 @@
 """The HTTP API's guard, in front of every route: the bearer token of every ``/v1`` request
 (the operator token for an operator route), then the body cap, before anything reads the body.
-The body is read here, up to the cap, and replayed to the app."""
+
+Most bodies are read here, up to ``max_body_bytes``, and replayed to the app. The upload
+routes (``streamed``: the ledger merge, the event upload) each have a cap of their own and
+are not read here: their bytes pass through as they arrive, counted, and the first byte
+past the cap raises ``BodyTooLarge`` (a 413) in the route that reads them, which then keeps
+nothing. A ``Content-Length`` over the cap is refused before anything is read."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
@@ -17,13 +23,20 @@ from starlette.types import Scope as AsgiScope
 from commands.web.auth import Tokens, bearer
 
 API_PREFIX = "/v1"
-MERGE_PATH = f"{API_PREFIX}/ledger/merge"
 UNAUTHORIZED = {"error": "unauthorized", "detail": "a valid 'Authorization: Bearer <token>' header is required"}
+
+
+class BodyTooLarge(HTTPException):
+    """413: the request body is larger than the route's cap."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(413, f"the request body is larger than {cap} bytes")
 
 
 class RequestGuard:
     """ASGI middleware: the bearer token of every ``/v1`` request (the operator token for an
-    operator route), then the body cap. The body is read here, up to the cap, and replayed."""
+    operator route), then the body cap: ``max_body_bytes`` read and replayed, or a streamed
+    route's own cap counted as the body passes."""
 
     def __init__(
         self,
@@ -32,13 +45,13 @@ class RequestGuard:
         tokens: Tokens,
         operator_routes: Sequence[APIRoute],
         max_body_bytes: int,
-        max_upload_bytes: int,
+        streamed: Sequence[tuple[APIRoute, int]] = (),
     ) -> None:
         self.app = app
         self.tokens = tokens
         self.operator_routes = operator_routes
         self.max_body_bytes = max_body_bytes
-        self.max_upload_bytes = max_upload_bytes
+        self.streamed = streamed
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -48,14 +61,20 @@ class RequestGuard:
         if _under_api(scope["path"]) and not self._allowed(scope, bearer(headers.get("authorization"))):
             await _send_json(send, 401, UNAUTHORIZED, {"www-authenticate": "Bearer"})
             return
-        cap = self.max_upload_bytes if scope["path"] == MERGE_PATH else self.max_body_bytes
+        streamed_cap = self._streamed_cap(scope)
+        cap = self.max_body_bytes if streamed_cap is None else streamed_cap
+        if _declared_over(headers.get("content-length"), cap):
+            await _too_large(send, cap)
+            return
+        if streamed_cap is not None:
+            await self.app(scope, _counted(receive, cap), send)
+            return
         try:
-            body = await _read_body(receive, cap, headers.get("content-length"))
+            body = await _read_body(receive, cap)
         except _Disconnected:
             return  # the client left; there is no one to answer
         if body is None:
-            detail = f"the request body is larger than {cap} bytes"
-            await _send_json(send, 413, {"error": "payload_too_large", "detail": detail})
+            await _too_large(send, cap)
             return
         await self.app(scope, _replay_body(body, receive), send)
 
@@ -63,6 +82,12 @@ class RequestGuard:
         if any(route.matches(scope)[0] != Match.NONE for route in self.operator_routes):
             return self.tokens.operator_allows(token)
         return self.tokens.host_allows(token)
+
+    def _streamed_cap(self, scope: AsgiScope) -> int | None:
+        for route, cap in self.streamed:
+            if route.matches(scope)[0] == Match.FULL:
+                return cap
+        return None
 
 
 class _Disconnected(Exception):
@@ -73,10 +98,12 @@ def _under_api(path: str) -> bool:
     return path == API_PREFIX or path.startswith(API_PREFIX + "/")
 
 
-async def _read_body(receive: Receive, cap: int, content_length: str | None) -> bytes | None:
-    """The whole body, or None when it is larger than ``cap`` (told, or counted)."""
-    if content_length is not None and content_length.isdigit() and int(content_length) > cap:
-        return None
+def _declared_over(content_length: str | None, cap: int) -> bool:
+    return content_length is not None and content_length.isdigit() and int(content_length) > cap
+
+
+async def _read_body(receive: Receive, cap: int) -> bytes | None:
+    """The whole body, or None when it is larger than ``cap``."""
     chunks: list[bytes] = []
     total = 0
     while True:
@@ -104,6 +131,26 @@ def _replay_body(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replayed
+
+
+def _counted(receive: Receive, cap: int) -> Receive:
+    """``receive``, passing each chunk on as it comes; past ``cap`` bytes, ``BodyTooLarge``."""
+    total = 0
+
+    async def counted() -> Message:
+        nonlocal total
+        message = await receive()
+        if message["type"] == "http.request":
+            total += len(message.get("body", b""))
+            if total > cap:
+                raise BodyTooLarge(cap)
+        return message
+
+    return counted
+
+
+async def _too_large(send: Send, cap: int) -> None:
+    await _send_json(send, 413, {"error": "payload_too_large", "detail": BodyTooLarge(cap).detail})
 
 
 async def _send_json(send: Send, status: int, content: dict[str, Any], headers: dict[str, str] | None = None) -> None:

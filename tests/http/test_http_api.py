@@ -18,20 +18,24 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from pydantic import BaseModel
 from sqlalchemy import select, text
 
 import commands
 from commands import EventScope, NewAttachment
+from commands.http import models
 from commands.http.app import MAX_JSON_DEPTH, MAX_WAIT_SECONDS, OPERATOR_TAG, create_app
 from commands.http.server import DEMO_BOT, DEMO_PURGED_EVENT, LOOPBACK, resolve_access, seed_demo
 from commands.settings import Settings
+from commands.validation import MAX_ATTACHMENT_BYTES
 from commands.web.auth import TOKEN_FILE_NAME, Tokens
 from schema import ledger
 from schema.tables import metadata
@@ -57,6 +61,7 @@ ENDPOINTS = {
     ("GET", "/v1/conversations/{conversation_id}"): "host",
     ("GET", "/v1/conversations/{conversation_id}/events"): "host",
     ("POST", "/v1/conversations/{conversation_id}/events"): "host",
+    ("POST", "/v1/conversations/{conversation_id}/events/upload"): "host",
     ("POST", "/v1/conversations/{conversation_id}/placements"): "host",
     ("POST", "/v1/conversations/{conversation_id}/derivatives"): "host",
     ("POST", "/v1/conversations/{conversation_id}/purge"): "host",
@@ -96,10 +101,57 @@ def no_traceback(response: httpx.Response) -> None:
     assert 'File "' not in response.text
 
 
-def make_client(pk: Pk, tokens: Tokens = TOKENS, **kwargs: Any) -> TestClient:
-    app = create_app(pk, tokens=tokens, max_body_bytes=BODY_CAP, max_upload_bytes=UPLOAD_CAP)
+Declared = list[tuple[str, re.Pattern[str], str, type[BaseModel]]]
+_declared: Declared = []  # the document's JSON successes, read once (every app has the same)
+
+
+def as_documented(app: FastAPI) -> Callable[[httpx.Response], None]:
+    """A response hook: a JSON success is exactly the model the OpenAPI document names for it
+    (validated and dumped back, so a missing, extra or differently written field fails)."""
+    declared = _declared or _declared_successes(app)
+
+    def check(response: httpx.Response) -> None:
+        response.read()
+        request = response.request
+        if not response.is_success or not request.url.path.startswith("/v1/"):
+            return
+        if response.headers.get("content-type") != "application/json":
+            return
+        found = [
+            (status, model)
+            for method, pattern, status, model in declared
+            if method == request.method and pattern.match(request.url.path)
+        ]
+        assert [status for status, _ in found] == [str(response.status_code)], (request.url.path, found)
+        body = response.json()
+        assert found[0][1].model_validate(body).model_dump(mode="json") == body, request.url.path
+
+    return check
+
+
+def _declared_successes(app: FastAPI) -> Declared:
+    for path, item in app.openapi()["paths"].items():
+        pattern = re.compile("^" + re.sub(r"\{[^}]+\}", "[^/]+", path) + "$")
+        for method, operation in item.items():
+            for status, response in operation["responses"].items():
+                ref = response.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref", "")
+                if status.startswith("2") and ref:
+                    _declared.append((method.upper(), pattern, status, getattr(models, ref.rsplit("/", 1)[-1])))
+    return _declared
+
+
+def make_client(
+    pk: Pk, tokens: Tokens = TOKENS, *, max_attachment_bytes: int = MAX_ATTACHMENT_BYTES, **kwargs: Any
+) -> TestClient:
+    app = create_app(
+        pk,
+        tokens=tokens,
+        max_body_bytes=BODY_CAP,
+        max_upload_bytes=UPLOAD_CAP,
+        max_attachment_bytes=max_attachment_bytes,
+    )
     client = TestClient(app, **kwargs)
-    client.event_hooks["response"] = [no_traceback]
+    client.event_hooks["response"] = [no_traceback, as_documented(app)]
     return client
 
 
@@ -113,6 +165,14 @@ def client(pk: Pk) -> Iterator[TestClient]:
 def ok(response: httpx.Response) -> Any:
     assert response.status_code == 200, response.text
     return response.json()
+
+
+def accepted(response: httpx.Response) -> Any:
+    """An acceptance: 202, with the Location of the purge's status."""
+    assert response.status_code == 202, response.text
+    body = response.json()
+    assert response.headers["location"] == f"/v1/purges/{body['purge_id']}"
+    return body
 
 
 def refused(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
@@ -282,11 +342,11 @@ def test_purge_endpoints(client: TestClient, world: World) -> None:
     world.pk.finish_run("r1", status="cancelled")
     preview = ok(client.post("/v1/purges/preview", json={"event_ids": ["e1"]}))
     confirmation = {**confirmation, "scope_digest": preview["scope_digest"], "idempotency_key": "k-1"}
-    accepted = ok(client.post("/v1/purges/confirm", json=confirmation, headers={"X-Request-Id": "req-1"}))
-    assert accepted["outcome"] == "accepted" and accepted["ledger_seq"] == 1
-    assert ok(client.post("/v1/purges/confirm", json=confirmation)) == accepted, "the same key replays"
+    acceptance = accepted(client.post("/v1/purges/confirm", json=confirmation, headers={"X-Request-Id": "req-1"}))
+    assert acceptance["outcome"] == "accepted" and acceptance["ledger_seq"] == 1
+    assert accepted(client.post("/v1/purges/confirm", json=confirmation)) == acceptance, "the same key replays"
     with world.pk.db.read() as conn:
-        entry = ledger.entry_by_purge_id(conn, accepted["purge_id"])
+        entry = ledger.entry_by_purge_id(conn, acceptance["purge_id"])
     assert entry is not None and (entry.request_id, entry.origin, entry.actor) == ("req-1", "http", WHO["actor"])
     assert ok(client.get("/v1/conversations/c1/events"))["events"] == []
 
@@ -296,26 +356,26 @@ def test_purge_endpoints(client: TestClient, world: World) -> None:
     by_author = ok(client.post("/v1/purges/preview", json={"conversation_id": "c1", "author": "bob"}))
     assert [e["id"] for e in by_author["events"]] == ["e2"]
 
-    channel = ok(client.post("/v1/channels/ch1/delete", json=WHO))
+    channel = accepted(client.post("/v1/channels/ch1/delete", json=WHO))
     assert channel["outcome"] == "accepted"
     version = world.pk.get_conversation("c1").version  # type: ignore[union-attr]
-    purge = ok(client.post("/v1/conversations/c1/purge", json={**WHO, "expected_version": version}))
+    purge = accepted(client.post("/v1/conversations/c1/purge", json={**WHO, "expected_version": version}))
     assert purge["outcome"] == "accepted"
-    repeat = ok(client.post("/v1/conversations/c1/purge", json={**WHO, "expected_version": version}))
+    repeat = accepted(client.post("/v1/conversations/c1/purge", json={**WHO, "expected_version": version}))
     assert repeat == {**purge, "outcome": "already_purged"}
 
     bot = ok(client.get("/v1/bots/b1/deletion-preview"))
     assert bot["memory"]["erasable"] is True, bot
     deletion = {**WHO, "erase_memory": True, "reviewed_repository": bot["memory"]["identity"]}
-    assert ok(client.post("/v1/bots/b1/delete", json=deletion))["outcome"] == "accepted"
+    assert accepted(client.post("/v1/bots/b1/delete", json=deletion))["outcome"] == "accepted"
 
     listed = ok(client.get("/v1/purges"))
     assert [p["kind"] for p in listed["purges"]] == ["bot", "conversation", "channel", "content"]
     assert listed["next_after"] is None
-    status = ok(client.get(f"/v1/purges/{accepted['purge_id']}"))
+    status = ok(client.get(f"/v1/purges/{acceptance['purge_id']}"))
     assert status["kind"] == "content" and status["status"] == "accepted"
     assert {s["kind"] for s in status["steps"]} == {"bodies", "attachments"}
-    waited = ok(client.get(f"/v1/purges/{accepted['purge_id']}/wait", params={"timeout": 0.05}))
+    waited = ok(client.get(f"/v1/purges/{acceptance['purge_id']}/wait", params={"timeout": 0.05}))
     assert waited["status"] == "accepted", "no worker runs here: the wait times out with the status"
 
 
@@ -334,15 +394,15 @@ def test_author_erasure_endpoints(client: TestClient, world: World) -> None:
     refused(
         client.post("/v1/authors/erase", json={**erasure, "before": "2026-01-01T00:00:00"}), 400, "validation_error"
     )
-    accepted = ok(client.post("/v1/authors/erase", json=erasure))
-    assert accepted["outcome"] == "accepted"
-    assert ok(client.get(f"/v1/purges/{accepted['purge_id']}"))["kind"] == "author"
+    erased = accepted(client.post("/v1/authors/erase", json=erasure))
+    assert erased["outcome"] == "accepted"
+    assert ok(client.get(f"/v1/purges/{erased['purge_id']}"))["kind"] == "author"
     assert ok(client.get("/v1/conversations/c1/events"))["events"] == []
     late = {"author": "ada", "body": "again"}
     refused(client.post("/v1/conversations/c1/events", json=late), 410, "author_erased")
     again = ok(client.post("/v1/authors/erasure-preview", json=window))
-    repeat = ok(client.post("/v1/authors/erase", json={**erasure, "scope_digest": again["scope_digest"]}))
-    assert repeat == {**accepted, "outcome": "already_purged"}
+    repeat = accepted(client.post("/v1/authors/erase", json={**erasure, "scope_digest": again["scope_digest"]}))
+    assert repeat == {**erased, "outcome": "already_purged"}
 
 
 def test_list_purges_pages_with_the_cursor(client: TestClient, world: World) -> None:
@@ -646,11 +706,11 @@ def test_conflicts_are_409(client: TestClient, world: World) -> None:
 
     preview = pk.preview_purge(EventScope(event_ids=("e1",)))
     keyed = {"scope": {"event_ids": ["e1"]}, "scope_digest": preview.scope_digest, **WHO, "idempotency_key": "k"}
-    ok(client.post("/v1/purges/confirm", json=keyed))
+    accepted(client.post("/v1/purges/confirm", json=keyed))
     reused_key = {**WHO, "idempotency_key": "k"}
     refused(client.post("/v1/conversations/c1/purge", json=reused_key), 409, "idempotency_conflict")
 
-    ok(client.post("/v1/conversations/c1/purge", json=WHO))
+    accepted(client.post("/v1/conversations/c1/purge", json=WHO))
     refused(client.post("/v1/conversations", json={"conversation_id": "c1"}), 409, "id_reserved")
 
 
@@ -688,7 +748,7 @@ def test_fences_are_410(client: TestClient, world: World) -> None:
 
 
 def test_an_absent_purged_id_reads_as_purged(client: TestClient) -> None:
-    ok(client.post("/v1/conversations/never-made/purge", json=WHO))
+    accepted(client.post("/v1/conversations/never-made/purge", json=WHO))
     refused(client.get("/v1/conversations/never-made"), 410, "conversation_purged")
 
 
@@ -770,7 +830,9 @@ def test_seed_demo_twice(pk: Pk) -> None:
     second = seed_demo(pk, pk.settings)
     assert second == first and first["purge_id"]
     assert _counts(pk) == rows
-    assert rows["purge_ledger"] == 1 and rows["conversations"] == 2 and rows["bots"] == 1
+    assert (
+        rows["purge_ledger"] == 3 and rows["conversations"] == 2 and rows["bots"] == 1
+    )  # complete, retrying, incomplete
     events = {e.id for c in pk.list_conversations() for e in pk.read_conversation(c.id)}
     assert DEMO_PURGED_EVENT not in events and len(events) == 3
     memory = pk.preview_bot_deletion(DEMO_BOT).memory

@@ -1,6 +1,8 @@
 """Schemathesis over every operation of the OpenAPI document, with a valid bearer token: no
 generated request, valid or not, gets a 5xx (a 503 would need a broken database, which this
-handle does not have) or a traceback. SQLite only, one handle for the module, for speed.
+handle does not have) or a traceback, and every response is one the document declares (its
+status code, content type, headers and body schema: the typed models, the 202 Location, the
+400 ``ErrorBody``). SQLite only, one handle for the module, for speed.
 
 The handle is seeded with short ids that Hypothesis tends to generate (``0``, ``A``, ...), so
 many requests reach existing conversations, events, runs, bots and blobs instead of stopping
@@ -18,6 +20,12 @@ import schemathesis
 from fastapi import FastAPI
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
+from schemathesis.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 import commands
 from commands import NewAttachment
@@ -28,6 +36,12 @@ from tests.http.test_http_api import ENDPOINTS
 TOKEN = "fuzz-host-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 SEED_IDS = ("0", "00", "A", "a")
+AS_DOCUMENTED = [
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +108,7 @@ def test_no_request_gets_a_server_error(api_schema: Any, method: str, path: str,
         assert "Traceback" not in response.text
         if response.status_code >= 400:
             assert set(response.json()) >= {"error", "detail"}, response.text
+        case.validate_response(response, checks=AS_DOCUMENTED, headers=HEADERS)
 
     no_server_error()
 

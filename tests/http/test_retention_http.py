@@ -14,7 +14,7 @@ import pytest
 import commands
 from commands.http.app import OPERATOR_TAG
 from tests.helpers import scalar, settle
-from tests.http.test_http_api import AS_HOST, AS_OPERATOR, WHO, TestClient, make_client, ok, refused
+from tests.http.test_http_api import AS_HOST, AS_OPERATOR, WHO, TestClient, accepted, make_client, ok, refused
 
 Pk = commands.Purgekeeper
 DAY = 86_400
@@ -87,12 +87,12 @@ def test_a_policy_is_previewed_set_listed_run_and_removed(operator: TestClient, 
     assert [(c["conversation_id"], c["events"]) for c in of_c1["by_conversation"]] == [("c1", 1)]
 
     setting = {**definition, "scope_digest": preview["scope_digest"], **WHO}
-    accepted = ok(operator.put("/v1/retention/p-all", json=setting, headers={"X-Request-Id": "req-r1"}))
-    assert (accepted["outcome"], accepted["disclosures"]) == ("accepted", [])
-    assert ok(operator.put("/v1/retention/p-all", json=setting)) == {**accepted, "outcome": "already_purged"}
+    set_row = accepted(operator.put("/v1/retention/p-all", json=setting, headers={"X-Request-Id": "req-r1"}))
+    assert (set_row["outcome"], set_row["disclosures"]) == ("accepted", [])
+    assert accepted(operator.put("/v1/retention/p-all", json=setting)) == {**set_row, "outcome": "already_purged"}
     [policy] = ok(operator.get("/v1/retention"))["policies"]
     assert (policy["policy_id"], policy["conversation_id"], policy["max_age"]) == ("p-all", None, 30 * DAY)
-    assert (policy["purge_id"], policy["set_by"], policy["last_purge_id"]) == (accepted["purge_id"], WHO["actor"], None)
+    assert (policy["purge_id"], policy["set_by"], policy["last_purge_id"]) == (set_row["purge_id"], WHO["actor"], None)
 
     [run] = pk.run_retention()
     assert run.purge_id is not None
@@ -109,22 +109,22 @@ def test_a_policy_is_previewed_set_listed_run_and_removed(operator: TestClient, 
     assert ok(operator.get("/v1/retention"))["policies"][0]["last_purge_id"] == run.purge_id
     assert [e["id"] for e in ok(operator.get("/v1/conversations/c1/events"))["events"]] == ["fresh"]
 
-    removed = ok(operator.post("/v1/retention/p-all/remove", json=WHO))
+    removed = accepted(operator.post("/v1/retention/p-all/remove", json=WHO))
     assert removed["outcome"] == "accepted"
     assert ok(operator.get("/v1/retention")) == {"policies": []}
-    assert ok(operator.post("/v1/retention/p-all/remove", json=WHO)) == {**removed, "outcome": "already_purged"}
-    assert pk.status(accepted["purge_id"]).label == "retention policy p-all set"
+    assert accepted(operator.post("/v1/retention/p-all/remove", json=WHO)) == {**removed, "outcome": "already_purged"}
+    assert pk.status(set_row["purge_id"]).label == "retention policy p-all set"
 
 
 def test_a_hold_is_placed_refuses_a_purge_with_its_ids_is_listed_and_released(operator: TestClient, seeded: Pk) -> None:
     pk = seeded
     pk.purge_conversation("c2", **WHO)  # before the hold: not undone, and the acceptance says so
     placing = {"conversation_ids": ["c1", "c2"], "authors": ["bob"], **WHO}
-    placed = ok(operator.put("/v1/holds/h1", json=placing))
+    placed = accepted(operator.put("/v1/holds/h1", json=placing))
     assert placed["outcome"] == "accepted"
     assert placed["disclosures"][0].startswith("A legal hold does not undo a purge")
     assert any("c2" in d for d in placed["disclosures"]), placed["disclosures"]
-    again = ok(operator.put("/v1/holds/h1", json=placing))
+    again = accepted(operator.put("/v1/holds/h1", json=placing))
     assert (again["outcome"], again["purge_id"]) == ("already_purged", placed["purge_id"])
 
     body = refused(operator.post("/v1/conversations/c1/purge", json=WHO, headers=AS_HOST), 409, "legal_hold")
@@ -133,14 +133,14 @@ def test_a_hold_is_placed_refuses_a_purge_with_its_ids_is_listed_and_released(op
     assert (held["hold_id"], held["conversation_ids"], held["authors"]) == ("h1", ["c1", "c2"], ["bob"])
     assert (held["purge_id"], held["placed_by"], held["release_purge_id"]) == (placed["purge_id"], WHO["actor"], None)
 
-    released = ok(operator.post("/v1/holds/h1/release", json=WHO))
+    released = accepted(operator.post("/v1/holds/h1/release", json=WHO))
     assert released["outcome"] == "accepted"
     assert ok(operator.get("/v1/holds")) == {"holds": []}
     assert ok(operator.get("/v1/holds", params={"include_released": "false"})) == {"holds": []}
     [gone] = ok(operator.get("/v1/holds", params={"include_released": "true"}))["holds"]
     assert (gone["hold_id"], gone["release_purge_id"]) == ("h1", released["purge_id"])
     refused(operator.put("/v1/holds/h1", json=placing), 409, "id_reserved")  # a hold id is never reused
-    assert ok(operator.post("/v1/conversations/c1/purge", json=WHO))["outcome"] == "accepted"
+    assert accepted(operator.post("/v1/conversations/c1/purge", json=WHO))["outcome"] == "accepted"
 
 
 # -- errors ---------------------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def test_unknown_policies_and_holds_are_404(operator: TestClient) -> None:
 
 
 def test_a_second_policy_for_a_scope_and_a_stale_digest_are_409(operator: TestClient, seeded: Pk) -> None:
-    ok(set_policy(operator, "p-all", days=30))
+    accepted(set_policy(operator, "p-all", days=30))
     before = ledger_rows(seeded)
     body = refused(set_policy(operator, "p-two", days=7), 409, "policy_conflict")
     assert "p-all" in body["detail"]
@@ -189,7 +189,7 @@ BAD_INPUT: list[tuple[str, str, str, Any]] = [
 
 
 def test_bad_input_is_a_400_and_writes_nothing(operator: TestClient, seeded: Pk) -> None:
-    ok(operator.put("/v1/holds/h1", json={"authors": ["bob"], **WHO}))
+    accepted(operator.put("/v1/holds/h1", json={"authors": ["bob"], **WHO}))
     before = ledger_rows(seeded)
     failures = []
     for name, method, url, body in BAD_INPUT:

@@ -1,0 +1,432 @@
+"""The HTTP API's response bodies, as the OpenAPI document declares them.
+
+Each model mirrors a record of ``commands`` (``MIRRORS`` pairs them, and a test holds the
+fields equal) in the JSON that ``commands.surface.plain`` makes of it: times are UTC ISO
+8601 with a ``Z``, durations whole seconds, tuples lists, enums their values. The routes
+send ``plain`` JSON; these models are its contract, for the document and generated clients.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, JsonValue
+
+from commands import gate, records, restore, scope
+from schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus, StepStatus
+
+PurgeState = Literal["accepted", "cleaning", "complete", "incomplete"]
+Utc = dt.datetime  # always UTC, written with a ``Z``
+
+
+class _Model(BaseModel):
+    pass
+
+
+# -- content --------------------------------------------------------------------------------
+
+
+class Conversation(_Model):
+    id: str
+    kind: ConversationKind
+    state: ConversationState
+    version: int = Field(description="rises by 1 on every change of the conversation or its content")
+    bot_id: str | None
+    created_at: Utc
+
+
+class ConversationList(_Model):
+    conversations: list[Conversation] = Field(description="purged conversations are omitted")
+
+
+class Bot(_Model):
+    id: str
+    name: str
+    state: BotState
+    memory_path: str | None
+    marker_id: str | None
+    created_at: Utc
+
+
+class Attachment(_Model):
+    id: str
+    blob_id: str
+    binding: Binding
+    name: str
+    size: int = Field(description="bytes")
+
+
+class Event(_Model):
+    id: str
+    provider_event_id: str | None
+    author: str
+    occurred_at: Utc
+    body: str | None
+    attachments: list[Attachment]
+
+
+class EventList(_Model):
+    events: list[Event] = Field(description="the events no purge fences, oldest first")
+
+
+class Placement(_Model):
+    event_id: str
+    conversation_id: str
+
+
+class Run(_Model):
+    id: str
+    conversation_id: str
+    bot_id: str
+    status: RunStatus
+    output: JsonValue = Field(description="the run's terminal output (JSON), null until it has one")
+    created_at: Utc
+    finished_at: Utc | None
+
+
+class Admission(_Model):
+    id: str
+    event_id: str
+    run_id: str
+    payload: JsonValue
+
+
+class Derivative(_Model):
+    id: str
+    conversation_id: str
+    kind: str
+    payload: JsonValue
+    source_event_ids: list[str]
+
+
+# -- previews -------------------------------------------------------------------------------
+
+
+class EventScope(_Model):
+    event_ids: list[str] | None
+    conversation_id: str | None
+    after: Utc | None
+    before: Utc | None
+    author: str | None
+
+
+class PreviewEvent(_Model):
+    id: str
+    provider_event_id: str | None
+    author: str
+    occurred_at: Utc
+    placements: list[str] = Field(description="the conversations it is placed in")
+    already_fenced: bool
+
+
+class PreviewAdmission(_Model):
+    id: str
+    event_id: str
+    run_id: str
+
+
+class PreviewRun(_Model):
+    id: str
+    conversation_id: str
+    bot_id: str
+    status: str
+    has_output: bool
+
+
+class PreviewDerivative(_Model):
+    id: str
+    conversation_id: str
+    kind: str
+    source_event_ids: list[str]
+
+
+class Reference(_Model):
+    attachment_id: str
+    event_id: str
+    binding: str
+
+
+class PreviewAttachment(_Model):
+    id: str
+    event_id: str
+    blob_id: str
+    binding: str
+    name: str
+    size: int
+    other_references: list[Reference] = Field(description="bindings outside the scope that keep the bytes")
+
+
+class HeldEvent(_Model):
+    event_id: str
+    hold_ids: list[str]
+
+
+class PurgePreview(_Model):
+    scope: EventScope
+    events: list[PreviewEvent]
+    admissions: list[PreviewAdmission]
+    runs: list[PreviewRun] = Field(description="runs that admitted a selected event: their outputs are NULLed too")
+    derivatives: list[PreviewDerivative]
+    exclusive_attachments: list[PreviewAttachment] = Field(description="their bytes will be deleted")
+    shared_attachments: list[PreviewAttachment] = Field(description="their bytes are kept")
+    blocking_runs: list[PreviewRun] = Field(description="non-terminal runs that refuse the purge")
+    disclosures: list[str]
+    scope_digest: str = Field(description="send it with the confirmation")
+    held: list[HeldEvent] = Field(description="selected events under a legal hold")
+
+
+class RepositoryIdentity(_Model):
+    path: str
+    marker_id: str
+
+
+class MemoryPreview(_Model):
+    path: str | None
+    erasable: bool
+    reason: str | None
+    detail: str | None
+    identity: RepositoryIdentity | None = Field(description="send it back as reviewed_repository")
+
+
+class BotDeletionPreview(_Model):
+    bot_id: str
+    name: str
+    state: str
+    blocking_runs: list[str]
+    memory: MemoryPreview
+    disclosures: list[str]
+    held_by: list[str]
+
+
+class ErasureTotals(_Model):
+    events: int
+    placements: int
+    conversations: int
+    admissions: int
+    run_outputs: int
+    derivatives: int
+    exclusive_attachments: int
+    shared_attachments: int
+    already_fenced: int
+
+
+class ConversationCount(_Model):
+    conversation_id: str
+    events: int
+
+
+class SharedAttachment(_Model):
+    attachment_id: str
+    event_id: str
+    blob_id: str
+    other_references: int
+
+
+class AuthorErasurePreview(_Model):
+    author: str
+    before: Utc | None
+    totals: ErasureTotals
+    conversations: list[ConversationCount]
+    shared_attachments: list[SharedAttachment]
+    blocking_runs: list[str]
+    disclosures: list[str]
+    scope_digest: str
+    held_by: list[str]
+
+
+# -- purges ---------------------------------------------------------------------------------
+
+
+class Acceptance(_Model):
+    purge_id: str = Field(description="its status is at /v1/purges/{purge_id} (the Location header)")
+    ledger_seq: int
+    outcome: Literal["accepted", "already_purged"]
+    disclosures: list[str]
+
+
+class StepProgress(_Model):
+    removed: int
+    retained_shared: int
+    retained_reasons: dict[str, Any]
+    remaining: int | None
+    held: int = Field(description="what legal holds kept out of a retention run")
+
+
+class StepState(_Model):
+    id: str
+    kind: str = Field(description="bodies, attachments or memory")
+    status: StepStatus
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    next_attempt_at: Utc
+    progress: StepProgress
+    lease_owner: str | None
+    lease_expires_at: Utc | None
+    updated_at: Utc | None
+
+
+class PurgeStatus(_Model):
+    purge_id: str
+    kind: str = Field(description="content, conversation, channel, bot, author, retention, ..., hold_release")
+    status: PurgeState
+    stalled: bool
+    ledger_seq: int
+    accepted_at: Utc
+    actor: str
+    reason: str
+    steps: list[StepState]
+    label: str = Field(description="what the row is, in a few words")
+    policy_id: str | None
+    completed_at: Utc | None
+
+
+class PurgePage(_Model):
+    purges: list[PurgeStatus] = Field(description="newest first")
+    next_after: int | None = Field(description="pass as ?after= for the next page; null on the last page")
+
+
+# -- operating ------------------------------------------------------------------------------
+
+
+class Resumed(_Model):
+    resent: int = Field(description="how many due cleanup steps were sent again")
+
+
+class LedgerReport(_Model):
+    ok: bool
+    rows: int
+    head_hash: str
+    problems: list[str]
+
+
+class GateState(_Model):
+    open: bool
+    problems: list[str]
+    ledger_rows: int
+    checkpoint: str | None
+    warnings: list[str]
+    checked_at: Utc | None
+
+
+class MergeReport(_Model):
+    files: list[str] = Field(description="the uploaded files, named as the client named them")
+    sources: list[str]
+    appended: list[str]
+    already_known: int
+    runs_abandoned: int
+    steps_rearmed: list[str]
+    deleted_files_removed: int
+    gate: GateState
+    verbatim: int
+
+
+# -- retention and legal holds --------------------------------------------------------------
+
+
+class RetentionPreview(_Model):
+    conversation_id: str | None
+    max_age: int = Field(description="seconds")
+    cutoff: Utc
+    events: int
+    placements: int
+    conversations: int
+    kept_elsewhere: int
+    by_conversation: list[ConversationCount]
+    held: int
+    hold_ids: list[str]
+    governed_elsewhere: list[str]
+    replaces: str | None
+    disclosures: list[str]
+    scope_digest: str
+
+
+class RetentionPolicy(_Model):
+    policy_id: str
+    conversation_id: str | None
+    max_age: int = Field(description="seconds")
+    purge_id: str
+    set_at: Utc | None
+    set_by: str | None
+    last_run: Utc | None
+    last_cutoff: Utc | None
+    last_purge_id: str | None
+    next_run: Utc | None
+
+
+class PolicyList(_Model):
+    policies: list[RetentionPolicy]
+
+
+class Hold(_Model):
+    hold_id: str
+    conversation_ids: list[str]
+    authors: list[str]
+    purge_id: str
+    placed_at: Utc | None
+    placed_by: str | None
+    reason: str | None
+    release_purge_id: str | None
+    released_by: str | None
+    released_at: Utc | None
+
+
+class HoldList(_Model):
+    holds: list[Hold]
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+class ErrorBody(_Model):
+    """``{"error": CODE, "detail": ...}``; a few errors add machine-readable fields."""
+
+    error: str = Field(description="the error's class name in snake_case, e.g. validation_error")
+    detail: str
+    reason: str | None = Field(default=None, description="memory_erasure_unavailable: why")
+    diagnostics: list[str] | None = Field(default=None, description="messaging_unavailable: bounded problems")
+    run_ids: list[str] | None = Field(default=None, description="active_runs: the runs that block")
+    hold_ids: list[str] | None = Field(default=None, description="legal_hold: the holds that refuse")
+    purge_id: str | None = Field(default=None, description="ledger_not_copied: the purge, accepted and fenced")
+    ledger_seq: int | None = Field(default=None, description="ledger_not_copied: its ledger row")
+
+
+# Each model and the record it mirrors (the wrappers, Resumed and ErrorBody mirror none).
+MIRRORS: dict[type[BaseModel], type[Any]] = {
+    Conversation: records.Conversation,
+    Bot: records.Bot,
+    Attachment: records.Attachment,
+    Event: records.Event,
+    Placement: records.Placement,
+    Run: records.Run,
+    Admission: records.Admission,
+    Derivative: records.Derivative,
+    EventScope: scope.EventScope,
+    PreviewEvent: scope.PreviewEvent,
+    PreviewAdmission: scope.PreviewAdmission,
+    PreviewRun: scope.PreviewRun,
+    PreviewDerivative: scope.PreviewDerivative,
+    Reference: scope.Reference,
+    PreviewAttachment: scope.PreviewAttachment,
+    HeldEvent: scope.HeldEvent,
+    PurgePreview: scope.PurgePreview,
+    RepositoryIdentity: records.RepositoryIdentity,
+    MemoryPreview: records.MemoryPreview,
+    BotDeletionPreview: records.BotDeletionPreview,
+    ErasureTotals: records.ErasureTotals,
+    ConversationCount: records.ConversationCount,
+    SharedAttachment: records.SharedAttachment,
+    AuthorErasurePreview: records.AuthorErasurePreview,
+    Acceptance: records.Acceptance,
+    StepProgress: records.StepProgress,
+    StepState: records.StepState,
+    PurgeStatus: records.PurgeStatus,
+    PurgePage: records.PurgePage,
+    LedgerReport: records.LedgerReport,
+    GateState: gate.GateState,
+    MergeReport: restore.MergeReport,
+    RetentionPreview: records.RetentionPreview,
+    RetentionPolicy: records.RetentionPolicy,
+    Hold: records.Hold,
+}

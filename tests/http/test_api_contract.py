@@ -1,0 +1,149 @@
+"""The OpenAPI document as a contract: every operation has its explicit operationId (the
+command's name), a typed success response (a model, or bytes for the two downloads), the
+400 ``ErrorBody`` it really answers and no 422; the acceptances answer 202 with a Location,
+and nothing else does. The response models mirror the records field for field. (That each
+response is exactly its model is checked on every response of the HTTP tests, by the
+``as_documented`` hook of ``test_http_api.make_client``.)"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+import commands
+from commands.http import create_app, models
+from commands.web.auth import Tokens
+from schema.states import PurgeKind
+from tests.http.test_http_api import ENDPOINTS
+
+OPERATION_IDS = {
+    ("POST", "/v1/conversations"): "create_conversation",
+    ("GET", "/v1/conversations"): "list_conversations",
+    ("GET", "/v1/conversations/{conversation_id}"): "get_conversation",
+    ("GET", "/v1/conversations/{conversation_id}/events"): "read_conversation",
+    ("POST", "/v1/conversations/{conversation_id}/events"): "ingest_event",
+    ("POST", "/v1/conversations/{conversation_id}/events/upload"): "upload_event",
+    ("POST", "/v1/conversations/{conversation_id}/placements"): "place_event",
+    ("POST", "/v1/conversations/{conversation_id}/derivatives"): "add_derivative",
+    ("POST", "/v1/conversations/{conversation_id}/purge"): "purge_conversation",
+    ("POST", "/v1/channels/{channel_id}/delete"): "delete_channel",
+    ("POST", "/v1/bots"): "register_bot",
+    ("GET", "/v1/bots/{bot_id}/deletion-preview"): "preview_bot_deletion",
+    ("POST", "/v1/bots/{bot_id}/delete"): "delete_bot",
+    ("POST", "/v1/authors/erasure-preview"): "preview_author_erasure",
+    ("POST", "/v1/authors/erase"): "erase_author",
+    ("POST", "/v1/runs"): "start_run",
+    ("POST", "/v1/runs/{run_id}/finish"): "finish_run",
+    ("POST", "/v1/runs/{run_id}/admissions"): "admit",
+    ("GET", "/v1/attachments/{attachment_id}"): "open_attachment",
+    ("POST", "/v1/purges/preview"): "preview_purge",
+    ("POST", "/v1/purges/confirm"): "confirm_purge",
+    ("GET", "/v1/purges"): "list_purges",
+    ("GET", "/v1/purges/{purge_id}"): "status",
+    ("GET", "/v1/purges/{purge_id}/wait"): "wait",
+    ("POST", "/v1/purges/{purge_id}/retry"): "retry",
+    ("POST", "/v1/resume"): "resume",
+    ("GET", "/v1/ledger/verify"): "verify_ledger",
+    ("GET", "/v1/ledger/checkpoint"): "checkpoint_ledger",
+    ("POST", "/v1/ledger/merge"): "merge_ledger",
+    ("POST", "/v1/retention/preview"): "preview_retention",
+    ("PUT", "/v1/retention/{policy_id}"): "set_retention",
+    ("POST", "/v1/retention/{policy_id}/remove"): "remove_retention",
+    ("GET", "/v1/retention"): "list_retention",
+    ("PUT", "/v1/holds/{hold_id}"): "place_hold",
+    ("POST", "/v1/holds/{hold_id}/release"): "release_hold",
+    ("GET", "/v1/holds"): "list_holds",
+}
+ACCEPTANCES = {
+    "confirm_purge",
+    "purge_conversation",
+    "delete_channel",
+    "delete_bot",
+    "erase_author",
+    "set_retention",
+    "remove_retention",
+    "place_hold",
+    "release_hold",
+}
+DOWNLOADS = {"open_attachment": "application/octet-stream", "checkpoint_ledger": "application/x-ndjson"}
+ERROR_BODY = {"$ref": "#/components/schemas/ErrorBody"}
+
+
+@pytest.fixture(scope="module")
+def document(sqlite_template: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("contract")
+    database = root / "purgekeeper.db"
+    database.write_bytes(sqlite_template.read_bytes())
+    with commands.open(
+        f"sqlite:///{database}", blob_root=root / "blobs", checkpoint_dir=root / "l", workers="none"
+    ) as pk:
+        return create_app(pk, tokens=Tokens(api="t")).openapi()
+
+
+def operations(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(method.upper(), path): op for path, item in document["paths"].items() for method, op in item.items()}
+
+
+def test_every_operation_has_its_command_s_operation_id(document: dict[str, Any]) -> None:
+    assert set(OPERATION_IDS) == set(ENDPOINTS)
+    assert {key: op["operationId"] for key, op in operations(document).items()} == OPERATION_IDS
+
+
+def test_the_document_lists_the_400_the_api_answers_and_no_422(document: dict[str, Any]) -> None:
+    for key, operation in operations(document).items():
+        responses = operation["responses"]
+        assert "422" not in responses, key
+        assert responses["400"]["content"]["application/json"]["schema"] == ERROR_BODY, key
+    schemas = document["components"]["schemas"]
+    assert "HTTPValidationError" not in schemas and "ValidationError" not in schemas
+    error = schemas["ErrorBody"]
+    assert set(error["required"]) == {"error", "detail"}
+    assert {"reason", "diagnostics", "run_ids", "hold_ids", "purge_id", "ledger_seq"} <= set(error["properties"])
+
+
+def test_every_success_is_typed(document: dict[str, Any]) -> None:
+    for key, operation in operations(document).items():
+        name = operation["operationId"]
+        [(status, success)] = [(s, r) for s, r in operation["responses"].items() if s.startswith("2")]
+        assert status == ("202" if name in ACCEPTANCES else "200"), key
+        if name in DOWNLOADS:
+            assert success["content"] == {DOWNLOADS[name]: {"schema": {"type": "string", "format": "binary"}}}
+            continue
+        ref = success["content"]["application/json"]["schema"]["$ref"]
+        model = getattr(models, ref.rsplit("/", 1)[-1])
+        assert model.model_json_schema()["properties"], key
+
+
+def test_acceptances_document_the_location_of_the_status(document: dict[str, Any]) -> None:
+    for key, operation in operations(document).items():
+        if operation["operationId"] not in ACCEPTANCES:
+            continue
+        accepted = operation["responses"]["202"]
+        assert accepted["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Acceptance"}
+        assert set(accepted["headers"]) == {"Location"}, key
+
+
+def test_the_list_of_purges_documents_its_filters(document: dict[str, Any]) -> None:
+    parameters = {p["name"]: p for p in operations(document)[("GET", "/v1/purges")]["parameters"]}
+    assert set(parameters) == {"status", "kind", "conversation_id", "since", "until", "limit", "after"}
+    assert {"type": "string", "format": "date-time"} in parameters["since"]["schema"]["anyOf"]
+    assert document["components"]["schemas"]["PurgeKind"]["enum"] == [kind.value for kind in PurgeKind]
+
+
+@pytest.mark.parametrize("model", sorted(models.MIRRORS, key=lambda m: m.__name__), ids=lambda m: m.__name__)
+def test_each_model_mirrors_its_record(model: type[Any]) -> None:
+    record = models.MIRRORS[model]
+    assert list(model.model_fields) == [field.name for field in dataclasses.fields(record)]
+
+
+def test_every_response_model_is_a_mirror_or_a_wrapper_of_mirrors() -> None:
+    """A new record field shows up in a mirror test; a new model needs its record here."""
+    wrappers = {models.ConversationList, models.EventList, models.PolicyList, models.HoldList, models.Resumed}
+    declared = {
+        value
+        for value in vars(models).values()
+        if isinstance(value, type) and issubclass(value, models.BaseModel) and value.__module__ == models.__name__
+    }
+    assert declared - {models._Model, models.ErrorBody} == set(models.MIRRORS) | wrappers

@@ -1,0 +1,106 @@
+"""``GET /v1/purges`` on SQLite and PostgreSQL: the filters (status, kind, the conversation a
+purge concerns, acceptance time ``since <= accepted_at < until``), alone, together and
+across pages; a naive or malformed time, an unknown kind or a bad id is a 400."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import commands
+from commands import EventScope
+from tests.http.test_http_api import AS_HOST, WHO, TestClient, make_client, ok, refused
+
+Pk = commands.Purgekeeper
+
+
+@pytest.fixture
+def client(pk: Pk) -> Iterator[TestClient]:
+    with make_client(pk) as test_client:
+        test_client.headers.update(AS_HOST)
+        yield test_client
+
+
+@pytest.fixture
+def purges(pk: Pk) -> dict[str, Any]:
+    """In order: a content purge in c1, the deletion of channel ch1, the purge of c1 and of
+    c2. Each accepted after the one before (a distinct accepted_at, even at the
+    millisecond)."""
+    pk.create_conversation("c1")
+    pk.create_conversation("c2")
+    pk.create_conversation("ch1", kind="channel")
+    pk.ingest_event("c1", author="ada", body="hello", event_id="e1")
+    scope = EventScope(event_ids=("e1",))
+    accepted = {}
+    for name, accept in (
+        ("content", lambda: pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **WHO)),
+        ("channel", lambda: pk.delete_channel("ch1", **WHO)),
+        ("c1", lambda: pk.purge_conversation("c1", **WHO)),
+        ("c2", lambda: pk.purge_conversation("c2", **WHO)),
+    ):
+        accepted[name] = pk.status(accept().purge_id)
+        time.sleep(0.002)
+    times = [status.accepted_at for status in accepted.values()]
+    assert times == sorted(set(times)), times
+    return accepted
+
+
+def listed(client: TestClient, **params: Any) -> list[str]:
+    return [p["purge_id"] for p in ok(client.get("/v1/purges", params=params))["purges"]]
+
+
+def moment(status: Any) -> str:
+    return status.accepted_at.isoformat()
+
+
+def test_filters_alone_and_together(client: TestClient, purges: dict[str, Any]) -> None:
+    content, channel, c1, c2 = (purges[name].purge_id for name in ("content", "channel", "c1", "c2"))
+    assert listed(client) == [c2, c1, channel, content]
+    assert listed(client, kind="content") == [content]
+    assert listed(client, kind="conversation") == [c2, c1]
+    assert listed(client, conversation_id="c1") == [c1, content]
+    assert listed(client, conversation_id="ch1") == [channel]
+    assert listed(client, conversation_id="c-none") == []
+    assert listed(client, kind="conversation", conversation_id="c1") == [c1]
+    assert listed(client, kind="channel", conversation_id="c1") == []
+    assert listed(client, since=moment(purges["channel"])) == [c2, c1, channel]
+    assert listed(client, until=moment(purges["channel"])) == [content]
+    assert listed(client, since=moment(purges["channel"]), until=moment(purges["c2"])) == [c1, channel]
+    newest_first = [c2, c1, channel, content]
+    for status in ("accepted", "complete"):
+        expected = [purge for purge in newest_first if client.get(f"/v1/purges/{purge}").json()["status"] == status]
+        assert listed(client, status=status, since=moment(purges["content"])) == expected
+    east = dt.timezone(dt.timedelta(hours=2))
+    assert listed(client, since=purges["c1"].accepted_at.astimezone(east).isoformat()) == [c2, c1]
+
+
+def test_filters_hold_across_pages(client: TestClient, purges: dict[str, Any]) -> None:
+    first = ok(client.get("/v1/purges", params={"conversation_id": "c1", "limit": 1}))
+    assert [p["purge_id"] for p in first["purges"]] == [purges["c1"].purge_id]
+    params = {"conversation_id": "c1", "limit": 1, "after": first["next_after"]}
+    second = ok(client.get("/v1/purges", params=params))
+    assert [p["purge_id"] for p in second["purges"]] == [purges["content"].purge_id]
+    assert second["next_after"] is None
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"since": "2024-05-01T12:00:00"},  # naive
+        {"until": "2024-05-01"},  # a date, no time or offset
+        {"since": "yesterday"},
+        {"until": "0001-01-01T00:00:00+01:00"},  # before year 1 once in UTC
+        {"kind": "everything"},
+        {"status": "done"},
+        {"conversation_id": "c 1"},
+        {"limit": 0},
+    ],
+    ids=lambda params: "-".join(f"{k}={v}" for k, v in params.items()),
+)
+def test_bad_filters_are_a_400(client: TestClient, params: dict[str, Any]) -> None:
+    body = refused(client.get("/v1/purges", params=params), 400, "validation_error")
+    assert next(iter(params)) in body["detail"]
