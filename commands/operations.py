@@ -25,7 +25,7 @@ from commands.records import (
     StepState,
     WorkerLeases,
 )
-from schema import ledger, purges, steps
+from schema import ledger, overview, purges, steps
 from schema.db import Database
 from schema.errors import InfrastructureError, NotFound, ValidationError
 from schema.states import PurgeKind, StepStatus
@@ -214,6 +214,18 @@ class OperatorCommands:
                 HeldStep(row.id, row.purge_id, row.kind, int(row.attempts), row.lease_expires_at)
             )
         return [WorkerLeases(owner, tuple(steps)) for owner, steps in held.items()]
+
+    def stalled_purge_ids(self, *, limit: int = MAX_PAGE) -> list[str]:
+        """Purges with a step due (or whose lease expired) for longer than ``stall_after``,
+        newest first, at most ``limit``."""
+        with self.db.read() as conn:
+            return overview.stalled_purge_ids(conn, ledger.database_now(conn), self.stall_after, limit=limit)
+
+    def database_now(self) -> dt.datetime:
+        """The database clock, which every stored time comes from (for telling times relative
+        to it)."""
+        with self.db.read() as conn:
+            return ledger.database_now(conn)
 
     def verify_ledger(self) -> LedgerReport:
         """Walk the hash chain; report at most a bounded number of problems."""

@@ -1,12 +1,22 @@
 """The worker process, the edge the ``dramatiq`` CLI imports:
 
-    dramatiq commands.worker --processes 2 --threads 4
+    python -m commands.worker --processes 2 --threads 4 --queues purgekeeper-cleanup
+    dramatiq commands.worker --processes 2 --threads 4 --queues purgekeeper-cleanup
 
-It reads the environment (``PURGEKEEPER_DATABASE_URL``, ``PURGEKEEPER_BROKER_URL``, the roots
-and the step knobs), sets up the Redis broker and the actor, serves the configured database,
+Each worker process imports this module: it reads the settings (``PURGEKEEPER_DATABASE_URL``,
+``PURGEKEEPER_BROKER_URL``, the roots, the step knobs), logs in purgekeeper's format
+(``commands.logs``), sets up the Redis broker and the actor, serves the configured database,
 warns when Redis could evict queued messages, and on SIGTERM releases its leases. With
 ``PURGEKEEPER_WORKER_METRICS_PORT`` set, dramatiq's Prometheus middleware serves the worker's
 own metrics on that port.
+
+The two commands run the same dramatiq CLI. dramatiq's main process never imports this
+module, so under ``dramatiq commands.worker`` its own few lines (booting up, signals sent to
+the worker processes, a worker process that died) keep dramatiq's format.
+``python -m commands.worker`` (:func:`main`) configures the log format in the main process
+first and runs the CLI with ``--skip-logging``: every line of the group, the worker processes'
+included (they are forked from it, and their lines reach stderr through dramatiq's pipe), is
+then in purgekeeper's format.
 """
 
 from __future__ import annotations
@@ -14,13 +24,17 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import sys
+from collections.abc import Sequence
 
 import dramatiq
 from dramatiq.middleware import Middleware
 
+from commands import logs
 from commands.settings import Settings
 from schema import ledger, migrate, steps
 from schema.db import Database
+from schema.errors import PurgekeeperError
 from workers import broker, failpoints, runner
 from workers.blobstore import BlobStore
 from workers.cleanup import StepContext
@@ -28,6 +42,7 @@ from workers.cleanup import StepContext
 log = logging.getLogger("purgekeeper.worker")
 SAFE_EVICTION_POLICIES = ("noeviction",)
 METRICS_PORT_VARIABLE = "PURGEKEEPER_WORKER_METRICS_PORT"
+MODULE = "commands.worker"
 
 
 class ReleaseLeasesOnShutdown(Middleware):
@@ -57,14 +72,14 @@ def warn_if_redis_may_evict(client: object) -> None:
         )
 
 
-def add_prometheus(the_broker: dramatiq.Broker, port: str) -> None:
+def add_prometheus(the_broker: dramatiq.Broker, port: int) -> None:
     """dramatiq's Prometheus middleware: message and worker metrics (``dramatiq_*``) on
     ``http://<host>:<port>/``, served by a process the dramatiq CLI forks from its main
     process, which reads ``dramatiq_prom_port`` from the command's own environment (the
     Procfile sets both). Opt-in, because two workers on one machine cannot share the port."""
     from dramatiq.middleware import prometheus
 
-    if os.environ.get("dramatiq_prom_port") != port:
+    if os.environ.get("dramatiq_prom_port") != str(port):
         log.warning(
             "%s=%s but dramatiq_prom_port is %r: start the dramatiq command with dramatiq_prom_port=%s, "
             "or its metrics server listens elsewhere",
@@ -78,6 +93,7 @@ def add_prometheus(the_broker: dramatiq.Broker, port: str) -> None:
 
 def configure() -> Database:
     settings = Settings.from_env()
+    logs.configure(settings, process="worker")
     if not settings.broker_url:
         raise SystemExit("the worker process needs PURGEKEEPER_BROKER_URL (redis://...)")
     failpoints.arm(settings.failpoints)
@@ -96,10 +112,32 @@ def configure() -> Database:
         key, broker.Runtime(ctx, runner.Policy(lease=settings.step_lease, backoff_base=settings.backoff_base))
     )
     the_broker.add_middleware(ReleaseLeasesOnShutdown(db))
-    if os.environ.get(METRICS_PORT_VARIABLE):
-        add_prometheus(the_broker, os.environ[METRICS_PORT_VARIABLE])
+    if settings.worker_metrics_port is not None:
+        add_prometheus(the_broker, settings.worker_metrics_port)
     warn_if_redis_may_evict(getattr(the_broker, "client", None))
     return db
 
 
-database = configure()
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m commands.worker [dramatiq options]``: the dramatiq CLI on this module, its
+    main process logging in purgekeeper's format (``--skip-logging``: dramatiq sets up no
+    format of its own, in any of its processes). Nothing else is set up here: the worker
+    processes import this module and set themselves up."""
+    from dramatiq import cli
+
+    given = list(sys.argv[1:] if argv is None else argv)
+    try:
+        logs.configure(Settings.from_env(), process="worker")
+    except PurgekeeperError as error:
+        print(f"error: {error.detail} ({error.code})", file=sys.stderr)
+        return 2
+    args = cli.make_argument_parser().parse_args([MODULE, *given])
+    args.skip_logging = True
+    sys.argv = [sys.executable, "-m", MODULE, *given]  # what a reload on SIGHUP runs again
+    return int(cli.main(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+else:
+    database = configure()

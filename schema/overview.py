@@ -1,18 +1,31 @@
 """The aggregate reads of the operator's views (``/metrics`` and ``/status``): cleanup steps
 by status and kind, the oldest due step, and the incomplete and stalled purges. Each is a
 handful of aggregate statements through the step status indexes: the cost does not grow with
-one purge's size, and nothing is read per purge."""
+one purge's size, and nothing is read per purge.
+
+And the counters of ``/metrics`` (``metric_counters``): the step protocol (``schema.steps``)
+adds to them in the transaction that starts or ends an attempt, or completes a purge, and a
+scrape reads them all with one statement of a bounded number of rows (metrics x kinds x
+buckets), however long the history. Several API processes and workers share one database, so
+no process could keep them in memory. Each increment is an upsert (``value = value + n``),
+safe under concurrent writers on both backends; a transaction adds to the rows of one step
+kind, in the order of :class:`Counter`, so two of them never wait on each other in a cycle.
+"""
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection, and_, distinct, func, or_, select
 
+from schema.content import upsert_insert
 from schema.states import StepKind, StepStatus
-from schema.tables import cleanup_steps
+from schema.tables import cleanup_steps, metric_counters
 
 WAITING = (StepStatus.PENDING.value, StepStatus.RETRYING.value)
 
@@ -98,3 +111,122 @@ def stalled_purge_ids(conn: Connection, now: dt.datetime, stall_after: dt.timede
         .limit(limit)
     )
     return list(conn.scalars(query))
+
+
+# -- the counters of /metrics ---------------------------------------------------------------------
+
+
+class Counter(StrEnum):
+    """What ``metric_counters`` counts (its ``metric`` column), in the order a transaction
+    adds to them."""
+
+    ATTEMPT_SECONDS = "step_attempt_seconds"  # histogram by step kind: start to end of an attempt
+    FAILURES = "step_failures"  # by step kind: attempts that ended retrying, incomplete or lease_lost
+    ATTEMPTS = "step_attempts"  # by step kind: attempts started (claims)
+    PURGE_SECONDS = "purge_seconds"  # histogram by purge kind: acceptance to complete
+
+
+# Upper bounds in seconds. An attempt takes from milliseconds (a small bodies step) to the
+# lease's worth of batches; a purge completes from a fraction of a second to a day (retries
+# with backoff, an operator's retry).
+ATTEMPT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+PURGE_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0)
+BUCKETS = {Counter.ATTEMPT_SECONDS: ATTEMPT_BUCKETS, Counter.PURGE_SECONDS: PURGE_BUCKETS}
+INF = "+Inf"
+SUM = "sum"
+PLAIN = ""  # the bucket of a plain counter
+
+
+def bucket_label(bound: float) -> str:
+    return INF if bound == float("inf") else format(bound, "g")
+
+
+def add(conn: Connection, counter: Counter, kind: str, amount: float = 1) -> None:
+    """Add ``amount`` to a plain counter."""
+    _upsert(conn, counter, kind, [(PLAIN, amount)])
+
+
+def observe(conn: Connection, counter: Counter, kind: str, seconds: float) -> None:
+    """Count one observation in its histogram: its bucket (the smallest bound at or above it)
+    and the sum, in one statement."""
+    bounds = BUCKETS[counter]
+    seconds = max(seconds, 0.0)
+    at = bisect.bisect_left(bounds, seconds)
+    bucket = bucket_label(bounds[at]) if at < len(bounds) else INF
+    _upsert(conn, counter, kind, [(bucket, 1), (SUM, seconds)])
+
+
+def _upsert(conn: Connection, counter: Counter, kind: str, amounts: list[tuple[str, float]]) -> None:
+    rows = [{"metric": counter.value, "kind": kind, "bucket": b, "value": v} for b, v in amounts]
+    statement = upsert_insert(conn, metric_counters).values(rows)
+    conn.execute(
+        statement.on_conflict_do_update(
+            index_elements=["metric", "kind", "bucket"],
+            set_={"value": metric_counters.c.value + statement.excluded.value},
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """One histogram series: cumulative counts at each upper bound (``+Inf`` last), and the
+    sum of the observations."""
+
+    buckets: tuple[tuple[str, float], ...]
+    total: float = 0.0
+
+    @property
+    def count(self) -> float:
+        return self.buckets[-1][1]
+
+    @classmethod
+    def of(cls, bounds: Sequence[float], rows: Mapping[str, float]) -> Histogram:
+        """From the stored per-bucket rows (a row of a bound this code no longer uses counts in
+        the next bound above it)."""
+        counts = [0.0] * (len(bounds) + 1)
+        for label, value in rows.items():
+            if label != SUM:
+                counts[bisect.bisect_left(bounds, float(label))] += value
+        cumulative, running = [], 0.0
+        for bound, count in zip([*bounds, float("inf")], counts, strict=True):
+            running += count
+            cumulative.append((bucket_label(bound), running))
+        return cls(tuple(cumulative), rows.get(SUM, 0.0))
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Every counter, by kind: the step counters and attempt durations for every step kind
+    (zeros included), the completion times for the purge kinds that have completed."""
+
+    attempts: Mapping[str, float] = field(default_factory=dict)
+    failures: Mapping[str, float] = field(default_factory=dict)
+    attempt_seconds: Mapping[str, Histogram] = field(default_factory=dict)
+    purge_seconds: Mapping[str, Histogram] = field(default_factory=dict)
+
+
+_COUNTERS = select(metric_counters.c.metric, metric_counters.c.kind, metric_counters.c.bucket, metric_counters.c.value)
+
+
+def counters(conn: Connection) -> Counters:
+    """All of ``metric_counters``, one statement."""
+    rows: dict[tuple[str, str], dict[str, float]] = {}
+    for row in conn.execute(_COUNTERS):
+        rows.setdefault((row.metric, row.kind), {})[row.bucket] = float(row.value)
+    step_kinds = [kind.value for kind in StepKind]
+
+    def plain(counter: Counter) -> dict[str, float]:
+        return {kind: rows.get((counter.value, kind), {}).get(PLAIN, 0.0) for kind in step_kinds}
+
+    purge_kinds = sorted(kind for metric, kind in rows if metric == Counter.PURGE_SECONDS.value)
+    return Counters(
+        attempts=plain(Counter.ATTEMPTS),
+        failures=plain(Counter.FAILURES),
+        attempt_seconds={
+            kind: Histogram.of(ATTEMPT_BUCKETS, rows.get((Counter.ATTEMPT_SECONDS.value, kind), {}))
+            for kind in step_kinds
+        },
+        purge_seconds={
+            kind: Histogram.of(PURGE_BUCKETS, rows[(Counter.PURGE_SECONDS.value, kind)]) for kind in purge_kinds
+        },
+    )

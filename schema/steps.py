@@ -7,6 +7,13 @@ broker only carries wake-ups.
   row back means the lease was lost, and the batch's transaction must roll back.
 - ``finish``: an UPDATE guarded by the lease owner, to ``done``, ``retrying`` (with backoff)
   or ``incomplete`` (attempts at the maximum, or a failure that retries cannot fix).
+
+The same transactions keep the counters of ``/metrics`` (``schema.overview``): a claim counts
+the attempt started; closing an attempt counts its duration (from its start to the moment it
+was closed: an attempt whose lease ran out is measured until the claim that found it lost)
+and, if it ended ``retrying``, ``incomplete`` or ``lease_lost``, a failure; the transaction
+that makes the last unfinished step of a purge ``done`` counts the time from the purge's
+acceptance. A retry re-arms a step's ``attempts`` but never these counters.
 """
 
 from __future__ import annotations
@@ -15,20 +22,23 @@ import datetime as dt
 import json
 import random
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, and_, func, insert, or_, select, update
 
+from schema import overview
 from schema.content import upsert_insert
 from schema.ledger import clock, database_now
+from schema.overview import Counter
 from schema.states import StepStatus
-from schema.tables import cleanup_steps, leader_leases, step_attempts
+from schema.tables import cleanup_steps, leader_leases, purge_ledger, step_attempts
 
 LEASE_EXPIRED = "the worker stopped during its last attempt (lease expired)"
 LEASE_LOST = "lease_lost"  # an attempt's outcome: its lease ran out before it finished
 RELEASED = "released"  # an attempt's outcome: its worker shut down and gave the step back
+FAILED_OUTCOMES = frozenset({StepStatus.RETRYING.value, StepStatus.INCOMPLETE.value, LEASE_LOST})
 # A step parked behind another (a conversation's attachments wait for its bodies step).
 PARKED_UNTIL = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
 MAX_ERROR_LENGTH = 2000
@@ -47,6 +57,33 @@ class Claim:
     attempt: int
     max_attempts: int
     owner: str
+
+
+@dataclass(frozen=True)
+class Exhausted:
+    """A step whose lease ran out on its last attempt (its worker died every time): the claim
+    that found it ended it incomplete instead of taking it."""
+
+    step_id: str
+    purge_id: str
+    kind: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class StepRef:
+    """Which purge a step belongs to, and its kind: what a log line about the step names."""
+
+    step_id: str
+    purge_id: str
+    kind: str
+
+
+def refs(conn: Connection, step_ids: Sequence[str]) -> dict[str, StepRef]:
+    """The purge and kind of each of ``step_ids`` (by primary key; unknown ids are left out)."""
+    c = cleanup_steps.c
+    rows = conn.execute(select(c.id, c.purge_id, c.kind).where(c.id.in_(list(step_ids))))
+    return {row.id: StepRef(row.id, row.purge_id, row.kind) for row in rows}
 
 
 def backoff(attempt: int, *, base: float, cap: float, rand: Callable[[], float] = random.random) -> float:
@@ -68,6 +105,12 @@ def claim(conn: Connection, step_id: str, *, owner: str, lease: dt.timedelta) ->
     attempt (the worker died every time) ends incomplete instead. Two UPDATEs, each reading
     the database clock inside itself; the attempt is recorded (``step_attempts``), and one
     whose lease ran out is closed as ``lease_lost``."""
+    taken = claim_or_end(conn, step_id, owner=owner, lease=lease)
+    return taken if isinstance(taken, Claim) else None
+
+
+def claim_or_end(conn: Connection, step_id: str, *, owner: str, lease: dt.timedelta) -> Claim | Exhausted | None:
+    """:func:`claim`, saying when it ended the step incomplete instead (for the worker's log)."""
     now = clock(conn)
     c = cleanup_steps.c
     ended = conn.execute(
@@ -81,10 +124,11 @@ def claim(conn: Connection, step_id: str, *, owner: str, lease: dt.timedelta) ->
             lease_expires_at=None,
             updated_at=now,
         )
-        .returning(c.id)
+        .returning(c.id, c.purge_id, c.kind, c.attempts)
     ).first()
     if ended is not None:
         _close_attempts(conn, step_id, outcome=LEASE_LOST, error=LEASE_EXPIRED)
+        return Exhausted(ended.id, ended.purge_id, ended.kind, int(ended.attempts))
     row = conn.execute(
         update(cleanup_steps)
         .where(c.id == step_id, _due(now))
@@ -111,6 +155,7 @@ def claim(conn: Connection, step_id: str, *, owner: str, lease: dt.timedelta) ->
             started_at=now,
         )
     )
+    overview.add(conn, Counter.ATTEMPTS, row.kind)
     return Claim(row.id, row.purge_id, row.kind, int(row.attempts), int(row.max_attempts), owner)
 
 
@@ -118,12 +163,39 @@ def _close_attempts(
     conn: Connection, step_id: str, *, outcome: str, error: str | None, owner: str | None = None, at: Any = None
 ) -> None:
     """End the step's open attempts (``owner``'s only, if given), at the time the step's row
-    was written (``at``) or now."""
+    was written (``at``) or now, and count them (their durations, and the failures)."""
     a = step_attempts.c
     query = update(step_attempts).where(a.step_id == step_id, a.finished_at.is_(None))
     if owner is not None:
         query = query.where(a.owner == owner)
-    conn.execute(query.values(finished_at=clock(conn) if at is None else at, outcome=outcome, error=error))
+    values = query.values(finished_at=clock(conn) if at is None else at, outcome=outcome, error=error)
+    for closed in conn.execute(values.returning(a.kind, a.started_at, a.finished_at)).all():
+        seconds = (closed.finished_at - closed.started_at).total_seconds()
+        overview.observe(conn, Counter.ATTEMPT_SECONDS, closed.kind, seconds)
+        if outcome in FAILED_OUTCOMES:
+            overview.add(conn, Counter.FAILURES, closed.kind)
+
+
+def _purge_completed(conn: Connection, purge_id: str) -> tuple[str, dt.datetime] | None:
+    """After a step of the purge became ``done`` in this transaction: its (kind, acceptance
+    time) if no step of it is left unfinished, else None. The purge's first step row is locked
+    first, so of two transactions finishing its last two steps at once the second waits for
+    the first to commit and then sees it: exactly one of them counts the completion. (Taken
+    before any counter row, so the lock order is step rows, then counters, everywhere.)"""
+    c = cleanup_steps.c
+    conn.execute(select(c.id).where(c.purge_id == purge_id).order_by(c.id).limit(1).with_for_update())
+    unfinished = select(func.count()).select_from(cleanup_steps)
+    if conn.scalar(unfinished.where(c.purge_id == purge_id, c.status != StepStatus.DONE.value)):
+        return None
+    ledger = purge_ledger.c
+    row = conn.execute(select(ledger.kind, ledger.accepted_at).where(ledger.purge_id == purge_id)).first()
+    return None if row is None else (row.kind, row.accepted_at)
+
+
+def _count_completion(conn: Connection, completed: tuple[str, dt.datetime] | None, at: dt.datetime) -> None:
+    if completed is not None:
+        kind, accepted_at = completed
+        overview.observe(conn, Counter.PURGE_SECONDS, kind, (at - accepted_at).total_seconds())
 
 
 def progress(
@@ -172,9 +244,11 @@ def progress(
     if row is None:
         raise LeaseLost(f"step {held.step_id} is no longer leased to {held.owner}")
     if done:
+        completed = _purge_completed(conn, held.purge_id)
         _close_attempts(
             conn, held.step_id, outcome=StepStatus.DONE.value, error=None, owner=held.owner, at=row.updated_at
         )
+        _count_completion(conn, completed, row.updated_at)
 
 
 def remaining_of(conn: Connection, step_id: str) -> int | None:
@@ -221,9 +295,11 @@ def finish(
     ).first()
     if row is None:
         raise LeaseLost(f"step {held.step_id} is no longer leased to {held.owner}")
+    completed = _purge_completed(conn, held.purge_id) if outcome is StepStatus.DONE else None
     _close_attempts(
         conn, held.step_id, outcome=outcome.value, error=values.get("last_error"), owner=held.owner, at=row.updated_at
     )
+    _count_completion(conn, completed, row.updated_at)
 
 
 def release(conn: Connection, owner: str) -> int:
@@ -234,9 +310,9 @@ def release(conn: Connection, owner: str) -> int:
         update(cleanup_steps)
         .where(c.lease_owner == owner, c.status == StepStatus.RUNNING.value)
         .values(lease_expires_at=now, updated_at=now)
-        .returning(c.id)
+        .returning(c.id, c.kind)
     )
-    released = [row.id for row in rows]
+    released = [row.id for row in sorted(rows, key=lambda row: (row.kind, row.id))]  # counters in one order
     for step_id in released:
         _close_attempts(conn, step_id, outcome=RELEASED, error=None, owner=owner)
     return len(released)

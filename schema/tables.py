@@ -16,6 +16,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -483,8 +484,21 @@ step_attempts = Table(
     Column("error", Text),
     Index("ix_step_attempts_purge_id", "purge_id", "started_at"),
     Index("ix_step_attempts_step_id", "step_id", "finished_at"),
-    # /metrics: the attempts that ended since a moment (the durations histogram)
-    Index("ix_step_attempts_finished_at", "finished_at"),
+)
+
+# The counters of /metrics (0010), kept by the transactions that change what they count, so that
+# a scrape reads a few dozen rows whatever the history: per step kind, the attempts started and
+# failed, and the attempt durations; per purge kind, the time from acceptance to complete. A
+# plain counter has bucket ''; a histogram has one row per bucket (its upper bound, '+Inf' for the
+# rest; not cumulative) and one 'sum' row. Rows are created by the first increment (an upsert).
+metric_counters = Table(
+    "metric_counters",
+    metadata,
+    Column("metric", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("bucket", String(16), nullable=False),
+    Column("value", Float, nullable=False),
+    PrimaryKeyConstraint("metric", "kind", "bucket"),
 )
 
 # The conversations a purge concerns, for listing purges by conversation (0010): written with
@@ -543,6 +557,7 @@ PURGE_TABLES = (
     purge_previews,
     purge_audit,
     step_attempts,
+    metric_counters,
     purge_conversations,
     leader_leases,
 )

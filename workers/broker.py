@@ -5,6 +5,10 @@
 - Without: a ``StubBroker`` and an in-process ``dramatiq.Worker`` in threads (embedded mode).
 
 dramatiq's own retries are off: retries are the step row's business, not Redis's.
+
+Every wake-up sent is logged (INFO ``step sent``, with ``step_id``, and ``purge_id`` and
+``step_kind`` when the sender passes its database to look them up: one read by primary key
+per call, made only when INFO is logged).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dramatiq import Message
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.common import dq_name, q_name
 
+from schema import steps
+from schema.db import Database
 from workers import runner
 from workers.cleanup import StepContext
 
@@ -77,7 +83,7 @@ def run_cleanup_step(broker_url: str | None, database_key: str, step_id: str) ->
         return
     outcome = runner.run_step(runtime.ctx, step_id, policy=runtime.policy)
     if outcome.wake:
-        enqueue(broker_url, database_key, outcome.wake)
+        enqueue(broker_url, database_key, outcome.wake, db=runtime.ctx.db)
 
 
 def _actor_function(broker_url: str | None) -> Callable[[str, str], None]:
@@ -114,12 +120,41 @@ def _bus(broker_url: str | None) -> Bus:
         return bus
 
 
-def enqueue(broker_url: str | None, database_key: str, step_ids: Sequence[str]) -> None:
-    """Send one wake-up per step on the broker of ``broker_url`` (set up if need be). Raises
-    if the broker is down; callers log and move on."""
+def enqueue(broker_url: str | None, database_key: str, step_ids: Sequence[str], *, db: Database | None = None) -> None:
+    """Send one wake-up per step on the broker of ``broker_url`` (set up if need be), then log
+    the ones sent (naming their purge and kind when ``db`` is given). Raises if the broker is
+    down; callers log and move on."""
     actor = _bus(broker_url).actor
+    sent: list[str] = []
+    try:
+        for step_id in step_ids:
+            actor.send(database_key, step_id)
+            sent.append(step_id)
+    finally:
+        _log_sent(db, sent)
+
+
+def _log_sent(db: Database | None, step_ids: Sequence[str]) -> None:
+    if not step_ids or not log.isEnabledFor(logging.INFO):
+        return
+    named = _refs(db, step_ids)
     for step_id in step_ids:
-        actor.send(database_key, step_id)
+        ref = named.get(step_id)
+        fields = {"step_id": step_id, "purge_id": ref.purge_id, "step_kind": ref.kind} if ref else {"step_id": step_id}
+        log.info("step sent", extra=fields)
+
+
+def _refs(db: Database | None, step_ids: Sequence[str]) -> dict[str, steps.StepRef]:
+    """The purge and kind of the steps sent, by primary key; nothing without a database or when
+    the read fails (the log line then names the step only)."""
+    if db is None:
+        return {}
+    try:
+        with db.read() as conn:
+            return steps.refs(conn, step_ids)
+    except Exception as exc:  # two fields of a log line are not worth failing a sent wake-up for
+        log.warning("could not name the steps sent (%s); they are logged by id", type(exc).__name__)
+        return {}
 
 
 def queued_steps(broker_url: str | None, database_key: str) -> set[str] | None:
@@ -132,13 +167,13 @@ def queued_steps(broker_url: str | None, database_key: str) -> set[str] | None:
     if client is None:
         return None
     prefix = f"{getattr(the_broker, 'namespace', 'dramatiq')}:"
-    steps: set[str] = set()
+    queued: set[str] = set()
     for queue in (q_name(QUEUE), dq_name(QUEUE)):
         for raw in client.hvals(f"{prefix}{queue}.msgs"):
             args = Message.decode(raw).args
             if len(args) == 2 and args[0] == database_key:
-                steps.add(str(args[1]))
-    return steps
+                queued.add(str(args[1]))
+    return queued
 
 
 def forget(broker_url: str) -> None:

@@ -76,6 +76,11 @@ class Ran:
     finished: bool = False
 
 
+def log_fields(held: steps.Claim) -> dict[str, str]:
+    """The ``extra=`` fields of a log line about a claimed step."""
+    return {"purge_id": held.purge_id, "step_id": held.step_id, "step_kind": held.kind}
+
+
 def run(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry | None = None) -> Ran:
     """Carry out one claimed step (of the ledger row ``entry``, read here when not given)."""
     entry = entry or _entry(ctx, held.purge_id)
@@ -122,9 +127,9 @@ def _batch(
             if waited >= ctx.max_lock_wait:
                 raise LockTimeout(f"a row stayed locked by another session for {waited.total_seconds():g}s") from None
             log.info(
-                "step %s: waiting for a row lock (%gs so far); the lease is renewed",
-                held.step_id,
+                "step waiting for a row lock (%gs so far); the lease is renewed",
                 waited.total_seconds(),
+                extra=log_fields(held),
             )
             ctx.db.transact(functools.partial(steps.progress, held=held, lease=ctx.lease))  # LeaseLost if taken over
 

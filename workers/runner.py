@@ -1,5 +1,13 @@
 """Run one cleanup step by id: claim, work, finish. Safe to run twice, or a hundred times:
-a delivery that finds the step claimed, done or not yet due does nothing."""
+a delivery that finds the step claimed, done or not yet due does nothing.
+
+Each attempt logs two lines that name its purge, step and step kind (``extra=`` fields
+``purge_id``, ``step_id``, ``step_kind``): ``step claimed`` (INFO) and ``step finished``
+with its outcome and duration: INFO when done, WARNING when it will be retried or its lease
+was lost, ERROR when the step ends incomplete (the purge is then incomplete until an
+operator's retry), with the error. A delivery that finds the step's last attempt dead (its
+lease ran out) ends the step incomplete, and logs that ERROR too.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ import functools
 import logging
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +29,7 @@ from schema import ledger, steps
 from schema.errors import InfrastructureError, LockTimeout, connection_lost
 from schema.states import StepStatus
 from workers import cleanup
-from workers.cleanup import NotProvable, StepContext
+from workers.cleanup import NotProvable, StepContext, log_fields
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -78,34 +87,99 @@ def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Out
     # with it, or a step that does so every time would never end incomplete.
     claim = functools.partial(_claim, step_id=step_id, owner=owner, lease=policy.lease)
     held, entry = ctx.db.transact(claim)
-    if held is None:
+    if isinstance(held, steps.Exhausted):
+        _log_exhausted(held)
         return Outcome("skipped")
+    if held is None:
+        log.debug("step not due, or taken by another worker: nothing to do", extra={"step_id": step_id})
+        return Outcome("skipped")
+    started = time.monotonic()
+    log.info(
+        "step claimed: attempt %d of %d",
+        held.attempt,
+        held.max_attempts,
+        extra={**log_fields(held), "attempt": held.attempt, "owner": owner},
+    )
+    outcome, error = _attempt(ctx, held, entry, policy)
+    _log_finished(held, outcome, error, time.monotonic() - started)
+    return outcome
+
+
+def _attempt(
+    ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry | None, policy: Policy
+) -> tuple[Outcome, str | None]:
+    """Run the claimed step and record how it ended: its outcome, and its error if any."""
     try:
         ran = _with_transient_retries(lambda: cleanup.run(ctx, held, entry), patience=policy.lease)
     except steps.LeaseLost:
-        log.warning("step %s: the lease was lost; this attempt's writes were rejected", step_id)
-        return Outcome("lease_lost")
+        return Outcome("lease_lost"), "the lease was lost; this attempt's writes were rejected"
     except NotProvable as exc:
-        return _finish(ctx, held, StepStatus.INCOMPLETE, f"memory erasure unavailable: {exc}")
+        error = f"memory erasure unavailable: {exc}"
+        return _finish(ctx, held, StepStatus.INCOMPLETE, error), error
     except Exception as exc:  # every failure is recorded on the step, where the operator sees it
-        log.warning("step %s attempt %s failed: %s", step_id, held.attempt, _describe(exc))
+        error = _describe(exc)
         if held.attempt >= held.max_attempts:
-            return _finish(ctx, held, StepStatus.INCOMPLETE, _describe(exc))
+            return _finish(ctx, held, StepStatus.INCOMPLETE, error), error
         delay = steps.backoff(
             held.attempt, base=policy.backoff_base.total_seconds(), cap=policy.backoff_cap.total_seconds()
         )
-        return _finish(ctx, held, StepStatus.RETRYING, _describe(exc), retry_in=dt.timedelta(seconds=delay))
+        return _finish(ctx, held, StepStatus.RETRYING, error, retry_in=dt.timedelta(seconds=delay)), error
     if ran.finished:  # its last batch set it done, in the same commit
-        return Outcome(StepStatus.DONE.value, ran.wake)
-    return _finish(ctx, held, StepStatus.DONE, None, wake=ran.wake)
+        return Outcome(StepStatus.DONE.value, ran.wake), None
+    return _finish(ctx, held, StepStatus.DONE, None, wake=ran.wake), None
+
+
+def _log_finished(held: steps.Claim, outcome: Outcome, error: str | None, seconds: float) -> None:
+    """``step finished``: INFO when done, WARNING when it is retried or its lease was lost,
+    ERROR when the step (and so its purge) ends incomplete."""
+    fields = {**log_fields(held), "attempt": held.attempt, "outcome": outcome.status, "duration_s": round(seconds, 6)}
+    if error is not None:
+        fields["error"] = error
+    if outcome.status == StepStatus.INCOMPLETE.value:
+        log.error(
+            "purge %s is incomplete: its %s step failed on attempt %d of %d (%s); an operator's retry re-arms it",
+            held.purge_id,
+            held.kind,
+            held.attempt,
+            held.max_attempts,
+            error,
+            extra=fields,
+        )
+        return
+    if outcome.status == StepStatus.DONE.value:
+        log.info("step finished: done after %.3fs (attempt %d)", seconds, held.attempt, extra=fields)
+        return
+    then = "lease lost" if outcome.status == "lease_lost" else "retrying"
+    log.warning(
+        "step finished: attempt %d failed after %.3fs, %s: %s", held.attempt, seconds, then, error, extra=fields
+    )
+
+
+def _log_exhausted(ended: steps.Exhausted) -> None:
+    """The ERROR of a step ended incomplete by the claim that found its last lease run out."""
+    log.error(
+        "purge %s is incomplete: its %s step's worker stopped during its last attempt (%d), whose lease "
+        "ran out; an operator's retry re-arms it",
+        ended.purge_id,
+        ended.kind,
+        ended.attempts,
+        extra={
+            "purge_id": ended.purge_id,
+            "step_id": ended.step_id,
+            "step_kind": ended.kind,
+            "attempt": ended.attempts,
+            "outcome": StepStatus.INCOMPLETE.value,
+            "error": steps.LEASE_EXPIRED,
+        },
+    )
 
 
 def _claim(
     conn: Connection, *, step_id: str, owner: str, lease: dt.timedelta
-) -> tuple[steps.Claim | None, ledger.LedgerEntry | None]:
+) -> tuple[steps.Claim | steps.Exhausted | None, ledger.LedgerEntry | None]:
     """The claim, and the step's ledger row read in the same transaction."""
-    held = steps.claim(conn, step_id, owner=owner, lease=lease)
-    return held, (ledger.entry_by_purge_id(conn, held.purge_id) if held else None)
+    held = steps.claim_or_end(conn, step_id, owner=owner, lease=lease)
+    return held, (ledger.entry_by_purge_id(conn, held.purge_id) if isinstance(held, steps.Claim) else None)
 
 
 def _with_transient_retries(work: Callable[[], T], *, patience: dt.timedelta) -> T:

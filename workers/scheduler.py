@@ -1,6 +1,9 @@
 """The scheduler: one leader at a time (a lease row in the database) re-sends due steps and
 steps whose lease expired, at start-up and every few seconds. A sweep by a process that is
 not the leader is harmless: a duplicate wake-up finds the step claimed and does nothing.
+
+It logs when it becomes or stops being the leader (INFO), and a failed round (WARNING); the
+wake-ups it sends are logged where they are sent (``workers.broker``).
 """
 
 from __future__ import annotations
@@ -55,13 +58,18 @@ class Scheduler:
         self.after_sweep = after_sweep
         self.queued = queued
         self._sent: dict[str, float] = {}
+        self._leading = False
         self.owner = worker_identity()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def lead(self) -> bool:
         lease = max(self.interval * 3, dt.timedelta(seconds=1))
-        return self.db.transact(lambda conn: steps.take_leadership(conn, LEADER_NAME, owner=self.owner, lease=lease))
+        leads = self.db.transact(lambda conn: steps.take_leadership(conn, LEADER_NAME, owner=self.owner, lease=lease))
+        if leads != self._leading:
+            self._leading = leads
+            log.info("scheduler %s %s", self.owner, "leads now" if leads else "no longer leads; another one does")
+        return leads
 
     def tick(self) -> int:
         """One round: sweep if this process leads. Errors are logged; the next tick retries.
@@ -72,7 +80,7 @@ class Scheduler:
                 return 0
             sent = sweep(self.db, self._send_unless_recent)
         except Exception:
-            log.warning("scheduler sweep failed; retrying in %s", self.interval, exc_info=True)
+            log.warning("scheduler sweep failed; retrying in %gs", self.interval.total_seconds(), exc_info=True)
             self._sent.clear()
             return 0
         if self.after_sweep is not None:

@@ -1,28 +1,40 @@
-"""Prometheus ``/metrics``, and the aggregate reads that it shares with the ``/status`` page.
+"""Prometheus ``/metrics``, computed from the database on every scrape (several API
+processes and workers share one database: no process holds the numbers in its memory).
 
-Every scrape runs a handful of aggregate statements (GROUP BY, MIN, COUNT DISTINCT, through the
-step status indexes) in one read transaction: the cost does not grow with one purge's size, and
-nothing is read per purge. The metrics (all prefixed ``purgekeeper_``):
+A scrape renders one :func:`commands.overview.snapshot`: a handful of aggregate statements in
+one read transaction, whose cost does not grow with the ledger, the attempts' history, or one
+purge's size (the histograms and counters are rows the step protocol keeps up to date,
+``schema.overview``). The metrics (all prefixed ``purgekeeper_``):
 
-    steps{status,kind}                 gauge    cleanup steps by status and kind
-    oldest_due_step_age_seconds        gauge    how long the oldest due (or lease-expired) step waits
-    incomplete_purges                  gauge    purges with an incomplete step
-    stalled_purges                     gauge    purges with a step due for longer than STALL_AFTER
-    rows_removed_total                 counter  rows the bodies steps removed or NULLed
-    blobs_deleted_total                counter  blobs the attachments steps deleted
-    blobs_retained_shared              gauge    blobs kept because a live event still shares them
-    step_attempts                      gauge    attempts of all steps (a retry re-arms them to 0)
-    ledger_rows                        gauge    rows in the purge ledger (the head's seq)
-    ledger_verified                    gauge    0 once the audit found the hash chain damaged, else 1
-    ledger_audited_rows                gauge    rows the audit verified in its current round
-    messaging_available                gauge    1 when the read gate is open, else 0
-    checkpoint_dir_writable            gauge    1 when a checkpoint can be written now, else 0
-    retention_policies                 gauge    standing retention policies
-    retention_runs_total               counter  retention runs accepted (ledger rows)
-    retention_expired_events_total     counter  events the retention runs' bodies steps expired
-    retention_held_events_total        counter  events legal holds kept out of retention runs
-    legal_holds                        gauge    legal holds in force
-    retention_fences                   gauge    retention runs whose cleanup has not finished
+    steps{status,kind}                   gauge      cleanup steps by status and kind
+    oldest_due_step_age_seconds          gauge      how long the oldest due (or lease-expired) step waits
+    incomplete_purges                    gauge      purges with an incomplete step
+    stalled_purges                       gauge      purges with a step due for longer than STALL_AFTER
+    rows_removed_total                   counter    rows the bodies steps removed or NULLed
+    blobs_deleted_total                  counter    blobs the attachments steps deleted
+    blobs_retained_shared                gauge      blobs kept because a live event still shares them
+    step_attempts_total{kind}            counter    attempts started (a retry does not reset it)
+    step_failures_total{kind}            counter    attempts that ended retrying, incomplete or lease_lost
+    step_attempt_duration_seconds{kind}  histogram  an attempt's start to its end (0.01 s .. 1 h)
+    purge_duration_seconds{kind}         histogram  a purge's acceptance to complete, by purge kind
+                                                    (0.1 s .. 1 day; purges with cleanup steps)
+    ledger_rows                          gauge      rows in the purge ledger (the head's seq)
+    ledger_verified                      gauge      0 once the audit found the hash chain damaged, else 1
+    ledger_audited_rows                  gauge      rows the audit verified in its current round
+    messaging_available                  gauge      1 when the read gate is open, else 0
+    checkpoint_dir_writable              gauge      1 when a checkpoint can be written now, else 0
+    retention_policies                   gauge      standing retention policies
+    retention_runs_total                 counter    retention runs accepted (ledger rows)
+    retention_expired_events_total       counter    events the retention runs' bodies steps expired
+    retention_held_events_total          counter    events legal holds kept out of retention runs
+    legal_holds                          gauge      legal holds in force
+    retention_fences                     gauge      retention runs whose cleanup has not finished
+    build_info{version,python,schema_revision}
+                                         gauge      1; what is running
+
+``step_attempts_total`` replaces the ``step_attempts`` gauge (the sum of the steps' attempt
+counts, which a retry re-armed to 0). An attempt's duration runs to the moment it was closed:
+an attempt whose lease ran out is measured until another claim found it lost.
 
 ``messaging_available`` is what the next content read would meet (``commands.gate``).
 ``ledger_verified`` and ``ledger_audited_rows`` are the gate's background audit (a few
@@ -33,104 +45,27 @@ gate closes at the same moment; ``purgectl ledger verify`` walks the whole chain
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
-from sqlalchemy import Connection
 
+from commands import overview
 from commands.handle import Purgekeeper
-from commands.records import LedgerReport
+from commands.overview import LedgerCheck, Snapshot
 from commands.surface import error_body, http_status
 from commands.web.auth import Tokens, bearer
-from schema import ledger, overview, retention
-from schema.errors import MessagingUnavailable, PurgekeeperError
-from schema.overview import StepTotals
+from schema import retention
+from schema.errors import PurgekeeperError
+from schema.overview import Histogram
 from schema.states import StepKind
-from workers import checkpoint
 
 PREFIX = "purgekeeper_"
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The aggregate state of the purge machinery, read in one transaction on the database clock."""
-
-    now: dt.datetime
-    ledger_seq: int
-    head_hash: str
-    steps: Mapping[tuple[str, str], StepTotals]
-    oldest_due_age: dt.timedelta
-    incomplete_purges: int
-    stalled_purges: int
-    ledger: LedgerReport
-    gate_problems: tuple[str, ...]  # why content reads and writes are closed; empty when open
-    retention_summary: retention.Summary  # policies, runs, expired, held, holds, fences
-    checkpoint_problem: str | None = None  # why the checkpoint directory cannot be written
-
-    @property
-    def messaging_available(self) -> bool:
-        return not self.gate_problems
-
-    def of_kind(self, kind: StepKind) -> StepTotals:
-        groups = [totals for (_status, k), totals in self.steps.items() if k == kind.value]
-        return overview.summed(groups)
-
-    @property
-    def all_steps(self) -> StepTotals:
-        return overview.summed(list(self.steps.values()))
-
-
-class LedgerCheck:
-    """What the gate's background audit has verified of the chain so far (``commands.gate``):
-    a scrape never walks the ledger, so its cost does not grow with it."""
-
-    def __init__(self, pk: Purgekeeper) -> None:
-        self.pk = pk
-
-    def report(self, head: tuple[int, str]) -> LedgerReport:
-        audited, audited_hash, damage = self.pk.gate.audit_state()
-        return LedgerReport(ok=not damage, rows=audited, head_hash=audited_hash, problems=damage)
-
-
-def take_snapshot(pk: Purgekeeper, check: LedgerCheck) -> Snapshot:
-    with pk.db.read() as conn:
-        head = ledger.read_head(conn)
-        totals = overview.step_totals(conn)
-        due_since = overview.oldest_due_since(conn, head.now)
-        incomplete, stalled = overview.purge_counts(conn, head.now, pk.stall_after)
-        gate_problems = probe_gate(pk, conn)
-        retained = retention.summary(conn)
-    return Snapshot(
-        now=head.now,
-        ledger_seq=head.seq,
-        head_hash=head.head_hash,
-        steps=totals,
-        oldest_due_age=max(head.now - due_since, dt.timedelta(0)) if due_since else dt.timedelta(0),
-        incomplete_purges=incomplete,
-        stalled_purges=stalled,
-        ledger=check.report((head.seq, head.head_hash)),
-        gate_problems=gate_problems,
-        retention_summary=retained,
-        checkpoint_problem=checkpoint.unwritable(pk.settings.checkpoint_dir),
-    )
-
-
-def probe_gate(pk: Purgekeeper, conn: Connection) -> tuple[str, ...]:
-    """What the next content read would meet: nothing when the gate is open, else its reasons.
-    (The same one-row check a read makes; it changes nothing a read would not.)"""
-    try:
-        pk.gate.require_open(conn)
-    except MessagingUnavailable as closed:
-        return closed.diagnostics or (closed.detail,)
-    return ()
 
 
 # -- Prometheus ------------------------------------------------------------------------------------
@@ -144,7 +79,7 @@ class PurgekeeperCollector(Collector):
         self.check = check
 
     def collect(self) -> Iterator[Metric]:
-        snap = take_snapshot(self.pk, self.check)
+        snap = overview.snapshot(self.pk, self.check)
         steps = GaugeMetricFamily(PREFIX + "steps", "Cleanup steps by status and kind.", labels=["status", "kind"])
         for (status, kind), totals in sorted(snap.steps.items()):
             steps.add_metric([status, kind], totals.steps)
@@ -159,6 +94,7 @@ class PurgekeeperCollector(Collector):
             "stalled_purges", "Purges with a step due for longer than the stall threshold.", snap.stalled_purges
         )
         yield from self._work(snap)
+        yield from self._attempts(snap)
         yield from self._retention(snap.retention_summary)
         yield _gauge("ledger_rows", "Rows in the purge ledger.", snap.ledger_seq)
         yield _gauge("ledger_verified", "0 once the audit found the ledger hash chain damaged.", int(snap.ledger.ok))
@@ -171,6 +107,7 @@ class PurgekeeperCollector(Collector):
             "1 when a ledger checkpoint can be written into the checkpoint directory now.",
             int(snap.checkpoint_problem is None),
         )
+        yield self._build_info()
 
     @staticmethod
     def _work(snap: Snapshot) -> Iterator[Metric]:
@@ -182,7 +119,35 @@ class PurgekeeperCollector(Collector):
         yield _gauge(
             "blobs_retained_shared", "Blobs kept because a live event shares them.", attachments.retained_shared
         )
-        yield _gauge("step_attempts", "Attempts of all cleanup steps.", snap.all_steps.attempts)
+
+    @staticmethod
+    def _attempts(snap: Snapshot) -> Iterator[Metric]:
+        counted = snap.counters
+        yield _counter("step_attempts", "Attempts of cleanup steps started.", counted.attempts)
+        yield _counter(
+            "step_failures",
+            "Attempts of cleanup steps that ended retrying, incomplete or with their lease lost.",
+            counted.failures,
+        )
+        yield _histogram(
+            "step_attempt_duration_seconds",
+            "Seconds from the start of an attempt of a cleanup step to its end.",
+            counted.attempt_seconds,
+        )
+        yield _histogram(
+            "purge_duration_seconds",
+            "Seconds from a purge's acceptance to the end of its last cleanup step, by purge kind.",
+            counted.purge_seconds,
+        )
+
+    @staticmethod
+    def _build_info() -> Metric:
+        running = overview.build()
+        info = GaugeMetricFamily(
+            PREFIX + "build_info", "What is running: 1.", labels=["version", "python", "schema_revision"]
+        )
+        info.add_metric([running.version, running.python, running.schema_revision], 1)
+        return info
 
     @staticmethod
     def _retention(summary: retention.Summary) -> Iterator[Metric]:
@@ -200,6 +165,20 @@ class PurgekeeperCollector(Collector):
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(PREFIX + name, documentation, value=value)
+
+
+def _counter(name: str, documentation: str, values: Mapping[str, float]) -> CounterMetricFamily:
+    metric = CounterMetricFamily(PREFIX + name, documentation, labels=["kind"])
+    for kind, value in sorted(values.items()):
+        metric.add_metric([kind], value)
+    return metric
+
+
+def _histogram(name: str, documentation: str, series: Mapping[str, Histogram]) -> HistogramMetricFamily:
+    metric = HistogramMetricFamily(PREFIX + name, documentation, labels=["kind"])
+    for kind, histogram in sorted(series.items()):
+        metric.add_metric([kind], list(histogram.buckets), sum_value=histogram.total)
+    return metric
 
 
 def registry_for(pk: Purgekeeper) -> CollectorRegistry:

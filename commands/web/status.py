@@ -50,15 +50,14 @@ from urllib.parse import urlencode, urlsplit
 from fastapi import APIRouter, Form, Header, Request
 from fastapi.responses import RedirectResponse, Response
 
-from commands import validation
+from commands import overview, validation
 from commands.handle import Purgekeeper
 from commands.operations import PURGE_KINDS, PURGE_STATUSES
 from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import HoldCount, PurgeStatus, RetentionPolicy
 from commands.surface import error_body, http_status
-from commands.web import metrics, pages
+from commands.web import pages
 from commands.web.auth import COOKIE_NAME, SESSION_TTL, Session, SessionSigner, Tokens, bearer
-from schema import ledger, overview
 from schema.errors import NotFound, PurgekeeperError, ValidationError
 from schema.states import StepStatus
 from schema.steps import PARKED_UNTIL
@@ -172,7 +171,7 @@ class Frame:
 
 @dataclass(frozen=True)
 class Overview:
-    snapshot: metrics.Snapshot
+    snapshot: overview.Snapshot
     attention: tuple[PurgeStatus, ...] | None  # incomplete and stalled, newest first; None when filtered
     purges: tuple[PurgeStatus, ...]  # this page of the list, without those above
     next_after: int | None  # the cursor of the next, older page
@@ -185,10 +184,10 @@ def marks(purge: PurgeStatus) -> list[str]:
     return [mark for mark, on in zip(ATTENTION, (purge.status == "incomplete", purge.stalled), strict=True) if on]
 
 
-def gather(pk: Purgekeeper, check: metrics.LedgerCheck, filters: Filters, *, page_size: int) -> Overview:
+def gather(pk: Purgekeeper, check: overview.LedgerCheck, filters: Filters, *, page_size: int) -> Overview:
     """Bounded reads only: the aggregates, one page of the list, and at most ``page_size``
     purges needing attention."""
-    snapshot = metrics.take_snapshot(pk, check)
+    snapshot = overview.snapshot(pk, check)
     page = pk.list_purges(filters.status, kind=filters.kind, limit=page_size, after=filters.after)
     attention = None if filters.narrowed else needing_attention(pk, snapshot, page.purges, limit=page_size)
     shown = {purge.purge_id for purge in attention or ()}
@@ -203,11 +202,10 @@ def gather(pk: Purgekeeper, check: metrics.LedgerCheck, filters: Filters, *, pag
 
 
 def needing_attention(
-    pk: Purgekeeper, snapshot: metrics.Snapshot, newest: tuple[PurgeStatus, ...], *, limit: int
+    pk: Purgekeeper, snapshot: overview.Snapshot, newest: tuple[PurgeStatus, ...], *, limit: int
 ) -> tuple[PurgeStatus, ...]:
     incomplete = pk.list_purges("incomplete", limit=limit).purges
-    with pk.db.read() as conn:
-        stalled_ids = overview.stalled_purge_ids(conn, snapshot.now, pk.stall_after, limit=limit)
+    stalled_ids = pk.stalled_purge_ids(limit=limit)
     known = {p.purge_id: p for p in (*newest, *incomplete)}
     stalled = [known.get(purge_id) or _status_or_none(pk, purge_id) for purge_id in stalled_ids]
     flagged = {p.purge_id: p for p in (*incomplete, *stalled, *newest) if p is not None and marks(p)}
@@ -228,13 +226,6 @@ def _status_or_none(pk: Purgekeeper, purge_id: str) -> PurgeStatus | None:
         return pk.status(purge_id)
     except NotFound:
         return None
-
-
-def database_now(pk: Purgekeeper) -> dt.datetime:
-    """The database clock, which every stored time comes from."""
-    with pk.db.read() as conn:
-        now: dt.datetime = ledger.read_head(conn).now
-    return now
 
 
 # -- the routes -----------------------------------------------------------------------------------
@@ -307,7 +298,7 @@ class Console:
         self.tokens = tokens
         self.page_size = page_size
         self.signer = signer
-        self.check = metrics.LedgerCheck(pk)
+        self.check = overview.LedgerCheck(pk)
 
     # -- signing in
 
@@ -420,7 +411,7 @@ class Console:
     ) -> Response:
         try:
             detail = self.pk.purge_detail(purge_id)
-            now = database_now(self.pk)
+            now = self.pk.database_now()
         except PurgekeeperError as exc:
             return self.problem(request, who, exc)
         path = self.purge_path(request, purge_id)
@@ -452,7 +443,7 @@ class Console:
     def workers(self, request: Request, who: Operator) -> Response:
         try:
             leases = self.pk.worker_leases()
-            now = database_now(self.pk)
+            now = self.pk.database_now()
         except PurgekeeperError as exc:
             return self.problem(request, who, exc)
         frame = _frame(request, who, now, _base(request) + "/workers", live=True)

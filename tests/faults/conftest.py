@@ -1,4 +1,4 @@
-"""Fault-test fixtures: a Redis of the test's own, real ``dramatiq commands.worker`` processes
+"""Fault-test fixtures: a Redis of the test's own, real ``python -m commands.worker`` processes
 and a real ``purgectl scheduler`` process, on a fresh PostgreSQL database.
 
 Every process starts in its own session (``start_new_session=True``), so its pid is its process
@@ -260,10 +260,12 @@ class Processes:
         return proc
 
     def worker(self, failpoints: str = "", *, wait_ready: bool = True, env: dict[str, str] | None = None) -> Proc:
-        """``dramatiq commands.worker --processes 1 --threads 2``, optionally with failpoints
-        and more environment."""
+        """``python -m commands.worker --processes 1 --threads 2`` (the Procfile's worker: the
+        dramatiq CLI in purgekeeper's log format), optionally with failpoints and more
+        environment."""
         argv = [
-            *self._command("dramatiq", "dramatiq"),
+            sys.executable,
+            "-m",
             "commands.worker",
             "--processes",
             "1",

@@ -11,7 +11,6 @@ import pytest
 from sqlalchemy import bindparam, text
 
 import commands
-from commands.web import status as status_page
 from commands.web import times
 from schema.tables import UtcDateTime
 from tests.http.test_status_page import (
@@ -140,7 +139,7 @@ def test_times_are_relative_to_the_database_clock_with_the_utc_time_in_the_title
     due = card.find("tr", data_kind="bodies").find("td", cls="next-attempt").find("time")
     assert due.attrs["title"] == "2000-01-01T00:00:00Z" and due.text.endswith(" d ago")
 
-    later = status_page.database_now(pk) + dt.timedelta(minutes=90)
+    later = pk.database_now() + dt.timedelta(minutes=90)
     statement = text("UPDATE cleanup_steps SET next_attempt_at = :later").bindparams(
         bindparam("later", type_=UtcDateTime())
     )

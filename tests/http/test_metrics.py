@@ -64,6 +64,12 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples[("purgekeeper_" + name, tuple(sorted(labels.items())))]
 
 
+def per_kind(samples: Samples, name: str) -> dict[str, float]:
+    """A counter's non-zero values by step kind."""
+    counts = {kind: value(samples, name, kind=kind) for kind in STEP_KINDS}
+    return {kind: count for kind, count in counts.items() if count}
+
+
 def steps(samples: Samples) -> dict[tuple[str, str], float]:
     """Only the non-zero step counts, by (status, kind)."""
     counts = {(s, k): value(samples, "steps", status=s, kind=k) for s in STEP_STATUSES for k in STEP_KINDS}
@@ -79,7 +85,7 @@ def purge_new_event(pk: Pk, conversation_id: str, *, files: int = 0, shared_blob
     if shared_blob is not None:
         attachments.append(NewAttachment.reuse(shared_blob, name="shared.txt"))
     purged = pk.ingest_event(conversation_id, author="ada", body="gone soon", attachments=attachments)
-    scope = EventScope(event_ids=[purged.id])
+    scope = EventScope(event_ids=(purged.id,))
     return pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **WHO).purge_id
 
 
@@ -169,8 +175,15 @@ def test_an_empty_database_reports_zeros_and_an_open_verified_ledger(client: Tes
     assert len([key for key in samples if key[0] == "purgekeeper_steps"]) == len(STEP_STATUSES) * len(STEP_KINDS)
     for name in ("incomplete_purges", "stalled_purges", "oldest_due_step_age_seconds", "ledger_rows"):
         assert value(samples, name) == 0, name
-    for name in ("rows_removed_total", "blobs_deleted_total", "blobs_retained_shared", "step_attempts"):
+    for name in ("rows_removed_total", "blobs_deleted_total", "blobs_retained_shared"):
         assert value(samples, name) == 0, name
+    for kind in STEP_KINDS:  # every step kind's series exists from the start, at zero
+        assert value(samples, "step_attempts_total", kind=kind) == 0
+        assert value(samples, "step_failures_total", kind=kind) == 0
+        assert value(samples, "step_attempt_duration_seconds_count", kind=kind) == 0
+        assert value(samples, "step_attempt_duration_seconds_bucket", kind=kind, le="+Inf") == 0
+    assert not [key for key in samples if key[0].startswith("purgekeeper_purge_duration_seconds")]
+    assert not [key for key in samples if key[0] == "purgekeeper_step_attempts"]  # the gauge is gone
     assert (value(samples, "ledger_verified"), value(samples, "messaging_available")) == (1, 1)
 
 
@@ -182,7 +195,7 @@ def test_values_follow_a_purge_from_acceptance_to_complete(pk: Pk, client: TestC
     due_at = scalar(pk, "SELECT min(next_attempt_at) FROM cleanup_steps WHERE purge_id = :p", p=purge_id)
     accepted, (before, after) = scrape_between_clock_reads(pk, client)
     assert steps(accepted) == {("pending", "bodies"): 1, ("pending", "attachments"): 1}
-    assert value(accepted, "ledger_rows") == 1 and value(accepted, "step_attempts") == 0
+    assert value(accepted, "ledger_rows") == 1 and per_kind(accepted, "step_attempts_total") == {}
     assert_age_between(value(accepted, "oldest_due_step_age_seconds"), since=as_utc(due_at), before=before, after=after)
 
     assert settle(pk, purge_id).status == "complete"
@@ -192,7 +205,9 @@ def test_values_follow_a_purge_from_acceptance_to_complete(pk: Pk, client: TestC
     assert value(done, "rows_removed_total") == bodies.progress.removed == 4  # the body and its 3 attachment names
     assert value(done, "blobs_deleted_total") == 2  # the two exclusive files
     assert value(done, "blobs_retained_shared") == 1  # the blob c-keep still shows
-    assert value(done, "step_attempts") == 2
+    assert per_kind(done, "step_attempts_total") == {"bodies": 1, "attachments": 1}
+    assert per_kind(done, "step_failures_total") == {}
+    assert value(done, "purge_duration_seconds_count", kind="content") == 1
     assert value(done, "oldest_due_step_age_seconds") == 0
     assert (value(done, "incomplete_purges"), value(done, "stalled_purges")) == (0, 0)
 
@@ -207,15 +222,21 @@ def test_an_incomplete_step_counts_its_purge_once_and_a_retry_rearms_it(pk: Pk, 
     failed = scrape(client)
     assert steps(failed) == {("done", "bodies"): 1, ("incomplete", "attachments"): 1}
     assert value(failed, "incomplete_purges") == 1
-    assert value(failed, "step_attempts") == 1 + 2
+    assert per_kind(failed, "step_attempts_total") == {"bodies": 1, "attachments": 2}
+    assert per_kind(failed, "step_failures_total") == {"attachments": 2}  # retrying, then incomplete
     assert value(failed, "blobs_deleted_total") == 0
 
     pk.retry(purge_id, actor="oncall@example.org", reason="the disk is back")
     rearmed = scrape(client)
     assert steps(rearmed) == {("done", "bodies"): 1, ("pending", "attachments"): 1}
-    assert value(rearmed, "incomplete_purges") == 0 and value(rearmed, "step_attempts") == 1
+    assert value(rearmed, "incomplete_purges") == 0
+    assert per_kind(rearmed, "step_attempts_total") == {"bodies": 1, "attachments": 2}  # a retry resets no counter
+    assert per_kind(rearmed, "step_failures_total") == {"attachments": 2}
     assert settle(pk, purge_id).status == "complete"
-    assert value(scrape(client), "blobs_deleted_total") == 2
+    completed = scrape(client)
+    assert value(completed, "blobs_deleted_total") == 2
+    assert per_kind(completed, "step_attempts_total") == {"bodies": 1, "attachments": 3}
+    assert value(completed, "purge_duration_seconds_count", kind="content") == 1  # once, when it completed
 
 
 def test_stalled_purges_and_the_oldest_due_age_use_the_database_clock(pk: Pk, client: TestClient) -> None:
@@ -296,6 +317,7 @@ def test_a_scrape_runs_the_same_few_statements_however_many_purges_exist(pk: Pk,
     assert len(statements) == few <= 12, statements
     # no statement reads one purge's steps (a join on the column, as retention's summary makes, is one statement)
     assert not any(re.search(r"cleanup_steps\.purge_id = (\?|%\()", s) or "purge_id IN" in s for s in statements)
+    assert not any("step_attempts" in s for s in statements)  # the histograms read metric_counters, not history
 
 
 def test_a_database_fault_is_a_503_with_the_error_body(

@@ -4,7 +4,10 @@ Revision ID: 0010
 Revises: 0009
 
 - ``step_attempts``: one row per attempt of a cleanup step (owner, start, end, outcome,
-  error), for the operator's console and the attempt durations on ``/metrics``.
+  error), for the operator's console.
+- ``metric_counters``: the counters and histograms of ``/metrics`` (attempts started and
+  failed, attempt durations, acceptance to complete), kept by the transactions that change
+  them, so that a scrape reads a bounded number of rows.
 - ``purge_conversations``: the conversations each purge concerns, for listing purges by
   conversation; filled here from the rows the ledger already holds (conversation and channel
   purges, conversation-scoped content purges, retention runs and policies of a conversation,
@@ -76,7 +79,14 @@ def upgrade() -> None:
     )
     op.create_index("ix_step_attempts_purge_id", "step_attempts", ["purge_id", "started_at"], unique=False)
     op.create_index("ix_step_attempts_step_id", "step_attempts", ["step_id", "finished_at"], unique=False)
-    op.create_index("ix_step_attempts_finished_at", "step_attempts", ["finished_at"], unique=False)
+    op.create_table(
+        "metric_counters",
+        sa.Column("metric", sa.String(length=64), nullable=False),
+        sa.Column("kind", sa.String(length=16), nullable=False),
+        sa.Column("bucket", sa.String(length=16), nullable=False),
+        sa.Column("value", sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint("metric", "kind", "bucket", name=op.f("pk_metric_counters")),
+    )
     op.create_table(
         "purge_conversations",
         sa.Column("conversation_id", sa.String(length=200), nullable=False),

@@ -1,0 +1,130 @@
+"""The operator's overview of the purge machinery: what ``/metrics`` and the ``/status`` page
+show, read by :func:`snapshot` in one read transaction on the database clock.
+
+The reads are aggregates (``schema.overview``): the cleanup steps by status and kind, the
+oldest due step, the incomplete and stalled purges, retention, and the counters the step
+protocol keeps (attempts, failures, attempt durations, acceptance to complete). Their cost
+does not grow with the ledger, the attempts' history, or one purge's size. The ledger's
+verification is the read gate's background audit (``commands.gate``): a snapshot never walks
+the chain. The surfaces render a snapshot; they open no transaction of their own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import importlib.metadata
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+
+from commands.handle import Purgekeeper
+from commands.records import LedgerReport
+from schema import ledger, migrate, overview, retention
+from schema.errors import MessagingUnavailable
+from schema.overview import Counters, StepTotals
+from schema.states import StepKind
+from workers import checkpoint
+
+DISTRIBUTION = "purgekeeper"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The aggregate state of the purge machinery, read in one transaction on the database clock."""
+
+    now: dt.datetime
+    ledger_seq: int
+    head_hash: str
+    steps: Mapping[tuple[str, str], StepTotals]
+    oldest_due_age: dt.timedelta
+    incomplete_purges: int
+    stalled_purges: int
+    ledger: LedgerReport
+    gate_problems: tuple[str, ...]  # why content reads and writes are closed; empty when open
+    retention_summary: retention.Summary  # policies, runs, expired, held, holds, fences
+    counters: Counters  # attempts, failures and durations, kept by the step protocol
+    checkpoint_problem: str | None = None  # why the checkpoint directory cannot be written
+
+    @property
+    def messaging_available(self) -> bool:
+        return not self.gate_problems
+
+    def of_kind(self, kind: StepKind) -> StepTotals:
+        groups = [totals for (_status, k), totals in self.steps.items() if k == kind.value]
+        return overview.summed(groups)
+
+    @property
+    def all_steps(self) -> StepTotals:
+        return overview.summed(list(self.steps.values()))
+
+
+class LedgerCheck:
+    """What the gate's background audit has verified of the chain so far (``commands.gate``):
+    a snapshot never walks the ledger, so its cost does not grow with it."""
+
+    def __init__(self, pk: Purgekeeper) -> None:
+        self.pk = pk
+
+    def report(self, head: tuple[int, str]) -> LedgerReport:
+        audited, audited_hash, damage = self.pk.gate.audit_state()
+        return LedgerReport(ok=not damage, rows=audited, head_hash=audited_hash, problems=damage)
+
+
+def snapshot(pk: Purgekeeper, check: LedgerCheck | None = None) -> Snapshot:
+    """Read the overview (``check``: the audit's state, the handle's by default)."""
+    check = check or LedgerCheck(pk)
+    with pk.db.read() as conn:
+        head = ledger.read_head(conn)
+        totals = overview.step_totals(conn)
+        due_since = overview.oldest_due_since(conn, head.now)
+        incomplete, stalled = overview.purge_counts(conn, head.now, pk.stall_after)
+        gate_problems = probe_gate(pk, conn)
+        retained = retention.summary(conn)
+        counted = overview.counters(conn)
+    return Snapshot(
+        now=head.now,
+        ledger_seq=head.seq,
+        head_hash=head.head_hash,
+        steps=totals,
+        oldest_due_age=max(head.now - due_since, dt.timedelta(0)) if due_since else dt.timedelta(0),
+        incomplete_purges=incomplete,
+        stalled_purges=stalled,
+        ledger=check.report((head.seq, head.head_hash)),
+        gate_problems=gate_problems,
+        retention_summary=retained,
+        counters=counted,
+        checkpoint_problem=checkpoint.unwritable(pk.settings.checkpoint_dir),
+    )
+
+
+def probe_gate(pk: Purgekeeper, conn: Connection) -> tuple[str, ...]:
+    """What the next content read would meet: nothing when the gate is open, else its reasons.
+    (The same one-row check a read makes; it changes nothing a read would not.)"""
+    try:
+        pk.gate.require_open(conn)
+    except MessagingUnavailable as closed:
+        return closed.diagnostics or (closed.detail,)
+    return ()
+
+
+@dataclass(frozen=True)
+class Build:
+    """What is running: purgekeeper's version, Python's, and the schema revision this code
+    migrates a database to (``purgectl init``)."""
+
+    version: str
+    python: str
+    schema_revision: str
+
+
+@functools.cache
+def build() -> Build:
+    """Read once per process: none of it changes while the process runs."""
+    try:
+        version = importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        version = "unknown"
+    return Build(version, platform.python_version(), migrate.head_revision())
