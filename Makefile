@@ -1,35 +1,45 @@
 # purgekeeper: `make run` and `make test` are the two set-up commands.
-# Every target creates .venv when it is missing and installs the project into it.
+# Every target creates .venv when it is missing. `run` installs what the program needs
+# (`pip install -e .`); `test`, `lint` and `bench` also install the dev tools ('.[dev]').
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
-DATA_DIR ?= $(CURDIR)/.purgekeeper
+RUNTIME := $(VENV)/.installed-runtime
+DEV := $(VENV)/.installed-dev
 
 .PHONY: run test lint bench clean
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(RUNTIME): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	@touch $(RUNTIME)
+
+$(DEV): pyproject.toml $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(DEV)
 
 # The whole system on the embedded default: the HTTP API, /status, /metrics, an in-process
-# worker and scheduler, on SQLite under $(DATA_DIR). It prints the URL and the token's file.
-run: $(STAMP)
-	PURGEKEEPER_DATA_DIR=$${PURGEKEEPER_DATA_DIR:-$(DATA_DIR)} $(BIN)/purgectl init
-	PURGEKEEPER_DATA_DIR=$${PURGEKEEPER_DATA_DIR:-$(DATA_DIR)} $(BIN)/purgectl serve $(SERVE_FLAGS)
+# worker and scheduler, on SQLite in the data directory every purgekeeper process uses by
+# default (PURGEKEEPER_DATA_DIR, else $XDG_DATA_HOME/purgekeeper, else
+# ~/.local/share/purgekeeper): purgectl and commands.open() find the same database.
+# It prints the URL and the token's file. `make run SERVE_FLAGS=--demo` seeds a demo.
+run: $(RUNTIME)
+	$(BIN)/purgectl init
+	$(BIN)/purgectl serve $(SERVE_FLAGS)
 
-test: $(STAMP)
+test: $(DEV)
 	$(BIN)/python -m pytest
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: $(DEV)
 	@set -e; found=0; for script in bench/acceptance.py bench/cleanup.py bench/scale.py bench/erasure.py bench/retention.py; do \
 		[ -e "$$script" ] || continue; found=1; echo "== $$script"; $(BIN)/python "$$script"; \
 	done; [ $$found = 1 ] || echo "no benchmarks in bench/ yet"

@@ -160,7 +160,7 @@ class ContentCommands:
         validation.check_id(conversation_id, "conversation_id")
         validation.check_text(author, "author", max_length=validation.MAX_AUTHOR_LENGTH)
         body = validation.check_body(body)
-        validation.check_optional_id(provider_event_id, "provider_event_id")
+        validation.check_optional_provider_id(provider_event_id)
         event_id = validation.check_optional_id(event_id, "event_id") or uuid.uuid4().hex
         when = validation.check_occurred_at(occurred_at) or dt.datetime.now(dt.UTC)
         new = _check_attachments(attachments)

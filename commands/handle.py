@@ -81,7 +81,7 @@ class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommand
         if self.workers == "none" and self.settings.broker_url is None:
             return _no_enqueue
         broker.setup(self.settings.broker_url)
-        return functools.partial(broker.enqueue, self.settings.broker_url, self.database_key)
+        return functools.partial(broker.enqueue, self.settings.broker_url, self.database_key, db=self.db)
 
     def _start_in_process(self, sweep_interval: dt.timedelta) -> None:
         broker.register(self.database_key, broker.Runtime(self.step_context(), self.policy))
@@ -138,6 +138,7 @@ class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommand
 def open(
     database_url: str | None = None,
     *,
+    settings: Settings | None = None,
     blob_root: str | Path | None = None,
     file_root: str | Path | None = None,
     memory_roots: Sequence[str | Path] | None = None,
@@ -150,15 +151,19 @@ def open(
     sweep_interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
     retention_interval: dt.timedelta | None = None,
 ) -> Purgekeeper:
-    """Open purgekeeper. ``None`` arguments come from the environment or the embedded default
-    (a SQLite file in the data directory). The schema is migrated to this code's head unless
-    ``migrate_schema=False``; a database newer than the code is refused (``SchemaMismatch``).
-    ``retention_interval`` (default ``PURGEKEEPER_RETENTION_INTERVAL``, an hour): the time
-    between two runs of a retention policy."""
+    """Open purgekeeper. ``None`` arguments come from ``settings`` (a process builds them once:
+    ``Settings.from_env()``), by default from the environment, then the embedded default (a
+    SQLite file in the data directory ``purgectl`` and ``make run`` use too). The schema is
+    migrated to this code's head unless ``migrate_schema=False``; a database newer than the
+    code is refused (``SchemaMismatch``). ``retention_interval`` (default
+    ``PURGEKEEPER_RETENTION_INTERVAL``, an hour): the time between two runs of a retention
+    policy."""
     if workers not in WORKER_MODES:
         raise ValidationError(f"workers must be one of {', '.join(WORKER_MODES)}")
+    if settings is not None and not isinstance(settings, Settings):
+        raise ValidationError("settings must be a commands.Settings (Settings.from_env())")
     settings = _settings(
-        Settings.from_env(),
+        Settings.from_env() if settings is None else settings,
         database_url=database_url,
         blob_root=blob_root,
         file_root=file_root,

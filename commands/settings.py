@@ -5,7 +5,8 @@ variable                   meaning
 ========================== ==============================================================
 PURGEKEEPER_DATABASE_URL   default ``sqlite:///<data dir>/purgekeeper.db``
 PURGEKEEPER_BROKER_URL     ``redis://...``; unset means the in-process worker
-PURGEKEEPER_DATA_DIR       default ``$XDG_DATA_HOME/purgekeeper`` (``~/.local/share/...``)
+PURGEKEEPER_DATA_DIR       default ``$XDG_DATA_HOME/purgekeeper`` (``~/.local/share/...``),
+                           for every process: ``purgectl``, ``make run``, ``commands.open()``
 PURGEKEEPER_BLOB_ROOT      default ``<data dir>/blobs``
 PURGEKEEPER_FILE_ROOT      default ``<data dir>/files``
 PURGEKEEPER_MEMORY_ROOTS   ``os.pathsep``-separated; default ``<data dir>/memory``
@@ -27,6 +28,9 @@ PURGEKEEPER_WORKER_METRICS_PORT
                            Prometheus middleware); unset: none (the Procfile sets 9191)
 PURGEKEEPER_FAILPOINTS     fault tests only: ``bodies.batch=exit`` and the like
 ========================== ==============================================================
+
+Build it once per process (``Settings.from_env()`` in an entry point) and hand it down:
+``commands.open(settings=...)``, ``commands.processes``.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from schema.db import IDLE_IN_TRANSACTION_TIMEOUT, Database
+from schema.db import IDLE_IN_TRANSACTION_TIMEOUT, Database, redacted_or_raw
 from schema.errors import ValidationError
 
 ENV_PREFIX = "PURGEKEEPER_"
@@ -111,12 +115,24 @@ class Settings:
             application_name=f"purgekeeper-{role}",
         )
 
+    @property
+    def database_name(self) -> str:
+        """The database URL with its password masked: what messages name."""
+        return redacted_or_raw(self.database_url)
+
+    @property
+    def sqlite_file(self) -> Path | None:
+        """The file of a SQLite database (None for PostgreSQL)."""
+        if self.database_url.startswith("sqlite:///"):
+            return Path(self.database_url.removeprefix("sqlite:///"))
+        return None
+
     def make_directories(self) -> None:
         """Create the roots purgekeeper writes to, and the directory of a SQLite database file
         (the data directory itself only when something lives in it)."""
         directories = [self.blob_root, self.file_root, self.checkpoint_dir]
-        if self.database_url.startswith("sqlite:///"):
-            directories.append(Path(self.database_url.removeprefix("sqlite:///")).parent)
+        if self.sqlite_file is not None:
+            directories.append(self.sqlite_file.parent)
         for directory in directories:
             directory.mkdir(parents=True, exist_ok=True)
 

@@ -7,6 +7,10 @@ value                          limit
 =============================  ==========================================================
 ids (conversation, event, …)   1 to 200 characters of ``A-Z a-z 0-9 . _ : @ + -``, starting
                                with a letter or digit
+provider event id              1 to 200 printable characters: any letter, digit, punctuation
+                               or symbol (``slack:T1/C1/1700000000.000100``,
+                               ``$abc:example.org``, ``<CAF=x+y@mail.gmail.com>``, a URL); no
+                               whitespace, control or format characters, lone surrogates
 author, bot name               1 to 200 characters, no NUL
 body                           ``None``, or 1 byte to 256 KiB of UTF-8 text, no NUL
 attachment name                1 to 255 characters (and bytes of UTF-8); no ``/``, ``\\``, ``..``,
@@ -28,6 +32,7 @@ from typing import Any
 from schema.errors import ValidationError
 
 MAX_ID_LENGTH = 200
+MAX_PROVIDER_ID_LENGTH = 200  # schema.tables.ID_LENGTH: the events and tombstones columns
 MAX_AUTHOR_LENGTH = 200
 MAX_BOT_NAME_LENGTH = 200
 MAX_BODY_BYTES = 256 * 1024
@@ -59,6 +64,27 @@ def check_id(value: Any, field: str) -> str:
 
 def check_optional_id(value: Any, field: str) -> str | None:
     return None if value is None else check_id(value, field)
+
+
+def check_provider_id(value: Any, field: str = "provider_event_id") -> str:
+    """An id another system gave the event, kept as it came: Slack's ``T1/C1/<ts>``, Matrix's
+    ``$id:server``, an email ``<Message-ID>``, a URL. Any printable text without whitespace
+    (one token: a trailing space would make two ids look alike), so no control, format or
+    separator character, and no lone surrogate."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{field} must be a string, not {type(value).__name__}")
+    if not value:
+        raise ValidationError(f"{field} must not be empty")
+    if len(value) > MAX_PROVIDER_ID_LENGTH:
+        raise ValidationError(f"{field} is longer than {MAX_PROVIDER_ID_LENGTH} characters")
+    _check_encodable(value, field)
+    if not value.isprintable() or any(character.isspace() for character in value):
+        raise ValidationError(f"{field} must be printable text without whitespace or control characters")
+    return value
+
+
+def check_optional_provider_id(value: Any, field: str = "provider_event_id") -> str | None:
+    return None if value is None else check_provider_id(value, field)
 
 
 def check_text(value: Any, field: str, *, max_length: int) -> str:

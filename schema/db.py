@@ -94,6 +94,7 @@ class Database:
             self.url = normalise_url(url)
         except sa_exc.ArgumentError as exc:
             raise ValidationError(f"not a database URL: {redacted_or_raw(url)}") from exc
+        self.name = redacted(url)  # what error messages name: the URL as configured, password masked
         self.dialect = make_url(self.url).get_backend_name()
         if self.dialect not in ("postgresql", "sqlite"):
             raise ValidationError(f"unsupported database {self.dialect!r}: use postgresql or sqlite")
@@ -125,7 +126,7 @@ class Database:
         lose the last such commits, never reorder them, so the work is simply done again.
         Never for acceptances, nor for a write that must be on disk before a file is
         touched (a blob marked ``deleting`` before its unlink)."""
-        with _translated(), self.engine.connect() as conn:
+        with _translated(self.name), self.engine.connect() as conn:
             conn.execution_options(pk_begin="IMMEDIATE")
             with conn.begin():
                 if not durable:
@@ -138,7 +139,7 @@ class Database:
         ``snapshot``: every statement sees the same committed state (on PostgreSQL, REPEATABLE
         READ; a SQLite read transaction in WAL mode already does): walking the ledger row by
         row and then reading its head must not see an acceptance committed in between."""
-        with _translated(), self.engine.connect() as conn:
+        with _translated(self.name), self.engine.connect() as conn:
             conn.execution_options(pk_begin="DEFERRED")
             if snapshot and not self.is_sqlite:
                 conn.execution_options(isolation_level="REPEATABLE READ")
@@ -153,12 +154,12 @@ class Database:
         transaction on this thread's own driver connection (``_ThreadReaders``), with no
         SQLAlchemy ``Connection`` or pool checkout around it (``DriverRead``)."""
         if not self.is_sqlite:
-            with _translated(), self.engine.connect() as conn:
+            with _translated(self.name), self.engine.connect() as conn:
                 yield conn.execution_options(isolation_level="AUTOCOMMIT")
             return
         readers = self._readers
         assert readers is not None
-        with _translated():
+        with _translated(self.name):
             read = readers.get()  # not re-entrant: one read at a time per thread
             try:
                 run_on_driver(read, _BEGIN["DEFERRED"])
@@ -194,7 +195,7 @@ class Database:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
             return
         key = int.from_bytes(hashlib.sha256(f"purgekeeper:{name}".encode()).digest()[:8], "big", signed=True)
-        with _translated(), self.engine.connect() as conn:
+        with _translated(self.name), self.engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             held = bool(conn.exec_driver_sql("SELECT pg_try_advisory_lock(%s)", (key,)).scalar())
             try:
@@ -284,7 +285,7 @@ def _is_retryable_here(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def _translated() -> Iterator[None]:
+def _translated(database: str) -> Iterator[None]:
     try:
         yield
     except sa_exc.DBAPIError as exc:
@@ -293,6 +294,10 @@ def _translated() -> Iterator[None]:
         domain = translate_db_error(exc)
         if domain is None:
             raise
+        if type(domain) is InfrastructureError and isinstance(exc, sa_exc.OperationalError):
+            # a server that does not answer, or a database that does not exist: say which one
+            # this process looked for (``database`` is redacted), never the driver's message
+            domain = InfrastructureError(f"the database {database} is unavailable: {type(exc.orig).__name__}")
         raise domain from exc
 
 

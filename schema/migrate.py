@@ -61,7 +61,7 @@ def upgrade(db: Database) -> MigrationResult:
         if not db.is_sqlite:
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         before = current_revision(conn)
-        check_not_newer(before)
+        check_not_newer(before, database=db.name)
         head = head_revision()
         if before != head:
             config.attributes["connection"] = conn
@@ -73,7 +73,7 @@ def check_current(db: Database) -> str | None:
     """The database's revision, after refusing a schema newer than this code."""
     with db.read() as conn:
         revision = current_revision(conn)
-    check_not_newer(revision)
+    check_not_newer(revision, database=db.name)
     return revision
 
 
@@ -83,15 +83,17 @@ def require_head(db: Database) -> str:
     revision = check_current(db)
     head = head_revision()
     if revision is None:
-        raise SchemaMismatch("the database is not initialised: run purgectl init")
+        raise SchemaMismatch(f"the database {db.name} is not initialised: run purgectl init")
     if revision != head:
         raise SchemaMismatch(
-            f"the database schema is at revision {revision!r}, this code needs {head!r}: run purgectl init"
+            f"the schema of the database {db.name} is at revision {revision!r}, this code needs {head!r}: "
+            "run purgectl init"
         )
     return revision
 
 
-def check_not_newer(revision: str | None) -> None:
+def check_not_newer(revision: str | None, *, database: str = "") -> None:
+    """Refuse a revision this code does not know; ``database`` (redacted) names it."""
     if revision is None:
         return
     from alembic.script import ScriptDirectory
@@ -99,8 +101,9 @@ def check_not_newer(revision: str | None) -> None:
     script = ScriptDirectory.from_config(alembic_config())
     known = {rev.revision for rev in script.walk_revisions()}
     if revision not in known:
+        named = f" {database}" if database else ""
         raise SchemaMismatch(
-            f"the database schema is at revision {revision!r}, which this purgekeeper "
+            f"the schema of the database{named} is at revision {revision!r}, which this purgekeeper "
             f"(head {head_revision()!r}) does not know: it is newer than this code. "
             "Upgrade purgekeeper; never run an older version against a newer database."
         )

@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 
-from commands import surface
+from commands import logs, processes, surface
 from commands.handle import Purgekeeper
 from commands.settings import Settings
-from schema import migrate
-from schema.db import Database
 from schema.errors import (
     InfrastructureError,
     PurgekeeperError,
-    SchemaMismatch,
     ValidationError,
 )
 
@@ -28,17 +23,17 @@ T = TypeVar("T")
 
 ORIGIN = "cli"  # the ledger's causal metadata: which surface accepted the purge
 DEFAULT_WAIT_S = 60.0
-WAIT_POLL_S = 0.25
 DEFAULT_PAGE = 50
 FINISHED = ("complete", "incomplete")
-NOT_INITIALISED = "the database is not initialised; run purgectl init"
 
 
 HELP = """purgectl: the operator's command line, a thin layer over the commands package.
 
 Configuration comes only from the environment (PURGEKEEPER_DATABASE_URL, PURGEKEEPER_DATA_DIR,
-PURGEKEEPER_BROKER_URL, ...). Run `purgectl init` once; the other commands refuse a database
-that is not initialised (exit 4) and never migrate it.
+PURGEKEEPER_BROKER_URL, ...). The default data directory, $XDG_DATA_HOME/purgekeeper
+(~/.local/share/purgekeeper), is the one `make run` and commands.open() use too. Run
+`purgectl init` once; the other commands refuse a database that is not initialised (exit 4,
+naming the database) and never migrate it.
 
 Every command except `serve` and `scheduler` takes --json and then prints exactly one
 JSON document on stdout, on success and on error ({"error": CODE, "detail": ...}, also for
@@ -49,7 +44,8 @@ content).
 \b
 Exit codes (DESIGN.md's error table, shared with the HTTP API):
     0  success, including `wait` that timed out ("timed_out": true) or
-       ended with the purge incomplete: the status is the answer
+       ended with the purge incomplete (without --fail-on-incomplete): the
+       status is the answer
     1  NotFound
     2  ValidationError, and bad command-line usage
     3  a conflict (stale confirmation, version, idempotency, active runs,
@@ -58,6 +54,8 @@ Exit codes (DESIGN.md's error table, shared with the HTTP API):
     4  MessagingUnavailable or InfrastructureError (database unreachable,
        schema not initialised or newer than this code); also `ledger verify`
        and `health` when the ledger does not verify
+    5  `wait --fail-on-incomplete`: the purge ended incomplete (the status
+       is printed as with 0)
 """
 
 
@@ -107,31 +105,20 @@ def run_command(
         click.echo(render(result))
 
 
+def settings() -> Settings:
+    """This process's settings, read from the environment once (at the first command that
+    needs them, so a bad variable is reported like any error) and kept on the click context."""
+    root = click.get_current_context().find_root()
+    if not isinstance(root.obj, Settings):
+        root.obj = Settings.from_env()
+    return root.obj
+
+
 @contextlib.contextmanager
-def opened(settings: Settings | None = None, *, role: str = "cli") -> Iterator[Purgekeeper]:
-    """A handle on the configured database, with no in-process worker: the one-shot commands
-    only accept, read and wake; the worker and scheduler processes (or ``serve``) clean up."""
-    settings = settings or Settings.from_env()
-    db = settings.open_database(role=role)
-    try:
-        require_initialised(settings, db)
-        settings.make_directories()
-        pk = Purgekeeper(settings, db=db, workers="none")
-    except BaseException:
-        db.dispose()
-        raise
-    try:
+def opened(*, role: str = "cli") -> Iterator[Purgekeeper]:
+    """A handle on the initialised database (``processes.opened``), from this process's settings."""
+    with processes.opened(settings(), role=role) as pk:
         yield pk
-    finally:
-        pk.close()
-
-
-def require_initialised(settings: Settings, db: Database) -> None:
-    if settings.database_url.startswith("sqlite:///"):  # connecting would create an empty file
-        if not Path(settings.database_url.removeprefix("sqlite:///")).exists():
-            raise SchemaMismatch(NOT_INITIALISED)
-    if migrate.check_current(db) is None:
-        raise SchemaMismatch(NOT_INITIALISED)
 
 
 def run_with_handle(
@@ -175,6 +162,6 @@ def json_command(group: click.Group, name: str | None = None) -> Callable[[Calla
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 def main() -> None:
-    # Library log lines (warnings about failed wake-ups and the like) belong on stderr: stdout
+    # Log lines go to stderr in the one format (commands.logs): stdout
     # carries the result, and under --json nothing but the one document.
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logs.configure_purgectl(settings, click.get_current_context().invoked_subcommand)

@@ -14,7 +14,6 @@ from typing import Any
 from commands import validation
 from schema.errors import ValidationError
 from schema.ledger import from_utc_text, utc_text
-from schema.tables import ID_LENGTH
 
 MAX_LISTED_IDS = 1_000_000
 
@@ -44,8 +43,12 @@ def ids(selectors: Mapping[str, Any], name: str, *, required: bool = False) -> N
 
 
 def provider_ids(selectors: Mapping[str, Any], name: str) -> None:
+    """Provider event ids as an ingest accepts them (``validation.check_provider_id``)."""
     for provider_id in listed_values(selectors, name):
-        text(provider_id, name, ID_LENGTH)
+        try:
+            validation.check_provider_id(provider_id, name)
+        except ValidationError as exc:
+            raise RowInvalid(exc.detail) from None
 
 
 def listed_values(selectors: Mapping[str, Any], name: str, *, required: bool = False) -> list[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,59 @@ def test_one_process_holds_an_embedded_handle_and_a_redis_handle(
     assert broker.setup(None) is not broker.setup(REDIS_URL)
     client.flushdb()
     client.close()
+
+
+def test_open_takes_the_settings_a_process_built_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``settings=``: the environment is not read again (a variable set since changes nothing)."""
+    settings = commands.Settings.from_env({"PURGEKEEPER_DATA_DIR": str(tmp_path / "built")})
+    monkeypatch.setenv("PURGEKEEPER_DATA_DIR", str(tmp_path / "elsewhere"))
+    with commands.open(settings=settings, workers="none", checkpoint_dir=tmp_path / "given") as pk:
+        assert pk.settings.data_dir == tmp_path / "built"
+        assert pk.settings.checkpoint_dir == tmp_path / "given"  # an argument still wins
+    assert (tmp_path / "built" / "purgekeeper.db").is_file()
+    assert not (tmp_path / "elsewhere").exists()
+    with pytest.raises(commands.ValidationError, match="settings"):
+        commands.open(settings={"data_dir": tmp_path}, workers="none")  # type: ignore[arg-type]
+
+
+def test_open_and_purgectl_find_the_same_database_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One data directory: ``purgectl init`` (what ``make run`` runs first) with nothing
+    configured creates the database ``commands.open()`` then opens, under HOME."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_DATA_HOME")
+    command = [sys.executable, "-m", "commands.cli", "init", "--json"]
+    done = subprocess.run(command, env=dict(os.environ), capture_output=True, text=True, timeout=60, check=True)
+    initialised = json.loads(done.stdout)
+    data_dir = tmp_path / "home" / ".local" / "share" / "purgekeeper"
+    assert initialised["data_dir"] == str(data_dir)
+    with commands.open(workers="none", migrate_schema=False) as pk:  # refuses a database it would create
+        assert pk.settings.database_url == initialised["database_url"] == f"sqlite:///{data_dir / 'purgekeeper.db'}"
+
+
+def test_a_database_not_initialised_is_named_with_its_password_masked(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    with pytest.raises(commands.SchemaMismatch, match=re.escape(f"the database {url} is not initialised")):
+        commands.open(url, workers="none", migrate_schema=False, checkpoint_dir=tmp_path / "l")
+
+
+def test_a_database_that_does_not_answer_is_named_with_its_password_masked(tmp_path: Path) -> None:
+    port = _closed_port()
+    url = f"postgresql://purgekeeper:s3cret-pw@127.0.0.1:{port}/nowhere"
+    with pytest.raises(commands.InfrastructureError) as refused:
+        commands.open(url, workers="none", checkpoint_dir=tmp_path / "l")
+    assert f"purgekeeper:***@127.0.0.1:{port}/nowhere is unavailable" in refused.value.detail
+    assert "s3cret-pw" not in str(refused.value)
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

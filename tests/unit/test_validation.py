@@ -85,6 +85,71 @@ def test_check_optional_id() -> None:
     rejects(v.check_optional_id, "x" * (v.MAX_ID_LENGTH + 1), "event_id")
 
 
+# -- provider event ids ------------------------------------------------------------------
+
+PROVIDER_IDS = {
+    "slack": "slack:T1/C1/1700000000.000100",
+    "matrix": "$abc123:example.org",
+    "email": "<CAF=x+y@mail.gmail.com>",
+    "url": "https://example.org/posts/1?x=y#z",
+    "non-ascii": "télégramme:Ω/1",
+    "exactly-200": "p" * v.MAX_PROVIDER_ID_LENGTH,
+}
+
+
+@pytest.mark.parametrize("value", PROVIDER_IDS.values(), ids=PROVIDER_IDS.keys())
+def test_check_provider_id_accepts_what_providers_send(value: str) -> None:
+    assert v.check_provider_id(value) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(None, id="none"),
+        pytest.param(7, id="int"),
+        pytest.param(b"slack:1", id="bytes"),
+        pytest.param("", id="empty"),
+        pytest.param("p" * (v.MAX_PROVIDER_ID_LENGTH + 1), id="201-chars"),
+        pytest.param("a b", id="space"),
+        pytest.param(" slack:1", id="leading-space"),
+        pytest.param("slack:1 ", id="trailing-space"),
+        pytest.param("a\u00a0b", id="no-break-space"),
+        pytest.param("a\tb", id="tab"),
+        pytest.param("a\nb", id="newline"),
+        pytest.param("a\x00b", id="nul"),
+        pytest.param("a\x1bb", id="escape"),
+        pytest.param("a\x85b", id="c1-control"),
+        pytest.param("a\u200bb", id="zero-width-space"),
+        pytest.param("a\u2028b", id="line-separator"),
+        pytest.param("a\ud800b", id="lone-surrogate"),
+    ],
+)
+def test_check_provider_id_rejects(value: object) -> None:
+    rejects(v.check_provider_id, value)
+
+
+def test_check_provider_id_names_the_field_and_none_is_optional() -> None:
+    rejects(v.check_provider_id, "a b", match="provider_event_id")
+    assert v.check_optional_provider_id(None) is None
+    assert v.check_optional_provider_id("$x:y") == "$x:y"
+
+
+def test_a_provider_id_fits_the_columns_that_hold_it() -> None:
+    from schema.tables import ID_LENGTH, events, tombstones
+
+    assert v.MAX_PROVIDER_ID_LENGTH == ID_LENGTH
+    assert events.c.provider_event_id.type.length == tombstones.c.id.type.length == ID_LENGTH  # type: ignore[attr-defined]
+
+
+def test_a_ledger_row_takes_the_provider_ids_an_ingest_takes() -> None:
+    from commands.kinds import fields
+
+    fields.provider_ids({"provider_event_ids": list(PROVIDER_IDS.values())}, "provider_event_ids")
+    for bad in ("a b", "", "a\x00b", 7):
+        with pytest.raises(fields.RowInvalid, match="provider_event_ids"):
+            fields.provider_ids({"provider_event_ids": [bad]}, "provider_event_ids")
+
+
 # -- short texts: author, bot name, derivative kind ---------------------------------------
 
 
@@ -412,6 +477,7 @@ def test_check_choice() -> None:
 
 def test_limits_are_the_documented_ones() -> None:
     assert (v.MAX_ID_LENGTH, v.MAX_AUTHOR_LENGTH, v.MAX_BOT_NAME_LENGTH) == (200, 200, 200)
+    assert v.MAX_PROVIDER_ID_LENGTH == 200
     assert (v.MAX_BODY_BYTES, v.MAX_PAYLOAD_BYTES, v.MAX_OUTPUT_BYTES) == (256 * 1024,) * 3
     assert (v.MAX_NAME_LENGTH, v.MAX_ATTACHMENT_BYTES, v.MAX_ATTACHMENTS_PER_EVENT) == (255, 64 * 1024 * 1024, 32)
     assert (v.MAX_DERIVATIVE_KIND_LENGTH, v.MAX_DERIVATIVE_SOURCES) == (64, 1000)

@@ -1,0 +1,147 @@
+"""What the long-running and set-up processes do, as functions the surfaces call: create or
+migrate the database (``purgectl init``), open a handle on an initialised one (every other
+one-shot command), check health (``purgectl health``, the compose healthchecks) and run the
+scheduler process with its Redis broker (``purgectl scheduler``).
+
+Each takes the process's one ``Settings`` (built at the edge, ``Settings.from_env()``).
+Every error about the database names the one it looked at (its password masked), and its
+advice (``purgectl init``) reads the same settings, so it targets that database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from commands.handle import Purgekeeper
+from commands.settings import Settings
+from schema import migrate
+from schema.db import Database
+from schema.errors import InfrastructureError, MessagingUnavailable, SchemaMismatch, ValidationError
+from workers import broker, checkpoint, failpoints
+from workers.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+Announce = Callable[[str], object]
+
+
+@dataclass(frozen=True)
+class Initialised:
+    """What ``initialise`` did: the database (redacted), the data directory, the revisions."""
+
+    database_url: str
+    data_dir: Path
+    revision: str
+    previous_revision: str | None
+    migrated: bool
+
+
+@dataclass(frozen=True)
+class Health:
+    ok: bool
+    revision: str
+    ledger_rows: int
+    head_hash: str
+
+
+def initialise(settings: Settings) -> Initialised:
+    """Create or migrate the configured database (forward-only; safe to run again)."""
+    settings.make_directories()
+    db = settings.open_database(role="cli")
+    try:
+        result = migrate.upgrade(db)
+    finally:
+        db.dispose()
+    return Initialised(settings.database_name, settings.data_dir, result.after, result.before, result.changed)
+
+
+def require_initialised(settings: Settings, db: Database) -> str:
+    """The database's revision; ``SchemaMismatch`` naming the database when it has none (a
+    SQLite file is not even created: connecting would leave an empty one behind)."""
+    sqlite_file = settings.sqlite_file
+    if (sqlite_file is not None and not sqlite_file.exists()) or (revision := migrate.check_current(db)) is None:
+        raise SchemaMismatch(
+            f"no purgekeeper database at {settings.database_name}: run `purgectl init` to create it "
+            "(PURGEKEEPER_DATABASE_URL or PURGEKEEPER_DATA_DIR choose another)"
+        )
+    return revision
+
+
+@contextlib.contextmanager
+def opened(settings: Settings, *, role: str = "cli") -> Iterator[Purgekeeper]:
+    """A handle on the initialised database, with no in-process worker: a one-shot command
+    only accepts, reads and wakes; the worker and scheduler processes (or ``serve``) clean up.
+    It never migrates (``initialise`` does)."""
+    db = settings.open_database(role=role)
+    try:
+        require_initialised(settings, db)
+        settings.make_directories()
+        pk = Purgekeeper(settings, db=db, workers="none")
+    except BaseException:
+        db.dispose()
+        raise
+    try:
+        yield pk
+    finally:
+        pk.close()
+
+
+def check_health(settings: Settings) -> Health:
+    """The database answers, its schema is current, its ledger verifies and agrees with its
+    copy, no merge is under way, and a checkpoint can be written; else the error says which."""
+    with opened(settings) as pk:
+        revision = require_initialised(settings, pk.db)
+        report = pk.verify_ledger()
+        if not report.ok:
+            raise MessagingUnavailable("the purge ledger does not verify", diagnostics=report.problems)
+        state = pk.messaging_status()
+    if not state.open:
+        raise MessagingUnavailable("content reads and writes are closed", diagnostics=state.problems)
+    unwritable = checkpoint.unwritable(settings.checkpoint_dir)
+    if unwritable is not None:
+        raise InfrastructureError(f"the checkpoint directory cannot be written: {unwritable}")
+    return Health(ok=True, revision=revision, ledger_rows=report.rows, head_hash=report.head_hash)
+
+
+def run_scheduler(settings: Settings, *, announce: Announce = log.info) -> None:
+    """The scheduler process, until a SIGTERM: while it holds the leader lease, every
+    ``sweep_interval`` it takes the due retention turns, re-sends due and lease-expired steps
+    to the broker, and copies the ledger out. A SIGTERM gives the lease up, so the next
+    scheduler leads at once. Needs a broker URL: embedded mode runs it in-process."""
+    if not settings.broker_url:
+        raise ValidationError("purgectl scheduler needs PURGEKEEPER_BROKER_URL; embedded mode runs it in-process")
+    failpoints.arm(settings.failpoints)
+    with opened(settings, role="scheduler") as pk:
+        loop = scheduler_of(pk, settings.broker_url)
+        signal.signal(signal.SIGTERM, lambda *_: loop.stop_soon())
+        announce(f"scheduler {loop.owner}: sweeping every {settings.sweep_interval.total_seconds():g}s")
+        loop.run()
+        loop.release()
+
+
+def scheduler_of(pk: Purgekeeper, broker_url: str) -> Scheduler:
+    """The leader loop on ``pk``, sending wake-ups to the broker at ``broker_url``."""
+    settings = pk.settings
+    return Scheduler(
+        pk.db,
+        functools.partial(enqueue_or_log, broker_url, pk.database_key, db=pk.db),
+        interval=settings.sweep_interval,
+        resend_after=settings.step_lease,
+        after_sweep=pk.scheduler_duties,
+        queued=functools.partial(broker.queued_steps, broker_url, pk.database_key),
+    )
+
+
+def enqueue_or_log(broker_url: str, database_key: str, step_ids: Sequence[str], *, db: Database | None = None) -> None:
+    """Send the wake-ups (``db`` names their purges in the log); a broker that is down is
+    logged, and the next sweep sends them again."""
+    try:
+        broker.enqueue(broker_url, database_key, step_ids, db=db)
+    except Exception as exc:
+        log.warning("enqueue of %d step(s) failed (%s); the next sweep sends them again", len(step_ids), exc)
