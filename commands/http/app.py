@@ -326,25 +326,25 @@ class ScopeByConversation(_Body):
 ScopeIn = ScopeByEvents | ScopeByConversation
 
 
-class Confirmation(_Body):
+class _Accepting(_Body):
+    """Who asks for an acceptance, and why; with an idempotency key, a retry is the same request."""
+
+    actor: Actor
+    reason: Reason
+    idempotency_key: Id | None = None
+
+
+class Confirmation(_Accepting):
     scope: ScopeIn
     scope_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
-    actor: Actor
-    reason: Reason
-    idempotency_key: Id | None = None
 
 
-class ConversationPurge(_Body):
-    actor: Actor
-    reason: Reason
+class ConversationPurge(_Accepting):
     expected_version: Annotated[int | None, Field(ge=1, le=MAX_SEQ)] = None
-    idempotency_key: Id | None = None
 
 
-class ChannelDeletion(_Body):
-    actor: Actor
-    reason: Reason
-    idempotency_key: Id | None = None
+class ChannelDeletion(_Accepting):
+    """A channel deletion asks for nothing more than who and why."""
 
 
 class ReviewedRepository(_Body):
@@ -352,12 +352,9 @@ class ReviewedRepository(_Body):
     marker_id: Annotated[str, Field(min_length=1, max_length=validation.MAX_ID_LENGTH)]
 
 
-class BotDeletion(_Body):
-    actor: Actor
-    reason: Reason
+class BotDeletion(_Accepting):
     erase_memory: StrictBool = False
     reviewed_repository: ReviewedRepository | None = None
-    idempotency_key: Id | None = None
 
 
 class AuthorWindow(_Body):
@@ -365,12 +362,9 @@ class AuthorWindow(_Body):
     before: UtcTime | None = None
 
 
-class AuthorErasure(AuthorWindow):
+class AuthorErasure(AuthorWindow, _Accepting):
     scope_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
-    actor: Actor
-    reason: Reason
     close_author: StrictBool = True
-    idempotency_key: Id | None = None
 
 
 class RetryRequest(_Body):
@@ -389,31 +383,21 @@ class RetentionDefinition(_Body):
     conversation_id: Annotated[Id | None, Field(description="null: every conversation and channel")] = None
 
 
-class RetentionSetting(RetentionDefinition):
+class RetentionSetting(RetentionDefinition, _Accepting):
     scope_digest: Digest
-    actor: Actor
-    reason: Reason
-    idempotency_key: Id | None = None
 
 
-class RetentionRemoval(_Body):
-    actor: Actor
-    reason: Reason
-    idempotency_key: Id | None = None
+class RetentionRemoval(_Accepting):
+    """The policy is named by the path."""
 
 
-class HoldPlacing(_Body):
+class HoldPlacing(_Accepting):
     conversation_ids: Annotated[list[Id], Field(max_length=MAX_HOLD_SUBJECTS)] = []
     authors: Annotated[list[Author], Field(max_length=MAX_HOLD_SUBJECTS)] = []
-    actor: Actor
-    reason: Reason
-    idempotency_key: Id | None = None
 
 
-class HoldRelease(_Body):
-    actor: Actor
-    reason: Reason
-    idempotency_key: Id | None = None
+class HoldRelease(_Accepting):
+    """The hold is named by the path."""
 
 
 class UploadedEvent(_Body):
@@ -556,6 +540,17 @@ def _json(value: Any) -> JSONResponse:
     return JSONResponse(surface.plain(value))
 
 
+def _causal(body: _Accepting, request_id: str | None) -> dict[str, Any]:
+    """An acceptance's who, why and which request, as every accepting command takes them."""
+    return {
+        "actor": body.actor,
+        "reason": body.reason,
+        "idempotency_key": body.idempotency_key,
+        "request_id": request_id,
+        "origin": ORIGIN,
+    }
+
+
 def _accepted(acceptance: Acceptance) -> JSONResponse:
     """202 with the Location of the purge's status (the same for an idempotent replay)."""
     location = f"{API_PREFIX}/purges/{acceptance.purge_id}"
@@ -691,11 +686,7 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
         acceptance = pk.confirm_purge(
             confirmation.scope.scope(),
             scope_digest=confirmation.scope_digest,
-            actor=confirmation.actor,
-            reason=confirmation.reason,
-            idempotency_key=confirmation.idempotency_key,
-            request_id=x_request_id,
-            origin=ORIGIN,
+            **_causal(confirmation, x_request_id),
         )
         return _accepted(acceptance)
 
@@ -705,12 +696,8 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
     ) -> JSONResponse:
         acceptance = pk.purge_conversation(
             conversation_id,
-            actor=purge.actor,
-            reason=purge.reason,
             expected_version=purge.expected_version,
-            idempotency_key=purge.idempotency_key,
-            request_id=x_request_id,
-            origin=ORIGIN,
+            **_causal(purge, x_request_id),
         )
         return _accepted(acceptance)
 
@@ -718,11 +705,7 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
     def delete_channel(channel_id: IdPath, deletion: ChannelDeletion, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.delete_channel(
             channel_id,
-            actor=deletion.actor,
-            reason=deletion.reason,
-            idempotency_key=deletion.idempotency_key,
-            request_id=x_request_id,
-            origin=ORIGIN,
+            **_causal(deletion, x_request_id),
         )
         return _accepted(acceptance)
 
@@ -739,13 +722,9 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
         reviewed = deletion.reviewed_repository
         acceptance = pk.delete_bot(
             bot_id,
-            actor=deletion.actor,
-            reason=deletion.reason,
             erase_memory=deletion.erase_memory,
             reviewed_repository=RepositoryIdentity(reviewed.path, reviewed.marker_id) if reviewed else None,
-            idempotency_key=deletion.idempotency_key,
-            request_id=x_request_id,
-            origin=ORIGIN,
+            **_causal(deletion, x_request_id),
         )
         return _accepted(acceptance)
 
@@ -762,13 +741,9 @@ def _purge_routes(pk: Purgekeeper) -> APIRouter:
         acceptance = pk.erase_author(
             erasure.author,
             scope_digest=erasure.scope_digest,
-            actor=erasure.actor,
-            reason=erasure.reason,
             before=erasure.before,
             close_author=erasure.close_author,
-            idempotency_key=erasure.idempotency_key,
-            request_id=x_request_id,
-            origin=ORIGIN,
+            **_causal(erasure, x_request_id),
         )
         return _accepted(acceptance)
 
@@ -885,11 +860,7 @@ def _retention_routes(pk: Purgekeeper) -> APIRouter:
             max_age=dt.timedelta(seconds=setting.max_age_seconds),
             conversation_id=setting.conversation_id,
             scope_digest=setting.scope_digest,
-            actor=setting.actor,
-            reason=setting.reason,
-            idempotency_key=setting.idempotency_key,
-            request_id=x_request_id,
-            origin=ORIGIN,
+            **_causal(setting, x_request_id),
         )
         return _accepted(acceptance)
 
@@ -897,11 +868,7 @@ def _retention_routes(pk: Purgekeeper) -> APIRouter:
     def remove_retention(policy_id: IdPath, removal: RetentionRemoval, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.remove_retention(
             policy_id,
-            actor=removal.actor,
-            reason=removal.reason,
-            idempotency_key=removal.idempotency_key,
-            request_id=x_request_id,
-            origin=ORIGIN,
+            **_causal(removal, x_request_id),
         )
         return _accepted(acceptance)
 
@@ -921,11 +888,7 @@ def _hold_routes(pk: Purgekeeper) -> APIRouter:
             hold_id,
             conversation_ids=placing.conversation_ids,
             authors=placing.authors,
-            actor=placing.actor,
-            reason=placing.reason,
-            idempotency_key=placing.idempotency_key,
-            request_id=x_request_id,
-            origin=ORIGIN,
+            **_causal(placing, x_request_id),
         )
         return _accepted(acceptance)
 
@@ -933,11 +896,7 @@ def _hold_routes(pk: Purgekeeper) -> APIRouter:
     def release_hold(hold_id: IdPath, release: HoldRelease, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.release_hold(
             hold_id,
-            actor=release.actor,
-            reason=release.reason,
-            idempotency_key=release.idempotency_key,
-            request_id=x_request_id,
-            origin=ORIGIN,
+            **_causal(release, x_request_id),
         )
         return _accepted(acceptance)
 
