@@ -26,10 +26,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,12 +41,11 @@ from commands import EventScope, NewAttachment
 from commands.settings import Settings
 from commands.web.auth import COOKIE_NAME
 from schema import steps
-from tests import helpers
+from tests import helpers, served
 from tests.conftest import ON_CI
 from workers import runner
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(os.environ.get("PK_TEST_ARTIFACTS") or REPO / "test-artifacts")
@@ -63,7 +58,6 @@ HOSTILE_NAME = "<img src=x onerror=alert(1)>.txt"  # no '/': a valid attachment 
 SECRET = "S3CR3T-browser-body"
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
 FROZEN_WORKER = "frozen-host:4242:c0ffee"
-START_S = 30.0
 WAIT_S = 15.0
 
 
@@ -143,46 +137,6 @@ def prepare(settings: Settings) -> Prepared:
 # -- the server ----------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@dataclass
-class Server:
-    url: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-
-def wait_until_serving(server: Server) -> None:
-    deadline = time.monotonic() + START_S
-    while time.monotonic() < deadline:
-        if server.process.poll() is not None:
-            pytest.fail(f"purgectl serve exited with {server.process.returncode}:\n{server.output()}")
-        try:
-            if httpx.get(f"{server.url}/status", timeout=1.0).status_code == 401:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"purgectl serve did not answer within {START_S} s:\n{server.output()}")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=WAIT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=WAIT_S)
-
-
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
@@ -194,31 +148,15 @@ def prepared(data_dir: Path) -> Prepared:
 
 
 @pytest.fixture
-def server(prepared: Prepared, data_dir: Path, tmp_path: Path) -> Iterator[Server]:
-    port = free_port()
-    env = {name: value for name, value in os.environ.items() if not name.startswith("PURGEKEEPER_")}
-    env |= {
-        "PURGEKEEPER_DATA_DIR": str(data_dir),
-        "PURGEKEEPER_API_TOKEN": HOST_TOKEN,
-        "PURGEKEEPER_OPERATOR_TOKEN": OPERATOR_TOKEN,
-        "PURGEKEEPER_SWEEP_INTERVAL": "0.5",
-    }
-    log = tmp_path / "serve.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [str(BIN / "purgectl"), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its pid is its process group: teardown stops all of it
-        )
-    running = Server(url=f"http://127.0.0.1:{port}", process=process, log=log)
-    try:
-        wait_until_serving(running)
+def server(prepared: Prepared, data_dir: Path, tmp_path: Path) -> Iterator[served.Served]:
+    env = served.clean_environment(
+        PURGEKEEPER_DATA_DIR=str(data_dir),
+        PURGEKEEPER_API_TOKEN=HOST_TOKEN,
+        PURGEKEEPER_OPERATOR_TOKEN=OPERATOR_TOKEN,
+        PURGEKEEPER_SWEEP_INTERVAL="0.5",
+    )
+    with served.serving(env, tmp_path, "--host", "127.0.0.1") as running:
         yield running
-    finally:
-        stop(process)
 
 
 # -- the browser ----------------------------------------------------------------------------------------
@@ -331,7 +269,7 @@ def listed(driver: Any) -> list[str]:
 
 
 def test_an_operator_signs_in_filters_opens_retries_and_sees_the_audit_row(
-    browser: Any, server: Server, prepared: Prepared
+    browser: Any, server: served.Served, prepared: Prepared
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
@@ -439,7 +377,7 @@ def test_an_operator_signs_in_filters_opens_retries_and_sees_the_audit_row(
     assert prepared.incomplete not in browser.page_source
 
 
-def test_the_server_answers_without_a_browser_too(server: Server, prepared: Prepared) -> None:
+def test_the_server_answers_without_a_browser_too(server: served.Served, prepared: Prepared) -> None:
     """The same process, over plain HTTP: /status needs the operator, /metrics counts the purge."""
     assert httpx.get(f"{server.url}/status").status_code == 401
     operator = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}

@@ -14,11 +14,8 @@ from __future__ import annotations
 import importlib
 import io
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -27,13 +24,13 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import served
 from tests.conftest import ON_CI
 
 BIN = Path(sys.executable).parent
 GENERATOR = BIN / "openapi-python-client"
 HOST_TOKEN = "generated-client-host-token"
 PACKAGE = "purgekeeper_generated_client"
-START_S = 30.0
 GENERATOR_CONFIG = """\
 content_type_overrides:
   application/x-ndjson: application/octet-stream
@@ -43,44 +40,10 @@ post_hooks: []
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[str]:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("PURGEKEEPER_")}
-    env |= {"PURGEKEEPER_DATA_DIR": str(tmp_path / "data"), "PURGEKEEPER_API_TOKEN": HOST_TOKEN}
-    subprocess.run([str(BIN / "purgectl"), "init", "--json"], env=env, check=True, capture_output=True, timeout=60)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = tmp_path / "serve.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [str(BIN / "purgectl"), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env,
-            cwd=tmp_path,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its pid is its process group: teardown stops all of it
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_until_serving(url, process, log)
-        yield url
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=30)
-
-
-def _wait_until_serving(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + START_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"purgectl serve exited with {process.returncode}:\n{log.read_text(errors='replace')}")
-        try:
-            if httpx.get(f"{url}/openapi.json", timeout=1.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"purgectl serve did not answer within {START_S} s:\n{log.read_text(errors='replace')}")
+    env = served.clean_environment(PURGEKEEPER_DATA_DIR=str(tmp_path / "data"), PURGEKEEPER_API_TOKEN=HOST_TOKEN)
+    served.run([str(BIN / "purgectl"), "init", "--json"], env, tmp_path)
+    with served.serving(env, tmp_path) as running:
+        yield running.url
 
 
 @pytest.fixture
