@@ -53,6 +53,9 @@ KIND_LABELS = {
     "hold_release": "legal hold {hold_id} released",
 }
 POLICY_KINDS = frozenset({"retention", "retention_end", "retention_run"})
+# The rows of the operator routes (policies and holds): their actor and reason are an
+# operator's words ("litigation Doe v. Corp"), so a host's purge list and status leave them out.
+OPERATOR_KINDS = ("retention", "retention_end", "hold", "hold_release")
 
 
 def label_of(entry: ledger.LedgerEntry) -> str:
@@ -166,16 +169,19 @@ class OperatorCommands:
         until: dt.datetime | None = None,
         limit: int = 100,
         after: int | None = None,
+        operator_rows: bool = True,
     ) -> PurgePage:
         """Purges newest first: of one derived ``status``, one ``kind``, concerning one
         conversation or channel, accepted in ``[since, until)``, as given. ``after`` is the
-        ``next_after`` of the previous page."""
+        ``next_after`` of the previous page. ``operator_rows=False`` leaves out the policies'
+        and holds' rows (``OPERATOR_KINDS``), as a host is shown the list."""
         where = purges.LedgerFilter(
             status=None if status is None else validation.check_choice(status, "status", PURGE_STATUSES),
             kind=None if kind is None else validation.check_choice(kind, "kind", PURGE_KINDS),
             conversation_id=validation.check_optional_id(conversation_id, "conversation_id"),
             since=validation.check_optional_moment(since, "since"),
             until=validation.check_optional_moment(until, "until"),
+            hidden_kinds=() if operator_rows else OPERATOR_KINDS,
         )
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
             raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")

@@ -553,13 +553,15 @@ def derived_status_filter(status: str) -> Any:
 @dataclass(frozen=True)
 class LedgerFilter:
     """Which ledger rows ``list_ledger`` returns: of one derived status, one kind, naming one
-    conversation (``purge_conversations``), accepted in ``[since, until)``."""
+    conversation (``purge_conversations``), accepted in ``[since, until)``, none of
+    ``hidden_kinds``."""
 
     status: str | None = None
     kind: str | None = None
     conversation_id: str | None = None
     since: dt.datetime | None = None
     until: dt.datetime | None = None
+    hidden_kinds: tuple[str, ...] = ()  # never these kinds (a caller who may not see them)
 
 
 def list_ledger(conn: Connection, *, where: LedgerFilter, limit: int, before_seq: int | None) -> list[Row[Any]]:
@@ -571,6 +573,8 @@ def list_ledger(conn: Connection, *, where: LedgerFilter, limit: int, before_seq
         query = query.where(derived_status_filter(where.status))
     if where.kind is not None:
         query = query.where(row.kind == where.kind)
+    if where.hidden_kinds:
+        query = query.where(row.kind.not_in(where.hidden_kinds))
     if where.conversation_id is not None:
         named = select(purge_conversations.c.purge_id).where(
             purge_conversations.c.conversation_id == where.conversation_id

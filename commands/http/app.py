@@ -133,14 +133,14 @@ from commands.attachments import NewAttachment
 from commands.handle import Purgekeeper
 from commands.holds import MAX_HOLD_SUBJECTS
 from commands.http import models, uploads
-from commands.http.guard import API_PREFIX, RequestGuard
+from commands.http.guard import API_PREFIX, OPERATOR_STATE, RequestGuard
 from commands.kinds.retention import MAX_AGE_LIMIT
-from commands.operations import MAX_PAGE
+from commands.operations import MAX_PAGE, OPERATOR_KINDS
 from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
-from commands.records import Acceptance, RepositoryIdentity
+from commands.records import Acceptance, PurgeStatus, RepositoryIdentity
 from commands.scope import MAX_SCOPE_EVENTS, EventScope
 from commands.web.auth import Tokens
-from schema.errors import PurgekeeperError, ValidationError
+from schema.errors import NotFound, PurgekeeperError, ValidationError
 from schema.states import PurgeKind
 
 log = logging.getLogger(__name__)
@@ -540,6 +540,18 @@ def _json(value: Any) -> JSONResponse:
     return JSONResponse(surface.plain(value))
 
 
+def _by_operator(request: Request) -> bool:
+    """Whether the request carries the operator's token (``RequestGuard`` says)."""
+    return bool(getattr(request.state, OPERATOR_STATE, False))
+
+
+def _visible(status: PurgeStatus, request: Request) -> PurgeStatus:
+    """A policy's or a hold's row is the operator's (``OPERATOR_KINDS``): to a host, not found."""
+    if status.kind in OPERATOR_KINDS and not _by_operator(request):
+        raise NotFound(f"no purge {status.purge_id}")
+    return status
+
+
 def _causal(body: _Accepting, request_id: str | None) -> dict[str, Any]:
     """An acceptance's who, why and which request, as every accepting command takes them."""
     return {
@@ -755,6 +767,7 @@ def _status_routes(pk: Purgekeeper) -> APIRouter:
 
     @router.get("/purges", operation_id="list_purges", response_model=models.PurgePage)
     def list_purges(
+        request: Request,
         status: Annotated[Literal["accepted", "cleaning", "complete", "incomplete"] | None, Query()] = None,
         kind: Annotated[PurgeKind | None, Query(description="what the ledger row is")] = None,
         conversation_id: Annotated[
@@ -779,20 +792,23 @@ def _status_routes(pk: Purgekeeper) -> APIRouter:
             until=until,
             limit=limit,
             after=after,
+            operator_rows=_by_operator(request),
         )
         return _json(page)
 
     @router.get("/purges/{purge_id}", operation_id="status", response_model=models.PurgeStatus)
-    def status(purge_id: IdPath) -> JSONResponse:
-        return _json(pk.status(purge_id))
+    def status(purge_id: IdPath, request: Request) -> JSONResponse:
+        return _json(_visible(pk.status(purge_id), request))
 
     @router.get("/purges/{purge_id}/wait", operation_id="wait", response_model=models.PurgeStatus)
     def wait(
         purge_id: IdPath,
+        request: Request,
         timeout: Annotated[
             float, Query(ge=0, allow_inf_nan=False, description=f"seconds; at most {MAX_WAIT_SECONDS:g} are waited")
         ] = 10.0,
     ) -> JSONResponse:
+        _visible(pk.status(purge_id), request)
         return _json(pk.wait(purge_id, min(timeout, MAX_WAIT_SECONDS)))
 
     return router

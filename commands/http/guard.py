@@ -1,5 +1,6 @@
 """The HTTP API's guard, in front of every route: the bearer token of every ``/v1`` request
-(the operator token for an operator route), then the body cap, before anything reads the body.
+(the operator token for an operator route; ``request.state.operator`` says whether it was
+the operator's), then the body cap, before anything reads the body.
 
 Most bodies are read here, up to ``max_body_bytes``, and replayed to the app. The upload
 routes (``streamed``: the ledger merge, the event upload) each have a cap of their own and
@@ -23,6 +24,7 @@ from starlette.types import Scope as AsgiScope
 from commands.web.auth import Tokens, bearer
 
 API_PREFIX = "/v1"
+OPERATOR_STATE = "operator"  # request.state.operator: the request carries the operator's token
 UNAUTHORIZED = {"error": "unauthorized", "detail": "a valid 'Authorization: Bearer <token>' header is required"}
 
 
@@ -58,9 +60,12 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if _under_api(scope["path"]) and not self._allowed(scope, bearer(headers.get("authorization"))):
-            await _send_json(send, 401, UNAUTHORIZED, {"www-authenticate": "Bearer"})
-            return
+        if _under_api(route_path(scope)):
+            token = bearer(headers.get("authorization"))
+            if not self._allowed(scope, token):
+                await _send_json(send, 401, UNAUTHORIZED, {"www-authenticate": "Bearer"})
+                return
+            scope.setdefault("state", {})[OPERATOR_STATE] = self.tokens.operator_allows(token)
         streamed_cap = self._streamed_cap(scope)
         cap = self.max_body_bytes if streamed_cap is None else streamed_cap
         if _declared_over(headers.get("content-length"), cap):
@@ -92,6 +97,14 @@ class RequestGuard:
 
 class _Disconnected(Exception):
     """The client went away while sending the body."""
+
+
+def route_path(scope: AsgiScope) -> str:
+    """The path the routes match: without the prefix the app is mounted under (uvicorn's
+    ``--root-path``, a Starlette ``Mount``), which the server leaves in ``path``."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
 
 
 def _under_api(path: str) -> bool:

@@ -13,7 +13,7 @@ import pytest
 
 import commands
 from commands import EventScope
-from tests.http.test_http_api import AS_HOST, WHO, TestClient, make_client, ok, refused
+from tests.http.test_http_api import AS_HOST, AS_OPERATOR, WHO, TestClient, make_client, ok, refused
 
 Pk = commands.Purgekeeper
 
@@ -49,8 +49,8 @@ def purges(pk: Pk) -> dict[str, Any]:
     return accepted
 
 
-def listed(client: TestClient, **params: Any) -> list[str]:
-    return [p["purge_id"] for p in ok(client.get("/v1/purges", params=params))["purges"]]
+def listed(client: TestClient, headers: dict[str, str] | None = None, **params: Any) -> list[str]:
+    return [p["purge_id"] for p in ok(client.get("/v1/purges", params=params, headers=headers))["purges"]]
 
 
 def moment(status: Any) -> str:
@@ -104,3 +104,22 @@ def test_filters_hold_across_pages(client: TestClient, purges: dict[str, Any]) -
 def test_bad_filters_are_a_400(client: TestClient, params: dict[str, Any]) -> None:
     body = refused(client.get("/v1/purges", params=params), 400, "validation_error")
     assert next(iter(params)) in body["detail"]
+
+
+def test_a_host_does_not_see_the_operators_policy_and_hold_rows(pk: Pk, client: TestClient) -> None:
+    """A hold's and a policy's actor and reason are an operator's words ("litigation Doe v.
+    Corp"); the hold and retention routes are operator routes, so the purge list and status
+    do not show those rows to the host token either. Tried: the list, filtered by kind and by
+    a held conversation, and the status and wait of the hold's row, as host and as operator."""
+    pk.create_conversation("c1")
+    hold = pk.place_hold("h1", conversation_ids=["c1"], actor="legal@corp", reason="litigation Doe v. Corp").purge_id
+    digest = pk.preview_retention(max_age=dt.timedelta(days=30)).scope_digest
+    policy = pk.set_retention("p1", max_age=dt.timedelta(days=30), scope_digest=digest, **WHO).purge_id
+    assert listed(client) == []
+    assert listed(client, kind="hold") == [] and listed(client, conversation_id="c1") == []
+    for path in (f"/v1/purges/{hold}", f"/v1/purges/{hold}/wait?timeout=0", f"/v1/purges/{policy}"):
+        refused(client.get(path), 404, "not_found")
+    as_operator = {"Authorization": AS_OPERATOR["Authorization"]}
+    assert listed(client, headers=as_operator) == [policy, hold]
+    held = ok(client.get(f"/v1/purges/{hold}", headers=as_operator))
+    assert (held["actor"], held["reason"]) == ("legal@corp", "litigation Doe v. Corp")

@@ -43,6 +43,8 @@ from schema.tables import metadata
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
+from starlette.applications import Starlette
+from starlette.routing import Mount
 
 Pk = commands.Purgekeeper
 HOST = "host-token-5d1e"
@@ -485,6 +487,25 @@ def test_every_endpoint_needs_a_valid_token(pk: Pk, world: World, authorization:
             body = refused(response, 401, "unauthorized")
             assert response.headers["www-authenticate"] == "Bearer"
             assert HOST not in json.dumps(body) and OPERATOR not in json.dumps(body)
+    assert snapshot(world) == before
+
+
+@pytest.mark.parametrize("mounted", ["root_path", "Mount"])
+def test_every_endpoint_needs_a_valid_token_under_a_path_prefix_too(pk: Pk, world: World, mounted: str) -> None:
+    """Behind a proxy the app runs under a prefix: uvicorn's ``--root-path`` or a Starlette
+    ``Mount`` puts it into the request's path. Tried: every endpoint at ``/pk/v1/...`` with no
+    token, and the operator endpoints with the host token."""
+    app = create_app(pk, tokens=TOKENS, max_body_bytes=BODY_CAP, max_upload_bytes=UPLOAD_CAP)
+    outer = app if mounted == "root_path" else Starlette(routes=[Mount("/pk", app=app)])
+    before = snapshot(world)
+    with TestClient(outer, root_path="/pk" if mounted == "root_path" else "") as client:
+        for method, path in sorted(ENDPOINTS):
+            response = client.request(method, "/pk" + _url(path), json={"conversation_id": "new"})
+            refused(response, 401, "unauthorized")
+            if ENDPOINTS[(method, path)] == "operator":
+                response = client.request(method, "/pk" + _url(path), headers=AS_HOST, json={})
+                refused(response, 401, "unauthorized")
+        assert client.get("/pk/v1/purges", headers=AS_HOST).status_code == 200  # the prefix routes at all
     assert snapshot(world) == before
 
 
