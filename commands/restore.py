@@ -348,10 +348,7 @@ def _append(conn: Connection, head: ledger.Head, plan: _Plan) -> list[ledger.Led
 def _reapply_fences(conn: Connection, entries: Iterable[ledger.LedgerEntry]) -> int:
     """Every fence and tombstone these rows imply, as each kind says (an existing one is kept
     as it is), and the conversations each names; returns the runs abandoned."""
-    entries = list(entries)
     kinds.reapply_fences(conn, entries)
-    for entry in entries:
-        purges.record_conversations(conn, entry.purge_id, kinds.kind_of(entry.kind).conversations(entry.selectors))
     return restore.abandon_runs_in_purged_scopes(conn)
 
 

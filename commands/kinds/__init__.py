@@ -26,6 +26,7 @@ from commands.kinds.hold_release import HoldRelease
 from commands.kinds.retention import Retention
 from commands.kinds.retention_end import RetentionEnd
 from commands.kinds.retention_run import RetentionRun
+from schema import purges
 from schema.ledger import LedgerEntry
 from schema.states import PurgeKind, StepKind
 from workers import cleanup
@@ -71,9 +72,13 @@ def kind_of(name: str) -> Kind:
 
 
 def reapply_fences(conn: Connection, entries: Iterable[LedgerEntry]) -> None:
-    """A merge: every fence and tombstone these rows imply (an existing one is kept)."""
+    """A merge: every fence and tombstone these rows imply (an existing one is kept), and the
+    conversations each names (``purge_conversations`` is not in the ledger); one row at a
+    time, so a full merge holds one row in memory, not the ledger."""
     for entry in entries:
-        kind_of(entry.kind).fence(conn, entry.purge_id, entry.selectors)
+        kind = kind_of(entry.kind)
+        kind.fence(conn, entry.purge_id, entry.selectors)
+        purges.record_conversations(conn, entry.purge_id, kind.conversations(conn, entry.selectors))
 
 
 def cleanup_left(conn: Connection, entry: LedgerEntry) -> list[tuple[StepKind, bool]]:

@@ -110,7 +110,7 @@ class Kind(abc.ABC):
     def left_after_restore(self, conn: Connection, entry: LedgerEntry) -> list[tuple[StepKind, bool]]:
         """The cleanup steps (kind, parked) this purge needs again after a restore."""
 
-    def conversations(self, selectors: Mapping[str, Any]) -> list[str]:
+    def conversations(self, conn: Connection, selectors: Mapping[str, Any]) -> list[str]:
         """The conversations a row of this kind names, for listing purges by conversation
         (none: an author erasure's, a bot's; a kind that names some says which)."""
         named = selectors.get("conversation_ids") or []

@@ -21,7 +21,7 @@ class Channel(Kind):
     preview = None  # confirmed by its id: it removes no content
     bodies = None  # it removes no content, so it has no cleanup at all
 
-    def conversations(self, selectors: Mapping[str, Any]) -> list[str]:
+    def conversations(self, conn: Connection, selectors: Mapping[str, Any]) -> list[str]:
         return [str(selectors["channel_id"])]
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:

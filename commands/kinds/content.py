@@ -34,6 +34,15 @@ class Content(Kind):
         report = build_report(conn, scope)
         return report, report.id_summary()  # a stale confirmation names what changed
 
+    def conversations(self, conn: Connection, selectors: Mapping[str, Any]) -> list[str]:
+        """Where its events are placed, as accepted (``conversation_ids``); a row from before
+        0010 lacks them: where its events are placed now, and its scope's conversation."""
+        if "conversation_ids" in selectors:
+            return [str(c) for c in selectors["conversation_ids"]]
+        scoped = ((selectors.get("request") or {}).get("scope") or {}).get("conversation_id")
+        placed = purges.conversations_of(conn, [str(e) for e in selectors.get("event_ids", [])])
+        return sorted({*placed, *([str(scoped)] if scoped else [])})
+
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         fields.ids(selectors, "event_ids", required=True)
         fields.ids(selectors, "already_fenced")

@@ -100,7 +100,7 @@ def accept(
         idempotency_key=causal.idempotency_key,
         origin=causal.origin,
     )
-    purges.record_conversations(conn, entry.purge_id, kind.conversations(selectors))
+    purges.record_conversations(conn, entry.purge_id, kind.conversations(conn, selectors))
     appended.entry = entry  # this thread's acceptance copies it out once committed
     return Acceptance(entry.purge_id, entry.seq, "accepted", decision.disclosures), steps
 

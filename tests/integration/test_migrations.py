@@ -20,7 +20,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
 import commands
-from schema import fences, migrate
+from commands.kinds import kind_of
+from schema import fences, ledger, migrate
 from schema.db import Database
 from schema.errors import SchemaMismatch
 from schema.tables import metadata
@@ -249,8 +250,11 @@ def test_0010_backfills_the_conversations_of_the_purges_already_in_the_ledger(
 ) -> None:
     """The rows acceptance writes into ``purge_conversations`` are the rows 0010's backfill
     derives from the ledger rows written before it: a conversation purge, a channel deletion,
-    a conversation-scoped content purge, a hold on two conversations and a retention policy
-    of one; an author erasure names none. Both backends: the backfill's SQL is per dialect."""
+    a conversation-scoped content purge, a content purge by event ids of an event placed in
+    two conversations, a hold on two conversations and a retention policy of one; an author
+    erasure names none. The merge's derivation of a row from before 0010 (no
+    ``conversation_ids`` in its selectors) agrees too. Both backends: the backfill's SQL is
+    per dialect."""
     backfill = importlib.import_module("schema.migrations.versions.0010_attempts_and_purge_conversations").BACKFILL
     pk = commands.open(
         empty_database_url,
@@ -266,6 +270,12 @@ def test_0010_backfills_the_conversations_of_the_purges_already_in_the_ledger(
             pk.create_conversation(conversation)
         pk.create_conversation("ch1", kind="channel")
         pk.ingest_event("c3", author="ada", body="x", event_id="e3")
+        pk.create_conversation("c4")
+        pk.create_conversation("c5")
+        pk.ingest_event("c4", author="ada", body="y", event_id="e4")
+        pk.place_event("e4", "c5")
+        by_ids = commands.EventScope(event_ids=["e4"])  # a content purge by ids, in two conversations
+        pk.confirm_purge(by_ids, scope_digest=pk.preview_purge(by_ids).scope_digest, **who)
         pk.purge_conversation("c1", **who)
         pk.delete_channel("ch1", **who)
         scope = commands.EventScope(conversation_id="c3")
@@ -289,9 +299,18 @@ def test_0010_backfills_the_conversations_of_the_purges_already_in_the_ledger(
             ("c2", "hold"),
             ("c2", "retention"),
             ("c3", "content"),
+            ("c4", "content"),
+            ("c5", "content"),
             ("c9", "hold"),
             ("ch1", "channel"),
         ]
         assert backfilled == recorded
+        content = kind_of("content")
+        with pk.db.read() as conn:
+            for entry in ledger.entries(conn):
+                if entry.kind == "content":
+                    before_0010 = {k: v for k, v in entry.selectors.items() if k != "conversation_ids"}
+                    named = sorted(c for c, p in recorded if p == entry.purge_id)
+                    assert content.conversations(conn, before_0010) == named
     finally:
         pk.close()

@@ -10,8 +10,8 @@ Revises: 0009
   them, so that a scrape reads a bounded number of rows.
 - ``purge_conversations``: the conversations each purge concerns, for listing purges by
   conversation; filled here from the rows the ledger already holds (conversation and channel
-  purges, conversation-scoped content purges, retention runs and policies of a conversation,
-  holds), then by every acceptance and merge.
+  purges, content purges: their scope's conversation and where their events are placed,
+  retention runs and policies of a conversation, holds), then by every acceptance and merge.
 - ``purge_ledger`` indexed by (kind, seq), for listing purges of one kind, newest first.
 """
 
@@ -37,6 +37,12 @@ BACKFILL = {
             SELECT purge_id, selectors::jsonb -> 'request' -> 'scope' ->> 'conversation_id' FROM purge_ledger
              WHERE kind = 'content'
             UNION ALL
+            SELECT purge_ledger.purge_id, placements.conversation_id
+              FROM purge_ledger
+              CROSS JOIN LATERAL jsonb_array_elements_text(purge_ledger.selectors::jsonb -> 'event_ids') AS purged(id)
+              JOIN placements ON placements.event_id = purged.id
+             WHERE purge_ledger.kind = 'content'
+            UNION ALL
             SELECT purge_id, jsonb_array_elements_text(selectors::jsonb -> 'conversation_ids') FROM purge_ledger
              WHERE kind = 'hold' AND jsonb_typeof(selectors::jsonb -> 'conversation_ids') = 'array'
         ) AS named
@@ -52,6 +58,11 @@ BACKFILL = {
             UNION ALL
             SELECT purge_id, json_extract(selectors, '$.request.scope.conversation_id') FROM purge_ledger
              WHERE kind = 'content'
+            UNION ALL
+            SELECT purge_ledger.purge_id, placements.conversation_id
+              FROM purge_ledger, json_each(purge_ledger.selectors, '$.event_ids') AS purged
+              JOIN placements ON placements.event_id = purged.value
+             WHERE purge_ledger.kind = 'content'
             UNION ALL
             SELECT purge_ledger.purge_id, held.value
               FROM purge_ledger, json_each(purge_ledger.selectors, '$.conversation_ids') AS held
