@@ -33,11 +33,10 @@ from schema.content import upsert_insert
 from schema.ledger import clock, database_now
 from schema.overview import Counter
 from schema.states import StepStatus
-from schema.tables import cleanup_steps, leader_leases, purge_ledger, step_attempts
+from schema.tables import cleanup_steps, leader_leases, purge_completions, purge_ledger, step_attempts
 
 LEASE_EXPIRED = "the worker stopped during its last attempt (lease expired)"
 LEASE_LOST = "lease_lost"  # an attempt's outcome: its lease ran out before it finished
-RELEASED = "released"  # an attempt's outcome: its worker shut down and gave the step back
 FAILED_OUTCOMES = frozenset({StepStatus.RETRYING.value, StepStatus.INCOMPLETE.value, LEASE_LOST})
 # A step parked behind another (a conversation's attachments wait for its bodies step).
 PARKED_UNTIL = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
@@ -192,8 +191,20 @@ def _purge_completed(conn: Connection, purge_id: str) -> tuple[str, dt.datetime]
     return None if row is None else (row.kind, row.accepted_at)
 
 
-def _count_completion(conn: Connection, completed: tuple[str, dt.datetime] | None, at: dt.datetime) -> None:
-    if completed is not None:
+def _count_completion(
+    conn: Connection, purge_id: str, completed: tuple[str, dt.datetime] | None, at: dt.datetime
+) -> None:
+    """Observe the purge's acceptance-to-complete, the first time it completes only
+    (``purge_completions``: a merge that re-arms a done step makes it complete again)."""
+    if completed is None:
+        return
+    first = conn.execute(
+        upsert_insert(conn, purge_completions)
+        .values(purge_id=purge_id, completed_at=at)
+        .on_conflict_do_nothing(index_elements=["purge_id"])
+        .returning(purge_completions.c.purge_id)
+    ).first()
+    if first is not None:
         kind, accepted_at = completed
         overview.observe(conn, Counter.PURGE_SECONDS, kind, (at - accepted_at).total_seconds())
 
@@ -248,7 +259,7 @@ def progress(
         _close_attempts(
             conn, held.step_id, outcome=StepStatus.DONE.value, error=None, owner=held.owner, at=row.updated_at
         )
-        _count_completion(conn, completed, row.updated_at)
+        _count_completion(conn, held.purge_id, completed, row.updated_at)
 
 
 def remaining_of(conn: Connection, step_id: str) -> int | None:
@@ -299,23 +310,22 @@ def finish(
     _close_attempts(
         conn, held.step_id, outcome=outcome.value, error=values.get("last_error"), owner=held.owner, at=row.updated_at
     )
-    _count_completion(conn, completed, row.updated_at)
+    _count_completion(conn, held.purge_id, completed, row.updated_at)
 
 
 def release(conn: Connection, owner: str) -> int:
-    """Give up every lease of ``owner`` (a worker shutting down): the steps are due again."""
+    """Give up every lease of ``owner`` (a worker shutting down): the steps are due again. Its
+    attempts stay open: a batch still running may finish (its real outcome), or another worker
+    takes the step first and closes them ``lease_lost``."""
     now = database_now(conn)
     c = cleanup_steps.c
     rows = conn.execute(
         update(cleanup_steps)
         .where(c.lease_owner == owner, c.status == StepStatus.RUNNING.value)
         .values(lease_expires_at=now, updated_at=now)
-        .returning(c.id, c.kind)
+        .returning(c.id)
     )
-    released = [row.id for row in sorted(rows, key=lambda row: (row.kind, row.id))]  # counters in one order
-    for step_id in released:
-        _close_attempts(conn, step_id, outcome=RELEASED, error=None, owner=owner)
-    return len(released)
+    return len(list(rows))
 
 
 def unpark(conn: Connection, purge_id: str, kind: str) -> list[str]:

@@ -501,6 +501,15 @@ metric_counters = Table(
     PrimaryKeyConstraint("metric", "kind", "bucket"),
 )
 
+# The purges whose completion /metrics counted (0010): a purge completes once, even when a
+# merge re-arms a done step of it (a restored file) and it completes again.
+purge_completions = Table(
+    "purge_completions",
+    metadata,
+    Column("purge_id", String(64), primary_key=True),
+    Column("completed_at", UtcDateTime(), nullable=False),
+)
+
 # The conversations a purge concerns, for listing purges by conversation (0010): written with
 # each acceptance (and each merged row) from the kind's ``conversations`` of its selectors.
 purge_conversations = Table(
@@ -558,6 +567,7 @@ PURGE_TABLES = (
     purge_audit,
     step_attempts,
     metric_counters,
+    purge_completions,
     purge_conversations,
     leader_leases,
 )

@@ -22,7 +22,7 @@ from sqlalchemy import bindparam, text
 import commands
 from commands import EventScope, NewAttachment
 from commands.web import metrics
-from schema import ledger, migrate, overview, steps
+from schema import ledger, migrate, overview, restore, steps
 from schema.overview import ATTEMPT_BUCKETS, Counter, Histogram
 from schema.states import StepStatus
 from schema.tables import UtcDateTime
@@ -125,6 +125,22 @@ def test_the_histogram_counts_every_attempt_and_the_failures_by_kind_survive_a_r
     assert value(after, "step_attempts_total", kind="attachments") == 4
     assert value(after, "step_failures_total", kind="attachments") == 2
     assert value(after, "purge_duration_seconds_count", kind="content") == 2
+
+
+def test_a_purge_a_restore_cleans_again_is_counted_complete_once(pk: Pk) -> None:
+    """A merge re-arms a done step when a restored file is back (``schema.restore.rearm_step``);
+    the purge completes a second time, weeks after its acceptance, but it completed once."""
+    purge_id = purge_with_files(pk, "c-restored")
+    assert settle(pk, purge_id).status == "complete"
+    assert value(scrape(pk), "purge_duration_seconds_count", kind="content") == 1
+    rearmed = pk.db.transact(
+        lambda conn: restore.rearm_step(conn, purge_id, "attachments", due=ledger.clock(conn), note="restored")
+    )
+    assert rearmed is not None
+    assert settle(pk, purge_id).status == "complete"
+    samples = scrape(pk)
+    assert value(samples, "purge_duration_seconds_count", kind="content") == 1
+    assert value(samples, "step_attempts_total", kind="attachments") == 2  # the attempts are counted
 
 
 def test_an_attempt_is_counted_in_the_bucket_of_its_duration(pk: Pk) -> None:

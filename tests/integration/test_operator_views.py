@@ -13,6 +13,7 @@ import pytest
 
 import commands
 from schema import steps
+from schema.states import StepStatus
 from tests.integration.test_cleanup_steps import (
     WHO,
     Pk,
@@ -76,14 +77,25 @@ def test_an_attempt_whose_lease_ran_out_is_closed_as_lease_lost_when_another_tak
     assert [a.outcome for a in attempts][1:] == ["done"] and attempts[1].owner != "frozen-worker"
 
 
-def test_a_worker_shutting_down_closes_its_attempts_as_released(pk: Pk) -> None:
+def test_a_worker_shutting_down_leaves_its_attempt_to_end_as_it_ends(pk: Pk) -> None:
+    """A SIGTERM releases the leases (``steps.release``) while the running batches may still
+    finish: the attempt keeps its real outcome, or, when another worker takes the step
+    first, it is ``lease_lost`` and counted a failure."""
     seed_content(pk)
     purge_id = purge_events(pk, "e-doomed")
     step_id = step_of(pk, purge_id, "bodies").id
-    claim_as(pk, step_id, "leaving-worker")
+    held = claim_as(pk, step_id, "leaving-worker")
     assert pk.db.transact(lambda conn: steps.release(conn, "leaving-worker")) == 1
+    pk.db.transact(lambda conn: steps.finish(conn, held, outcome=StepStatus.RETRYING, error="boom"))
     (attempt,) = [a for a in pk.purge_detail(purge_id).attempts if a.step_id == step_id]
-    assert (attempt.outcome, attempt.finished_at is not None) == ("released", True)
+    assert (attempt.outcome, attempt.error) == ("retrying", "boom")
+
+    attachments = step_of(pk, purge_id, "attachments").id
+    claim_as(pk, attachments, "leaving-worker")
+    assert pk.db.transact(lambda conn: steps.release(conn, "leaving-worker")) == 1
+    assert run(pk, attachments).status == "done"  # another worker took it at once
+    ended = [(a.owner, a.outcome) for a in pk.purge_detail(purge_id).attempts if a.step_id == attachments]
+    assert ended[0] == ("leaving-worker", "lease_lost") and ended[1][1] == "done"
 
 
 def test_the_workers_view_lists_each_live_lease_owner_with_the_steps_it_holds(pk: Pk) -> None:

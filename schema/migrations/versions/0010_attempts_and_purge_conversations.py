@@ -8,6 +8,8 @@ Revises: 0009
 - ``metric_counters``: the counters and histograms of ``/metrics`` (attempts started and
   failed, attempt durations, acceptance to complete), kept by the transactions that change
   them, so that a scrape reads a bounded number of rows.
+- ``purge_completions``: the purges whose completion ``/metrics`` counted, so that a purge a
+  merge cleans again (a restored file) is counted complete once.
 - ``purge_conversations``: the conversations each purge concerns, for listing purges by
   conversation; filled here from the rows the ledger already holds (conversation and channel
   purges, content purges: their scope's conversation and where their events are placed,
@@ -97,6 +99,12 @@ def upgrade() -> None:
         sa.Column("bucket", sa.String(length=16), nullable=False),
         sa.Column("value", sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint("metric", "kind", "bucket", name=op.f("pk_metric_counters")),
+    )
+    op.create_table(
+        "purge_completions",
+        sa.Column("purge_id", sa.String(length=64), nullable=False),
+        sa.Column("completed_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("purge_id", name=op.f("pk_purge_completions")),
     )
     op.create_table(
         "purge_conversations",
