@@ -622,6 +622,7 @@ def _content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
     async def upload_event(conversation_id: IdPath, request: Request) -> JSONResponse:
         """``ingest_event`` as ``multipart/form-data``: the event's fields as text parts, each
         attachment a file part named ``file`` or ``cas`` (its filename is its name)."""
+        await run_in_threadpool(uploads.sweep_stale, pk.settings.blob_root)  # a crashed upload's leftovers
         upload = await uploads.receive(request, spool=spool, max_attachment_bytes=max_attachment_bytes)
         try:
             new = _uploaded_event(upload.fields)

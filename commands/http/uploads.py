@@ -7,7 +7,7 @@ attachments, in the order sent: a part named ``file`` is a real file, one named 
 content-addressed blob; its ``filename`` is the attachment's name. An attachment larger than
 the limit is a ``413`` as soon as its bytes pass it. The spool files are the caller's to
 ``discard`` once the event is ingested (or refused); ``sweep_stale`` removes what a crash
-left behind.
+left behind, at the app's start and before each upload.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 SPOOL_DIRECTORY = ".uploads"
 SPOOL_PREFIX = "upload-"
-STALE_AFTER_S = 24 * 3600
+STALE_AFTER_S = 3600  # untouched this long: no upload is writing it (each chunk touches it)
 FIELDS = ("author", "body", "provider_event_id", "event_id", "occurred_at")
 BINDINGS = {"file": Binding.REAL_FILE, "cas": Binding.LEGACY_CAS}  # part name → how it is bound
 MAX_FIELD_BYTES = validation.MAX_BODY_BYTES
@@ -98,8 +98,9 @@ def spool_directory(blob_root: Path) -> Path:
 
 
 def sweep_stale(blob_root: Path, *, older_than_s: float = STALE_AFTER_S) -> int:
-    """Remove spool files a crashed upload left (older than a day: another process's upload
-    under way is never touched); returns how many."""
+    """Remove spool files a crashed upload left (untouched for an hour: another process's
+    upload under way writes to its file with every chunk, so it is never touched); returns
+    how many. Run when the app starts and before each upload."""
     directory = blob_root / SPOOL_DIRECTORY
     removed = 0
     if not directory.is_dir():

@@ -177,6 +177,21 @@ def test_a_crashed_upload_s_spool_file_is_swept_once_stale(pk: Pk) -> None:
     assert not stale.exists() and fresh.exists()
 
 
+def test_a_running_server_sweeps_a_crashed_upload_s_spool_file_at_its_next_upload(
+    uploader: TestClient, world: World
+) -> None:
+    """A supervisor restarts a crashed API at once, long before its spool files are stale: the
+    sweep runs with every upload too, not only when the app starts."""
+    spool = uploads.spool_directory(world.pk.settings.blob_root)
+    stale = spool / f"{uploads.SPOOL_PREFIX}left-by-a-crash"
+    stale.write_bytes(b"x" * 1024)
+    old = stale.stat().st_mtime - uploads.STALE_AFTER_S - 60
+    os.utime(stale, (old, old))
+    answer = upload(uploader, "c1", {"author": "ada"}, [("file", ("a.txt", b"bytes"))])
+    assert answer.status_code == 200, answer.text
+    assert not stale.exists() and spooled(world.pk) == []
+
+
 # -- the code path: streamed, never buffered ------------------------------------------------------
 
 
