@@ -15,6 +15,7 @@ from commands.handle import Purgekeeper
 from commands.settings import Settings
 from schema.errors import (
     InfrastructureError,
+    NotFound,
     PurgekeeperError,
     ValidationError,
 )
@@ -129,7 +130,10 @@ def run_with_handle(
 ) -> None:
     def with_handle() -> T:
         with opened() as pk:
-            return action(pk)
+            try:
+                return action(pk)
+            except NotFound as missing:  # which database it looked in: a second, empty one is a common mistake
+                raise NotFound(f"{missing.detail} in the database {pk.settings.database_name}") from missing
 
     run_command(as_json, with_handle, render, to_json)
 

@@ -32,6 +32,7 @@ from sqlalchemy import bindparam, text
 import commands
 from commands import EventScope, cli
 from schema import steps
+from schema.db import redacted
 from schema.tables import UtcDateTime
 from workers import runner
 
@@ -213,13 +214,14 @@ def test_bad_input_exits_2_with_a_validation_error_and_writes_nothing(pk: Pk, pu
 
 
 @pytest.mark.sqlite_only
-def test_an_unknown_id_exits_1_with_not_found(pk: Pk, purgectl: Purgectl) -> None:
+def test_an_unknown_id_exits_1_with_not_found_naming_the_database(pk: Pk, purgectl: Purgectl) -> None:
     refused, shown = concurrently(
         lambda: purgectl.error(1, "not_found", "status", "nope"),
         lambda: purgectl.text("status", "nope", code=1),
     )
-    assert refused["detail"] == "no purge nope"
-    assert shown.stdout == "" and "error: no purge nope (not_found)" in shown.stderr
+    database = f"in the database {redacted(pk.settings.database_url)}"  # which one it looked in
+    assert refused["detail"] == f"no purge nope {database}"
+    assert shown.stdout == "" and f"error: no purge nope {database} (not_found)" in shown.stderr
 
 
 def test_purging_a_conversation_twice_reports_already_purged(pk: Pk, purgectl: Purgectl) -> None:
