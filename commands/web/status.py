@@ -71,6 +71,7 @@ BEARER_OPERATOR = "operator"
 MAX_CURSOR_DIGITS = 19
 BAD_TOKEN = "That token is not valid."
 FORGED_FORM = "This form did not come from your console session: reload the page and try again. Nothing was changed."
+FORGED_SIGN_OUT = "This sign-out did not come from the console: you are still signed in."
 RETRIED = "Retry recorded: the incomplete steps are re-armed."
 
 
@@ -352,6 +353,11 @@ class Console:
         return response
 
     def logout(self, request: Request) -> Response:
+        """Clear the session cookie; a post from another site (it would sign the operator out
+        behind their back) is refused."""
+        if not same_origin(request.headers):
+            frame = Frame(base=_base(request))
+            return pages.respond("problem.html", 403, frame=frame, code="forbidden", detail=FORGED_SIGN_OUT)
         response = RedirectResponse(_base(request), 303, headers=pages.SECURITY_HEADERS)
         response.delete_cookie(
             COOKIE_NAME, path=_base(request), secure=request.url.scheme == "https", httponly=True, samesite="strict"

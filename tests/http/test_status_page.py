@@ -411,6 +411,16 @@ def test_sign_out_clears_the_cookie(client: TestClient) -> None:
     assert client.get("/status").status_code == 401
 
 
+@pytest.mark.parametrize("forged", [{"Sec-Fetch-Site": "cross-site"}, {"Origin": "https://elsewhere.example"}])
+def test_another_site_cannot_sign_the_operator_out(client: TestClient, forged: dict[str, str]) -> None:
+    """A form on another site posting to /status/logout (a top-level POST carries the
+    SameSite=Strict cookie's deletion with it): refused, the session stays."""
+    assert sign_in(client).status_code == 303
+    response = client.post("/status/logout", headers=forged, follow_redirects=False)
+    assert response.status_code == 403 and "set-cookie" not in response.headers
+    assert client.get("/status").status_code == 200
+
+
 def test_signing_in_returns_to_the_console_page_asked_for_and_nowhere_else(pk: Pk, client: TestClient) -> None:
     purge_id = purge_new_event(pk, "c1")
     asked = client.get(f"/status/purges/{purge_id}")
