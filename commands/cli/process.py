@@ -29,7 +29,7 @@ def init(as_json: bool) -> None:
 @click.option(
     "--demo",
     is_flag=True,
-    help="Seed demonstration content: a complete purge, one retrying and one incomplete (idempotent).",
+    help="Seed demonstration content on an empty database: a complete purge, one retrying and one incomplete (idempotent).",
 )
 def serve(host: str | None, port: int, demo: bool) -> None:
     """Run the HTTP API, /status and /metrics; in embedded mode (no PURGEKEEPER_BROKER_URL)

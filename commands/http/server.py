@@ -37,7 +37,7 @@ from commands.operations import MAX_PAGE
 from commands.scope import EventScope
 from commands.settings import Settings
 from commands.web.auth import Tokens, load_or_create_token
-from schema.errors import Fenced, NotFound
+from schema.errors import Fenced, NotFound, ValidationError
 from workers import blobstore, runner
 
 LOOPBACK = "127.0.0.1"
@@ -228,7 +228,15 @@ def seed_demo(pk: Purgekeeper, settings: Settings) -> dict[str, Any]:
     one until its attempts are spent. Running it again changes nothing: every step is
     idempotent (identical creates, provider event ids, the purges' idempotency keys, steps
     already settled), and a step whose target was purged or deleted since (through the API,
-    say) is skipped, because purged content never comes back."""
+    say) is skipped, because purged content never comes back. A database holding a
+    conversation that is not the demo's is in use: it is refused, and nothing is written."""
+    foreign = sorted({c.id for c in pk.list_conversations()} - {DEMO_CONVERSATION, DEMO_CHANNEL})
+    if foreign:
+        raise ValidationError(
+            f"--demo seeds an empty database only; {settings.database_name} is in use "
+            f"(it holds conversations such as {foreign[0]!r}): point PURGEKEEPER_DATA_DIR "
+            "or PURGEKEEPER_DATABASE_URL elsewhere"
+        )
     _demo_bot(pk, settings)
     _unless_fenced(lambda: pk.create_conversation(DEMO_CONVERSATION, bot_id=DEMO_BOT))
     _unless_fenced(lambda: pk.create_conversation(DEMO_CHANNEL, kind="channel"))

@@ -869,6 +869,17 @@ def test_seed_demo_after_the_demo_conversation_was_purged(pk: Pk) -> None:
     assert pk.get_conversation("demo-welcome") is None
 
 
+def test_seed_demo_refuses_a_database_in_use(pk: Pk) -> None:
+    """``serve --demo`` against a production database would leave demonstration purges in its
+    ledger for good (one incomplete, alerting): a conversation that is not the demo's means
+    the database is in use, and nothing is written."""
+    pk.create_conversation("customer-1")
+    before = _counts(pk)
+    with pytest.raises(commands.ValidationError, match="in use"):
+        seed_demo(pk, pk.settings)
+    assert _counts(pk) == before
+
+
 def _counts(pk: Pk) -> dict[str, int]:
     with pk.db.read() as conn:
         return {t.name: len(conn.execute(select(t)).all()) for t in metadata.sorted_tables}
