@@ -139,5 +139,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-else:
+elif __name__ != "__mp_main__":  # a spawned process runs the main module again: the import sets up
     database = configure()

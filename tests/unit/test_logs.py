@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import re
+import runpy
 import sys
 from collections.abc import Iterator
 
@@ -189,3 +190,13 @@ def test_a_bad_log_variable_leaves_purgectl_the_default_format_for_the_command_t
     logs.configure_purgectl(lambda: Settings.from_env(bad), "list")
     logging.getLogger("commands").info("hello")
     assert sys.stderr.getvalue().endswith(" INFO cli commands: hello\n")
+
+
+def test_the_worker_module_run_as_spawns_main_sets_nothing_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under the spawn start method (``--use-spawn``, macOS) a worker process first runs the
+    main module again as ``__mp_main__``, then dramatiq imports ``commands.worker``: only
+    the import may set the worker up, or each process would have two brokers and engines.
+    Without a broker URL, setting up exits; run as ``__mp_main__``, nothing is tried."""
+    monkeypatch.delenv("PURGEKEEPER_BROKER_URL", raising=False)
+    namespace = runpy.run_module("commands.worker", run_name="__mp_main__")
+    assert "database" not in namespace
