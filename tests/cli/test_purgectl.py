@@ -486,8 +486,10 @@ def test_ledger_verify_and_health_report_a_merge_under_way_with_exit_4(pk: Pk, p
 
     pk.purge_conversation("c-a", actor="ops@example.org", reason="reserve")
     pk.db.transact(lambda conn: ledger.set_gate(conn, "a restore merge is under way (test)"))
-    for command in (("ledger", "verify"), ("health",)):
+    for command in (("ledger", "verify"), ("health",), ("health", "--quick")):
         refused = purgectl.error(4, "messaging_unavailable", *command)
         assert refused["diagnostics"] == ["a restore merge is under way (test)"], (command, refused)
     pk.db.transact(lambda conn: ledger.set_gate(conn, None))
     assert purgectl.text("health").stdout.startswith("ok: ")
+    quick = purgectl.json("health", "--quick")
+    assert (quick["ok"], quick["verified"], quick["ledger_rows"]) == (True, False, 1)
