@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 import commands
 from commands.http.app import create_app
@@ -295,3 +296,17 @@ def test_the_whole_app_serves_the_console_and_its_retry_form(pk: Pk) -> None:
         assert sent.status_code == 303
         assert full.get("/status/workers").status_code == 200
     assert pk.purge_detail(purge_id).audit[0].actor == OPERATOR_NAME
+
+
+def test_a_done_step_shows_its_earlier_error_as_history_not_as_a_failure(pk: Pk, client: TestClient) -> None:
+    """A step that failed once and then was done keeps its last error: shown greyed, as what
+    happened before it was done, never in the failure's red."""
+    purge_id = purge_new_event(pk, "c1")
+    assert settle(pk, purge_id).status == "complete"
+    with pk.db.write() as conn:  # as a retried attempt leaves it
+        conn.execute(
+            text("UPDATE cleanup_steps SET last_error = 'OSError: disk full' WHERE purge_id = :p"), {"p": purge_id}
+        )
+    shown = purge_page(client, purge_id).find("tr", data_kind="bodies")
+    assert shown.find("span", cls="earlier-error").text == "before it was done: OSError: disk full"
+    assert shown.find_all("span", cls="error-text") == []
