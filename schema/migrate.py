@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -37,13 +38,22 @@ def alembic_config() -> Config:
     return config
 
 
-def head_revision() -> str:
+@functools.cache
+def _shipped() -> tuple[str, frozenset[str]]:
+    """The head and every revision of the migrations this code ships. They are read once per
+    process: the files do not change under a running program, and reading them (alembic loads
+    each migration module) cost every ``commands.open`` about 30 ms."""
     from alembic.script import ScriptDirectory
 
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    script = ScriptDirectory.from_config(alembic_config())
+    head = script.get_current_head()
     if head is None:  # pragma: no cover - the package always ships migrations
         raise SchemaMismatch("purgekeeper ships no migrations")
-    return head
+    return head, frozenset(rev.revision for rev in script.walk_revisions())
+
+
+def head_revision() -> str:
+    return _shipped()[0]
 
 
 def current_revision(conn: Connection) -> str | None:
@@ -96,11 +106,7 @@ def check_not_newer(revision: str | None, *, database: str = "") -> None:
     """Refuse a revision this code does not know; ``database`` (redacted) names it."""
     if revision is None:
         return
-    from alembic.script import ScriptDirectory
-
-    script = ScriptDirectory.from_config(alembic_config())
-    known = {rev.revision for rev in script.walk_revisions()}
-    if revision not in known:
+    if revision not in _shipped()[1]:
         named = f" {database}" if database else ""
         raise SchemaMismatch(
             f"the schema of the database{named} is at revision {revision!r}, which this purgekeeper "
