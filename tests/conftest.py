@@ -27,7 +27,21 @@ from schema.db import Database
 from schema.errors import PurgekeeperError, translate_db_error
 
 POSTGRES_ADMIN_URL = os.environ.get("PK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
-REDIS_URL = os.environ.get("PK_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def _redis_url() -> str:
+    """The shared Redis database the tests may flush: db 15 (or ``PK_TEST_REDIS_URL``'s), and
+    under pytest-xdist one database per worker (gw0 15, gw1 14, ...), so that one worker's
+    ``flushdb`` never empties a queue another worker is looking at."""
+    base = os.environ.get("PK_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return base
+    server, _, number = base.rpartition("/")
+    return f"{server}/{int(number or 0) - int(worker[2:])}"
+
+
+REDIS_URL = _redis_url()
 BACKENDS = ("sqlite", "postgresql")
 ON_CI = bool(os.environ.get("CI"))
 
