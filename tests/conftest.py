@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -31,14 +32,15 @@ POSTGRES_ADMIN_URL = os.environ.get("PK_TEST_POSTGRES_URL", "postgresql://postgr
 
 def _redis_url() -> str:
     """The shared Redis database the tests may flush: db 15 (or ``PK_TEST_REDIS_URL``'s), and
-    under pytest-xdist one database per worker (gw0 15, gw1 14, ...), so that one worker's
-    ``flushdb`` never empties a queue another worker is looking at."""
-    base = os.environ.get("PK_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+    under pytest-xdist one database per worker (gw0 15, gw1 14, ...; below 0 it wraps to 15, as
+    Redis has 16), so that one worker's ``flushdb`` never empties a queue another worker is
+    looking at. A URL without a database number means db 0."""
+    base = urlsplit(os.environ.get("PK_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"))
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker.startswith("gw"):
-        return base
-    server, _, number = base.rpartition("/")
-    return f"{server}/{int(number or 0) - int(worker[2:])}"
+        return base.geturl()
+    database = (int(base.path.strip("/") or 0) - int(worker[2:])) % 16
+    return base._replace(path=f"/{database}").geturl()
 
 
 REDIS_URL = _redis_url()
