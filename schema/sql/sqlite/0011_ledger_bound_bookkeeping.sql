@@ -1,0 +1,1 @@
+-- (0011) being written

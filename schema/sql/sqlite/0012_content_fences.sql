@@ -1,0 +1,1 @@
+-- (0012) being written
