@@ -4,15 +4,16 @@ A merge reads any of: the checkpoint directory (this database's copy in it, else
 version 1 file), a copy's directory, a version 2 export (``purgectl ledger checkpoint
 --out``) or a version 1 file. In DESIGN.md's order:
 
-1. Plan, reading only what is missing. A source of this database whose row at this ledger's
-   head seq has this ledger's head hash holds this ledger as its prefix: its rows after the
-   head are the missing ones, checked as they are read (each chains from the head and its
-   hash recomputes) and appended **verbatim** (the same seq, hashes and origin), so the
-   database and its copy are one chain again. Any other source (another database's, or a
-   history that diverged) is read whole and verified, and its purges this ledger lacks (a
-   lookup by purge id, a chunk at a time) are appended re-chained, in acceptance order, with
-   an ``origin`` that names the source (``{"merged_from": {database_id, seq, row_hash},
-   "origin": ...}``). A damaged source, a row its kind does not accept
+1. Plan. Every row of every source is verified first, the rows this ledger already holds
+   too (each chains from the one before it, its hash recomputes, the last is the source's
+   head): a source with one forged field is damaged whatever this ledger holds. A source of
+   this database whose row at this ledger's head seq has this ledger's head hash holds this
+   ledger as its prefix: its rows after the head are the missing ones, appended
+   **verbatim** (the same seq, hashes and origin), so the database and its copy are one
+   chain again. Any other source (another database's, or a history that diverged) is read
+   whole, and its purges this ledger lacks (a lookup by purge id, a chunk at a time) are
+   appended re-chained, in acceptance order, with an ``origin`` that names the source
+   (``{"merged_from": {database_id, seq, row_hash}, "origin": ...}``). A damaged source, a row its kind does not accept
    (``commands.ledger_rows``), a purge id held with different content, or another
    database's source (unless ``allow_other_database``) is rejected with the reason
    (``ValidationError``, naming the source by its name) and nothing changes.
@@ -26,11 +27,12 @@ version 1 file), a copy's directory, a version 2 export (``purgectl ledger check
    moved aside, to ``<name>.diverged-<time>``, and written again from the database), then
    reopen reads and writes with the gate's O(1) verdict.
 
-Its cost follows what is missing: the rows appended and what they re-apply, never the whole
-ledger. ``full=True`` (``purgectl ledger merge --full``) also re-applies every purge of the
-whole ledger and unlinks the files of blobs already marked ``deleted``: for a database AND
-its files restored from older backups, where content of purges the ledger already held may
-have come back too. A merge is idempotent: merging the same source again appends nothing.
+Its writes follow what is missing: the rows appended and what they re-apply, never the
+whole ledger; it reads every row of its sources once (streamed, none held but the missing).
+``full=True`` (``purgectl ledger merge --full``) also re-applies every purge of the whole
+ledger and unlinks the files of blobs already marked ``deleted``: for a database AND its
+files restored from older backups, where content of purges the ledger already held may have
+come back too. A merge is idempotent: merging the same source again appends nothing.
 """
 
 from __future__ import annotations
@@ -227,11 +229,14 @@ def _plan(conn: Connection, sources: Sequence[checkpoint.Source], head: ledger.H
     try:
         ahead = [s for s in sources if s.database_id == database_id and _extends(s, head)]
         longest = max(ahead, key=lambda s: s.seq, default=None)
-        verbatim = list(longest.rows(after=head.seq, after_hash=head.head_hash)) if longest else []
+        # every row of it verified, from its first: the rows this ledger holds too
+        verbatim = [entry for entry in longest.rows() if entry.seq > head.seq] if longest else []
         hashes = {entry.seq: entry.row_hash for entry in verbatim}
         hashes[head.seq] = head.head_hash
         prefixes = [s for s in ahead if hashes.get(s.seq) == s.head_hash]
         behind = [s for s in sources if s.database_id == database_id and s.seq < head.seq and _held(conn, s)]
+        for source in [s for s in prefixes + behind if s is not longest]:
+            _verify_whole(source)
         read = [(source, list(source.rows())) for source in sources if source not in prefixes + behind]
     except checkpoint.CheckpointInvalid as exc:
         raise ValidationError(f"rejected, nothing changed: {exc}") from None
@@ -266,6 +271,14 @@ def _plan(conn: Connection, sources: Sequence[checkpoint.Source], head: ledger.H
     )
     rechained.sort(key=lambda item: (item[0].accepted_at, item[0].purge_id))
     return _Plan((head.seq, head.head_hash), verbatim, rechained, already)
+
+
+def _verify_whole(source: checkpoint.Source) -> None:
+    """Walk every row of ``source`` (each chains to the one before it, its hash recomputes,
+    the last is its head), holding none: a row this ledger holds already is no less damaged
+    for it. Raises CheckpointInvalid at the first problem."""
+    for _entry in source.rows():
+        pass
 
 
 def _extends(source: checkpoint.Source, head: ledger.Head) -> bool:
