@@ -18,7 +18,16 @@ attachment name                1 to 255 characters (and bytes of UTF-8); no ``/`
 attachment bytes               at most 64 MiB each, at most 32 attachments per event
 payload, run output            JSON-serialisable, at most 256 KiB once serialised
 derivative kind                1 to 64 characters; at most 1,000 source events
+times (occurred_at, after,     timezone-aware, and once in UTC from ``EARLIEST_MOMENT``
+before, since, until)          (0002-01-01T00:00:00Z) to ``LATEST_MOMENT``
+                               (9998-12-31T23:59:59.999999Z)
 =============================  ==========================================================
+
+The range of times leaves a year of room at both ends of what a ``datetime`` holds (years 1
+to 9999): an erasure's window ends one microsecond after the author's latest event, and a
+time is shown in any local zone (an offset of up to a day), so no arithmetic on a time that
+came from input can overflow. Every time a command takes goes through ``to_utc``: the
+Python API, HTTP and the CLI refuse the same times with the same ``ValidationError``.
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ MAX_PAYLOAD_BYTES = 256 * 1024
 MAX_OUTPUT_BYTES = 256 * 1024
 MAX_DERIVATIVE_KIND_LENGTH = 64
 MAX_DERIVATIVE_SOURCES = 1000
+EARLIEST_MOMENT = dt.datetime(2, 1, 1, tzinfo=dt.UTC)  # the accepted range of times: see above
+LATEST_MOMENT = dt.datetime(9998, 12, 31, 23, 59, 59, 999_999, tzinfo=dt.UTC)
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1
@@ -148,7 +159,7 @@ def check_occurred_at(value: Any) -> dt.datetime | None:
 
 
 def check_optional_moment(value: Any, field: str) -> dt.datetime | None:
-    """None, or a timezone-aware datetime, in UTC."""
+    """None, or a timezone-aware datetime in the accepted range (``to_utc``), in UTC."""
     if value is None:
         return None
     if not isinstance(value, dt.datetime):
@@ -159,11 +170,19 @@ def check_optional_moment(value: Any, field: str) -> dt.datetime | None:
 
 
 def to_utc(value: dt.datetime, field: str) -> dt.datetime:
-    """An aware datetime in UTC; one that UTC cannot hold (year 1 or 9999 at the edge) is bad input."""
+    """An aware datetime in UTC, from ``EARLIEST_MOMENT`` to ``LATEST_MOMENT``; one outside
+    that range (or that UTC cannot hold at all: year 1 or 9999 at the edge) is bad input."""
     try:
-        return value.astimezone(dt.UTC)
+        utc = value.astimezone(dt.UTC)
     except OverflowError:
-        raise ValidationError(f"{field} is outside the range of UTC datetimes") from None
+        utc = None
+    if utc is None or not EARLIEST_MOMENT <= utc <= LATEST_MOMENT:
+        raise ValidationError(f"{field} must lie from {_iso(EARLIEST_MOMENT)} to {_iso(LATEST_MOMENT)} (UTC)")
+    return utc
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 def check_json(value: Any, field: str, *, max_bytes: int) -> str:

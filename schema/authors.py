@@ -32,6 +32,7 @@ from sqlalchemy import (
 
 from schema import cleanup, ledger
 from schema.content import live_event, upsert_insert
+from schema.errors import ValidationError
 from schema.states import ACTIVE_RUN_STATUSES
 from schema.tables import (
     IS_EVENT_TOMBSTONE,
@@ -88,9 +89,21 @@ def window_end(conn: Connection, author: str, before: dt.datetime | None) -> dt.
     now, latest = conn.execute(
         select(type_coerce(ledger.clock(conn), UtcDateTime()), _LATEST_OCCURRED), {"author": author}
     ).one()
-    if latest is not None and latest + ONE_MICROSECOND > now:
-        return latest + ONE_MICROSECOND
+    if latest is not None and latest >= now:
+        return _just_after(latest, author)
     return now
+
+
+def _just_after(latest: dt.datetime, author: str) -> dt.datetime:
+    """The window's end past the author's latest event. An ingest takes no time past year
+    9998 (commands.validation), but a database written before may hold one at the very end."""
+    try:
+        return latest + ONE_MICROSECOND
+    except OverflowError:
+        raise ValidationError(
+            f"an event by {author} occurred at {latest.isoformat()}, the latest time there is, so no window can "
+            "end after it; purge that event by its id"
+        ) from None
 
 
 def erasures_of(conn: Connection, author: str) -> list[Row[Any]]:

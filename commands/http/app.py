@@ -172,10 +172,11 @@ HTTP_ERROR_CODES = {
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
+    """In UTC and in the range of times the commands take (``validation.to_utc``)."""
     try:
-        return value.astimezone(dt.UTC)
-    except OverflowError as exc:  # e.g. 0001-01-01T00:00:00+01:00
-        raise ValueError("the time is out of range once converted to UTC") from exc
+        return validation.to_utc(value, "the time")
+    except ValidationError as exc:  # e.g. 0001-01-01T00:00:00+01:00, 9999-12-31T23:59:59Z
+        raise ValueError(exc.detail) from None
 
 
 def _shallow(value: JsonValue) -> JsonValue:

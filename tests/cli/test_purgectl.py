@@ -493,3 +493,20 @@ def test_ledger_verify_and_health_report_a_merge_under_way_with_exit_4(pk: Pk, p
     assert purgectl.text("health").stdout.startswith("ok: ")
     quick = purgectl.json("health", "--quick")
     assert (quick["ok"], quick["verified"], quick["ledger_rows"]) == (True, False, 1)
+
+
+@pytest.mark.sqlite_only
+def test_a_time_outside_the_accepted_range_exits_2_with_a_validation_error(pk: Pk, purgectl: Purgectl) -> None:
+    """The range is the commands' (``validation.to_utc``): the CLI refuses what the Python API
+    and HTTP refuse, with the same error, and nothing is written."""
+    seed(pk)
+    refusals = purgectl.errors(
+        2,
+        "validation_error",
+        ("preview-author-erasure", "ada", "--before", "9999-12-31T23:59:59.999999+00:00"),
+        ("erase-author", "ada", "--before", "0001-01-01T00:00:00Z", "--digest", "0" * 64, *WHO),
+        ("preview", "--conversation", "c1", "--after", "9999-06-01T00:00:00Z"),
+        ("list", "--since", "0001-01-01T00:00:00+00:00"),
+    )
+    assert all("9998-12-31T23:59:59.999999Z" in refused["detail"] for refused in refusals)
+    assert written(pk) == (0, 0, 0)

@@ -14,6 +14,7 @@ from commands.attachments import NewAttachment
 from schema.errors import ValidationError
 
 UTC_PLUS_2 = dt.timezone(dt.timedelta(hours=2))
+WIDEST_OFFSET = dt.timedelta(hours=24) - dt.timedelta(microseconds=1)  # what a tzinfo may return
 
 
 class NoOffset(dt.tzinfo):
@@ -361,6 +362,39 @@ def test_check_occurred_at_returns_the_same_instant_in_utc() -> None:
 )
 def test_check_occurred_at_rejects(value: object) -> None:
     rejects(v.check_occurred_at, value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(dt.datetime.max.replace(tzinfo=dt.UTC), id="datetime-max"),
+        pytest.param(dt.datetime.min.replace(tzinfo=dt.UTC), id="datetime-min"),
+        pytest.param(v.LATEST_MOMENT + dt.timedelta(microseconds=1), id="just-after-the-range"),
+        pytest.param(v.EARLIEST_MOMENT - dt.timedelta(microseconds=1), id="just-before-the-range"),
+        pytest.param(
+            dt.datetime(9998, 12, 31, 23, tzinfo=dt.timezone(-dt.timedelta(hours=2))), id="in-range-locally-not-in-utc"
+        ),
+        pytest.param(dt.datetime(1, 1, 1, tzinfo=UTC_PLUS_2), id="not-a-utc-datetime"),
+    ],
+)
+def test_a_moment_outside_the_accepted_range_is_refused(value: dt.datetime) -> None:
+    """Every time from input (occurred_at, a scope's after/before, an erasure's before, the
+    list filters) goes through check_optional_moment or to_utc: one range for all of them."""
+    rejects(v.check_occurred_at, value, match="occurred_at")
+    rejects(v.check_optional_moment, value, "since", match="since")
+    rejects(v.to_utc, value, "before", match="before")
+
+
+def test_the_ends_of_the_accepted_range_are_accepted_and_leave_room_for_a_window() -> None:
+    assert v.check_occurred_at(v.EARLIEST_MOMENT) == v.EARLIEST_MOMENT
+    assert v.check_occurred_at(v.LATEST_MOMENT) == v.LATEST_MOMENT
+    assert (v.EARLIEST_MOMENT.year, v.LATEST_MOMENT.year) == (2, 9998)
+    # a window's end (latest + 1 µs), a day's offset either way: none of it overflows
+    for moment in (v.EARLIEST_MOMENT, v.LATEST_MOMENT):
+        for shift in (dt.timedelta(days=1), dt.timedelta(microseconds=1)):
+            assert moment - shift < moment < moment + shift
+        for offset in (WIDEST_OFFSET, -WIDEST_OFFSET):
+            assert moment.astimezone(dt.timezone(offset)) == moment  # shown in any local time
 
 
 # -- JSON payloads and run output ---------------------------------------------------------
