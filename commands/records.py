@@ -497,12 +497,16 @@ class RetentionPolicy:
 class RetentionRunOutcome:
     """What one due policy's turn did: ``purge_id`` of the run accepted (or resumed), or None
     when nothing had expired (no ledger row); ``error`` when the turn failed (the next one
-    tries again)."""
+    tries again). ``cutoff`` is the run's, lowered below now - max_age when non-terminal agent
+    runs admitted events it would expire: ``deferred_events`` of them wait for a later run,
+    admitted by ``deferred_run_ids`` (the first 20), also when the turn wrote no row."""
 
     policy_id: str
     cutoff: dt.datetime | None
     purge_id: str | None
     error: str | None = None
+    deferred_events: int = 0
+    deferred_run_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

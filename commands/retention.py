@@ -8,10 +8,13 @@ transaction (``schema.retention.quiet_turns``); each of the others:
 1. **Plan**, in a short transaction under the policy's row lock: a run already planned and
    not accepted (its leader died) is taken as it is; otherwise the cutoff is now - max_age on
    the database clock, and if nothing in the window since the policy's last cutoff would
-   expire, the window moves on and the turn ends (no ledger row). Else the cutoff is written
+   expire (before the earliest event a non-terminal agent run admitted, which waits), the
+   window moves on to there and the turn ends (no ledger row). Else the cutoff is written
    down (``pending_cutoff``).
 2. **Accept** the run through the skeleton, with the idempotency key of its policy version
-   and cutoff: a second leader, or the same one after a crash, gets the same acceptance.
+   and planned cutoff: a second leader, or the same one after a crash, gets the same
+   acceptance. The acceptance lowers the run's cutoff below what agent runs admitted
+   (``commands.kinds.retention_run``), and the turn's outcome says what waits.
 3. **Schedule** the next turn one ``retention_interval`` later.
 """
 
@@ -45,12 +48,14 @@ log = logging.getLogger(__name__)
 DUE_LIMIT = 100  # policies taken per turn; the rest are due at the next sweep
 SCHEDULER_ACTOR = "purgekeeper-scheduler"
 SCHEDULER_ORIGIN = "scheduler"
+NOTHING_WAITS = retention.Deferral()
 
 
 @dataclass(frozen=True)
 class _Plan:
     policy_purge_id: str
     cutoff: dt.datetime | None  # None: nothing to expire this turn
+    deferral: retention.Deferral = NOTHING_WAITS  # what agent runs keep, on a turn without a run
 
 
 class RetentionCommands:
@@ -138,7 +143,7 @@ class RetentionCommands:
         try:
             plan = self.db.transact(functools.partial(_plan, policy_id=policy_id, interval=self.retention_interval))
             if plan is None or plan.cutoff is None:
-                return RetentionRunOutcome(policy_id, None, None)
+                return _quiet_outcome(policy_id, plan.deferral if plan else NOTHING_WAITS)
             cutoff = plan.cutoff
             failpoints.hit("retention.planned")
             acceptance = self._accept(
@@ -149,12 +154,34 @@ class RetentionCommands:
             )
             failpoints.hit("retention.accepted")
             self.db.transact(functools.partial(_schedule, policy_id=policy_id, interval=self.retention_interval))
+            outcome = self._accepted_outcome(policy_id, acceptance.purge_id, cutoff)
         except Exception as exc:  # one policy's failure never stops the others' turns
             detail = exc.detail if isinstance(exc, PurgekeeperError) else f"unexpected {type(exc).__name__}"
             log.warning("retention policy %s: its turn failed (%s); the next one tries again", policy_id, detail)
             return RetentionRunOutcome(policy_id, cutoff, None, error=detail)
-        log.info("retention policy %s: run %s accepted (cutoff %s)", policy_id, acceptance.purge_id, utc_text(cutoff))
-        return RetentionRunOutcome(policy_id, cutoff, acceptance.purge_id)
+        return outcome
+
+    def _accepted_outcome(self, policy_id: str, purge_id: str, planned: dt.datetime) -> RetentionRunOutcome:
+        """The run as its ledger row says (a replayed acceptance's too): its cutoff, and what
+        it left to a later run."""
+        with self.db.read() as conn:
+            entry = ledger.entry_by_purge_id(conn, purge_id)
+        selectors = entry.selectors if entry is not None else {}
+        cutoff = ledger.from_utc_text(str(selectors["cutoff"])) if "cutoff" in selectors else planned
+        run_ids = tuple(str(r) for r in selectors.get("deferred_run_ids") or ())
+        deferred = int(selectors.get("deferred_events") or 0)
+        log.info("retention policy %s: run %s accepted (cutoff %s)", policy_id, purge_id, utc_text(cutoff))
+        if deferred:
+            log.info("retention policy %s: %d events admitted by agent runs wait for a later run", policy_id, deferred)
+        return RetentionRunOutcome(policy_id, cutoff, purge_id, deferred_events=deferred, deferred_run_ids=run_ids)
+
+
+def _quiet_outcome(policy_id: str, deferral: retention.Deferral) -> RetentionRunOutcome:
+    if deferral.events:
+        log.info("retention policy %s: %d events admitted by agent runs wait", policy_id, deferral.events)
+    return RetentionRunOutcome(
+        policy_id, None, None, deferred_events=deferral.events, deferred_run_ids=deferral.run_ids
+    )
 
 
 def _plan(conn: Connection, *, policy_id: str, interval: dt.timedelta) -> _Plan | None:
@@ -169,12 +196,16 @@ def _plan(conn: Connection, *, policy_id: str, interval: dt.timedelta) -> _Plan 
         return None
     cutoff = now - dt.timedelta(seconds=int(row.max_age_seconds))
     start = row.expired_through
-    if (start is not None and cutoff <= start) or not retention.anything_to_expire(
-        conn, conversation_id=row.conversation_id, cutoff=cutoff, start=start
+    deferral = NOTHING_WAITS
+    if start is None or cutoff > start:
+        deferral = retention.deferral(conn, conversation_id=row.conversation_id, cutoff=cutoff, start=start)
+    lowered = deferral.cutoff(cutoff)  # what agent runs admitted waits, with what occurred after it
+    if (start is not None and lowered <= start) or not retention.anything_to_expire(
+        conn, conversation_id=row.conversation_id, cutoff=lowered, start=start
     ):
-        retention.nothing_to_expire(conn, policy_id, max(cutoff, start or cutoff), ledger.clock(conn, plus=interval))
-        return _Plan(row.purge_id, None)
-    retention.plan_run(conn, policy_id, cutoff)
+        retention.nothing_to_expire(conn, policy_id, max(lowered, start or lowered), ledger.clock(conn, plus=interval))
+        return _Plan(row.purge_id, None, deferral)
+    retention.plan_run(conn, policy_id, cutoff)  # the acceptance lowers it again, on what it finds then
     return _Plan(row.purge_id, cutoff)
 
 

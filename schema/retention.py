@@ -15,6 +15,11 @@ out.
 An expiring placement: the event occurred before the cutoff (and at or after the window's
 start), its conversation is not purged and is the run's (or, a global run, any that has no
 policy of its own), and no hold covers the conversation or the event's author.
+
+- **Agent runs** (``deferral``): the events of a run's window that a non-terminal run
+  admitted, and that the run would expire, lower its cutoff to the earliest of them (see
+  ``commands.kinds.retention_run``); an acceptance first makes the admissions final
+  (``wait_for_admissions``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from sqlalchemy import (
     not_,
     or_,
     select,
+    text,
     tuple_,
     type_coerce,
     update,
@@ -53,10 +59,11 @@ from schema import ledger
 from schema.content import NOT_PURGED, event_erased, live_event, upsert_insert
 from schema.idlists import IDS, among
 from schema.locks import AdvisoryLock
-from schema.states import Exemption, HoldSubject
+from schema.states import ACTIVE_RUN_STATUSES, Exemption, HoldSubject
 from schema.tables import (
     IS_EVENT_TOMBSTONE,
     UtcDateTime,
+    admissions,
     cleanup_steps,
     conversations,
     events,
@@ -67,6 +74,7 @@ from schema.tables import (
     retention_exemptions,
     retention_fences,
     retention_policies,
+    runs,
     tombstones,
 )
 
@@ -91,6 +99,7 @@ _CONVERSATION: BindParameter[Any] = bindparam("conversation_id")
 _PURGE: BindParameter[Any] = bindparam("purge_id")
 _CONVERSATION_KIND: Any = literal_column(f"'{HoldSubject.CONVERSATION.value}'")
 _AUTHOR_KIND: Any = literal_column(f"'{HoldSubject.AUTHOR.value}'")
+_SHAPES = [(g, w) for g in (False, True) for w in (False, True)]  # (global, windowed): a statement each
 
 
 # -- policies ---------------------------------------------------------------------------------
@@ -201,15 +210,23 @@ def schedule(conn: Connection, policy_id: str, next_run_at: Any) -> None:
 
 
 def record_run(
-    conn: Connection, *, policy_id: str, policy_purge_id: str, purge_id: str, cutoff: dt.datetime, start: Any
+    conn: Connection,
+    *,
+    policy_id: str,
+    policy_purge_id: str,
+    purge_id: str,
+    cutoff: dt.datetime,
+    start: Any,
+    planned: dt.datetime | None = None,
 ) -> None:
-    """The run is accepted (or merged): the version it ran for no longer has it planned, and
-    its window moves to the cutoff when the run's window began where the policy's stood."""
+    """The run is accepted (or merged): the version it ran for no longer has it planned (at
+    ``planned``, when its cutoff was lowered below the plan's), and its window moves to the
+    cutoff when the run's window began where the policy's stood."""
     row = policy_row(conn, policy_id, lock=True)
     if row is None or row.purge_id != policy_purge_id:
         return  # the policy changed since (a merge of an older run): its window is its own
     values: dict[str, Any] = {"last_run_at": ledger.clock(conn), "last_cutoff": cutoff, "last_purge_id": purge_id}
-    if row.pending_cutoff is not None and row.pending_cutoff <= cutoff:
+    if row.pending_cutoff is not None and row.pending_cutoff <= max(cutoff, planned or cutoff):
         values["pending_cutoff"] = None
     if start is None or (row.expired_through is not None and row.expired_through >= start):
         if row.expired_through is None or row.expired_through < cutoff:
@@ -314,7 +331,9 @@ def quiet_turns(conn: Connection, *, policy_ids: Sequence[str], interval: dt.tim
     transaction (a statement for all the conversation policies, an EXISTS for the global one,
     one UPDATE): their windows move to now - max_age, their next turns are due an
     ``interval`` later, and no ledger row is written. Returns them; the others (something to
-    expire, a run planned, or no longer due) are for one turn each."""
+    expire, a run planned, or no longer due) are for one turn each. An event a non-terminal
+    agent run admitted is something to expire here: its policy's turn lowers the cutoff below
+    it (``deferral``), so no window moves past it while it waits."""
     now = ledger.database_now(conn)
     rows = conn.execute(_LOCK_DUE, {"ids": list(policy_ids), "now": now}).all()
     if not rows:
@@ -356,6 +375,81 @@ def anything_to_expire(
     _PLAN_LOCK.take(conn, exclusive=True)
     expiring = _expiring_now(global_scope=conversation_id is None, windowed=start is not None)
     return bool(conn.scalar(select(exists(expiring)), _window_params(conversation_id, cutoff, start)))
+
+
+# -- what agent runs defer ----------------------------------------------------------------------
+
+DEFERRED_RUNS_LISTED = 20  # a run's ledger row names at most this many of the runs it waited for
+_ACTIVE_RUN = runs.c.status.in_([literal_column(f"'{status}'") for status in ACTIVE_RUN_STATUSES])  # partial index
+_admitted = events.alias("admitted_event")
+
+
+def _admitted_statement(*, global_scope: bool, windowed: bool) -> Any:
+    """The events of the window that a non-terminal run admitted and a run of the scope would
+    expire now, each with a run that admitted it: driven by the active runs (their partial
+    index) and their admissions, not by the window's volume."""
+    expiring = _expiring_now(global_scope=global_scope, windowed=windowed).where(
+        placements.c.event_id == _admitted.c.id
+    )
+    query = (
+        select(_admitted.c.id, _admitted.c.occurred_at, runs.c.id.label("run_id"))
+        .select_from(
+            runs.join(admissions, admissions.c.run_id == runs.c.id).join(
+                _admitted, _admitted.c.id == admissions.c.event_id
+            )
+        )
+        .where(_ACTIVE_RUN, _admitted.c.occurred_at < _CUTOFF, exists(expiring))
+    )
+    return query.where(_admitted.c.occurred_at >= _START) if windowed else query
+
+
+def _deferral_statements(*, global_scope: bool, windowed: bool) -> tuple[Any, Any]:
+    admitted = _admitted_statement(global_scope=global_scope, windowed=windowed).subquery("admitted")
+    totals = select(func.min(admitted.c.occurred_at), func.count(distinct(admitted.c.id)))
+    listed = select(admitted.c.run_id).distinct().order_by(admitted.c.run_id).limit(DEFERRED_RUNS_LISTED)
+    return totals, listed
+
+
+_DEFERRALS = {(g, w): _deferral_statements(global_scope=g, windowed=w) for g, w in _SHAPES}
+
+
+@dataclass(frozen=True)
+class Deferral:
+    """What a run of a window leaves to a later one because non-terminal agent runs admitted
+    it: ``events`` of the window (the earliest occurred at ``earliest``), admitted by
+    ``run_ids`` (the first :data:`DEFERRED_RUNS_LISTED`, by id). None of them: nothing waits."""
+
+    earliest: dt.datetime | None = None
+    events: int = 0
+    run_ids: tuple[str, ...] = ()
+
+    def cutoff(self, planned: dt.datetime) -> dt.datetime:
+        """The run's cutoff: the planned one, lowered to the earliest admitted event, so that
+        it, and what occurred after it, wait for a later run."""
+        return planned if self.earliest is None else min(planned, self.earliest)
+
+
+def deferral(
+    conn: Connection, *, conversation_id: str | None, cutoff: dt.datetime, start: dt.datetime | None
+) -> Deferral:
+    """What non-terminal agent runs admitted of the events a run of this window would expire."""
+    totals, listed = _DEFERRALS[(conversation_id is None, start is not None)]
+    params = _window_params(conversation_id, cutoff, start)
+    earliest, count = conn.execute(totals, params).one()
+    if not count:
+        return Deferral()
+    return Deferral(earliest, int(count), tuple(conn.scalars(listed, params)))
+
+
+def wait_for_admissions(conn: Connection) -> None:
+    """Make what non-terminal runs admitted final until the transaction ends (PostgreSQL): an
+    admission being written commits first, a later one waits, then sees the run's fence (the
+    triggers refuse an event no longer live). The fences' lock comes first, in the order a
+    run's cleanup batch takes the two (it empties admissions under that lock). SQLite
+    serialises writers already."""
+    if conn.dialect.name == "postgresql":
+        lock_fences(conn, exclusive=True)
+        conn.execute(text("LOCK TABLE admissions IN SHARE MODE"))
 
 
 @dataclass(frozen=True)
@@ -593,7 +687,6 @@ def _walk_statement(dialect: str, *, global_scope: bool, windowed: bool, after: 
     return query
 
 
-_SHAPES = [(g, w) for g in (False, True) for w in (False, True)]
 _WALKS = {
     (dialect, g, w, after): _walk_statement(dialect, global_scope=g, windowed=w, after=after)
     for dialect in ("postgresql", "sqlite")

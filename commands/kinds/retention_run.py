@@ -17,6 +17,21 @@ fenced and no legal hold covers.
 - **The window.** A run walks only what occurred since the policy's previous cutoff
   (``window_start``): backfill past the cutoff is refused by the triggers, and a release of a
   hold (or the end of a conversation's own policy) makes the next run walk everything again.
+- **Agent runs.** A run never expires an event that a non-terminal agent run (queued,
+  running, waiting) admitted, as a content purge refuses one (``ActiveRuns``); a policy runs
+  unattended, so the run waits instead of refusing. At acceptance, with the admissions made
+  final (``schema.retention.wait_for_admissions``), its cutoff is lowered to the earliest
+  event of its window that such a run admitted and that it would expire: that event, and
+  everything that occurred after it, are left to a later run. Its ledger row says so:
+  ``cutoff`` is the lowered one, ``planned_cutoff`` the one planned (now - max_age),
+  ``deferred_events`` how many admitted events waited and ``deferred_run_ids`` the runs (the
+  first 20). The policy's window moves only to the lowered cutoff, so the next run walks the
+  deferred events again. Lowering the cutoff needs no new exemption in the fence or the
+  triggers: a fence expires what occurred before its cutoff, and that is all a run's row says.
+  The run keeps its identity: the idempotency key names the planned cutoff (the policy's
+  ``pending_cutoff``, which the acceptance clears), so a leader that dies between the plan
+  and the acceptance leaves the same run for the next one, which lowers its cutoff again on
+  what it finds then.
 """
 
 from __future__ import annotations
@@ -67,8 +82,15 @@ class RetentionRun(Kind):
         fields.text(selectors.get("policy_purge_id"), "policy_purge_id", 64)
         if selectors.get("conversation_id") is not None:
             fields.require_id(selectors, "conversation_id")
-        fields.timestamp(selectors, "cutoff", required=True)
+        cutoff = fields.timestamp(selectors, "cutoff", required=True)
         fields.timestamp(selectors, "window_start")
+        planned = fields.timestamp(selectors, "planned_cutoff")
+        if planned is not None and cutoff is not None and planned < cutoff:
+            raise fields.RowInvalid("planned_cutoff is before cutoff (a cutoff is only ever lowered)")
+        deferred = selectors.get("deferred_events", 0)
+        if not isinstance(deferred, int) or isinstance(deferred, bool) or deferred < 0:
+            raise fields.RowInvalid("deferred_events is not a count")
+        fields.ids(selectors, "deferred_run_ids")
         fields.timestamp(selectors, "placed_before", required=True)
         fields.ids(selectors, "held_conversations")
         fields.ids(selectors, "own_policy_conversations")
@@ -91,12 +113,17 @@ class RetentionRun(Kind):
                 "changed since)"
             )
         held = holds.held_subjects(conn)
+        retention.wait_for_admissions(conn)
+        deferral = retention.deferral(
+            conn, conversation_id=row.conversation_id, cutoff=args.cutoff, start=row.expired_through
+        )
         selectors = {
             "policy_id": row.policy_id,
             "policy_purge_id": row.purge_id,
             "conversation_id": row.conversation_id,
             "max_age_seconds": int(row.max_age_seconds),
-            "cutoff": utc_text(args.cutoff),
+            "cutoff": utc_text(deferral.cutoff(args.cutoff)),
+            **_deferred(deferral, args.cutoff),
             "window_start": utc_text(row.expired_through) if row.expired_through else None,
             "placed_before": utc_text(ledger.database_now(conn)),  # later placements are never this run's
             "held_conversations": [s for k, s in held if k == HoldSubject.CONVERSATION],
@@ -107,7 +134,7 @@ class RetentionRun(Kind):
             "hold_ids": holds.hold_ids_in_force(conn),
         }
         steps = (StepKind.BODIES, StepKind.ATTACHMENTS)
-        return Decision(selectors, steps, parked=(StepKind.ATTACHMENTS,))
+        return Decision(selectors, steps, parked=(StepKind.ATTACHMENTS,), disclosures=disclosures(deferral))
 
     def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
         run = retention.Fence.of(purge_id, selectors)
@@ -119,6 +146,7 @@ class RetentionRun(Kind):
             purge_id=purge_id,
             cutoff=run.cutoff,
             start=run.window_start,
+            planned=fields.timestamp(selectors, "planned_cutoff"),
         )
 
     def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
@@ -131,6 +159,28 @@ class RetentionRun(Kind):
         if retention.fence_exists(conn, entry.purge_id):
             retention.drop_fence(conn, entry.purge_id)
         return [(StepKind.ATTACHMENTS, False)] if restore.bytes_left(conn, entry.purge_id) else []
+
+
+def _deferred(deferral: retention.Deferral, planned: dt.datetime) -> dict[str, Any]:
+    """What the run's row says of the events it leaves to a later run (nothing, if none)."""
+    if not deferral.events:
+        return {}
+    return {
+        "planned_cutoff": utc_text(planned),
+        "deferred_events": deferral.events,
+        "deferred_run_ids": list(deferral.run_ids),
+    }
+
+
+def disclosures(deferral: retention.Deferral) -> tuple[str, ...]:
+    """Why the run expires less than its policy's max age says."""
+    if not deferral.events:
+        return ()
+    runs = ", ".join(deferral.run_ids)
+    return (
+        f"{deferral.events} events admitted by non-terminal agent runs ({runs}), and what occurred after the "
+        "earliest of them, wait for a later run of the policy",
+    )
 
 
 def exemptions(selectors: Mapping[str, Any]) -> list[tuple[str, str, str]]:

@@ -41,6 +41,11 @@ def test_a_row_an_acceptance_writes_is_accepted(kind: PurgeKind) -> None:
     kinds.KINDS[kind].check_selectors(VALID[kind])
 
 
+def test_a_run_that_deferred_what_agent_runs_admitted_is_accepted() -> None:
+    deferred = {"planned_cutoff": "2026-11-03T05:00:00.000000Z", "deferred_events": 2, "deferred_run_ids": ["r1"]}
+    kinds.KINDS[PurgeKind.RETENTION_RUN].check_selectors({**VALID[PurgeKind.RETENTION_RUN], **deferred})
+
+
 @pytest.mark.parametrize(
     ("kind", "change", "named"),
     [
@@ -57,6 +62,10 @@ def test_a_row_an_acceptance_writes_is_accepted(kind: PurgeKind) -> None:
         (PurgeKind.RETENTION_RUN, {"held_conversations": "c2"}, "held_conversations"),
         (PurgeKind.RETENTION_RUN, {"held_authors": [""]}, "held_authors"),
         (PurgeKind.RETENTION_RUN, {"policy_purge_id": "x" * 65}, "policy_purge_id"),
+        (PurgeKind.RETENTION_RUN, {"planned_cutoff": "2026-11-01T05:00:00.000000Z"}, "planned_cutoff"),
+        (PurgeKind.RETENTION_RUN, {"deferred_events": -1}, "deferred_events"),
+        (PurgeKind.RETENTION_RUN, {"deferred_events": True}, "deferred_events"),
+        (PurgeKind.RETENTION_RUN, {"deferred_run_ids": ["r 1"]}, "deferred_run_ids"),
         (PurgeKind.HOLD, {"conversation_ids": [], "authors": []}, "at least one"),
         (PurgeKind.HOLD, {"authors": ["a\x00b"]}, "authors"),
         (PurgeKind.HOLD_RELEASE, {"hold_id": ""}, "hold_id"),
