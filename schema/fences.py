@@ -151,10 +151,12 @@ SQLITE_TRIGGERS = frozenset(
         "pk_retention_exemptions_before_delete",
         "pk_legal_holds_no_delete",
         "pk_legal_holds_before_update",
+        "pk_legal_holds_before_insert",
         "pk_legal_hold_subjects_no_update",
         "pk_legal_hold_subjects_no_delete",
         "pk_retention_policies_no_delete",
         "pk_retention_policies_before_update",
+        "pk_retention_policies_before_insert",
     }
 )
 

@@ -59,7 +59,7 @@ from schema import ledger
 from schema.content import NOT_PURGED, event_erased, live_event, upsert_insert
 from schema.idlists import IDS, among
 from schema.locks import AdvisoryLock
-from schema.states import ACTIVE_RUN_STATUSES, Exemption, HoldSubject
+from schema.states import ACTIVE_RUN_STATUSES, Exemption, HoldSubject, PurgeKind
 from schema.tables import (
     IS_EVENT_TOMBSTONE,
     UtcDateTime,
@@ -228,10 +228,25 @@ def record_run(
     values: dict[str, Any] = {"last_run_at": ledger.clock(conn), "last_cutoff": cutoff, "last_purge_id": purge_id}
     if row.pending_cutoff is not None and row.pending_cutoff <= max(cutoff, planned or cutoff):
         values["pending_cutoff"] = None
-    if start is None or (row.expired_through is not None and row.expired_through >= start):
+    if (start is None or (row.expired_through is not None and row.expired_through >= start)) and not widened_since(
+        conn, purge_id
+    ):
         if row.expired_through is None or row.expired_through < cutoff:
             values["expired_through"] = cutoff
     conn.execute(update(retention_policies).where(_POLICY.policy_id == policy_id).values(**values))
+
+
+# The rows after which every standing policy's next run walks its whole scope again (a hold's
+# release, a policy's end or setting): a run accepted before one of them does not move the
+# window (a merge re-applies it in order; the triggers refuse it too, 0011).
+WIDENING_KINDS = (PurgeKind.HOLD_RELEASE.value, PurgeKind.RETENTION_END.value, PurgeKind.RETENTION.value)
+
+
+def widened_since(conn: Connection, purge_id: str) -> bool:
+    """Whether a row of :data:`WIDENING_KINDS` is newer in the ledger than ``purge_id``'s."""
+    mine = select(purge_ledger.c.seq).where(purge_ledger.c.purge_id == purge_id).scalar_subquery()
+    later = select(purge_ledger.c.seq).where(purge_ledger.c.kind.in_(WIDENING_KINDS), purge_ledger.c.seq > mine)
+    return conn.scalar(select(exists(later))) is True
 
 
 # -- what expires -----------------------------------------------------------------------------

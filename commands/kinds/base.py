@@ -19,7 +19,9 @@ kind at each stage:
 - ``decide``: refuse (stale, version, active runs...), say the purge is already done, or
   return the :class:`Decision`: the selectors the ledger records and the cleanup steps;
 - ``fence``: turn the selectors into fences and tombstones, at acceptance and again at every
-  restore merge (an existing fence is kept as it is);
+  restore merge (an existing fence is kept as it is); a kind whose fence writes state the
+  triggers check against its ledger row (a policy, a hold: ``ledger_first``) has its row
+  appended before the fence, as a merge does;
 - ``left_after_restore``: what, after a restore, counts as this purge's content come back:
   the cleanup steps to re-arm, as ``(kind, parked)``;
 - ``bodies``: the plain function of ``workers.cleanup`` that carries out the bodies step of
@@ -87,6 +89,7 @@ class Kind(abc.ABC):
     name: ClassVar[PurgeKind]
     head_first: ClassVar[bool] = True
     policy_lock: ClassVar[str | None] = None  # "shared", "exclusive", or None: not taken
+    ledger_first: ClassVar[bool] = False  # the ledger row is appended before the fence
     preview: Any  # a method (conn, env, args) -> (report, what to remember | None), or None
     bodies: BodiesStep | None
 

@@ -39,6 +39,7 @@ class Hold(Kind):
     name = PurgeKind.HOLD
     head_first = True  # a new hold id has no row to lock
     policy_lock = "exclusive"
+    ledger_first = True  # the triggers check its state against its ledger row (0011)
     preview = None  # it removes nothing: its acceptance says what was already removed
     bodies = None
 

@@ -26,6 +26,7 @@ class HoldRelease(Kind):
     name = PurgeKind.HOLD_RELEASE
     head_first = True
     policy_lock = "exclusive"
+    ledger_first = True  # the triggers check its state against its ledger row (0011)
     preview = None  # confirmed by the hold's id
     bodies = None
 

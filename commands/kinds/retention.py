@@ -68,6 +68,7 @@ class Retention(Kind):
     name = PurgeKind.RETENTION
     head_first = True  # a new policy id has no row to lock
     policy_lock = "exclusive"
+    ledger_first = True  # the triggers check its state against its ledger row (0011)
     bodies = None  # a policy removes nothing itself: its runs do
 
     def preview(self, conn: Connection, env: Env, args: Definition) -> tuple[RetentionPreview, dict[str, Any]]:

@@ -28,6 +28,7 @@ class RetentionEnd(Kind):
     name = PurgeKind.RETENTION_END
     head_first = True
     policy_lock = "exclusive"
+    ledger_first = True  # the triggers check its state against its ledger row (0011)
     preview = None  # confirmed by the policy's id
     bodies = None
 

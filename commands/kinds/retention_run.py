@@ -74,6 +74,7 @@ class RetentionRun(Kind):
     name = PurgeKind.RETENTION_RUN
     head_first = False  # the policy's row lock serialises its runs; the head is taken last
     policy_lock = "shared"  # a hold placed meanwhile waits for the run, or the run for the hold
+    ledger_first = True  # the triggers check its state against its ledger row (0011)
     preview = None  # confirmed once, with its policy
     bodies = staticmethod(cleanup.expire_retention)
 

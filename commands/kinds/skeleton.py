@@ -10,7 +10,9 @@ An acceptance is one transaction:
    first's locks, then returns its acceptance);
 4. the kind decides: a refusal, ``already_purged``, or what to write;
 5. the fences and tombstones, the cleanup steps, the versions;
-6. the ledger head (if not taken yet: locked last, for the least time) and the ledger row.
+6. the ledger head (if not taken yet: locked last, for the least time) and the ledger row. A
+   kind whose fence writes state the triggers check against its ledger row
+   (``Kind.ledger_first``: a policy, a run, a hold) appends the row before step 5.
 
 Only after the commit is the enqueue hook called (``commands.purges``).
 """
@@ -27,7 +29,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from commands import validation
-from commands.kinds.base import Already, Env, Kind
+from commands.kinds.base import Already, Decision, Env, Kind
 from commands.records import Acceptance
 from schema import holds, ledger, purges
 from schema.errors import ActiveRuns, IdempotencyConflict, LegalHold
@@ -82,12 +84,32 @@ def accept(
     if isinstance(decision, Already):
         return Acceptance(decision.purge_id, decision.seq, "already_purged", decision.disclosures), []
     purge_id = uuid.uuid4().hex
+    if kind.ledger_first:
+        entry = _append(conn, env, head, kind, purge_id, decision, request, causal)
     kind.fence(conn, purge_id, decision.selectors)
     steps = purges.create_steps(conn, purge_id, decision.steps, parked=decision.parked)
     if decision.touched:
         purges.bump_versions(conn, decision.touched)
+    if not kind.ledger_first:
+        entry = _append(conn, env, head, kind, purge_id, decision, request, causal)
+    purges.record_conversations(conn, entry.purge_id, kind.conversations(conn, entry.selectors))
+    appended.entry = entry  # this thread's acceptance copies it out once committed
+    return Acceptance(entry.purge_id, entry.seq, "accepted", decision.disclosures), steps
+
+
+def _append(
+    conn: Connection,
+    env: Env,
+    head: ledger.Head | None,
+    kind: Kind,
+    purge_id: str,
+    decision: Decision,
+    request: dict[str, Any],
+    causal: Causal,
+) -> ledger.LedgerEntry:
+    """The acceptance's ledger row (the head locked now, if it was not yet)."""
     selectors = {**decision.selectors, "request": request}
-    entry = ledger.append(
+    return ledger.append(
         conn,
         head or _head(conn, env),
         purge_id=purge_id,
@@ -100,9 +122,6 @@ def accept(
         idempotency_key=causal.idempotency_key,
         origin=causal.origin,
     )
-    purges.record_conversations(conn, entry.purge_id, kind.conversations(conn, selectors))
-    appended.entry = entry  # this thread's acceptance copies it out once committed
-    return Acceptance(entry.purge_id, entry.seq, "accepted", decision.disclosures), steps
 
 
 def already(covering: Any) -> Already:
