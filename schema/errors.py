@@ -172,6 +172,7 @@ TRIGGER_ERRORS: dict[str, type[PurgekeeperError]] = {
     "bot_deleted": BotDeleted,
     "id_reserved": IdReserved,
     "author_erased": AuthorErased,
+    "legal_hold": LegalHold,
     "ledger_append_only": ValidationError,
     "tombstone_permanent": ValidationError,
     "invalid_change": ValidationError,

@@ -60,6 +60,20 @@ POSTGRESQL_TRIGGERS = frozenset(
         "pk_legal_holds_guard",
         "pk_legal_hold_subjects_guard",
         "pk_retention_policies_guard",
+        # 0012
+        "pk_events_held_content",
+        "pk_attachments_held_content",
+        "pk_attachments_held_delete",
+        "pk_admissions_held_content",
+        "pk_admissions_held_delete",
+        "pk_runs_held_content",
+        "pk_runs_held_delete",
+        "pk_derivatives_held_content",
+        "pk_derivatives_held_delete",
+        "pk_derivative_sources_held_delete",
+        "pk_author_erasures_mark",
+        "pk_author_erasure_marks_guard",
+        "pk_author_erasure_marks_no_truncate",
         *(
             f"pk_{table}_no_truncate"
             for table in (
@@ -156,6 +170,27 @@ SQLITE_TRIGGERS = frozenset(
         "pk_legal_hold_subjects_no_delete",
         "pk_retention_policies_no_delete",
         "pk_retention_policies_before_update",
+        # 0012
+        "pk_events_held_content",
+        "pk_attachments_held_content",
+        "pk_attachments_held_delete",
+        "pk_admissions_held_content",
+        "pk_admissions_held_delete",
+        "pk_runs_held_content",
+        "pk_runs_held_delete",
+        "pk_derivatives_held_content",
+        "pk_derivatives_held_delete",
+        "pk_derivative_sources_held_delete",
+        "pk_author_erasures_mark",
+        "pk_author_erasure_marks_no_delete",
+        "pk_author_erasure_marks_before_update",
+        "pk_events_canonical_times",
+        "pk_events_canonical_times_update",
+        "pk_placements_canonical_times",
+        "pk_author_erasures_canonical_times",
+        "pk_retention_fences_canonical_times",
+        "pk_retention_policies_canonical_times",
+        "pk_retention_policies_canonical_times_update",
         "pk_retention_policies_before_insert",
     }
 )

@@ -334,6 +334,18 @@ author_erasures = Table(
     Index("ix_author_erasures_author", "author", postgresql_using="hash"),
 )
 
+# One row per erased author (0012), its count raised by every author_erasures row (a trigger).
+# A PostgreSQL writer whose snapshot is its transaction's probes its key before it trusts
+# what it sees of the author's erasures (inserting 0 for an author never erased): a mark
+# committed after that snapshot is a serialization failure, where a row it cannot see would
+# have been missed.
+author_erasure_marks = Table(
+    "author_erasure_marks",
+    metadata,
+    Column("author", Text, primary_key=True),
+    Column("erasures", BigInteger, nullable=False, server_default="0"),
+)
+
 # Retention (0009). ``retention_policies`` is the state the ledger's ``retention`` and
 # ``retention_end`` rows leave (a merge writes it again from them), plus the scheduler's
 # bookkeeping: when the policy is next due, a run planned and not yet accepted
