@@ -13,6 +13,10 @@ hold content or a server path) while:
   copy's head (another history); or its head went back since this process last saw it
   (until a merge brings it back up, or an operator's full check);
 - the background audit found the ledger's own chain, or the copy, damaged;
+- the copy cannot be read: any file-system error of it (named by its file name, with the
+  system's reason, never a path), or a head.json lost while its segments hold rows (they
+  may hold purges a restored database lacks: ``purgectl ledger repair`` rebuilds the head
+  from them, or a merge of the checkpoint directory reads them alone);
 - before the first copy exists: a checkpoint file of the earlier format (version 1) holds
   rows the ledger lacks.
 
@@ -20,8 +24,9 @@ hold content or a server path) while:
 primary-key read of ``ledger_head`` it makes anyway, and a ``stat`` of the copy's head file,
 which is read again only when it changed. While the copy is behind the database (an
 acceptance between its commit and its copy, or a copy that failed), the row at the copy's
-head is read once by its key and the verdict kept. Nothing on the request path lists a
-directory or walks the ledger. A handle's start does the same O(1) check.
+head is read once by its key and the verdict kept. Nothing on the request path walks the
+ledger; a directory is listed only while head.json is missing and the copy's directory is
+there, and then only when the directory changed. A handle's start does the same O(1) check.
 
 **The audit** walks the whole chain again in the background, ``audit_rows`` rows at a time
 every ``audit_interval`` (it remembers the prefix it verified; a new round starts once it

@@ -21,7 +21,7 @@ from commands.retention import RetentionCommands
 from commands.settings import Settings
 from schema import ledger, migrate
 from schema.db import Database
-from schema.errors import InfrastructureError, ValidationError
+from schema.errors import LedgerNotCopied, ValidationError
 from workers import broker, ledger_copy, runner
 from workers.blobstore import BlobStore
 from workers.cleanup import StepContext
@@ -109,7 +109,7 @@ class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommand
         try:
             return ledger_copy.catch_up(self.db, self.copy).seq
         except ledger_copy.COPY_FAILED as exc:
-            raise InfrastructureError(
+            raise LedgerNotCopied(
                 f"the ledger could not be copied to the checkpoint directory: {reason_of(exc)}"
             ) from exc
 

@@ -54,6 +54,7 @@ from schema.errors import InfrastructureError, MessagingUnavailable, ValidationE
 from schema.steps import PARKED_UNTIL
 from workers import checkpoint, failpoints, ledger_copy
 from workers.blobstore import BlobStore, discard_failed
+from workers.files import reason_of
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,18 @@ class MergeReport:
     deleted_files_removed: int
     gate: GateState
     verbatim: int = 0  # of the appended rows, those this database's own copy held (same seq and hashes)
+
+
+@dataclass(frozen=True)
+class CopyRepair:
+    """What ``repair_ledger_copy`` did: the copy (its directory's name), its head now,
+    whether head.json was rebuilt from the segments, and the gate's full verdict after it."""
+
+    copy: str
+    seq: int
+    row_hash: str
+    head_rebuilt: bool
+    gate: GateState
 
 
 @dataclass(frozen=True)
@@ -97,6 +110,28 @@ class RestoreCommands:
         ``refresh`` takes the full verdict again (it walks the whole ledger and its copy);
         otherwise the last verdict is returned."""
         return self.gate.evaluate() if refresh else self.gate.state
+
+    def repair_ledger_copy(self) -> CopyRepair:
+        """Bring the ledger's copy in the checkpoint directory back to a verifying state
+        (``purgectl ledger repair``): a lost or unreadable head.json is rebuilt from the
+        segments, a truncated open segment is re-established from the database's rows, and
+        the rows the database holds beyond the copy are appended. Rows the copy holds and the
+        database lacks (a restored database) are kept: the gate stays closed until a merge
+        brings them back. Then the gate's full check (the chain and the copy walked, as
+        ``messaging_status()``). ``MessagingUnavailable`` with the reason when it cannot be
+        done."""
+        name = self.copy.directory.name
+        try:
+            _head, rebuilt = self.copy.repair()
+            head = ledger_copy.catch_up(self.db, self.copy)
+        except ledger_copy.COPY_FAILED as exc:
+            reason = reason_of(exc)
+            raise MessagingUnavailable(
+                f"the ledger's copy {name} cannot be repaired: {reason}", diagnostics=[f"{name}: {reason}"]
+            ) from None
+        state = self.gate.evaluate()  # the full check: it lifts what an earlier one found in the copy
+        log.info("repair of the ledger's copy %s: seq %d, head rebuilt: %s", name, head.seq, rebuilt)
+        return CopyRepair(name, head.seq, head.row_hash, rebuilt, state)
 
     def merge_ledger(self, *paths: str | Path, allow_other_database: bool = False, full: bool = False) -> MergeReport:
         """Restore: bring this ledger's missing purges back from the ledger kept outside it,
@@ -174,7 +209,7 @@ class RestoreCommands:
         try:
             aside = ledger_copy.reconcile(self.db, self.copy, replace=replace)
         except ledger_copy.COPY_FAILED as exc:
-            log.warning("after the merge, the ledger's copy could not be brought up to date: %s", exc)
+            log.warning("after the merge, the ledger's copy could not be brought up to date: %s", reason_of(exc))
             return
         if aside is not None:
             log.warning("the ledger's copy held another history; it was moved aside to %s and written again", aside)

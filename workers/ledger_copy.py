@@ -23,7 +23,16 @@ Layout, for the database whose random id is ``D``, in the checkpoint directory::
   of the open segment), ``segment_bytes`` (the open segment's length at ``seq``),
   ``segment_rows`` and ``written_at``. Bytes of the open segment beyond ``segment_bytes`` (a
   writer that died between its segment and its head) are not part of the copy; the next
-  writer truncates them and appends the rows again from the database.
+  writer truncates them and appends the rows again from the database. The first writer
+  writes an empty head before the first segment, so a head.json is always there while a
+  segment is: **segments without a head are damage, not absence** (``CopyHeadLost``; the
+  gate stays closed: they may hold purges a restored database lacks). ``repair`` rebuilds
+  the head from the segments alone; a merge of the directory reads them without it.
+- **A short open segment** (fewer bytes than ``segment_bytes``, or a last row without its
+  newline) is never written past: ``ftruncate`` would pad it with NUL bytes. An append
+  raises ``CopyTruncated``; ``catch_up`` (an acceptance's, the scheduler's sweep) then
+  re-establishes the tail from the database's rows of that segment (``restore_tail``: the
+  bytes still there must be the start of those rows' lines), or refuses.
 - **Every row chains** to the row before it through ``prev_hash`` (the first to 64 zeros),
   across segments, and its ``row_hash`` is recomputed on reading, so a changed byte, a
   truncated segment, a missing segment or a head that is not the last row is found.
@@ -45,6 +54,7 @@ import datetime as dt
 import fcntl
 import itertools
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -55,7 +65,9 @@ from typing import Any
 from schema import ledger
 from schema.db import Database
 from workers import checkpoint, failpoints
-from workers.files import atomic_write, atomic_write_at
+from workers.files import atomic_write, atomic_write_at, reason_of
+
+log = logging.getLogger(__name__)
 
 FORMAT = "purgekeeper-ledger-copy"
 VERSION = 2
@@ -70,6 +82,18 @@ MAX_PROBLEMS = ledger.MAX_PROBLEMS
 class CopyInvalid(ValueError):
     """The copy cannot be trusted: a damaged head, a missing or truncated segment, a row that
     does not verify. The message says where (file names, seqs), never content."""
+
+
+class CopyHeadLost(CopyInvalid):
+    """head.json is missing or cannot be read while segments hold rows: the copy is damaged,
+    not absent (its rows may be purges a restored database lacks). ``repair`` rebuilds the
+    head from the segments; a merge of the directory reads the segments alone."""
+
+
+class CopyTruncated(CopyInvalid):
+    """The open segment is shorter than its head says (or its last row lost its newline):
+    nothing is written past it until its tail is re-established from the database's rows
+    (``restore_tail``)."""
 
 
 class CopyGap(Exception):
@@ -141,6 +165,7 @@ class LedgerCopy:
         self._pending: dict[int, ledger.LedgerEntry] = {}  # committed rows handed in, not yet written
         self._written: CopyHead | None = None  # the head as this process last found or wrote it
         self._sealed: tuple[int, tuple[int, int, int], list[bytes]] | None = None  # see _segment_lines
+        self._headless: tuple[tuple[int, int, int], bool] | None = None  # see _absent_or_headless
 
     # -- reading the head ------------------------------------------------------------------
 
@@ -149,11 +174,16 @@ class LedgerCopy:
 
     def head(self) -> CopyHead | None:
         """The head, or None while there is no copy. One ``stat`` of head.json; the file is
-        read again only when it changed since the last call."""
+        read again only when it changed since the last call. A head.json that is missing
+        while segments are there raises CopyHeadLost; any other file-system error of the
+        copy, CopyInvalid (its file name and the system's reason, never a path)."""
         try:
             info = os.stat(self._head_path)
         except FileNotFoundError:
+            self._absent_or_headless()
             return None
+        except OSError as exc:
+            raise CopyHeadLost(f"{self.directory.name}/{HEAD_FILE} cannot be read ({reason_of(exc)})") from None
         key = (info.st_ino, info.st_size, info.st_mtime_ns)
         cached = self._cached
         if cached is not None and cached[0] == key:
@@ -162,11 +192,45 @@ class LedgerCopy:
         self._cached = (key, head)
         return head
 
+    def _absent_or_headless(self) -> None:
+        """head.json is missing: the copy is absent, unless a segment is there (then its head
+        is lost). The directory is listed again only when it changed (its inode, size and
+        mtime; one ``stat`` otherwise), and only while head.json is missing."""
+        try:
+            key = _identity_of(os.stat(self.directory))
+            known = self._headless
+            if known is None or known[0] != key:
+                found = any(_is_segment_name(name) for name in os.listdir(self.directory))
+                known = self._headless = (key, found)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise CopyHeadLost(f"{self.directory.name} cannot be read ({reason_of(exc)})") from None
+        if known[1] and not os.path.lexists(self._head_path):  # a first writer's head came meanwhile
+            raise CopyHeadLost(
+                f"{self.directory.name}/{HEAD_FILE} is missing while its segments hold rows: "
+                "run purgectl ledger repair, or merge the checkpoint directory"
+            )
+
+    def _head_now(self) -> CopyHead:
+        """The head read afresh (a writer, under the flock), or the empty head of no copy."""
+        try:
+            os.stat(self._head_path)
+        except FileNotFoundError:
+            self._headless = None
+            self._absent_or_headless()
+            return CopyHead.empty(self.database_id)
+        except OSError as exc:
+            raise CopyHeadLost(f"{self.directory.name}/{HEAD_FILE} cannot be read ({reason_of(exc)})") from None
+        return self._read_head()
+
     def _read_head(self) -> CopyHead:
         try:
             data = json.loads((self.directory / HEAD_FILE).read_bytes().decode("utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CopyInvalid(f"{self.directory.name}/{HEAD_FILE} cannot be read ({type(exc).__name__})") from None
+        except OSError as exc:
+            raise CopyHeadLost(f"{self.directory.name}/{HEAD_FILE} cannot be read ({reason_of(exc)})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CopyHeadLost(f"{self.directory.name}/{HEAD_FILE} cannot be read ({type(exc).__name__})") from None
         try:
             if data["format"] != FORMAT or data["version"] != VERSION:
                 raise CopyInvalid(f"{self.directory.name}/{HEAD_FILE}: not a version {VERSION} ledger copy")
@@ -223,7 +287,7 @@ class LedgerCopy:
 
     def _append_locked(self, entries: Sequence[ledger.LedgerEntry]) -> CopyHead:
         with self._flocked() as directory:
-            head = self._read_head() if self.exists() else CopyHead.empty(self.database_id)
+            head = self._head_now()
             for entry in entries:
                 if entry.seq == head.seq and entry.row_hash != head.row_hash:
                     raise CopyDiverged(f"row {entry.seq} differs from the copy's")
@@ -235,7 +299,11 @@ class LedgerCopy:
                 raise CopyGap(head.seq)
             if new[0].prev_hash != head.row_hash:
                 raise CopyDiverged(f"row {new[0].seq} does not extend the copy's head (seq {head.seq})")
+            self._check_tail(directory, head)
             failpoints.hit("ledger.copy")
+            if head.seq == 0 and not os.path.lexists(self._head_path):
+                # the head before any segment: segments without a head are a lost head
+                atomic_write_at(directory, HEAD_FILE, _head_bytes(head))
             written = self._write_rows(directory, head, new)
             atomic_write_at(directory, HEAD_FILE, _head_bytes(written))
             self._cached = None
@@ -262,6 +330,131 @@ class LedgerCopy:
             segment, size = first, start + len(data)
         last = rows[-1]
         return CopyHead(self.database_id, last.seq, last.row_hash, segment, size)
+
+    def _check_tail(self, directory: int, head: CopyHead) -> None:
+        """The open segment holds at least the head's bytes, and its last row ends with its
+        newline (an ``fstat`` and a one-byte read): an append never writes past damage it has
+        not checked (``ftruncate`` would pad a short segment with NUL bytes). Bytes beyond the
+        head (a writer that died before its head) are no damage. Raises CopyTruncated."""
+        if head.segment_bytes == 0:
+            return
+        name = segment_name(head.segment)
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+        except FileNotFoundError:
+            raise CopyTruncated(f"{self.directory.name}/{name} is missing") from None
+        try:
+            size = os.fstat(fd).st_size
+            last = os.pread(fd, 1, head.segment_bytes - 1) if size >= head.segment_bytes else b""
+        finally:
+            os.close(fd)
+        if last != b"\n":
+            raise CopyTruncated(
+                f"{self.directory.name}/{name} is truncated ({size} bytes, its head says {head.segment_bytes})"
+            )
+
+    def check_tail(self) -> None:
+        """``_check_tail`` on the copy as it is now (nothing when there is no copy)."""
+        if self.head() is None:
+            return
+        with self._lock, self._flocked() as directory:
+            self._check_tail(directory, self._head_now())
+
+    def restore_tail(self, rows: Sequence[ledger.LedgerEntry]) -> CopyHead:
+        """Re-write the open segment's lost tail from ``rows``: the database's rows of it, from
+        its first seq to the copy's head at least (the database holds every row the copy
+        does: the commit comes first). The bytes still there must be the start of those rows'
+        lines, and the last of them must be the head's row; else CopyInvalid and nothing is
+        written (another history, or damage that is no truncation)."""
+        with self._lock, self._flocked() as directory:
+            head = self._head_now()
+            if head.segment_bytes == 0:
+                return head
+            name = segment_name(head.segment)
+            expected = self._tail_bytes(head, rows)
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=directory)
+            try:
+                kept = os.pread(fd, len(expected), 0)
+                if not expected.startswith(kept):
+                    raise CopyInvalid(
+                        f"{self.directory.name}/{name} holds rows the database does not: it cannot be "
+                        "re-established from the database (merge it, or move it aside)"
+                    )
+                if kept != expected:
+                    _write_all_at(fd, expected[len(kept) :], len(kept))
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._sealed = None
+            return head
+
+    def _tail_bytes(self, head: CopyHead, rows: Sequence[ledger.LedgerEntry]) -> bytes:
+        wanted = [entry for entry in rows if head.segment <= entry.seq <= head.seq]
+        whole = [entry.seq for entry in wanted] == list(range(head.segment, head.seq + 1))
+        expected = b"".join(row_line(entry) for entry in wanted)
+        if not whole or wanted[-1].row_hash != head.row_hash or len(expected) != head.segment_bytes:
+            raise CopyInvalid(
+                f"{self.directory.name}/{segment_name(head.segment)} cannot be re-established: the database "
+                f"does not hold its rows {head.segment} to {head.seq} as the copy's head says"
+            )
+        return expected
+
+    def repair(self) -> tuple[CopyHead, bool]:
+        """Rebuild head.json from the segments when it is missing or cannot be read (the
+        segments alone say it: every row verified from the first, up to the last whole one).
+        A head that can be read is left as it is. Returns (the head, whether it was written).
+        Raises CopyInvalid when a segment does not verify (the head is not guessed past it)."""
+        with self._lock, self._flocked() as directory:
+            try:
+                return self._head_now(), False
+            except CopyHeadLost:
+                pass
+            head = self.rebuilt_head()
+            atomic_write_at(directory, HEAD_FILE, _head_bytes(head))
+            self._cached = self._headless = None
+            self._written = head
+            return head, True
+
+    def rebuilt_head(self) -> CopyHead:
+        """The head the segments alone give, without head.json: their rows walked from the
+        first, each checked (seq, link, hash), to the last whole row. A partial line at the
+        end of the last segment is no part of it; one anywhere else, or a row that does not
+        verify, raises CopyInvalid."""
+        seq, prev, segment, size, first = 0, ledger.GENESIS_HASH, 0, 0, 1
+        while True:
+            lines = self._whole_lines(first)
+            if lines is None:
+                break
+            for line in lines:
+                entry = parse_line(line, f"{self.directory.name}/{segment_name(first)}")
+                if (entry.seq, entry.prev_hash) != (seq + 1, prev) or entry.expected_hash() != entry.row_hash:
+                    raise CopyInvalid(
+                        f"{self.directory.name}/{segment_name(first)}: row {seq + 1} does not verify; "
+                        "the head cannot be rebuilt past it"
+                    )
+                seq, prev = entry.seq, entry.row_hash
+            if lines:
+                segment, size = first, sum(len(line) + 1 for line in lines)
+            if len(lines) != SEGMENT_ROWS:
+                break
+            first += SEGMENT_ROWS
+        if lines is not None and os.path.lexists(self.directory / segment_name(first + SEGMENT_ROWS)):
+            raise CopyInvalid(f"{self.directory.name}/{segment_name(first)} is truncated")
+        return CopyHead(self.database_id, seq, prev, segment, size)
+
+    def _whole_lines(self, first: int) -> list[bytes] | None:
+        """The whole lines of segment ``first`` (None when it is not there)."""
+        name = segment_name(first)
+        try:
+            data = (self.directory / name).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CopyInvalid(f"{self.directory.name}/{name} cannot be read ({reason_of(exc)})") from None
+        lines = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]
+        if len(lines) > SEGMENT_ROWS:
+            raise CopyInvalid(f"{self.directory.name}/{name} holds more than {SEGMENT_ROWS} rows")
+        return lines
 
     @contextlib.contextmanager
     def _flocked(self) -> Iterator[int]:
@@ -380,7 +573,10 @@ class LedgerCopy:
     def verify(self, *, after: int = 0, after_hash: str = ledger.GENESIS_HASH) -> tuple[int, str, list[str]]:
         """Walk the chain from seq ``after`` (whose row_hash is ``after_hash``) to the head:
         (the last seq, its row_hash, the problems found, at most ``MAX_PROBLEMS``)."""
-        head = self.head()
+        try:
+            head = self.head()
+        except CopyInvalid as exc:
+            return after, after_hash, [str(exc)]
         if head is None:
             return 0, ledger.GENESIS_HASH, []
         problems: list[str] = []
@@ -407,6 +603,10 @@ def _identity_of(info: os.stat_result) -> tuple[int, int, int]:
     return (info.st_ino, info.st_size, info.st_mtime_ns)
 
 
+def _is_segment_name(name: str) -> bool:
+    return name.startswith("segment-") and name.endswith(".jsonl")
+
+
 CATCH_UP_BATCH = 4096  # rows read from the database and appended at a time
 
 
@@ -417,7 +617,49 @@ def catch_up(
     database's head). One stat when the copy is there already; else the missing rows, read
     by the primary key from the copy's head on (the first time, the whole ledger).
     ``committed`` is a row the caller knows is committed (its own acceptance's): when it is
-    the only one missing, it is appended without reading the database."""
+    the only one missing, it is appended without reading the database. An open segment
+    found truncated (at an append, or at every sweep: ``upto`` None) has its tail
+    re-established from the database's rows first; CopyInvalid when the database does not
+    hold them."""
+    try:
+        if upto is None:
+            copy.check_tail()
+        return _catch_up(db, copy, upto=upto, committed=committed)
+    except CopyTruncated as exc:
+        log.warning("re-establishing the ledger copy's tail from the database: %s", exc)
+        restore_tail(db, copy)
+        return _catch_up(db, copy, upto=upto, committed=committed)
+
+
+def restore_tail(db: Database, copy: LedgerCopy) -> CopyHead:
+    """The open segment's lost tail written again from the database's rows of it."""
+    head = copy.head()
+    if head is None or head.segment_bytes == 0:
+        return head or CopyHead.empty(copy.database_id)
+    with db.read() as conn:
+        rows = list(ledger.entries(conn, after=head.segment - 1, upto=head.seq))
+    return copy.restore_tail(rows)
+
+
+def repair(db: Database, copy: LedgerCopy) -> CopyHead:
+    """Bring a damaged copy back to a verifying state, as far as it can be without guessing:
+    head.json rebuilt from the segments when it is lost, the open segment's tail
+    re-established from the database, then the rows the database holds beyond it appended.
+    A copy ahead of the database (a restored one) keeps its rows: a merge brings them back."""
+    copy.repair()
+    return catch_up(db, copy)
+
+
+def _repaired(copy: LedgerCopy) -> CopyHead | None:
+    """A lost head rebuilt from the segments (the merge read them: the database holds their
+    rows), or None when the segments do not verify."""
+    try:
+        return copy.repair()[0]
+    except CopyInvalid:
+        return None
+
+
+def _catch_up(db: Database, copy: LedgerCopy, *, upto: int | None, committed: ledger.LedgerEntry | None) -> CopyHead:
     head = copy.head()
     if head is None:
         _refuse_a_bootstrap_behind(db, copy)
@@ -450,15 +692,15 @@ def reconcile(db: Database, copy: LedgerCopy, *, replace: bool) -> Path | None:
     does not extend (another history, or a damaged head) is moved aside and written again,
     but only when ``replace`` (the merge read it, so the database holds all its purges);
     otherwise it raises CopyDiverged and the gate stays closed. Returns where it was moved."""
+    moved: Path | None = None
     try:
         head = copy.head()
-    except CopyInvalid:
+    except CopyInvalid as exc:
         if not replace:
             raise
-        head = None
-        moved: Path | None = copy.move_aside()
-    else:
-        moved = None
+        head = _repaired(copy) if isinstance(exc, CopyHeadLost) else None
+        if head is None:
+            moved = copy.move_aside()
     if head is not None:
         with db.read() as conn:
             db_seq = ledger.read_head(conn).seq
@@ -520,6 +762,8 @@ def open_source(path: Path, database_id: str) -> checkpoint.Source:
     if path.is_dir():
         if (path / HEAD_FILE).is_file():
             return source(path)
+        if path.name.endswith(SUFFIX) and _has_segments(path):
+            return rebuilt_source(path, path.name.removesuffix(SUFFIX))
         return _in_directory(path, database_id)
     try:
         with path.open("rb") as handle:
@@ -537,6 +781,8 @@ def _in_directory(directory: Path, database_id: str) -> checkpoint.Source:
     own = directory / f"{database_id}{SUFFIX}"
     if (own / HEAD_FILE).is_file():
         return source(own)
+    if _has_segments(own):
+        return rebuilt_source(own, database_id)
     newest_file, skipped = checkpoint.newest(directory, database_id)
     if newest_file is not None:
         return checkpoint.from_file(newest_file)
@@ -578,14 +824,36 @@ def source(directory: Path) -> checkpoint.Source:
     except CopyInvalid as exc:
         raise checkpoint.CheckpointInvalid(str(exc)) from None
     assert head is not None
+    return _copy_source(copy, head)
 
+
+def rebuilt_source(directory: Path, database_id: str) -> checkpoint.Source:
+    """A copy whose head.json is lost (or cannot be read) as a merge source: its head
+    rebuilt, in memory, from its segments (nothing is written)."""
+    copy = LedgerCopy(directory.parent, database_id, directory=directory)
+    try:
+        head = copy.rebuilt_head()
+    except CopyInvalid as exc:
+        raise checkpoint.CheckpointInvalid(str(exc)) from None
+    return _copy_source(copy, head)
+
+
+def _copy_source(copy: LedgerCopy, head: CopyHead) -> checkpoint.Source:
     def rows(after: int) -> Iterator[ledger.LedgerEntry]:
         try:
             yield from copy.rows(after=after, head=head)
         except CopyInvalid as exc:
             raise checkpoint.CheckpointInvalid(str(exc)) from None
 
-    return checkpoint.Source(label, directory, database_id, head.seq, head.row_hash, rows)
+    directory = copy.directory
+    return checkpoint.Source(directory.name, directory, copy.database_id, head.seq, head.row_hash, rows)
+
+
+def _has_segments(directory: Path) -> bool:
+    try:
+        return any(_is_segment_name(name) for name in os.listdir(directory))
+    except OSError:
+        return False
 
 
 def export_source(path: Path) -> checkpoint.Source:
@@ -669,6 +937,13 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _write_all_at(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 def _count(value: Any) -> int:

@@ -1,4 +1,4 @@
-"""The ledger commands: verify, checkpoint, merge."""
+"""The ledger commands: verify, checkpoint, repair, merge."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from workers import checkpoint
 
 @main.group("ledger")
 def ledger_group() -> None:
-    """Verify, checkpoint and merge the purge ledger."""
+    """Verify, checkpoint, repair and merge the purge ledger."""
 
 
 @json_command(ledger_group, "verify")
@@ -66,6 +66,17 @@ def ledger_checkpoint(out: Path | None, as_json: bool) -> None:
         return checkpoint.Checkpoint(pk.copy.directory, pk.database_key, seq, head.row_hash if head else "")
 
     run_with_handle(as_json, action, render_checkpoint)
+
+
+@json_command(ledger_group, "repair")
+def ledger_repair(as_json: bool) -> None:
+    """Bring the ledger's copy in the checkpoint directory back to a verifying state: rebuild
+    a lost or unreadable head.json from its segments, re-establish a truncated open segment
+    from the database, append what the database holds beyond it. Rows the copy holds and
+    the database lacks are kept: `ledger merge` brings them back. A copy that cannot be
+    repaired is a messaging_unavailable error with the reason (exit code 4)."""
+
+    run_with_handle(as_json, lambda pk: pk.repair_ledger_copy(), render_mapping)
 
 
 @json_command(ledger_group, "merge")
