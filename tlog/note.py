@@ -1,0 +1,124 @@
+"""Signing checkpoints: Ed25519 keys and C2SP signed notes.
+
+A key has a name (no whitespace, no ``+``) and an Ed25519 key pair. Its key id is
+``SHA-256(name || 0x0A || 0x01 || public key)[:4]``; its verification key is written
+``<name>+<hex key id>+<base64(0x01 || public key)>`` (C2SP signed-note, the form
+``tlog.verify`` and Go's ``golang.org/x/mod/sumdb/note`` read), and its signing key
+``PRIVATE+KEY+<name>+<hex key id>+<base64(0x01 || seed)>`` (the form of Go's
+``note.GenerateKey`` and ``note.NewSigner``). A signed note is the text, a blank line and
+one line ``— <name> <base64(key id || signature)>`` per signer, the signature over the
+text's UTF-8 bytes. A checkpoint (C2SP tlog-checkpoint) is the note whose text is
+``<origin>\\n<tree size>\\n<base64 root>\\n`` with optional extension lines after it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from tlog.verify import ALG_ED25519, HASH_SIZE, SIGNATURE_PREFIX, Verifier, key_id, valid_key_name
+
+__all__ = ["KeyInvalid", "Signer", "checkpoint_text", "sign_checkpoint", "sign_note"]
+
+SKEY_PREFIX = "PRIVATE+KEY+"
+
+
+class KeyInvalid(ValueError):
+    """The signing key is not PRIVATE+KEY+<name>+<hex key id>+<base64(0x01 || seed)>."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+@dataclass(frozen=True)
+class Signer:
+    """An Ed25519 signing key with its name; the seed stays out of ``repr``."""
+
+    name: str
+    seed: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if not valid_key_name(self.name):
+            raise KeyInvalid(f"{self.name!r} is not a key name (no spaces, no '+')")
+        if len(self.seed) != 32:
+            raise KeyInvalid("an Ed25519 seed is 32 bytes")
+
+    @classmethod
+    def generate(cls, name: str) -> Signer:
+        seed = Ed25519PrivateKey.generate().private_bytes_raw()
+        return cls(name=name, seed=seed)
+
+    @classmethod
+    def from_skey(cls, skey: str) -> Signer:
+        if not skey.startswith(SKEY_PREFIX):
+            raise KeyInvalid()
+        name, _, rest = skey.strip()[len(SKEY_PREFIX) :].partition("+")
+        hex_id, _, encoded = rest.partition("+")
+        try:
+            raw = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise KeyInvalid() from exc
+        if len(raw) != 33 or raw[0] != ALG_ED25519:
+            raise KeyInvalid()
+        signer = cls(name=name, seed=raw[1:])
+        if signer.key_id.hex() != hex_id.lower() or len(hex_id) != 8:
+            raise KeyInvalid("the signing key's id does not match its name and key")
+        return signer
+
+    @property
+    def public_key(self) -> bytes:
+        return self._private().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+    @property
+    def key_id(self) -> bytes:
+        return key_id(self.name, self.public_key)
+
+    @property
+    def verifier(self) -> Verifier:
+        return Verifier(name=self.name, key_id=self.key_id, public_key=self.public_key)
+
+    @property
+    def vkey(self) -> str:
+        return self.verifier.vkey
+
+    @property
+    def skey(self) -> str:
+        encoded = base64.b64encode(bytes([ALG_ED25519]) + self.seed).decode()
+        return f"{SKEY_PREFIX}{self.name}+{self.key_id.hex()}+{encoded}"
+
+    def sign(self, message: bytes) -> bytes:
+        return self._private().sign(message)
+
+    def _private(self) -> Ed25519PrivateKey:
+        return Ed25519PrivateKey.from_private_bytes(self.seed)
+
+
+def sign_note(text: str, signers: Sequence[Signer]) -> str:
+    """The signed note of ``text`` (which ends in a newline), one signature per signer."""
+    if not text.endswith("\n") or "\n\n" in text:
+        raise ValueError("a note's text ends with a newline and holds no blank line")
+    lines = []
+    for signer in signers:
+        signature = base64.b64encode(signer.key_id + signer.sign(text.encode())).decode()
+        lines.append(f"{SIGNATURE_PREFIX}{signer.name} {signature}\n")
+    return text + "\n" + "".join(lines)
+
+
+def checkpoint_text(origin: str, size: int, root: bytes, extensions: Sequence[str] = ()) -> str:
+    """The text of a C2SP checkpoint."""
+    if not origin or "\n" in origin or size < 0 or len(root) != HASH_SIZE:
+        raise ValueError("a checkpoint has a one-line origin, a size >= 0 and a 32-byte root")
+    if any(not line or "\n" in line for line in extensions):
+        raise ValueError("a checkpoint's extension lines are non-empty single lines")
+    body = [origin, str(size), base64.b64encode(root).decode(), *extensions]
+    return "\n".join(body) + "\n"
+
+
+def sign_checkpoint(origin: str, size: int, root: bytes, signer: Signer, *, extensions: Sequence[str] = ()) -> str:
+    """The signed note of the checkpoint of the tree of ``size`` with ``root``."""
+    return sign_note(checkpoint_text(origin, size, root, extensions), [signer])

@@ -1,0 +1,476 @@
+"""The offline verifier of purge receipts: one file a host can vendor.
+
+It needs only the standard library and ``cryptography`` (for Ed25519), and imports nothing
+else of purgekeeper, so it can be copied alone into another code base and run as
+``python verify.py RECEIPT --key VKEY [--newer CHECKPOINT --proof FILE]`` (or, installed,
+``python -m tlog.verify ...``). It follows these specifications:
+
+- **RFC 6962 / RFC 9162 Merkle trees.** A leaf's hash is ``SHA-256(0x00 || bytes)``, an
+  interior node's ``SHA-256(0x01 || left || right)``, the empty tree's ``SHA-256()``.
+  Inclusion proofs are checked as RFC 9162 §2.1.3.2 says, consistency proofs as §2.1.4.2.
+- **C2SP signed-note.** A note is its text (ending in a newline), a blank line, then one
+  line per signature, ``— <name> <base64(key id || signature)>`` (an em dash, U+2014).
+  The key id is ``SHA-256(name || 0x0A || 0x01 || public key)[:4]`` and a verification key
+  is written ``<name>+<hex key id>+<base64(0x01 || Ed25519 public key)>``. Signatures by
+  other keys (witness cosignatures) are ignored; a signature by the given key that does
+  not verify refuses the note.
+- **C2SP tlog-checkpoint.** The signed text is ``<origin>\\n<tree size>\\n<base64 root>\\n``
+  followed by optional extension lines, which are kept and not interpreted.
+
+A receipt is a JSON object ``{"format": "purgekeeper-receipt", "version": 1, "purge_id",
+"ledger_seq", "leaf_index", "leaf", "inclusion_proof", "checkpoint"}``: ``leaf`` is the
+base64 of the ledger row's canonical JSON (sorted keys, compact separators, without
+``prev_hash`` and ``row_hash``), the leaf numbered ``ledger_seq - 1``; ``inclusion_proof``
+the base64 hashes from that leaf up to the root; ``checkpoint`` the signed note of the
+tree the proof is for. A consistency proof document is ``{"proof": [base64, ...],
+"checkpoint": "<signed note>"}`` and shows that a newer checkpoint's tree extends the
+receipt's.
+
+Every refusal raises :class:`ReceiptInvalid`, whose ``reason`` says what did not hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import hashlib
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+__all__ = [
+    "EMPTY_ROOT",
+    "HASH_SIZE",
+    "RECEIPT_FORMAT",
+    "RECEIPT_VERSION",
+    "Checkpoint",
+    "NoteSignature",
+    "ReceiptInvalid",
+    "ReceiptVerified",
+    "Verifier",
+    "key_id",
+    "leaf_hash",
+    "main",
+    "node_hash",
+    "open_checkpoint",
+    "open_note",
+    "parse_checkpoint",
+    "verify_consistency",
+    "verify_inclusion",
+    "verify_receipt",
+]
+
+HASH_SIZE = 32
+EMPTY_ROOT = hashlib.sha256(b"").digest()
+ALG_ED25519 = 0x01
+RECEIPT_FORMAT = "purgekeeper-receipt"
+RECEIPT_VERSION = 1
+SIGNATURE_PREFIX = "\u2014 "
+MAX_SIGNATURES = 100
+
+
+class ReceiptInvalid(Exception):
+    """The receipt, one of its proofs or a checkpoint does not verify."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# -- Merkle tree hashing and proofs (RFC 6962 §2.1, RFC 9162 §2.1.3.2 and §2.1.4.2) --
+
+
+def leaf_hash(data: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + data).digest()
+
+
+def node_hash(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def _check_hashes(what: str, hashes: Sequence[bytes]) -> None:
+    for position, value in enumerate(hashes):
+        if len(value) != HASH_SIZE:
+            raise ReceiptInvalid(f"{what}[{position}] is {len(value)} bytes, not {HASH_SIZE}")
+
+
+def verify_inclusion(leaf: bytes, index: int, size: int, proof: Sequence[bytes], root: bytes) -> None:
+    """Check that ``leaf`` (a leaf hash) is leaf ``index`` of the tree of ``size`` with ``root``."""
+    _check_hashes("the inclusion proof", [leaf, root, *proof])
+    if not 0 <= index < size:
+        raise ReceiptInvalid(f"leaf index {index} is not in a tree of size {size}")
+    fn, sn, r = index, size - 1, leaf
+    for p in proof:
+        if sn == 0:
+            raise ReceiptInvalid("the inclusion proof is longer than the tree is deep")
+        if fn & 1 or fn == sn:
+            r = node_hash(p, r)
+            while not fn & 1 and fn != 0:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            r = node_hash(r, p)
+        fn, sn = fn >> 1, sn >> 1
+    if sn != 0:
+        raise ReceiptInvalid("the inclusion proof is shorter than the tree is deep")
+    if r != root:
+        raise ReceiptInvalid("the inclusion proof does not lead to the checkpoint's root")
+
+
+def verify_consistency(old_size: int, new_size: int, proof: Sequence[bytes], old_root: bytes, new_root: bytes) -> None:
+    """Check that the tree of ``new_size`` with ``new_root`` extends the one of ``old_size``."""
+    _check_hashes("the consistency proof", [old_root, new_root, *proof])
+    if not 0 <= old_size <= new_size:
+        raise ReceiptInvalid(f"a tree of size {new_size} cannot extend one of size {old_size}")
+    if old_size in (0, new_size):
+        _check_trivial_consistency(old_size, new_size, proof, old_root, new_root)
+        return
+    if not proof:
+        raise ReceiptInvalid("the consistency proof is empty")
+    path = [old_root, *proof] if old_size & (old_size - 1) == 0 else list(proof)
+    fn, sn = old_size - 1, new_size - 1
+    while fn & 1:
+        fn, sn = fn >> 1, sn >> 1
+    fr = sr = path[0]
+    for c in path[1:]:
+        if sn == 0:
+            raise ReceiptInvalid("the consistency proof is longer than the tree is deep")
+        if fn & 1 or fn == sn:
+            fr, sr = node_hash(c, fr), node_hash(c, sr)
+            while not fn & 1 and fn != 0:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            sr = node_hash(sr, c)
+        fn, sn = fn >> 1, sn >> 1
+    if sn != 0:
+        raise ReceiptInvalid("the consistency proof is shorter than the tree is deep")
+    if fr != old_root or sr != new_root:
+        raise ReceiptInvalid("the consistency proof does not lead to both roots")
+
+
+def _check_trivial_consistency(
+    old_size: int, new_size: int, proof: Sequence[bytes], old_root: bytes, new_root: bytes
+) -> None:
+    if proof:
+        raise ReceiptInvalid(f"a consistency proof from size {old_size} to {new_size} must be empty")
+    if old_size == 0 and old_root != EMPTY_ROOT:
+        raise ReceiptInvalid("the empty tree's root is not SHA-256 of nothing")
+    if old_size == new_size and old_root != new_root:
+        raise ReceiptInvalid(f"two checkpoints of size {new_size} have different roots")
+
+
+# -- C2SP signed notes --
+
+
+def key_id(name: str, public_key: bytes) -> bytes:
+    """The 4-byte key id of an Ed25519 key: SHA-256(name || 0x0A || 0x01 || key)[:4]."""
+    return hashlib.sha256(name.encode() + b"\n" + bytes([ALG_ED25519]) + public_key).digest()[:4]
+
+
+def valid_key_name(name: str) -> bool:
+    return bool(name) and "+" not in name and not any(ch.isspace() for ch in name)
+
+
+def _b64decode(text: str, what: str) -> bytes:
+    try:
+        return base64.b64decode(text.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
+        raise ReceiptInvalid(f"{what} is not base64") from exc
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """An Ed25519 verification key: its name, key id and public key."""
+
+    name: str
+    key_id: bytes
+    public_key: bytes
+
+    @classmethod
+    def from_vkey(cls, vkey: str) -> Verifier:
+        """Parse ``<name>+<hex key id>+<base64(0x01 || public key)>``."""
+        name, _, rest = vkey.strip().partition("+")
+        hex_id, _, key64 = rest.partition("+")
+        if not valid_key_name(name) or len(hex_id) != 8:
+            raise ReceiptInvalid("the verification key is not <name>+<8 hex digits>+<base64 key>")
+        try:
+            claimed = bytes.fromhex(hex_id)
+        except ValueError as exc:
+            raise ReceiptInvalid("the verification key's id is not hexadecimal") from exc
+        key = _b64decode(key64, "the verification key")
+        if len(key) != 33 or key[0] != ALG_ED25519:
+            raise ReceiptInvalid("the verification key is not an Ed25519 key (0x01 and 32 bytes)")
+        if key_id(name, key[1:]) != claimed:
+            raise ReceiptInvalid("the verification key's id does not match its name and key")
+        return cls(name=name, key_id=claimed, public_key=key[1:])
+
+    @property
+    def vkey(self) -> str:
+        encoded = base64.b64encode(bytes([ALG_ED25519]) + self.public_key).decode()
+        return f"{self.name}+{self.key_id.hex()}+{encoded}"
+
+    def verifies(self, message: bytes, signature: bytes) -> bool:
+        try:
+            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, message)
+        except InvalidSignature:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class NoteSignature:
+    """One signature line of a note: the signer's name, its key id and the signature."""
+
+    name: str
+    key_id: bytes
+    signature: bytes
+
+
+def split_note(note: str) -> tuple[str, list[NoteSignature]]:
+    """The text (with its final newline) and the signature lines of a signed note."""
+    if any((ord(ch) < 0x20 and ch != "\n") or 0xD800 <= ord(ch) <= 0xDFFF for ch in note):
+        raise ReceiptInvalid("the note holds a control character")
+    text, sep, block = note.rpartition("\n\n")
+    if not sep or not block.endswith("\n"):
+        raise ReceiptInvalid("the note has no signature block after a blank line")
+    lines = block[:-1].split("\n")
+    if len(lines) > MAX_SIGNATURES:
+        raise ReceiptInvalid(f"the note has more than {MAX_SIGNATURES} signatures")
+    return text + "\n", [_signature_line(line) for line in lines]
+
+
+def _signature_line(line: str) -> NoteSignature:
+    if not line.startswith(SIGNATURE_PREFIX):
+        raise ReceiptInvalid("a note signature line does not start with an em dash and a space")
+    name, _, encoded = line[len(SIGNATURE_PREFIX) :].partition(" ")
+    if not valid_key_name(name) or not encoded:
+        raise ReceiptInvalid("a note signature line has no valid name and signature")
+    raw = _b64decode(encoded, "a note signature")
+    if len(raw) < 5:
+        raise ReceiptInvalid("a note signature is too short to hold a key id")
+    return NoteSignature(name=name, key_id=raw[:4], signature=raw[4:])
+
+
+def open_note(note: str, verifier: Verifier) -> str:
+    """The text of ``note`` once ``verifier``'s signature on it is checked."""
+    text, signatures = split_note(note)
+    mine = [s for s in signatures if s.name == verifier.name and s.key_id == verifier.key_id]
+    if not mine:
+        raise ReceiptInvalid(f"the note has no signature by {verifier.name}+{verifier.key_id.hex()}")
+    if not all(verifier.verifies(text.encode(), s.signature) for s in mine):
+        raise ReceiptInvalid(f"the note's signature by {verifier.name} does not verify")
+    return text
+
+
+# -- C2SP tlog-checkpoint --
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A tree head: the log's origin, its size and root hash, and any extension lines."""
+
+    origin: str
+    size: int
+    root: bytes
+    extensions: tuple[str, ...] = ()
+
+    def same_tree(self, other: Checkpoint) -> bool:
+        return (self.origin, self.size, self.root) == (other.origin, other.size, other.root)
+
+
+def parse_checkpoint(text: str) -> Checkpoint:
+    """Parse a checkpoint's signed text: origin, decimal size, base64 root, extension lines."""
+    if not text.endswith("\n"):
+        raise ReceiptInvalid("the checkpoint text does not end with a newline")
+    lines = text[:-1].split("\n")
+    if len(lines) < 3 or not lines[0]:
+        raise ReceiptInvalid("the checkpoint has no origin, size and root lines")
+    origin, size_text, root_text, *extensions = lines
+    if not size_text.isascii() or not size_text.isdigit() or str(int(size_text)) != size_text:
+        raise ReceiptInvalid("the checkpoint's size is not a decimal number without leading zeros")
+    root = _b64decode(root_text, "the checkpoint's root")
+    if len(root) != HASH_SIZE:
+        raise ReceiptInvalid(f"the checkpoint's root is {len(root)} bytes, not {HASH_SIZE}")
+    if any(not line for line in extensions):
+        raise ReceiptInvalid("the checkpoint has an empty extension line")
+    return Checkpoint(origin=origin, size=int(size_text), root=root, extensions=tuple(extensions))
+
+
+def open_checkpoint(note: str, verifier: Verifier) -> Checkpoint:
+    return parse_checkpoint(open_note(note, verifier))
+
+
+# -- receipts --
+
+
+@dataclass(frozen=True)
+class ReceiptVerified:
+    """A receipt that verified: which purge, where in the ledger, and the trees it is in."""
+
+    purge_id: str
+    ledger_seq: int
+    leaf_index: int
+    leaf: bytes
+    checkpoint: Checkpoint
+    newer: Checkpoint | None = None
+
+
+def _load_json(document: str | bytes | Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    if isinstance(document, Mapping):
+        return document
+    try:
+        value = json.loads(document)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ReceiptInvalid(f"{what} is not JSON") from exc
+    if not isinstance(value, dict):
+        raise ReceiptInvalid(f"{what} is not a JSON object")
+    return value
+
+
+def _field(document: Mapping[str, Any], name: str, kind: type, what: str) -> Any:
+    value = document.get(name)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ReceiptInvalid(f"{what} has no {kind.__name__} {name!r}")
+    return value
+
+
+def _hash_list(value: Any, what: str) -> list[bytes]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ReceiptInvalid(f"{what} is not a list of base64 hashes")
+    hashes = [_b64decode(item, what) for item in value]
+    _check_hashes(what, hashes)
+    return hashes
+
+
+def _check_leaf(leaf: bytes, purge_id: str, ledger_seq: int) -> None:
+    """The leaf must be a ledger row in canonical form that names this purge at this seq."""
+    try:
+        row = json.loads(leaf.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ReceiptInvalid("the leaf is not a UTF-8 JSON ledger row") from exc
+    if not isinstance(row, dict):
+        raise ReceiptInvalid("the leaf is not a JSON object")
+    canonical = json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    if canonical != leaf:
+        raise ReceiptInvalid("the leaf is not in canonical form (sorted keys, compact, no duplicates)")
+    if "prev_hash" in row or "row_hash" in row:
+        raise ReceiptInvalid("the leaf holds prev_hash or row_hash")
+    if row.get("purge_id") != purge_id or row.get("seq") != ledger_seq:
+        raise ReceiptInvalid("the leaf's purge_id and seq are not the receipt's")
+
+
+def verify_receipt(
+    receipt: str | bytes | Mapping[str, Any],
+    vkey: str,
+    *,
+    newer_checkpoint: str | None = None,
+    consistency_proof: str | bytes | Mapping[str, Any] | None = None,
+) -> ReceiptVerified:
+    """Check a receipt against a verification key, and optionally that a newer checkpoint
+    (with a consistency proof document) extends the receipt's tree."""
+    verifier = Verifier.from_vkey(vkey)
+    document = _load_json(receipt, "the receipt")
+    if document.get("format") != RECEIPT_FORMAT or document.get("version") != RECEIPT_VERSION:
+        raise ReceiptInvalid(f"the receipt is not {RECEIPT_FORMAT} version {RECEIPT_VERSION}")
+    purge_id = _field(document, "purge_id", str, "the receipt")
+    seq = _field(document, "ledger_seq", int, "the receipt")
+    index = _field(document, "leaf_index", int, "the receipt")
+    if seq < 1 or index != seq - 1:
+        raise ReceiptInvalid(f"leaf_index {index} is not ledger_seq {seq} - 1")
+    leaf = _b64decode(_field(document, "leaf", str, "the receipt"), "the receipt's leaf")
+    proof = _hash_list(document.get("inclusion_proof"), "the inclusion proof")
+    checkpoint = open_checkpoint(_field(document, "checkpoint", str, "the receipt"), verifier)
+    _check_leaf(leaf, purge_id, seq)
+    verify_inclusion(leaf_hash(leaf), index, checkpoint.size, proof, checkpoint.root)
+    newer = _verify_newer(checkpoint, verifier, newer_checkpoint, consistency_proof)
+    return ReceiptVerified(purge_id, seq, index, leaf, checkpoint, newer)
+
+
+def _verify_newer(
+    checkpoint: Checkpoint,
+    verifier: Verifier,
+    newer_note: str | None,
+    consistency_proof: str | bytes | Mapping[str, Any] | None,
+) -> Checkpoint | None:
+    if newer_note is None and consistency_proof is None:
+        return None
+    if newer_note is None or consistency_proof is None:
+        raise ReceiptInvalid("a newer checkpoint needs a consistency proof, and a proof a newer checkpoint")
+    newer = open_checkpoint(newer_note, verifier)
+    document = _load_json(consistency_proof, "the consistency proof")
+    if "checkpoint" in document:
+        claimed = open_checkpoint(_field(document, "checkpoint", str, "the consistency proof"), verifier)
+        if not claimed.same_tree(newer):
+            raise ReceiptInvalid("the consistency proof is for another checkpoint than the newer one")
+    if newer.origin != checkpoint.origin:
+        raise ReceiptInvalid(f"the newer checkpoint is of {newer.origin!r}, not {checkpoint.origin!r}")
+    proof = _hash_list(document.get("proof"), "the consistency proof")
+    verify_consistency(checkpoint.size, newer.size, proof, checkpoint.root, newer.root)
+    return newer
+
+
+# -- the command line --
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def _key_text(value: str) -> str:
+    """``--key`` takes the key itself or a file holding it."""
+    if "+" in value:
+        return value
+    return _read_text(value).strip()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tlog.verify", description="Verify a purgekeeper purge receipt offline.")
+    parser.add_argument("receipt", help="the receipt file (JSON)")
+    parser.add_argument("--key", required=True, help="the log's verification key (name+id+key), or a file holding it")
+    parser.add_argument("--newer", help="a newer signed checkpoint the receipt's tree must be a prefix of")
+    parser.add_argument("--proof", help="the consistency proof file from the receipt's checkpoint to --newer")
+    return parser
+
+
+def _describe(result: ReceiptVerified) -> str:
+    where = f"{result.checkpoint.origin} at tree size {result.checkpoint.size}"
+    line = f"ok: purge {result.purge_id} is ledger row {result.ledger_seq}, included in {where}"
+    if result.newer is not None:
+        line += f", and tree size {result.newer.size} extends it"
+    return line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Exit 0 and print one line when the receipt verifies; exit 1 with the reason when not."""
+    args = _parser().parse_args(argv)
+    if (args.newer is None) != (args.proof is None):
+        print("receipt invalid: --newer and --proof go together", file=sys.stderr)
+        return 2
+    try:
+        result = verify_receipt(
+            _read_text(args.receipt),
+            _key_text(args.key),
+            newer_checkpoint=None if args.newer is None else _read_text(args.newer),
+            consistency_proof=None if args.proof is None else _read_text(args.proof),
+        )
+    except OSError as exc:
+        print(f"cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError:
+        print("receipt invalid: a file given is not UTF-8 text", file=sys.stderr)
+        return 1
+    except ReceiptInvalid as exc:
+        print(f"receipt invalid: {exc.reason}", file=sys.stderr)
+        return 1
+    print(_describe(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
