@@ -368,8 +368,11 @@ class LedgerCopy:
         written (another history, or damage that is no truncation)."""
         with self._lock, self._flocked() as directory:
             head = self._head_now()
-            if head.segment_bytes == 0:
-                return head
+            try:
+                self._check_tail(directory, head)
+                return head  # sound (another writer re-established it meanwhile): nothing to do
+            except CopyTruncated:
+                pass
             name = segment_name(head.segment)
             expected = self._tail_bytes(head, rows)
             fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=directory)
