@@ -122,7 +122,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPBearer
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, StrictBool
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 from pydantic import ValidationError as PydanticValidationError
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
@@ -171,6 +171,24 @@ HTTP_ERROR_CODES = {
 # -- request shapes -------------------------------------------------------------------------
 
 
+def _iso_time(value: Any) -> dt.datetime:
+    """A time is ISO 8601 text: pydantic would read a number, or a text of digits, as a Unix
+    time (``"before": 0`` an erasure's window ending in 1970)."""
+    if not isinstance(value, str):
+        raise ValueError("must be an ISO 8601 time with an offset, as a string")
+    try:
+        return dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError("must be an ISO 8601 time with an offset") from None
+
+
+def _flag(value: Any) -> bool:
+    """A form or query flag is ``true`` or ``false``, not any text a cast would take (``1``, ``yes``, ``on``)."""
+    if value not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return value == "true"
+
+
 def _utc(value: dt.datetime) -> dt.datetime:
     """In UTC and in the range of times the commands take (``validation.to_utc``)."""
     try:
@@ -210,7 +228,7 @@ ProviderId = Annotated[
 Author = Annotated[str, Field(min_length=1, max_length=validation.MAX_AUTHOR_LENGTH)]
 Actor = Annotated[str, Field(min_length=1, max_length=MAX_ACTOR_LENGTH)]
 Reason = Annotated[str, Field(min_length=1, max_length=MAX_REASON_LENGTH)]
-UtcTime = Annotated[AwareDatetime, AfterValidator(_utc)]
+UtcTime = Annotated[AwareDatetime, BeforeValidator(_iso_time), AfterValidator(_utc)]
 Json = Annotated[JsonValue, AfterValidator(_shallow)]
 IdPath = Annotated[str, PathParam(min_length=1, max_length=validation.MAX_ID_LENGTH, pattern=ID_PATTERN)]
 RequestId = Annotated[
@@ -230,7 +248,11 @@ Base64Data = Annotated[
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Every request body: no field it does not declare, and each value of the JSON type the
+    document declares (strict: ``true`` is not 1, ``"2592000"`` not a number; times are
+    ISO 8601 text, ``UtcTime``)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class NewConversation(_Body):
@@ -354,7 +376,7 @@ class ReviewedRepository(_Body):
 
 
 class BotDeletion(_Accepting):
-    erase_memory: StrictBool = False
+    erase_memory: bool = False
     reviewed_repository: ReviewedRepository | None = None
 
 
@@ -365,7 +387,7 @@ class AuthorWindow(_Body):
 
 class AuthorErasure(AuthorWindow, _Accepting):
     scope_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
-    close_author: StrictBool = True
+    close_author: bool = True
 
 
 class RetryRequest(_Body):
@@ -855,7 +877,9 @@ def _operator_routes(pk: Purgekeeper) -> APIRouter:
     def merge_ledger(
         files: Annotated[list[UploadFile], File(description="checkpoint files to merge (restore)")],
         from_other_database: Annotated[
-            bool, Form(description="also merge files written by another database; refused otherwise")
+            bool,
+            Form(description="also merge files written by another database; refused otherwise"),
+            BeforeValidator(_flag),
         ] = False,
     ) -> JSONResponse:
         return _json(_merge(pk, files, allow_other_database=from_other_database))
@@ -920,7 +944,7 @@ def _hold_routes(pk: Purgekeeper) -> APIRouter:
 
     @router.get("/holds", operation_id="list_holds", response_model=models.HoldList)
     def list_holds(
-        include_released: Annotated[bool, Query(description="also the released holds")] = False,
+        include_released: Annotated[bool, Query(description="also the released holds"), BeforeValidator(_flag)] = False,
     ) -> JSONResponse:
         return _json({"holds": pk.list_holds(include_released=include_released)})
 
