@@ -74,7 +74,10 @@ Errors are ``{"error": CODE, "detail": ...}`` with DESIGN.md's statuses
 
 - ``400 validation_error`` for a request that does not match the OpenAPI schema (wrong
   types, unknown fields, lengths, patterns, bad base64, nesting deeper than
-  ``MAX_JSON_DEPTH``, a malformed multipart body); only a short message, never the input;
+  ``MAX_JSON_DEPTH``, a malformed multipart body); only a short message, never the input.
+  Types are strict: a value is never converted to the type declared (``true`` is not 1,
+  ``"2592000"`` not a number); a time is ISO 8601 text with an offset, within
+  ``validation``'s range of times; a form or query flag is ``true`` or ``false``;
 - ``401 unauthorized``, ``404 not_found`` (no such endpoint, or an unknown id),
   ``405 method_not_allowed``, ``415 unsupported_media_type`` (an upload that is not
   ``multipart/form-data``);
