@@ -16,6 +16,7 @@ from sqlalchemy import update
 import commands
 from commands import EventScope
 from commands import validation as v
+from commands.kinds.retention import MAX_AGE_LIMIT
 from schema.tables import events
 from tests.helpers import rows, scalar, settle
 
@@ -111,3 +112,17 @@ def _store_at_datetime_max(pk: Pk, event_id: str) -> None:
         conn.execute(
             update(events).where(events.c.id == event_id).values(occurred_at=dt.datetime.max.replace(tzinfo=dt.UTC))
         )
+
+
+def test_the_durations_from_input_cannot_overflow_either(pk: Pk) -> None:
+    """The sweep of issue 23's item 13: a retention's max_age is at most MAX_AGE_LIMIT before
+    the database clock, and a wait's timeout is any finite number of seconds (added to a
+    float clock, time.monotonic)."""
+    pk.create_conversation("c1")
+    assert pk.preview_retention(max_age=MAX_AGE_LIMIT).cutoff.year > 1900
+    for too_long in (dt.timedelta.max, MAX_AGE_LIMIT + dt.timedelta(seconds=1)):
+        with pytest.raises(commands.ValidationError, match="max_age"):
+            pk.preview_retention(max_age=too_long)
+    acceptance = pk.purge_conversation("c1", **WHO)
+    settle(pk, acceptance.purge_id)
+    assert pk.wait(acceptance.purge_id, 1e308).status == "complete"
