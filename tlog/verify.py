@@ -450,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Exit 0 and print one line when the receipt verifies; exit 1 with the reason when not."""
     args = _parser().parse_args(argv)
     if (args.newer is None) != (args.proof is None):
-        print("receipt invalid: --newer and --proof go together", file=sys.stderr)
+        print("tlog.verify: --newer and --proof go together", file=sys.stderr)
         return 2
     try:
         result = verify_receipt(
