@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, func, literal_column, or_, select, union, update
 
-from schema.content import event_erased, upsert_insert
+from schema.content import event_erased
 from schema.driver import DriverStatement
 from schema.expiry import placement_expired
 from schema.idlists import IdList, among_many
@@ -218,10 +218,11 @@ def insert_hold(
 ) -> None:
     """Write the hold and what it covers; writing it again (a merge) changes nothing, and a
     hold released since stays released."""
-    statement = upsert_insert(conn, legal_holds).values(hold_id=hold_id, purge_id=purge_id)
-    if conn.execute(
-        statement.on_conflict_do_nothing(index_elements=["hold_id"]).returning(legal_holds.c.hold_id)
-    ).first():
+    # Looked up first, not ON CONFLICT: the triggers refuse a second write of a hold (SQLite's
+    # REPLACE would otherwise rewrite it); the holds-and-policies lock (an acceptance) or the
+    # merge lock serialises its writers.
+    if conn.scalar(select(legal_holds.c.hold_id).where(legal_holds.c.hold_id == hold_id)) is None:
+        conn.execute(legal_holds.insert().values(hold_id=hold_id, purge_id=purge_id))
         subjects = [
             {"hold_id": hold_id, "kind": HoldSubject.CONVERSATION.value, "subject_id": c} for c in conversation_ids
         ]

@@ -38,6 +38,7 @@ MALFORMED = (
     "2026-06-01 11:00:00.5",
     "2026-06-01 11:00",
     "tomorrow",
+    "0000-01-01 00:00:00.000000",  # a year no datetime holds: the reads raised an untyped ValueError
 )
 
 

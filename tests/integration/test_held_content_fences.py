@@ -186,3 +186,33 @@ def test_a_conversation_purged_before_the_hold_is_cleaned_though_an_event_lives_
     assert settle(pk, purge_id).status == "complete"
     assert scalar(pk, "SELECT count(*) FROM runs WHERE conversation_id = 'c2'") == 0
     assert [e.body for e in pk.read_conversation("c1") if e.id == "e3"] == ["cy's note"]
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        pytest.param(["UPDATE events SET author = 'zed' WHERE id = 'e1'"], id="the author changed"),
+        pytest.param(
+            [
+                "INSERT INTO placements (event_id, conversation_id) VALUES ('e1', 'c3')",
+                "DELETE FROM placements WHERE event_id = 'e1' AND conversation_id = 'c1'",
+            ],
+            id="moved out of the held conversation",
+        ),
+    ],
+)
+def test_what_makes_content_held_does_not_change_under_a_hold(chat: dict[str, Any], steps: list[str]) -> None:
+    """Tried (a review's finding): two plain statements took an event out of its hold, and a
+    third then NULLed its body. What makes content held (its author, its placement in a held
+    conversation) does not change while the hold is in force."""
+    pk = chat["pk"]
+    pk.create_conversation("c3")
+    hold(pk, conversation_ids=["c1"], authors=["ada"])
+    *setup, last = steps
+    for sql in setup:
+        write(pk, sql)
+    with pytest.raises(commands.LegalHold):
+        write(pk, last)
+    with pytest.raises(commands.LegalHold):
+        write(pk, "UPDATE events SET body = NULL WHERE id = 'e1'")
+    assert scalar(pk, "SELECT body FROM events WHERE id = 'e1'") == "e1's secret"

@@ -205,3 +205,72 @@ def test_a_full_merge_re_applies_a_run_and_the_release_after_it_in_order(
     pk.merge_ledger(tmp_path / "ledger.checkpoint", full=True)
     assert scalar(pk, "SELECT expired_through FROM retention_policies WHERE policy_id = 'thirty'") is None
     assert scalar(pk, "SELECT released_by FROM legal_holds WHERE hold_id = 'h1'") is not None
+
+
+def test_a_hold_covers_only_what_its_ledger_row_names(pk: Pk, policies: dict[str, Any]) -> None:
+    """Tried (a review's finding): a subject added raw to a hold in force made a purge of c2
+    raise LegalHold and kept it from retention."""
+    pk.place_hold("h1", conversation_ids=["c1"], actor="counsel", reason="litigation")
+    for kind, subject in (("conversation", "c2"), ("author", "bob")):
+        refused(
+            pk.db,
+            "INSERT INTO legal_hold_subjects (hold_id, kind, subject_id) VALUES ('h1', :kind, :subject)",
+            ValidationError,
+            kind=kind,
+            subject=subject,
+        )
+    pk.purge_conversation("c2", actor="ops", reason="not held")
+
+
+@pytest.mark.sqlite_only
+@pytest.mark.parametrize(
+    "sql",
+    [
+        pytest.param(
+            "INSERT OR REPLACE INTO legal_holds (hold_id, purge_id, released_by) VALUES ('h1', :hold_row, NULL)",
+            id="a release undone",
+        ),
+        pytest.param(
+            "INSERT OR REPLACE INTO retention_policies (policy_id, conversation_id, max_age_seconds, purge_id) "
+            "VALUES ('year', 'c2', 31536000, :year)",
+            id="an ended policy back",
+        ),
+        pytest.param(
+            "INSERT OR REPLACE INTO retention_policies (policy_id, conversation_id, max_age_seconds, purge_id) "
+            "VALUES ('thirty', 'c1', 2592000, :thirty)",
+            id="an older version back",
+        ),
+    ],
+)
+def test_sqlite_replace_does_not_rewrite_the_bookkeeping(pk: Pk, policies: dict[str, Any], sql: str) -> None:
+    """Tried (a review's finding): SQLite's REPLACE deletes the row it conflicts with without
+    its DELETE triggers, so only the INSERT checks stand between it and the state."""
+    pk.place_hold("h1", conversation_ids=["c1"], actor="counsel", reason="litigation")
+    pk.release_hold("h1", actor="counsel", reason="settled")
+    pk.remove_retention("year", actor="dpo", reason="kept")
+    set_policy(pk, "thirty", 20, "c1")
+    hold_row = scalar(pk, "SELECT purge_id FROM legal_holds WHERE hold_id = 'h1'")
+    before = scalar(pk, "SELECT count(*) FROM retention_policies WHERE ended_by IS NULL")
+    refused(pk.db, sql, ValidationError, hold_row=hold_row, year=policies["year"], thirty=policies["thirty"])
+    assert scalar(pk, "SELECT released_by FROM legal_holds WHERE hold_id = 'h1'") is not None
+    assert scalar(pk, "SELECT count(*) FROM retention_policies WHERE ended_by IS NULL") == before
+
+
+@pytest.mark.sqlite_only
+def test_sqlite_replace_does_not_delete_a_ledger_row(pk: Pk, policies: dict[str, Any]) -> None:
+    """Tried (a review's finding): REPLACE of a ledger row's purge id at the next seq deleted
+    that row, leaving a gap in the chain."""
+    head = scalar(pk, "SELECT seq FROM ledger_head")
+    head_hash = scalar(pk, "SELECT head_hash FROM ledger_head")
+    refused(
+        pk.db,
+        "INSERT OR REPLACE INTO purge_ledger (seq, purge_id, kind, selectors, scope_digest, actor, reason, "
+        "accepted_at, prev_hash, row_hash) VALUES (:seq, :purge, 'retention', '{}', 'x', 'a', 'r', "
+        "'2026-01-01 00:00:00.000000', :prev, :row)",
+        ValidationError,
+        seq=int(head) + 1,
+        purge=policies["thirty"],
+        prev=head_hash,
+        row="f" * 64,
+    )
+    assert scalar(pk, "SELECT count(*) FROM purge_ledger") == head

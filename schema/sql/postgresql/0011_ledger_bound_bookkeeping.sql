@@ -112,7 +112,10 @@ BEGIN
         IF NEW.ended_by IS NOT NULL OR NEW.pending_cutoff IS NOT NULL OR NEW.expired_through IS NOT NULL THEN
             RAISE EXCEPTION 'purgekeeper:invalid_change: retention policy %: a new policy stands, with nothing run or planned', NEW.policy_id;
         END IF;
-        PERFORM pk_require_policy_version(NEW, 0);
+        -- a row already there (an upsert's conflict) is replaced only by a newer version
+        PERFORM pk_require_policy_version(NEW, COALESCE(
+            (SELECT GREATEST(pk_ledger_seq(purge_id), pk_ledger_seq(ended_by)) FROM retention_policies
+              WHERE policy_id = NEW.policy_id), 0));
         RETURN NEW;
     END IF;
     IF NEW.policy_id <> OLD.policy_id THEN
@@ -165,6 +168,9 @@ BEGIN
         RAISE EXCEPTION 'purgekeeper:tombstone_permanent: legal hold % changes only by its release, once', OLD.hold_id;
     END IF;
     IF TG_OP = 'INSERT' THEN
+        IF EXISTS (SELECT 1 FROM legal_holds WHERE hold_id = NEW.hold_id) THEN
+            RAISE EXCEPTION 'purgekeeper:invalid_change: legal hold % is written once', NEW.hold_id;
+        END IF;
         placed := pk_ledger_row(NEW.purge_id, 'hold');
         IF placed IS NULL OR placed #>> '{selectors,hold_id}' IS DISTINCT FROM NEW.hold_id OR NEW.released_by IS NOT NULL THEN
             RAISE EXCEPTION 'purgekeeper:invalid_change: legal hold % is written only with its own ledger row (a hold row of this id)', NEW.hold_id;
@@ -183,3 +189,18 @@ DROP TRIGGER pk_legal_holds_guard ON legal_holds;
 -- ;;
 CREATE TRIGGER pk_legal_holds_guard BEFORE INSERT OR UPDATE OR DELETE ON legal_holds
 FOR EACH ROW EXECUTE FUNCTION pk_legal_holds_guard();
+-- ;;
+-- What a hold covers is what its own ledger row names.
+CREATE FUNCTION pk_legal_hold_subjects_bound() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    placed jsonb := pk_ledger_row((SELECT purge_id FROM legal_holds WHERE hold_id = NEW.hold_id), 'hold');
+    listed text := CASE NEW.kind WHEN 'conversation' THEN 'conversation_ids' ELSE 'authors' END;
+BEGIN
+    IF placed IS NULL OR NOT COALESCE(placed -> 'selectors' -> listed ? NEW.subject_id, false) THEN
+        RAISE EXCEPTION 'purgekeeper:invalid_change: legal hold % covers only what its own ledger row names', NEW.hold_id;
+    END IF;
+    RETURN NEW;
+END $$;
+-- ;;
+CREATE TRIGGER pk_legal_hold_subjects_bound BEFORE INSERT ON legal_hold_subjects
+FOR EACH ROW EXECUTE FUNCTION pk_legal_hold_subjects_bound();

@@ -184,6 +184,39 @@ END $$;
 CREATE TRIGGER pk_derivative_sources_held_delete BEFORE DELETE ON derivative_sources
 FOR EACH ROW EXECUTE FUNCTION pk_derivative_sources_held_delete();
 -- ;;
+-- What makes content held does not change under the hold: a held live event's author, and
+-- a live placement of a live event in a held conversation (moving the event out, then
+-- removing its content, was two plain statements).
+CREATE FUNCTION pk_events_held_author() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF pk_holds_in_force() THEN  -- then a new statement: a snapshot after the lock
+        IF pk_event_held(OLD.id) THEN
+            RAISE EXCEPTION 'purgekeeper:legal_hold: a legal hold covers event %; its author stays until the hold is released', OLD.id;
+        END IF;
+    END IF;
+    RETURN NEW;
+END $$;
+-- ;;
+CREATE TRIGGER pk_events_held_author BEFORE UPDATE OF author ON events
+FOR EACH ROW WHEN (NEW.author IS DISTINCT FROM OLD.author)
+EXECUTE FUNCTION pk_events_held_author();
+-- ;;
+CREATE FUNCTION pk_placements_held_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF pk_holds_in_force() THEN  -- then a new statement: a snapshot after the lock
+        IF pk_held(NULL, OLD.conversation_id) AND pk_event_is_live(OLD.event_id)
+           AND (SELECT 1 FROM conversations c JOIN events e ON e.id = OLD.event_id
+                 WHERE c.id = OLD.conversation_id AND c.state <> 'purged'
+                   AND NOT pk_placement_expired(e.author, e.occurred_at, OLD.conversation_id, OLD.created_at)) IS NOT NULL THEN
+            RAISE EXCEPTION 'purgekeeper:legal_hold: a legal hold covers conversation %; event % stays placed in it until the hold is released', OLD.conversation_id, OLD.event_id;
+        END IF;
+    END IF;
+    RETURN OLD;
+END $$;
+-- ;;
+CREATE TRIGGER pk_placements_held_delete BEFORE DELETE ON placements
+FOR EACH ROW EXECUTE FUNCTION pk_placements_held_delete();
+-- ;;
 CREATE FUNCTION pk_author_erasures_mark() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO author_erasure_marks (author, erasures) VALUES (NEW.author, 1)

@@ -21,6 +21,14 @@ BEGIN
                           AND json_extract(l.selectors, '$.policy_id') IS NEW.policy_id
                           AND json_extract(l.selectors, '$.conversation_id') IS NEW.conversation_id
                           AND json_extract(l.selectors, '$.max_age_seconds') IS NEW.max_age_seconds);
+    -- A row already there (an upsert's conflict, or REPLACE, which deletes it without its
+    -- DELETE triggers) is replaced only by a newer version.
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a retention policy is replaced only by a newer version')
+     WHERE EXISTS (SELECT 1 FROM retention_policies o
+                    WHERE o.policy_id = NEW.policy_id
+                      AND COALESCE((SELECT seq FROM purge_ledger WHERE purge_id = NEW.purge_id), 0)
+                          <= max(COALESCE((SELECT seq FROM purge_ledger WHERE purge_id = o.purge_id), 0),
+                                 COALESCE((SELECT seq FROM purge_ledger WHERE purge_id = o.ended_by), 0)));
 END;
 -- ;;
 DROP TRIGGER pk_retention_policies_before_update;
@@ -89,6 +97,8 @@ END;
 -- ;;
 CREATE TRIGGER pk_legal_holds_before_insert BEFORE INSERT ON legal_holds
 BEGIN
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a legal hold is written once')
+     WHERE EXISTS (SELECT 1 FROM legal_holds WHERE hold_id = NEW.hold_id);
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a legal hold is written only with its own ledger row (a hold row of this id)')
      WHERE NEW.released_by IS NOT NULL
         OR NOT EXISTS (SELECT 1 FROM purge_ledger l
@@ -109,4 +119,22 @@ BEGIN
                         WHERE l.purge_id = NEW.released_by AND l.kind = 'hold_release'
                           AND json_extract(l.selectors, '$.hold_id') IS NEW.hold_id
                           AND l.seq > COALESCE((SELECT seq FROM purge_ledger WHERE purge_id = NEW.purge_id), 0));
+END;
+-- ;;
+-- What a hold covers is what its own ledger row names.
+CREATE TRIGGER pk_legal_hold_subjects_before_insert BEFORE INSERT ON legal_hold_subjects
+BEGIN
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a legal hold covers only what its own ledger row names')
+     WHERE NOT EXISTS (
+         SELECT 1 FROM legal_holds h JOIN purge_ledger l ON l.purge_id = h.purge_id AND l.kind = 'hold',
+                json_each(l.selectors, CASE NEW.kind WHEN 'conversation' THEN '$.conversation_ids' ELSE '$.authors' END) j
+          WHERE h.hold_id = NEW.hold_id AND j.value = NEW.subject_id);
+END;
+-- ;;
+-- REPLACE deletes the row it conflicts with without its DELETE triggers: a ledger row is
+-- never written over (its purge id and seq are taken for ever).
+CREATE TRIGGER pk_purge_ledger_no_replace BEFORE INSERT ON purge_ledger
+BEGIN
+    SELECT RAISE(ABORT, 'purgekeeper:ledger_append_only: a ledger row is never written over')
+     WHERE EXISTS (SELECT 1 FROM purge_ledger WHERE purge_id = NEW.purge_id OR seq = NEW.seq);
 END;

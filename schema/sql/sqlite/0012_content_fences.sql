@@ -142,6 +142,26 @@ BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the event the derivative came from; the source stays until the hold is released');
 END;
 -- ;;
+-- What makes content held does not change under the hold: a held live event's author, and
+-- a live placement of a live event in a held conversation (moving the event out, then
+-- removing its content, was two plain statements).
+CREATE TRIGGER pk_events_held_author BEFORE UPDATE OF author ON events
+WHEN NEW.author IS NOT OLD.author
+ AND EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
+BEGIN
+    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the event; its author stays until the hold is released')
+     WHERE EXISTS (SELECT 1 FROM pk_held_events WHERE event_id = OLD.id);
+END;
+-- ;;
+CREATE TRIGGER pk_placements_held_delete BEFORE DELETE ON placements
+WHEN EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
+BEGIN
+    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the conversation; the event stays placed in it until the hold is released')
+     WHERE EXISTS (SELECT 1 FROM pk_held_subjects WHERE kind = 'conversation' AND subject_id = OLD.conversation_id)
+       AND EXISTS (SELECT 1 FROM pk_live_placements WHERE event_id = OLD.event_id AND conversation_id = OLD.conversation_id)
+       AND EXISTS (SELECT 1 FROM pk_live_events WHERE event_id = OLD.event_id);
+END;
+-- ;;
 -- 2. Every erasure row marks its author (author_erasure_marks); the marks never go back.
 CREATE TRIGGER pk_author_erasures_mark AFTER INSERT ON author_erasures
 BEGIN
@@ -165,7 +185,7 @@ END;
 --    'YYYY-MM-DD HH:MM:SS' (CURRENT_TIMESTAMP, UTC), which sorts as the start of its second. A
 --    'T', a zone or an offset sorts the text elsewhere than its instant. The date and time
 --    must exist: datetime() of the whole seconds gives them back unchanged (not month 13,
---    February 30, or 24:00). An update is checked for the times it changes: a row an earlier
+--    February 30, or 24:00), in a year a datetime holds (not 0000: the reads would fail). An update is checked for the times it changes: a row an earlier
 --    raw writer left in another form keeps it (the cleanup's keysets read it as stored).
 CREATE TRIGGER pk_events_canonical_times BEFORE INSERT ON events
 WHEN EXISTS (SELECT 1 FROM (SELECT NEW.occurred_at AS t UNION ALL SELECT NEW.created_at)
@@ -173,7 +193,7 @@ WHEN EXISTS (SELECT 1 FROM (SELECT NEW.occurred_at AS t UNION ALL SELECT NEW.cre
                 AND NOT (typeof(t) = 'text'
                          AND (t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
                               OR t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]')
-                         AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
+                         AND t >= '0001-01-01' AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an event''s times are UTC, written YYYY-MM-DD HH:MM:SS.ffffff');
 END;
@@ -185,7 +205,7 @@ WHEN EXISTS (SELECT 1 FROM (SELECT NEW.occurred_at AS t WHERE NEW.occurred_at IS
                 AND NOT (typeof(t) = 'text'
                          AND (t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
                               OR t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]')
-                         AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
+                         AND t >= '0001-01-01' AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an event''s times are UTC, written YYYY-MM-DD HH:MM:SS.ffffff');
 END;
@@ -196,7 +216,7 @@ WHEN EXISTS (SELECT 1 FROM (SELECT NEW.created_at AS t)
                 AND NOT (typeof(t) = 'text'
                          AND (t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
                               OR t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]')
-                         AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
+                         AND t >= '0001-01-01' AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a placement''s time is UTC, written YYYY-MM-DD HH:MM:SS.ffffff');
 END;
@@ -207,7 +227,7 @@ WHEN EXISTS (SELECT 1 FROM (SELECT NEW.window_end AS t)
                 AND NOT (typeof(t) = 'text'
                          AND (t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
                               OR t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]')
-                         AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
+                         AND t >= '0001-01-01' AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an erasure''s window end is a UTC time, written YYYY-MM-DD HH:MM:SS.ffffff');
 END;
@@ -218,7 +238,7 @@ WHEN EXISTS (SELECT 1 FROM (SELECT NEW.cutoff AS t UNION ALL SELECT NEW.window_s
                 AND NOT (typeof(t) = 'text'
                          AND (t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
                               OR t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]')
-                         AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
+                         AND t >= '0001-01-01' AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a retention fence''s times are UTC, written YYYY-MM-DD HH:MM:SS.ffffff');
 END;
@@ -229,7 +249,7 @@ WHEN EXISTS (SELECT 1 FROM (SELECT NEW.pending_cutoff AS t UNION ALL SELECT NEW.
                 AND NOT (typeof(t) = 'text'
                          AND (t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
                               OR t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]')
-                         AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
+                         AND t >= '0001-01-01' AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a retention policy''s times are UTC, written YYYY-MM-DD HH:MM:SS.ffffff');
 END;
@@ -241,7 +261,7 @@ WHEN EXISTS (SELECT 1 FROM (SELECT NEW.pending_cutoff AS t WHERE NEW.pending_cut
                 AND NOT (typeof(t) = 'text'
                          AND (t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
                               OR t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]')
-                         AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
+                         AND t >= '0001-01-01' AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a retention policy''s times are UTC, written YYYY-MM-DD HH:MM:SS.ffffff');
 END;
