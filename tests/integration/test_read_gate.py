@@ -14,12 +14,14 @@ import json
 import logging
 import shutil
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
@@ -72,7 +74,7 @@ class Backups:
                 conn.execute("VACUUM INTO ?", (str(target),))
             conn.close()
             return str(target)
-        create_database(label, template=self.name)
+        self._copy(label, template=self.name)
         self.copies.append(label)
         return label
 
@@ -84,11 +86,24 @@ class Backups:
             shutil.copyfile(backup, self.name)
             return
         drop_database(self.name)
-        create_database(self.name, template=backup)
+        self._copy(self.name, template=backup)
 
     def _release(self) -> None:
         for handle in self.handles:
             handle.db.dispose()
+
+    def _copy(self, name: str, *, template: str) -> None:
+        """A template copy, again while a handle's background thread (its scheduler's sweep,
+        the gate's audit) still holds a session of the template for a moment: the pool is
+        emptied, but a connection in use goes back to it only when its work is done."""
+        for _ in range(50):
+            try:
+                create_database(name, template=template)
+                return
+            except psycopg.errors.ObjectInUse:
+                time.sleep(0.1)
+                self._release()
+        create_database(name, template=template)
 
     def drop_copies(self) -> None:
         for label in self.copies:
