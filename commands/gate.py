@@ -56,6 +56,7 @@ from schema.driver import Reader
 from schema.errors import MessagingUnavailable
 from workers import checkpoint
 from workers.ledger_copy import CopyHead, CopyInvalid, LedgerCopy
+from workers.signed_log import SignedLog
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,12 @@ class Gate:
         audit_interval: dt.timedelta = AUDIT_INTERVAL,
         audit_rows: int = AUDIT_ROWS,
         audit_cycle: dt.timedelta = AUDIT_CYCLE,
+        log: SignedLog | None = None,
     ) -> None:
         self.db = db
         self.checkpoint_dir = checkpoint_dir
         self.database_id = database_id
-        self.copy = LedgerCopy(checkpoint_dir, database_id)
+        self.copy = LedgerCopy(checkpoint_dir, database_id, log=log)
         self.audit_interval = audit_interval.total_seconds()
         self.audit_rows = audit_rows
         self.audit_cycle = audit_cycle.total_seconds()

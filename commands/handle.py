@@ -11,6 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from commands import receipts
 from commands.content import ContentCommands
 from commands.gate import Gate
 from commands.holds import HoldCommands
@@ -52,6 +53,7 @@ class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommand
         policy: runner.Policy | None = None,
         sweep_interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
         retention_interval: dt.timedelta | None = None,
+        sign_checkpoints: bool = True,
     ) -> None:
         self.settings = settings
         self.retention_interval = retention_interval or settings.retention_interval
@@ -62,10 +64,12 @@ class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommand
         self.policy = policy or runner.Policy()
         with db.read() as conn:
             self.database_key = ledger.read_head(conn).database_id
-        self.gate = Gate(db, settings.checkpoint_dir, self.database_key)
+        log = receipts.log_for(settings, self.database_key) if sign_checkpoints else None
+        self.gate = Gate(db, settings.checkpoint_dir, self.database_key, log=log)
         self.copy = self.gate.copy  # one copy per handle: its head's cache serves the gate and acceptances
         self.gate.quick()  # at start-up: the O(1) check against the copy; the audit walks the rest
         self.gate.start_audit()
+        self.receipts = receipts.Receipts(db, log, copy_ledger=self.copy_ledger)
         self._scheduler: Scheduler | None = None
         self._closed = False
         self.enqueue: EnqueueHook = enqueue or self._broker_enqueue()
@@ -113,6 +117,21 @@ class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommand
                 f"the ledger could not be copied to the checkpoint directory: {reason_of(exc)}"
             ) from exc
 
+    def receipt(self, purge_id: str) -> dict[str, Any]:
+        """The purge's receipt: its ledger row proven in the newest signed checkpoint
+        (format ``purgekeeper-receipt`` version 1; ``tlog.verify`` checks it offline).
+        NotFound for an unknown purge; LedgerNotCopied when its row cannot be copied yet."""
+        return self.receipts.receipt(purge_id)
+
+    def consistency(self, from_size: int) -> dict[str, Any]:
+        """``{"proof", "checkpoint"}``: the newest signed checkpoint's tree extends the tree of
+        ``from_size`` leaves (RFC 9162 §2.1.4). ValidationError outside 1 .. its size."""
+        return self.receipts.consistency(from_size)
+
+    def log_key(self) -> str:
+        """The signed log's verification key (``<name>+<key id>+<base64 key>``)."""
+        return self.receipts.vkey()
+
     def close(self) -> None:
         """Stop the in-process parts and release the database connections."""
         if not self._closed:
@@ -150,6 +169,7 @@ def open(
     policy: runner.Policy | None = None,
     sweep_interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
     retention_interval: dt.timedelta | None = None,
+    sign_checkpoints: bool = True,
 ) -> Purgekeeper:
     """Open purgekeeper. ``None`` arguments come from ``settings`` (a process builds them once:
     ``Settings.from_env()``), by default from the environment, then the embedded default (a
@@ -157,7 +177,11 @@ def open(
     migrated to this code's head unless ``migrate_schema=False``; a database newer than the
     code is refused (``SchemaMismatch``). ``retention_interval`` (default
     ``PURGEKEEPER_RETENTION_INTERVAL``, an hour): the time between two runs of a retention
-    policy."""
+    policy. Every group commit of the ledger's copy signs a checkpoint of its Merkle log
+    with the data directory's key (created when missing); ``sign_checkpoints=False`` writes
+    the copy alone (no tiles, no checkpoint, no receipts)."""
+    if not isinstance(sign_checkpoints, bool):
+        raise ValidationError("sign_checkpoints must be true or false")
     if workers not in WORKER_MODES:
         raise ValidationError(f"workers must be one of {', '.join(WORKER_MODES)}")
     if settings is not None and not isinstance(settings, Settings):
@@ -194,6 +218,7 @@ def open(
         policy=policy,
         sweep_interval=sweep_interval,
         retention_interval=retention_interval,
+        sign_checkpoints=sign_checkpoints,
     )
 
 

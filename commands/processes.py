@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from commands import receipts
 from commands.handle import Purgekeeper
 from commands.settings import Settings
-from schema import migrate
+from schema import ledger, migrate
 from schema.db import Database
 from schema.errors import InfrastructureError, MessagingUnavailable, SchemaMismatch, ValidationError
 from workers import broker, checkpoint, failpoints
@@ -57,6 +58,8 @@ def initialise(settings: Settings) -> Initialised:
     db = settings.open_database(role="cli")
     try:
         result = migrate.upgrade(db)
+        with db.read() as conn:
+            receipts.signer_for(settings, ledger.read_head(conn).database_id)  # the log's key, made once
     finally:
         db.dispose()
     return Initialised(settings.database_name, settings.data_dir, result.after, result.before, result.changed)

@@ -55,6 +55,7 @@ from schema.steps import PARKED_UNTIL
 from workers import checkpoint, failpoints, ledger_copy
 from workers.blobstore import BlobStore, discard_failed
 from workers.files import reason_of
+from workers.signed_log import LogRefused
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +209,11 @@ class RestoreCommands:
         sweep tries again, and until then the gate compares with what the copy holds."""
         try:
             aside = ledger_copy.reconcile(self.db, self.copy, replace=replace)
+        except LogRefused as exc:  # content stays closed: the operator decides (a new origin)
+            raise MessagingUnavailable(
+                f"the merge is written, but the ledger's copy cannot be written again: {exc}",
+                diagnostics=[str(exc)],
+            ) from None
         except ledger_copy.COPY_FAILED as exc:
             log.warning("after the merge, the ledger's copy could not be brought up to date: %s", reason_of(exc))
             return

@@ -26,6 +26,10 @@ PURGEKEEPER_LOG_LEVEL      ``DEBUG``, ``INFO`` (default), ``WARNING`` or ``ERROR
 PURGEKEEPER_WORKER_METRICS_PORT
                            the port of a dramatiq worker group's own /metrics (its
                            Prometheus middleware); unset: none (the Procfile sets 9191)
+PURGEKEEPER_LOG_ORIGIN     the signed log's origin; default ``purgekeeper/<database id>``
+PURGEKEEPER_SIGNING_KEY_FILE
+                           the log's Ed25519 signing key (Go's skey form); default
+                           ``<data dir>/ledger-signing.key``, created (0600) when missing
 PURGEKEEPER_FAILPOINTS     fault tests only: ``bodies.batch=exit`` and the like
 ========================== ==============================================================
 
@@ -47,6 +51,7 @@ from schema.errors import ValidationError
 ENV_PREFIX = "PURGEKEEPER_"
 RETENTION_INTERVAL = dt.timedelta(hours=1)  # between two runs of a retention policy
 DATABASE_FILE = "purgekeeper.db"
+SIGNING_KEY_FILE = "ledger-signing.key"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -71,6 +76,8 @@ class Settings:
     log_format: str = "text"
     log_level: str = "INFO"
     worker_metrics_port: int | None = None
+    log_origin: str | None = None
+    signing_key_file: Path | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -105,6 +112,8 @@ class Settings:
             log_format=_choice("LOG_FORMAT", (get("LOG_FORMAT") or "text").lower(), LOG_FORMATS),
             log_level=_choice("LOG_LEVEL", (get("LOG_LEVEL") or "INFO").upper(), LOG_LEVELS),
             worker_metrics_port=_port("WORKER_METRICS_PORT", get("WORKER_METRICS_PORT")),
+            log_origin=_origin(get("LOG_ORIGIN")),
+            signing_key_file=_optional_path(get("SIGNING_KEY_FILE")),
         )
 
     def open_database(self, *, role: str = "handle") -> Database:
@@ -119,6 +128,11 @@ class Settings:
     def database_name(self) -> str:
         """The database URL with its password masked: what messages name."""
         return redacted_or_raw(self.database_url)
+
+    @property
+    def signing_key_path(self) -> Path:
+        """The signed log's key: the file named, else ``<data dir>/ledger-signing.key``."""
+        return self.signing_key_file or self.data_dir / SIGNING_KEY_FILE
 
     @property
     def sqlite_file(self) -> Path | None:
@@ -172,3 +186,14 @@ def _port(name: str, value: str | None) -> int | None:
 
 def _path(value: str | None, default: Path) -> Path:
     return Path(value).expanduser().absolute() if value else default
+
+
+def _optional_path(value: str | None) -> Path | None:
+    return Path(value).expanduser().absolute() if value else None
+
+
+def _origin(value: str | None) -> str | None:
+    """A checkpoint's origin is one line of printable text (C2SP tlog-checkpoint)."""
+    if value is not None and (not value.isprintable() or "\n" in value):
+        raise ValidationError(f"{ENV_PREFIX}LOG_ORIGIN must be one line of printable text, not {value!r}")
+    return value

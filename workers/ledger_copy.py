@@ -48,6 +48,7 @@ was later restored (the gate then closes reads until a merge), never the reverse
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import datetime as dt
@@ -66,6 +67,7 @@ from schema import ledger
 from schema.db import Database
 from workers import checkpoint, failpoints
 from workers.files import atomic_write, atomic_write_at, reason_of
+from workers.signed_log import ForeignKey, LogRefused, SignedLog
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +113,7 @@ class CopyDiverged(Exception):
 
 
 # What writing the copy can fail with (the callers turn it into their own error)
-COPY_FAILED: tuple[type[Exception], ...] = (OSError, CopyInvalid, CopyDiverged)
+COPY_FAILED: tuple[type[Exception], ...] = (OSError, CopyInvalid, CopyDiverged, LogRefused)
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,8 @@ class CopyHead:
     row_hash: str
     segment: int  # the first seq of the open segment (0 while the copy is empty)
     segment_bytes: int
+    tree_size: int | None = None  # the signed log's tree as this head's writer left it
+    tree_root: str | None = None  # its root, base64
 
     @classmethod
     def empty(cls, database_id: str) -> CopyHead:
@@ -154,10 +158,13 @@ class LedgerCopy:
     """One database's copy in one checkpoint directory. Thread-safe; several processes may
     append to the same copy (they take turns under an flock)."""
 
-    def __init__(self, checkpoint_dir: Path, database_id: str, *, directory: Path | None = None) -> None:
+    def __init__(
+        self, checkpoint_dir: Path, database_id: str, *, directory: Path | None = None, log: SignedLog | None = None
+    ) -> None:
         self.checkpoint_dir = Path(checkpoint_dir)
         self.database_id = database_id
         self.directory = directory or self.checkpoint_dir / f"{database_id}{SUFFIX}"
+        self.log = log  # the signed Merkle log grown with every append (None: not signed)
         self._head_path = os.fspath(self.directory / HEAD_FILE)  # stat()ed on every content call
         self._lock = threading.Lock()
         self._cached: tuple[tuple[int, int, int], CopyHead] | None = None
@@ -240,6 +247,8 @@ class LedgerCopy:
                 str(data["row_hash"]),
                 _count(data["segment"]),
                 _count(data["segment_bytes"]),
+                _count(data["tree_size"]) if "tree_size" in data else None,
+                str(data["tree_root"]) if "tree_root" in data else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, CopyInvalid):
@@ -294,7 +303,7 @@ class LedgerCopy:
             self._written = head
             new = _chained_after(head, [entry for entry in entries if entry.seq > head.seq])
             if not new:
-                return head
+                return self._sign_lagging(directory, head)
             if new[0].seq != head.seq + 1:
                 raise CopyGap(head.seq)
             if new[0].prev_hash != head.row_hash:
@@ -304,11 +313,49 @@ class LedgerCopy:
             if head.seq == 0 and not os.path.lexists(self._head_path):
                 # the head before any segment: segments without a head are a lost head
                 atomic_write_at(directory, HEAD_FILE, _head_bytes(head))
-            written = self._write_rows(directory, head, new)
+            written = self._signed(head, new, self._write_rows(directory, head, new))
             atomic_write_at(directory, HEAD_FILE, _head_bytes(written))
             self._cached = None
             self._written = written
             return written
+
+    def _signed(self, head: CopyHead, rows: Sequence[ledger.LedgerEntry], written: CopyHead) -> CopyHead:
+        """The log grown to ``written`` (tiles, then the signed checkpoint) before the head
+        says so; LogRefused (the head not written) rather than a fork."""
+        if self.log is None:
+            return written
+        link = None
+        if head.tree_size is not None and head.tree_root is not None:
+            link = (head.tree_size, base64.b64decode(head.tree_root))
+        try:
+            tree = self.log.extend(
+                copy_seq=head.seq,
+                link=link,
+                rows=rows,
+                rows_between=lambda after, upto: self.rows(after=after, head=head, upto=upto),
+            )
+        except ForeignKey as exc:  # the copy's durability never waits on a key: its owner signs later
+            log.warning("the ledger's copy is written, its log not signed: %s", exc)
+            return dataclasses.replace(written, tree_size=None, tree_root=None)
+        return dataclasses.replace(written, tree_size=tree.size, tree_root=base64.b64encode(tree.root).decode())
+
+    def sign_lagging(self) -> CopyHead:
+        """``_sign_lagging`` on the copy as it is now."""
+        with self._lock, self._flocked() as directory:
+            return self._sign_lagging(directory, self._head_now())
+
+    def _sign_lagging(self, directory: int, head: CopyHead) -> CopyHead:
+        """A copy whose head records no tree of its size (written unsigned, or before the log
+        existed): the log brought up to it."""
+        if self.log is None or head.seq == 0 or head.tree_size == head.seq:
+            return head
+        written = self._signed(head, [], head)
+        if written.tree_size is None:
+            return head
+        atomic_write_at(directory, HEAD_FILE, _head_bytes(written))
+        self._cached = None
+        self._written = written
+        return written
 
     def _write_rows(self, directory: int, head: CopyHead, rows: Sequence[ledger.LedgerEntry]) -> CopyHead:
         segment, size = head.segment, head.segment_bytes
@@ -680,7 +727,7 @@ def _catch_up(db: Database, copy: LedgerCopy, *, upto: int | None, committed: le
                 itertools.islice(ledger.entries(conn, after=head.seq, upto=upto, batch=CATCH_UP_BATCH), CATCH_UP_BATCH)
             )
         if not rows:
-            return head
+            return copy.sign_lagging() if copy.log is not None and head.tree_size != head.seq else head
         try:
             head = copy.append(rows)
         except CopyGap as gap:  # another writer is behind us: take it from where the copy is
@@ -703,6 +750,7 @@ def reconcile(db: Database, copy: LedgerCopy, *, replace: bool) -> Path | None:
             raise
         head = _repaired(copy) if isinstance(exc, CopyHeadLost) else None
         if head is None:
+            _refuse_a_fork(db, copy)
             moved = copy.move_aside()
     if head is not None:
         with db.read() as conn:
@@ -712,9 +760,26 @@ def reconcile(db: Database, copy: LedgerCopy, *, replace: bool) -> Path | None:
         if found != head.row_hash:
             if not replace:
                 raise CopyDiverged(f"the ledger does not extend its copy at seq {head.seq}")
+            _refuse_a_fork(db, copy)
             moved = copy.move_aside()
     catch_up(db, copy)
     return moved
+
+
+def _refuse_a_fork(db: Database, copy: LedgerCopy) -> None:
+    """A copy is written again only from a ledger that holds the signed log's leaves: else
+    LogRefused, before the copy is moved aside (a new origin starts a new log)."""
+    if copy.log is None:
+        return
+    try:
+        tree = copy.log.head()
+    except ForeignKey:
+        return  # the key's owner compares the copy written again with the log before it signs
+    if tree is None:
+        return
+    with db.read() as conn:
+        db_seq = ledger.read_head(conn).seq
+        copy.log.check_ledger(ledger.entries(conn, upto=min(tree.size, db_seq)), db_seq)
 
 
 class BehindLegacyCheckpoint(CopyInvalid):
@@ -933,6 +998,8 @@ def _head_bytes(head: CopyHead) -> bytes:
         "segment_rows": SEGMENT_ROWS,
         "written_at": ledger.utc_text(dt.datetime.now(dt.UTC)),
     }
+    if head.tree_size is not None:
+        data.update(tree_size=head.tree_size, tree_root=head.tree_root)
     return (ledger.canonical_json(data) + "\n").encode()
 
 

@@ -1,0 +1,155 @@
+"""Verifiable purge receipts: a purge's row proven in the ledger's signed Merkle log.
+
+A **receipt** (``tlog.receipt.receipt_document``) holds the row's leaf bytes (its canonical
+JSON without ``prev_hash`` and ``row_hash``: ids, kind, selectors, digest, actor, reason and
+times, never a body, an attachment name or a path), its inclusion proof and the newest signed
+checkpoint. A **consistency** document proves that the newest checkpoint's tree extends an
+older one. Both are checked offline by ``tlog.verify`` with the log's verification key.
+
+The log itself (``workers.signed_log``) is written by the copy's writer in every group
+commit, so a receipt exists as soon as an acceptance returns. ``log_file`` serves its
+public part: the checkpoint and the tiles, which hold hashes only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from commands.settings import Settings
+from schema import ledger
+from schema.db import Database
+from schema.errors import InfrastructureError, LedgerNotCopied, MessagingUnavailable, NotFound, ValidationError
+from tlog import note, receipt, tree
+from tlog.verify import leaf_hash
+from workers import signed_log
+from workers.signed_log import LogRefused, SignedLog, TreeHead
+
+NOT_SIGNED = "this handle does not sign checkpoints (commands.open(sign_checkpoints=False)): no receipts"
+
+
+def signer_for(settings: Settings, database_id: str) -> note.Signer:
+    """The log's signing key: the file ``PURGEKEEPER_SIGNING_KEY_FILE`` names (it must be
+    there), else ``<data dir>/ledger-signing.key``, created (0600) when missing."""
+    try:
+        if settings.signing_key_file is not None:
+            return signed_log.read_key(settings.signing_key_file)
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        return signed_log.load_or_create_key(settings.signing_key_path, name=signed_log.default_origin(database_id))
+    except note.KeyInvalid as exc:
+        raise ValidationError(f"the ledger's signing key is not a signing key: {exc}") from None
+    except OSError as exc:
+        raise InfrastructureError(f"the ledger's signing key cannot be read: {exc.strerror}") from None
+
+
+def log_for(settings: Settings, database_id: str) -> SignedLog:
+    origin = settings.log_origin or signed_log.default_origin(database_id)
+    return SignedLog.beside(
+        settings.checkpoint_dir, database_id, origin=origin, signer=signer_for(settings, database_id)
+    )
+
+
+class Receipts:
+    """Receipts, consistency proofs and the public files of one handle's signed log."""
+
+    def __init__(self, db: Database, log: SignedLog | None, *, copy_ledger: Callable[[], int]) -> None:
+        self.db = db
+        self._log = log
+        self.copy_ledger = copy_ledger
+
+    @property
+    def log(self) -> SignedLog:
+        if self._log is None:
+            raise InfrastructureError(NOT_SIGNED)
+        return self._log
+
+    def head(self) -> TreeHead:
+        """The newest signed checkpoint (the copy is caught up first when there is none)."""
+        found = self._head()
+        if found is None:
+            self.copy_ledger()
+            found = self._head()
+        if found is None:
+            raise LedgerNotCopied("the ledger holds no row yet: there is no signed checkpoint")
+        return found
+
+    def _head(self) -> TreeHead | None:
+        try:
+            return self.log.head()
+        except LogRefused as exc:
+            raise MessagingUnavailable(str(exc)) from None
+
+    def receipt(self, purge_id: str) -> dict[str, Any]:
+        entry = self._entry(purge_id)
+        current = self._head()
+        if current is None or current.size < entry.seq:
+            self.copy_ledger()  # LedgerNotCopied when it cannot be done
+            current = self.head()
+        if current.size < entry.seq:
+            raise LedgerNotCopied(
+                f"purge {purge_id} (ledger seq {entry.seq}) is not in the signed log yet",
+                purge_id=purge_id,
+                ledger_seq=entry.seq,
+            )
+        leaf = signed_log.leaf_of(entry)
+        self._check_leaf(entry, leaf, current)
+        proof = self.log.inclusion(entry.seq - 1, current)
+        return receipt.receipt_document(
+            purge_id=purge_id, ledger_seq=entry.seq, leaf=leaf, inclusion_proof=proof, checkpoint=current.note
+        )
+
+    def leaf_hash(self, purge_id: str) -> bytes:
+        """The RFC 6962 leaf hash of a purge's row (what a statement about it can name)."""
+        return leaf_hash(signed_log.leaf_of(self._entry(purge_id)))
+
+    def consistency(self, from_size: int) -> dict[str, Any]:
+        if not isinstance(from_size, int) or isinstance(from_size, bool):
+            raise ValidationError("from must be a tree size (an integer)")
+        current = self._head()
+        if current is None:
+            self.copy_ledger()
+            current = self._head()
+        size = current.size if current else 0
+        if current is None or not 1 <= from_size <= size:
+            raise ValidationError(f"from must be a tree size from 1 to {size}, not {from_size}")
+        proof = self.log.consistency(from_size, current)
+        return receipt.consistency_document(proof=proof, checkpoint=current.note)
+
+    def vkey(self) -> str:
+        return self.log.signer.vkey
+
+    def sign_note(self, text: str) -> str:
+        """``text`` (ending in a newline, no blank line) as a note signed with the log's key."""
+        return self.log.sign_note(text)
+
+    def log_file(self, path: str) -> bytes:
+        """``checkpoint`` or a tile of the newest checkpoint's tree; NotFound for anything else."""
+        if path == signed_log.CHECKPOINT_FILE:
+            return self.head().note.encode()
+        try:
+            wanted = tree.Tile.parse(path)
+        except tree.TileInvalid:
+            raise NotFound(f"no such file in the log: {path[:80]!r}") from None
+        size = self.head().size
+        if tree.tile_width(wanted.level, wanted.index, size) < wanted.width:
+            raise NotFound(f"{wanted.path} is not part of the tree of size {size}")
+        try:
+            return self.log.fetch(wanted)
+        except tree.HashMissing:
+            raise NotFound(f"{wanted.path} is missing from the log") from None
+
+    def _entry(self, purge_id: str) -> ledger.LedgerEntry:
+        if not isinstance(purge_id, str) or not purge_id:
+            raise ValidationError("purge_id must be a purge's id")
+        with self.db.read() as conn:
+            entry = ledger.entry_by_purge_id(conn, purge_id)
+        if entry is None:
+            raise NotFound(f"no purge {purge_id}")
+        return entry
+
+    def _check_leaf(self, entry: ledger.LedgerEntry, leaf: bytes, current: TreeHead) -> None:
+        if self.log.leaf_hash_at(entry.seq - 1, current.size) != leaf_hash(leaf):
+            raise MessagingUnavailable(
+                f"the ledger's row at seq {entry.seq} is not the signed log's leaf {entry.seq - 1}: "
+                "the database was restored? run purgectl ledger merge with the checkpoint directory"
+            )
