@@ -2,11 +2,11 @@
 
 The group and what every command shares are in ``base``; the commands are in ``process``
 (init, serve, scheduler, health), ``content_purges``, ``operate`` (status, list, retry,
-resume, wait), ``policies`` (retention and holds) and ``ledger``; their text output is
+resume, wait), ``policies`` (retention and holds), ``ledger`` and ``receipts``; their text output is
 ``render`` and their option types ``options``. Importing this package registers them all.
 """
 
-from commands.cli import content_purges, ledger, operate, policies, process  # noqa: F401 (they register)
+from commands.cli import content_purges, ledger, operate, policies, process, receipts  # noqa: F401 (they register)
 from commands.cli.base import main
 
 __all__ = ["main"]

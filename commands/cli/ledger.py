@@ -1,7 +1,8 @@
-"""The ledger commands: verify, checkpoint, repair, merge."""
+"""The ledger commands: verify, checkpoint, repair, merge, consistency, key."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -103,6 +104,24 @@ def ledger_merge(sources: tuple[Path, ...], from_other_database: bool, full: boo
         lambda pk: pk.merge_ledger(*sources, allow_other_database=from_other_database, full=full),
         render_mapping,
     )
+
+
+@json_command(ledger_group, "consistency")
+@click.option("--from", "from_size", type=int, required=True, help="The older tree's size (a receipt's checkpoint).")
+def ledger_consistency(from_size: int, as_json: bool) -> None:
+    """Print the proof (RFC 9162) that the newest signed checkpoint's tree extends the tree of
+    --from leaves, with that checkpoint: one JSON document, for `receipt verify --newer
+    --proof`. A size below 1 or beyond the newest checkpoint is a validation_error."""
+
+    run_with_handle(as_json, lambda pk: pk.consistency(from_size), lambda document: json.dumps(document))
+
+
+@json_command(ledger_group, "key")
+def ledger_key(as_json: bool) -> None:
+    """Print the signed log's verification key (`<name>+<key id>+<base64 key>`): publish it;
+    receipts and checkpoints are verified with it."""
+
+    run_with_handle(as_json, lambda pk: {"vkey": pk.log_key()}, lambda found: str(found["vkey"]))
 
 
 if __name__ == "__main__":  # pragma: no cover

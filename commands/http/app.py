@@ -38,6 +38,8 @@ POST     /v1/purges/confirm                          confirm_purge             2
 GET      /v1/purges                                  list_purges               200     host
 GET      /v1/purges/{id}                             status                    200     host
 GET      /v1/purges/{id}/wait                        wait                      200     host
+GET      /v1/purges/{id}/receipt                     receipt                   200     host
+GET      /v1/ledger/consistency?from=N               consistency               200     host
 POST     /v1/purges/{id}/retry                       retry                     200     operator
 POST     /v1/resume                                  resume                    200     operator
 GET      /v1/ledger/verify                           verify_ledger             200     operator
@@ -67,7 +69,10 @@ Authentication (``commands.web.auth``): every ``/v1`` request needs ``Authorizat
 <token>``, checked before the body is read. Host endpoints take the host or the operator
 token; operator endpoints take the operator token when one is configured, else the host
 token. A missing or wrong token is ``401 {"error": "unauthorized"}``. ``/openapi.json`` and
-``/docs`` hold no data and need no token.
+``/docs`` hold no data and need no token, and neither does the signed log's public part:
+``GET /log/checkpoint`` (the newest signed checkpoint, ``text/plain``) and ``GET
+/log/tile/<L>/<N>[.p/<W>]`` (C2SP tlog-tiles of hashes, ``application/octet-stream``), which
+hold hashes only; any other path under ``/log`` is a 404.
 
 Errors are ``{"error": CODE, "detail": ...}`` with DESIGN.md's statuses
 (``commands.surface``). The HTTP layer adds:
@@ -514,6 +519,7 @@ def create_app(
     routers = (_content_routes(pk, max_attachment_bytes), _purge_routes(pk), _status_routes(pk), *operator)
     for routes in routers:
         app.include_router(routes)
+    app.include_router(_log_routes(pk))
     _include_web_routers(app, pk, tokens)
     _install_error_handlers(app)
     _document_400_not_422(app)
@@ -837,6 +843,32 @@ def _status_routes(pk: Purgekeeper) -> APIRouter:
     ) -> JSONResponse:
         _visible(pk.status(purge_id), request)
         return _json(pk.wait(purge_id, min(timeout, MAX_WAIT_SECONDS)))
+
+    @router.get("/purges/{purge_id}/receipt", operation_id="receipt", response_model=models.Receipt)
+    def receipt(purge_id: IdPath, request: Request) -> JSONResponse:
+        _visible(pk.status(purge_id), request)
+        return _json(pk.receipt(purge_id))
+
+    @router.get("/ledger/consistency", operation_id="consistency", response_model=models.ConsistencyProof)
+    def consistency(
+        from_size: Annotated[int, Query(alias="from", ge=1, le=MAX_SEQ, description="the older tree's size")],
+    ) -> JSONResponse:
+        return _json(pk.consistency(from_size))
+
+    return router
+
+
+def _log_routes(pk: Purgekeeper) -> APIRouter:
+    """The signed log's public part, without a token: the checkpoint and the hash tiles."""
+    router = APIRouter(prefix="/log", include_in_schema=False)
+
+    @router.get("/checkpoint")
+    def log_checkpoint() -> Response:
+        return Response(pk.receipts.log_file("checkpoint"), media_type="text/plain; charset=utf-8")
+
+    @router.get("/tile/{path:path}")
+    def log_tile(path: str) -> Response:
+        return Response(pk.receipts.log_file(f"tile/{path}"), media_type="application/octet-stream")
 
     return router
 

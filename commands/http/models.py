@@ -392,6 +392,25 @@ class ErrorBody(_Model):
     ledger_seq: int | None = Field(default=None, description="ledger_not_copied: its ledger row")
 
 
+# -- receipts (tlog.receipt's documents, checked offline by tlog.verify) ----------------------
+
+
+class Receipt(_Model):
+    format: Literal["purgekeeper-receipt"]
+    version: Literal[1]
+    purge_id: str
+    ledger_seq: int
+    leaf_index: int = Field(description="ledger_seq - 1")
+    leaf: str = Field(description="base64 of the row's canonical JSON without prev_hash and row_hash")
+    inclusion_proof: list[str] = Field(description="base64 hashes from the leaf up (RFC 9162 §2.1.3)")
+    checkpoint: str = Field(description="the signed checkpoint (C2SP signed note) the proof is for")
+
+
+class ConsistencyProof(_Model):
+    proof: list[str] = Field(description="base64 hashes (RFC 9162 §2.1.4) from the tree of size `from`")
+    checkpoint: str = Field(description="the newest signed checkpoint")
+
+
 # Each model and the record it mirrors (the wrappers, Resumed and ErrorBody mirror none).
 MIRRORS: dict[type[BaseModel], type[Any]] = {
     Conversation: records.Conversation,

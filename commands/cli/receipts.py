@@ -1,0 +1,102 @@
+"""The receipt commands: ``receipt PURGE_ID`` (a purge's receipt, from the database's signed
+log) and ``receipt verify FILE --key VKEY`` (offline: no database, no server; a thin wrapper
+over ``tlog.verify``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from commands.cli.base import JsonCommand, json_command, json_option, main, print_json, run_with_handle
+from tlog import verify
+
+VERIFIED, INVALID, UNUSABLE = 0, 1, 2  # tlog.verify's exit codes
+
+
+class ReceiptGroup(click.Group):
+    """``receipt PURGE_ID`` is ``receipt show PURGE_ID``; ``receipt verify ...`` verifies."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["show", *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group("receipt", cls=ReceiptGroup)
+def receipt_group() -> None:
+    """A purge's verifiable receipt (`receipt PURGE_ID`), and its offline check (`receipt verify`)."""
+
+
+@json_command(receipt_group, "show")
+@click.argument("purge_id")
+def receipt_show(purge_id: str, as_json: bool) -> None:
+    """Print the purge's receipt (one JSON document, with or without --json): its ledger row
+    without prev_hash and row_hash, the row's inclusion proof and the newest signed
+    checkpoint. Hand it to whoever asked for the purge; `receipt verify` checks it."""
+    run_with_handle(as_json, lambda pk: pk.receipt(purge_id), _document)
+
+
+@receipt_group.command("verify", cls=JsonCommand)
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--key", required=True, help="The log's verification key (`purgectl ledger key`), or a file holding it.")
+@click.option("--newer", type=click.Path(dir_okay=False, path_type=Path), help="A newer signed checkpoint.")
+@click.option(
+    "--proof",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The consistency proof from the receipt's tree to --newer's (`ledger consistency`).",
+)
+@json_option
+def receipt_verify(file: Path, key: str, newer: Path | None, proof: Path | None, as_json: bool) -> None:
+    """Verify a receipt offline, with the log's verification key: its signed checkpoint, its
+    leaf (the purge's row, in canonical form) and its inclusion proof; with --newer and
+    --proof, that a newer checkpoint's tree extends the receipt's. No database, no server.
+    Exit 0: verified; 1: it does not verify (the reason is printed); 2: a file cannot be
+    read, or --newer without --proof."""
+    argv = [str(file), "--key", key]
+    if newer is not None:
+        argv += ["--newer", str(newer)]
+    if proof is not None:
+        argv += ["--proof", str(proof)]
+    if not as_json:
+        sys.exit(verify.main(argv))
+    sys.exit(_verify_json(file, key, newer, proof))
+
+
+def _verify_json(file: Path, key: str, newer: Path | None, proof: Path | None) -> int:
+    if (newer is None) != (proof is None):
+        print_json({"error": "validation_error", "detail": "--newer and --proof go together"})
+        return UNUSABLE
+    try:
+        result = verify.verify_receipt(
+            file.read_text(encoding="utf-8"),
+            key if "+" in key else Path(key).read_text(encoding="utf-8").strip(),
+            newer_checkpoint=None if newer is None else newer.read_text(encoding="utf-8"),
+            consistency_proof=None if proof is None else proof.read_text(encoding="utf-8"),
+        )
+    except (OSError, UnicodeDecodeError) as exc:
+        print_json({"error": "validation_error", "detail": f"a file cannot be read ({type(exc).__name__})"})
+        return UNUSABLE
+    except verify.ReceiptInvalid as exc:
+        print_json({"error": "receipt_invalid", "detail": exc.reason})
+        return INVALID
+    print_json(_verified(result))
+    return VERIFIED
+
+
+def _verified(result: verify.ReceiptVerified) -> dict[str, Any]:
+    return {
+        "ok": True,
+        "purge_id": result.purge_id,
+        "ledger_seq": result.ledger_seq,
+        "origin": result.checkpoint.origin,
+        "tree_size": result.checkpoint.size,
+        "newer_tree_size": None if result.newer is None else result.newer.size,
+    }
+
+
+def _document(document: dict[str, Any]) -> str:
+    return json.dumps(document, sort_keys=True)

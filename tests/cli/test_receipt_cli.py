@@ -1,0 +1,114 @@
+"""Receipts from ``purgectl`` (issue 24 items 3-5), both backends: ``receipt PURGE_ID``,
+``ledger consistency --from N``, ``ledger key``, and the offline ``receipt verify`` with its
+exit codes (0 verified, 1 not, 2 unusable input); ``init`` makes the signing key, 0600."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import commands
+from tests.cli.test_purgectl import Purgectl, concurrently
+from tlog.verify import Verifier, verify_receipt
+
+Pk = commands.Purgekeeper
+WHO = {"actor": "op", "reason": "receipt cli test"}
+
+
+@pytest.fixture
+def purgectl(database_url: str, roots: dict[str, Path], tmp_path: Path) -> Purgectl:
+    """The environment ``test_purgectl``'s fixture of the same name builds."""
+    env = dict(os.environ)  # clean_environment has already removed every PURGEKEEPER_* variable
+    env.update(
+        PURGEKEEPER_DATABASE_URL=database_url,
+        PURGEKEEPER_DATA_DIR=str(tmp_path / "data"),
+        PURGEKEEPER_BLOB_ROOT=str(roots["blob_root"]),
+        PURGEKEEPER_FILE_ROOT=str(roots["file_root"]),
+        PURGEKEEPER_MEMORY_ROOTS=str(roots["memory_root"]),
+        PURGEKEEPER_CHECKPOINT_DIR=str(roots["checkpoint_dir"]),
+    )
+    return Purgectl(env)
+
+
+@pytest.fixture
+def signing(pk: Pk, purgectl: Purgectl) -> Purgectl:
+    """purgectl with the handle's key (its own data directory would hold another)."""
+    return purgectl.with_env(PURGEKEEPER_SIGNING_KEY_FILE=str(pk.settings.signing_key_path))
+
+
+def flip_b64(text: str, at: int = 0) -> str:
+    data = bytearray(base64.b64decode(text))
+    data[at] ^= 0x01
+    return base64.b64encode(bytes(data)).decode()
+
+
+def test_init_makes_a_private_signing_key(purgectl: Purgectl, tmp_path: Path) -> None:
+    purgectl.json("init")
+    key = tmp_path / "data" / "ledger-signing.key"
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert key.read_text().startswith("PRIVATE+KEY+purgekeeper/")
+    vkey = purgectl.text("ledger", "key").stdout.strip()
+    assert Verifier.from_vkey(vkey).name.startswith("purgekeeper/")
+
+
+def test_receipt_consistency_and_key(pk: Pk, signing: Purgectl, tmp_path: Path) -> None:
+    first = pk.purge_conversation("c-1", **WHO)
+    document, shown, key = concurrently(
+        lambda: signing.json("receipt", first.purge_id),
+        lambda: signing.text("receipt", first.purge_id).stdout,
+        lambda: signing.json("ledger", "key"),
+    )
+    assert json.loads(shown) == document and key == {"vkey": pk.log_key()}
+    assert verify_receipt(document, pk.log_key()).purge_id == first.purge_id
+    for i in range(4):
+        pk.purge_conversation(f"c-more-{i}", **WHO)
+    proof = signing.json("ledger", "consistency", "--from", "1")
+    result = verify_receipt(document, pk.log_key(), newer_checkpoint=proof["checkpoint"], consistency_proof=proof)
+    assert result.newer is not None and result.newer.size == 5
+    signing.error(1, "not_found", "receipt", "no-such-purge")
+    signing.error(2, "validation_error", "ledger", "consistency", "--from", "6")
+
+
+def test_receipt_verify_offline(pk: Pk, signing: Purgectl, tmp_path: Path) -> None:
+    first = pk.purge_conversation("c-1", **WHO)
+    pk.purge_conversation("c-2", **WHO)
+    document = pk.receipt(first.purge_id)
+    for i in range(2):
+        pk.purge_conversation(f"c-more-{i}", **WHO)
+    proof = pk.consistency(2)
+    files = {
+        "receipt": json.dumps(document),
+        "newer": proof["checkpoint"],
+        "proof": json.dumps(proof),
+        "key": pk.log_key() + "\n",
+        "leaf": json.dumps({**document, "leaf": flip_b64(document["leaf"], 5)}),
+        "proof_bad": json.dumps({**document, "inclusion_proof": [flip_b64(document["inclusion_proof"][0])]}),
+        "checkpoint_bad": json.dumps({**document, "checkpoint": document["checkpoint"].replace("\n2\n", "\n3\n", 1)}),
+    }
+    for name, content in files.items():
+        (tmp_path / name).write_text(content)
+    offline = signing.with_env(PURGEKEEPER_DATABASE_URL="postgresql://nobody@127.0.0.1:1/none")  # no database
+    key = str(tmp_path / "key")
+    ok = offline.text("receipt", "verify", str(tmp_path / "receipt"), "--key", pk.log_key())
+    assert ok.stdout.startswith("ok: purge " + first.purge_id)
+    newer = ("--newer", str(tmp_path / "newer"), "--proof", str(tmp_path / "proof"))
+    assert (
+        "tree size 4 extends it"
+        in offline.text("receipt", "verify", str(tmp_path / "receipt"), "--key", key, *newer).stdout
+    )
+    for bad in ("leaf", "proof_bad", "checkpoint_bad"):
+        refused = offline.text("receipt", "verify", str(tmp_path / bad), "--key", key, code=1)
+        assert refused.stderr.startswith("receipt invalid: "), bad
+        assert (
+            offline.json("receipt", "verify", str(tmp_path / bad), "--key", key, code=1)["error"] == "receipt_invalid"
+        )
+    offline.text("receipt", "verify", str(tmp_path / "missing"), "--key", key, code=2)
+    offline.text(
+        "receipt", "verify", str(tmp_path / "receipt"), "--key", key, "--newer", str(tmp_path / "newer"), code=2
+    )
+    verified = offline.json("receipt", "verify", str(tmp_path / "receipt"), "--key", key, *newer)
+    assert verified["ok"] and verified["tree_size"] == 2 and verified["newer_tree_size"] == 4
