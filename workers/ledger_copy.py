@@ -450,20 +450,41 @@ class LedgerCopy:
         return expected
 
     def repair(self) -> tuple[CopyHead, bool]:
-        """Rebuild head.json from the segments when it is missing or cannot be read (the
-        segments alone say it: every row verified from the first, up to the last whole one).
-        A head that can be read is left as it is. Returns (the head, whether it was written).
-        Raises CopyInvalid when a segment does not verify (the head is not guessed past it)."""
+        """Rebuild head.json from the segments when it is missing, cannot be read, or claims
+        what they do not hold (a row past them, another hash at its seq: the segments alone
+        say it, every row verified from the first, up to the last whole one). A head whose
+        open segment was cut short is left for the database to re-establish (``restore_tail``),
+        and one the segments bear out is left as it is. Returns (the head, whether it was
+        written). Raises CopyInvalid when a segment does not verify (the head is not guessed
+        past it). It walks the whole copy: an operator's repair, never a request's."""
         with self._lock, self._flocked() as directory:
             try:
-                return self._head_now(), False
+                found = self._head_now()
+                self._check_tail(directory, found)
             except CopyHeadLost:
-                pass
+                found = None
+            except CopyTruncated:
+                return self._head_now(), False
+            if found is not None and self._holds(found):
+                return found, False
             head = self.rebuilt_head()
             atomic_write_at(directory, HEAD_FILE, _head_bytes(head))
             self._cached = self._headless = None
             self._written = head
             return head, True
+
+    def _holds(self, head: CopyHead) -> bool:
+        """Whether the segments bear the head out: its row is there, with its hash, ending at
+        its open segment's length."""
+        if head.seq == 0:
+            return head.row_hash == ledger.GENESIS_HASH
+        lines = self._whole_lines(head.segment) or []
+        upto = head.seq - head.segment + 1
+        if not 0 < upto <= len(lines) or sum(len(line) + 1 for line in lines[:upto]) != head.segment_bytes:
+            return False
+        return (
+            parse_line(lines[upto - 1], f"{self.directory.name}/{segment_name(head.segment)}").row_hash == head.row_hash
+        )
 
     def rebuilt_head(self) -> CopyHead:
         """The head the segments alone give, without head.json: their rows walked from the

@@ -337,3 +337,29 @@ def test_a_sound_copy_is_left_as_it_is_by_repair(pk: Pk) -> None:
     assert (head.seq, head.row_hash) == (1, pk.verify_ledger().head_hash)
     assert {p.name: p.read_bytes() for p in pk.copy.directory.iterdir() if p.name != ledger_copy.HEAD_FILE} == before
     assert ledger.GENESIS_HASH != head.row_hash
+
+
+@pytest.mark.parametrize(
+    "forge", [lambda head: {"seq": head["seq"] + 1}, lambda head: {"row_hash": "0" * 64}], ids=["seq", "row_hash"]
+)
+def test_a_head_that_claims_rows_its_segments_do_not_hold_is_rebuilt_by_repair(
+    pk: Pk, forge: Callable[[dict[str, Any]], dict[str, Any]]
+) -> None:
+    """Tried (a review's finding): head.json's seq raised by one. The gate took the database
+    for a restored one ("behind its copy"), the merge was refused, and repair reported success
+    while leaving the head as it was: reads stayed closed for good."""
+    seed(pk)
+    purge_e1(pk)
+    pk.purge_conversation("c-gone", **WHO)
+    path = pk.copy.directory / ledger_copy.HEAD_FILE
+    before = json.loads(path.read_text())
+    path.write_text(json.dumps({**before, **forge(before)}))
+    with pytest.raises(commands.MessagingUnavailable):
+        pk.read_conversation("c1")
+    repaired = pk.repair_ledger_copy()
+    assert repaired.head_rebuilt and repaired.seq == 2
+    keys = ("seq", "row_hash", "segment", "segment_bytes", "database_id")
+    after = json.loads(path.read_text())
+    assert {k: after[k] for k in keys} == {k: before[k] for k in keys}
+    assert pk.messaging_status().open
+    assert [e.id for e in pk.read_conversation("c1")] == ["e-kept"]
