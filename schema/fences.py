@@ -178,6 +178,7 @@ SQLITE_TRIGGERS = frozenset(
         # 0012
         "pk_events_held_content",
         "pk_events_held_author",
+        "pk_events_held_replace",
         "pk_placements_held_delete",
         "pk_attachments_held_content",
         "pk_attachments_held_delete",

@@ -216,3 +216,19 @@ def test_what_makes_content_held_does_not_change_under_a_hold(chat: dict[str, An
     with pytest.raises(commands.LegalHold):
         write(pk, "UPDATE events SET body = NULL WHERE id = 'e1'")
     assert scalar(pk, "SELECT body FROM events WHERE id = 'e1'") == "e1's secret"
+
+
+@pytest.mark.sqlite_only
+def test_sqlite_replace_does_not_rewrite_a_held_event(chat: dict[str, Any]) -> None:
+    """SQLite's REPLACE deletes the row it conflicts with without its DELETE or UPDATE
+    triggers: a held event written over with its body gone was taken. The same event again,
+    unchanged (a duplicate delivery), is still taken."""
+    pk = chat["pk"]
+    hold(pk, authors=["ada"])
+    occurred_at = scalar(pk, "SELECT occurred_at FROM events WHERE id = 'e1'")
+    replace = "INSERT OR REPLACE INTO events (id, author, occurred_at, body) VALUES ('e1', 'ada', :at, :body)"
+    with pytest.raises(commands.LegalHold):
+        write(pk, replace, at=occurred_at, body=None)
+    assert scalar(pk, "SELECT body FROM events WHERE id = 'e1'") == "e1's secret"
+    write(pk, "INSERT OR IGNORE INTO events (id, author, occurred_at, body) VALUES ('e1', 'ada', :at, :body)",
+          at=occurred_at, body="e1's secret")  # fmt: skip

@@ -153,6 +153,19 @@ BEGIN
      WHERE EXISTS (SELECT 1 FROM pk_held_events WHERE event_id = OLD.id);
 END;
 -- ;;
+-- REPLACE deletes the row it conflicts with without its DELETE or UPDATE triggers: a held
+-- event is not written over with other content (the same event again, a duplicate
+-- delivery, still is taken).
+CREATE TRIGGER pk_events_held_replace BEFORE INSERT ON events
+WHEN EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
+ AND EXISTS (SELECT 1 FROM events WHERE id = NEW.id)
+BEGIN
+    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the event; it is not written over until the hold is released')
+     WHERE EXISTS (SELECT 1 FROM pk_held_events h JOIN events e ON e.id = h.event_id
+                    WHERE h.event_id = NEW.id
+                      AND (NEW.body IS NOT e.body OR NEW.author IS NOT e.author OR NEW.occurred_at IS NOT e.occurred_at));
+END;
+-- ;;
 CREATE TRIGGER pk_placements_held_delete BEFORE DELETE ON placements
 WHEN EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
 BEGIN
