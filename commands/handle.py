@@ -123,6 +123,16 @@ class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommand
         NotFound for an unknown purge; LedgerNotCopied when its row cannot be copied yet."""
         return self.receipts.receipt(purge_id)
 
+    def completion(self, purge_id: str) -> dict[str, Any]:
+        """The purge's completion statement: ``{"purge_id", "ledger_seq", "completed_at",
+        "attempts", "steps", "statement"}``, where ``statement`` is a note signed with the
+        log's key, bound to the purge's leaf, with each step's counts and the time its last
+        step finished (``tlog.verify.verify_completion`` checks it offline). Signed on
+        request from the step rows: after a restore re-arms cleanup, the purge is complete
+        again only once those steps finish, and the statement then carries the later time.
+        NotFound for an unknown purge; CleanupNotComplete while its cleanup has not completed."""
+        return self.receipts.completion(purge_id)
+
     def consistency(self, from_size: int) -> dict[str, Any]:
         """``{"proof", "checkpoint"}``: the newest signed checkpoint's tree extends the tree of
         ``from_size`` leaves (RFC 9162 §2.1.4). ValidationError outside 1 .. its size."""

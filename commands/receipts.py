@@ -6,6 +6,20 @@ times, never a body, an attachment name or a path), its inclusion proof and the 
 checkpoint. A **consistency** document proves that the newest checkpoint's tree extends an
 older one. Both are checked offline by ``tlog.verify`` with the log's verification key.
 
+A **completion statement** (``completion``) says that the purge's cleanup completed, with
+each step's counts and the time. It is a signed statement *outside* the log: a C2SP signed
+note with the log's key, bound to the acceptance's leaf by the purge id, the ledger seq and
+the leaf hash (``tlog.verify`` documents the text and checks it, with or without the
+receipt). It is not a row of the log, because a completion row would need the ledger's kind
+CHECK migrated (and the copy's, the merge's and every reader's kinds with it), would add a
+second ledger row per purge (doubling the ledger and the tree), and would make cleanup, a
+worker, an appender of the ledger, which today only acceptances write, each in its own
+transaction with its fences. A statement needs none of that: it is signed on request from
+the step rows, which are the source of truth, and never stored. So a restore is handled as
+it is: a restore re-arms cleanup, the purge is not complete until the re-armed steps
+finish, and the statement signed afterwards carries the later time, and the later
+completion is the one that counts (``tlog.verify.later_completion``).
+
 The log itself (``workers.signed_log``) is written by the copy's writer in every group
 commit, so a receipt exists as soon as an acceptance returns. ``log_file`` serves its
 public part: the checkpoint and the tiles, which hold hashes only.
@@ -16,12 +30,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy import func, select
+
 from commands.settings import Settings
-from schema import ledger
+from schema import ledger, purges
 from schema.db import Database
-from schema.errors import InfrastructureError, LedgerNotCopied, MessagingUnavailable, NotFound, ValidationError
+from schema.errors import (
+    CleanupNotComplete,
+    InfrastructureError,
+    LedgerNotCopied,
+    MessagingUnavailable,
+    NotFound,
+    ValidationError,
+)
+from schema.states import StepStatus
+from schema.tables import step_attempts
 from tlog import note, receipt, tree
-from tlog.verify import leaf_hash
+from tlog.verify import Completion, CompletionStep, leaf_hash
 from workers import signed_log
 from workers.signed_log import LogRefused, SignedLog, TreeHead
 
@@ -81,6 +106,17 @@ class Receipts:
 
     def receipt(self, purge_id: str) -> dict[str, Any]:
         entry = self._entry(purge_id)
+        current = self._signed_head(entry)
+        leaf = signed_log.leaf_of(entry)
+        self._check_leaf(entry, leaf, current)
+        proof = self.log.inclusion(entry.seq - 1, current)
+        return receipt.receipt_document(
+            purge_id=purge_id, ledger_seq=entry.seq, leaf=leaf, inclusion_proof=proof, checkpoint=current.note
+        )
+
+    def _signed_head(self, entry: ledger.LedgerEntry) -> TreeHead:
+        """The newest signed checkpoint, once it holds the entry's row."""
+        purge_id = entry.purge_id
         current = self._head()
         if current is None or current.size < entry.seq:
             self.copy_ledger()  # LedgerNotCopied when it cannot be done
@@ -91,12 +127,47 @@ class Receipts:
                 purge_id=purge_id,
                 ledger_seq=entry.seq,
             )
+        return current
+
+    def completion(self, purge_id: str) -> dict[str, Any]:
+        """The purge's completion statement, signed now from its step rows: NotFound for an
+        unknown purge, CleanupNotComplete while a step is not done (re-armed by a restore,
+        still running, or incomplete), LedgerNotCopied when its row is not in the log yet."""
+        entry = self._entry(purge_id)
+        with self.db.read() as conn:
+            rows = purges.steps_of(conn, [purge_id])
+            attempts = conn.scalar(
+                select(func.count()).select_from(step_attempts).where(step_attempts.c.purge_id == purge_id)
+            )
+        waiting = sorted(f"{row.kind} {row.status}" for row in rows if row.status != StepStatus.DONE.value)
+        if waiting:
+            raise CleanupNotComplete(f"the cleanup of purge {purge_id} has not completed: {', '.join(waiting)}")
+        current = self._signed_head(entry)
         leaf = signed_log.leaf_of(entry)
         self._check_leaf(entry, leaf, current)
-        proof = self.log.inclusion(entry.seq - 1, current)
-        return receipt.receipt_document(
-            purge_id=purge_id, ledger_seq=entry.seq, leaf=leaf, inclusion_proof=proof, checkpoint=current.note
+        completed_at = max((row.updated_at for row in rows), default=entry.accepted_at)
+        statement = Completion(
+            origin=self.log.origin,
+            purge_id=purge_id,
+            ledger_seq=entry.seq,
+            leaf_hash=leaf_hash(leaf),
+            completed_at=ledger.utc_text(completed_at),
+            attempts=int(attempts or 0),
+            steps=tuple(
+                CompletionStep(row.kind, int(row.removed), int(row.retained_shared), int(row.held)) for row in rows
+            ),
         )
+        return {
+            "purge_id": purge_id,
+            "ledger_seq": entry.seq,
+            "completed_at": statement.completed_at,
+            "attempts": statement.attempts,
+            "steps": [
+                {"kind": s.kind, "removed": s.removed, "retained_shared": s.retained_shared, "held": s.held}
+                for s in statement.steps
+            ],
+            "statement": self.sign_note(statement.text()),
+        }
 
     def leaf_hash(self, purge_id: str) -> bytes:
         """The RFC 6962 leaf hash of a purge's row (what a statement about it can name)."""

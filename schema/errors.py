@@ -9,7 +9,8 @@
     │   ├── IdempotencyConflict    the key was used for another scope
     │   ├── ActiveRuns             a non-terminal run blocks the purge
     │   ├── LegalHold              a legal hold covers the selected content; names the holds
-    │   └── PolicyConflict         another retention policy already governs the scope
+    │   ├── PolicyConflict         another retention policy already governs the scope
+    │   └── CleanupNotComplete     the purge's cleanup has not completed (no completion statement)
     ├── Fenced
     │   ├── ConversationPurged
     │   ├── ConversationDeleted
@@ -93,6 +94,10 @@ class LegalHold(Conflict):
 
 class PolicyConflict(Conflict):
     """Another retention policy already governs this scope; change or remove it instead."""
+
+
+class CleanupNotComplete(Conflict):
+    """The purge's cleanup has not completed: there is no completion statement for it yet."""
 
 
 class Fenced(PurgekeeperError):

@@ -2,8 +2,8 @@
 
 It needs only the standard library and ``cryptography`` (for Ed25519), and imports nothing
 else of purgekeeper, so it can be copied alone into another code base and run as
-``python verify.py RECEIPT --key VKEY [--newer CHECKPOINT --proof FILE]`` (or, installed,
-``python -m tlog.verify ...``). It follows these specifications:
+``python verify.py RECEIPT --key VKEY [--newer CHECKPOINT --proof FILE] [--completion FILE]``
+(or, installed, ``python -m tlog.verify ...``). It follows these specifications:
 
 - **RFC 6962 / RFC 9162 Merkle trees.** A leaf's hash is ``SHA-256(0x00 || bytes)``, an
   interior node's ``SHA-256(0x01 || left || right)``, the empty tree's ``SHA-256()``.
@@ -26,6 +26,26 @@ tree the proof is for. A consistency proof document is ``{"proof": [base64, ...]
 "checkpoint": "<signed note>"}`` and shows that a newer checkpoint's tree extends the
 receipt's.
 
+A **completion statement** says that a purge's cleanup completed. It is a C2SP signed note
+with the log's key whose text is, one field a line::
+
+    purgekeeper-completion/v1
+    <origin>                      the log's origin, as in its checkpoints
+    <purge_id>
+    <ledger_seq>                  the purge's row; its leaf is leaf ledger_seq - 1
+    <base64 leaf hash>            SHA-256(0x00 || the receipt's leaf bytes)
+    <completed_at>                YYYY-MM-DDTHH:MM:SS.ffffffZ, the database's clock
+    <attempts>                    the cleanup attempts the database recorded for the purge
+    step <kind> removed=<n> retained_shared=<n> held=<n>    one line per step, kinds sorted
+
+(decimals without leading zeros; no step lines for a purge without cleanup). Its first line
+keeps it from ever reading as a checkpoint, and a checkpoint from reading as a statement.
+It is bound to the acceptance by the purge id, the seq and the leaf hash: with a receipt,
+:func:`verify_completion` checks all three and the origin against it. **The later
+completion counts**: a restore re-arms cleanup, and a purge then completes again; of two
+statements about one purge, the one with the later ``completed_at`` is the one that counts,
+and of two with the same time, the one with more attempts (:func:`later_completion`).
+
 Every refusal raises :class:`ReceiptInvalid`, whose ``reason`` says what did not hold.
 """
 
@@ -36,6 +56,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,22 +66,28 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 __all__ = [
+    "COMPLETION_FORMAT",
     "EMPTY_ROOT",
     "HASH_SIZE",
     "RECEIPT_FORMAT",
     "RECEIPT_VERSION",
     "Checkpoint",
+    "Completion",
+    "CompletionStep",
     "NoteSignature",
     "ReceiptInvalid",
     "ReceiptVerified",
     "Verifier",
     "key_id",
+    "later_completion",
     "leaf_hash",
     "main",
     "node_hash",
     "open_checkpoint",
     "open_note",
     "parse_checkpoint",
+    "parse_completion",
+    "verify_completion",
     "verify_consistency",
     "verify_inclusion",
     "verify_receipt",
@@ -71,6 +98,7 @@ EMPTY_ROOT = hashlib.sha256(b"").digest()
 ALG_ED25519 = 0x01
 RECEIPT_FORMAT = "purgekeeper-receipt"
 RECEIPT_VERSION = 1
+COMPLETION_FORMAT = "purgekeeper-completion/v1"
 SIGNATURE_PREFIX = "\u2014 "
 MAX_SIGNATURES = 100
 
@@ -414,6 +442,158 @@ def _verify_newer(
     return newer
 
 
+# -- completion statements --
+
+_DECIMAL = r"(0|[1-9][0-9]*)"
+_STEP_LINE = re.compile(rf"step ([a-z][a-z_]*) removed={_DECIMAL} retained_shared={_DECIMAL} held={_DECIMAL}")
+_UTC_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
+_COMPLETION_HEADER = 7  # the format line and six fields before the step lines
+
+
+@dataclass(frozen=True)
+class CompletionStep:
+    """One cleanup step's counts: what it removed, what it kept because something else still
+    shares it, and what a legal hold kept."""
+
+    kind: str
+    removed: int
+    retained_shared: int
+    held: int
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The signed text of a completion statement (see the module's docstring)."""
+
+    origin: str
+    purge_id: str
+    ledger_seq: int
+    leaf_hash: bytes
+    completed_at: str
+    attempts: int
+    steps: tuple[CompletionStep, ...] = ()
+
+    def text(self) -> str:
+        """The statement's text, as :func:`parse_completion` reads it."""
+        lines = [
+            COMPLETION_FORMAT,
+            self.origin,
+            self.purge_id,
+            str(self.ledger_seq),
+            base64.b64encode(self.leaf_hash).decode(),
+            self.completed_at,
+            str(self.attempts),
+        ]
+        for step in sorted(self.steps, key=lambda s: s.kind):
+            lines.append(
+                f"step {step.kind} removed={step.removed} retained_shared={step.retained_shared} held={step.held}"
+            )
+        text = "\n".join(lines) + "\n"
+        if parse_completion(text) != self._sorted():
+            raise ValueError("the completion's fields do not make a statement")
+        return text
+
+    def _sorted(self) -> Completion:
+        steps = tuple(sorted(self.steps, key=lambda s: s.kind))
+        return Completion(
+            self.origin, self.purge_id, self.ledger_seq, self.leaf_hash, self.completed_at, self.attempts, steps
+        )
+
+    @property
+    def order(self) -> tuple[str, int]:
+        """What :func:`later_completion` compares: the time, then the attempts."""
+        return (self.completed_at, self.attempts)
+
+
+def _decimal(text: str, what: str) -> int:
+    if not re.fullmatch(_DECIMAL, text):
+        raise ReceiptInvalid(f"the statement's {what} is not a decimal number without leading zeros")
+    return int(text)
+
+
+def parse_completion(text: str) -> Completion:
+    """Parse a completion statement's signed text; ReceiptInvalid for anything else."""
+    if not text.endswith("\n"):
+        raise ReceiptInvalid("the statement's text does not end with a newline")
+    lines = text[:-1].split("\n")
+    if lines[0] != COMPLETION_FORMAT:
+        raise ReceiptInvalid(f"the note is not a {COMPLETION_FORMAT} statement")
+    if len(lines) < _COMPLETION_HEADER:
+        raise ReceiptInvalid("the statement lacks a field")
+    _, origin, purge_id, seq_text, hash_text, completed_at, attempts_text, *step_lines = lines
+    if not origin or not purge_id or any(ch.isspace() for ch in purge_id):
+        raise ReceiptInvalid("the statement has no origin or no purge id")
+    seq = _decimal(seq_text, "ledger seq")
+    if seq < 1:
+        raise ReceiptInvalid("the statement's ledger seq is not positive")
+    leaf = _b64decode(hash_text, "the statement's leaf hash")
+    if len(leaf) != HASH_SIZE:
+        raise ReceiptInvalid(f"the statement's leaf hash is {len(leaf)} bytes, not {HASH_SIZE}")
+    if not _UTC_TIME.fullmatch(completed_at):
+        raise ReceiptInvalid("the statement's time is not YYYY-MM-DDTHH:MM:SS.ffffffZ")
+    attempts = _decimal(attempts_text, "attempt count")
+    steps = []
+    for line in step_lines:
+        match = _STEP_LINE.fullmatch(line)
+        if match is None:
+            raise ReceiptInvalid("a step line of the statement is not 'step <kind> removed=N retained_shared=N held=N'")
+        kind, removed, retained, held = match.groups()
+        steps.append(CompletionStep(kind, int(removed), int(retained), int(held)))
+    kinds = [step.kind for step in steps]
+    if kinds != sorted(set(kinds)):
+        raise ReceiptInvalid("the statement's steps are not one line per kind, sorted")
+    return Completion(origin, purge_id, seq, leaf, completed_at, attempts, tuple(steps))
+
+
+def _statement_note(statement: str | bytes | Mapping[str, Any]) -> str:
+    """A statement is its signed note, or a JSON object holding it as ``statement``."""
+    if isinstance(statement, bytes):
+        try:
+            statement = statement.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ReceiptInvalid("the statement is not UTF-8 text") from exc
+    if isinstance(statement, str) and statement.lstrip().startswith("{"):
+        statement = _load_json(statement, "the statement")
+    if isinstance(statement, Mapping):
+        return str(_field(statement, "statement", str, "the completion document"))
+    return statement
+
+
+def verify_completion(
+    statement: str | bytes | Mapping[str, Any],
+    vkey: str,
+    receipt: str | bytes | Mapping[str, Any] | None = None,
+) -> Completion:
+    """Check a completion statement's signature with the log's verification key and return
+    what it says; with ``receipt``, verify the receipt too and check that the statement is
+    bound to its leaf: the same origin, purge id, ledger seq and leaf hash."""
+    verifier = Verifier.from_vkey(vkey)
+    completion = parse_completion(open_note(_statement_note(statement), verifier))
+    if receipt is not None:
+        verified = verify_receipt(receipt, vkey)
+        if (completion.purge_id, completion.ledger_seq) != (verified.purge_id, verified.ledger_seq):
+            raise ReceiptInvalid("the statement is about another purge than the receipt")
+        if completion.leaf_hash != leaf_hash(verified.leaf):
+            raise ReceiptInvalid("the statement is not bound to the receipt's leaf")
+        if completion.origin != verified.checkpoint.origin:
+            raise ReceiptInvalid(f"the statement is of {completion.origin!r}, the receipt of another log")
+    return completion
+
+
+def later_completion(first: Completion, second: Completion) -> Completion:
+    """Of two verified statements about one purge, the one that counts: the later
+    ``completed_at`` (a restore re-arms cleanup, and its completion comes after), and of two
+    at the same time, the one with more attempts."""
+    if (first.origin, first.purge_id, first.ledger_seq, first.leaf_hash) != (
+        second.origin,
+        second.purge_id,
+        second.ledger_seq,
+        second.leaf_hash,
+    ):
+        raise ReceiptInvalid("the two statements are not about the same purge's row")
+    return second if second.order > first.order else first
+
+
 # -- the command line --
 
 
@@ -435,19 +615,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--key", required=True, help="the log's verification key (name+id+key), or a file holding it")
     parser.add_argument("--newer", help="a newer signed checkpoint the receipt's tree must be a prefix of")
     parser.add_argument("--proof", help="the consistency proof file from the receipt's checkpoint to --newer")
+    parser.add_argument("--completion", help="a completion statement of the receipt's purge, bound to its leaf")
     return parser
 
 
-def _describe(result: ReceiptVerified) -> str:
+def _describe(result: ReceiptVerified, completion: Completion | None = None) -> str:
     where = f"{result.checkpoint.origin} at tree size {result.checkpoint.size}"
     line = f"ok: purge {result.purge_id} is ledger row {result.ledger_seq}, included in {where}"
     if result.newer is not None:
         line += f", and tree size {result.newer.size} extends it"
+    if completion is not None:
+        counts = "; ".join(
+            f"{s.kind}: removed {s.removed}, retained shared {s.retained_shared}, held {s.held}"
+            for s in completion.steps
+        )
+        line += f"; its cleanup completed at {completion.completed_at}" + (f" ({counts})" if counts else "")
     return line
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Exit 0 and print one line when the receipt verifies; exit 1 with the reason when not."""
+    """Exit 0 and print one line when the receipt (and the completion statement, if one is
+    given) verifies; exit 1 with the reason when not."""
     args = _parser().parse_args(argv)
     if (args.newer is None) != (args.proof is None):
         print("tlog.verify: --newer and --proof go together", file=sys.stderr)
@@ -459,6 +647,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             newer_checkpoint=None if args.newer is None else _read_text(args.newer),
             consistency_proof=None if args.proof is None else _read_text(args.proof),
         )
+        completion = None
+        if args.completion is not None:
+            receipt = _read_text(args.receipt)
+            completion = verify_completion(_read_text(args.completion), _key_text(args.key), receipt)
     except OSError as exc:
         print(f"cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
@@ -468,7 +660,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ReceiptInvalid as exc:
         print(f"receipt invalid: {exc.reason}", file=sys.stderr)
         return 1
-    print(_describe(result))
+    print(_describe(result, completion))
     return 0
 
 

@@ -1,6 +1,7 @@
 """The receipt commands: ``receipt PURGE_ID`` (a purge's receipt, from the database's signed
-log) and ``receipt verify FILE --key VKEY`` (offline: no database, no server; a thin wrapper
-over ``tlog.verify``)."""
+log), ``completion PURGE_ID`` (the signed statement that its cleanup completed) and
+``receipt verify FILE --key VKEY [--completion FILE]`` (offline: no database, no server; a
+thin wrapper over ``tlog.verify``)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,18 @@ def receipt_show(purge_id: str, as_json: bool) -> None:
     run_with_handle(as_json, lambda pk: pk.receipt(purge_id), _document)
 
 
+@json_command(main, "completion")
+@click.argument("purge_id")
+def completion_show(purge_id: str, as_json: bool) -> None:
+    """Print the signed statement that the purge's cleanup completed (one JSON document, with
+    or without --json): each step's counts (removed, retained shared, held), the time its last
+    step finished and the attempts, signed with the log's key and bound to the purge's ledger
+    row. `receipt verify RECEIPT --key VKEY --completion FILE` checks it with the receipt.
+    Exit 3 (cleanup_not_complete) while the cleanup has not completed, e.g. after a restore
+    re-armed it: the later statement is the one that counts."""
+    run_with_handle(as_json, lambda pk: pk.completion(purge_id), _document)
+
+
 @receipt_group.command("verify", cls=JsonCommand)
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--key", required=True, help="The log's verification key (`purgectl ledger key`), or a file holding it.")
@@ -49,11 +62,19 @@ def receipt_show(purge_id: str, as_json: bool) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="The consistency proof from the receipt's tree to --newer's (`ledger consistency`).",
 )
+@click.option(
+    "--completion",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A completion statement (`purgectl completion`) that must be bound to the receipt's leaf.",
+)
 @json_option
-def receipt_verify(file: Path, key: str, newer: Path | None, proof: Path | None, as_json: bool) -> None:
+def receipt_verify(
+    file: Path, key: str, newer: Path | None, proof: Path | None, completion: Path | None, as_json: bool
+) -> None:
     """Verify a receipt offline, with the log's verification key: its signed checkpoint, its
     leaf (the purge's row, in canonical form) and its inclusion proof; with --newer and
-    --proof, that a newer checkpoint's tree extends the receipt's. No database, no server.
+    --proof, that a newer checkpoint's tree extends the receipt's; with --completion, that the
+    completion statement is signed with the key and bound to the receipt's leaf. No database, no server.
     Exit 0: verified; 1: it does not verify (the reason is printed); 2: a file cannot be
     read, or --newer without --proof."""
     argv = [str(file), "--key", key]
@@ -61,34 +82,42 @@ def receipt_verify(file: Path, key: str, newer: Path | None, proof: Path | None,
         argv += ["--newer", str(newer)]
     if proof is not None:
         argv += ["--proof", str(proof)]
+    if completion is not None:
+        argv += ["--completion", str(completion)]
     if not as_json:
         sys.exit(verify.main(argv))
-    sys.exit(_verify_json(file, key, newer, proof))
+    sys.exit(_verify_json(file, key, newer, proof, completion))
 
 
-def _verify_json(file: Path, key: str, newer: Path | None, proof: Path | None) -> int:
+def _verify_json(file: Path, key: str, newer: Path | None, proof: Path | None, completion: Path | None) -> int:
     if (newer is None) != (proof is None):
         print_json({"error": "validation_error", "detail": "--newer and --proof go together"})
         return UNUSABLE
     try:
+        vkey = key if "+" in key else Path(key).read_text(encoding="utf-8").strip()
         result = verify.verify_receipt(
             file.read_text(encoding="utf-8"),
-            key if "+" in key else Path(key).read_text(encoding="utf-8").strip(),
+            vkey,
             newer_checkpoint=None if newer is None else newer.read_text(encoding="utf-8"),
             consistency_proof=None if proof is None else proof.read_text(encoding="utf-8"),
         )
+        statement = None
+        if completion is not None:
+            statement = verify.verify_completion(
+                completion.read_text(encoding="utf-8"), vkey, file.read_text(encoding="utf-8")
+            )
     except (OSError, UnicodeDecodeError) as exc:
         print_json({"error": "validation_error", "detail": f"a file cannot be read ({type(exc).__name__})"})
         return UNUSABLE
     except verify.ReceiptInvalid as exc:
         print_json({"error": "receipt_invalid", "detail": exc.reason})
         return INVALID
-    print_json(_verified(result))
+    print_json(_verified(result, statement))
     return VERIFIED
 
 
-def _verified(result: verify.ReceiptVerified) -> dict[str, Any]:
-    return {
+def _verified(result: verify.ReceiptVerified, statement: verify.Completion | None) -> dict[str, Any]:
+    verified: dict[str, Any] = {
         "ok": True,
         "purge_id": result.purge_id,
         "ledger_seq": result.ledger_seq,
@@ -96,6 +125,14 @@ def _verified(result: verify.ReceiptVerified) -> dict[str, Any]:
         "tree_size": result.checkpoint.size,
         "newer_tree_size": None if result.newer is None else result.newer.size,
     }
+    if statement is not None:
+        verified["completed_at"] = statement.completed_at
+        verified["attempts"] = statement.attempts
+        verified["steps"] = [
+            {"kind": s.kind, "removed": s.removed, "retained_shared": s.retained_shared, "held": s.held}
+            for s in statement.steps
+        ]
+    return verified
 
 
 def _document(document: dict[str, Any]) -> str:

@@ -39,6 +39,7 @@ GET      /v1/purges                                  list_purges               2
 GET      /v1/purges/{id}                             status                    200     host
 GET      /v1/purges/{id}/wait                        wait                      200     host
 GET      /v1/purges/{id}/receipt                     receipt                   200     host
+GET      /v1/purges/{id}/completion                  completion                200     host
 GET      /v1/ledger/consistency?from=N               consistency               200     host
 POST     /v1/purges/{id}/retry                       retry                     200     operator
 POST     /v1/resume                                  resume                    200     operator
@@ -848,6 +849,11 @@ def _status_routes(pk: Purgekeeper) -> APIRouter:
     def receipt(purge_id: IdPath, request: Request) -> JSONResponse:
         _visible(pk.status(purge_id), request)
         return _json(pk.receipt(purge_id))
+
+    @router.get("/purges/{purge_id}/completion", operation_id="completion", response_model=models.CompletionStatement)
+    def completion(purge_id: IdPath, request: Request) -> JSONResponse:
+        _visible(pk.status(purge_id), request)
+        return _json(pk.completion(purge_id))
 
     @router.get("/ledger/consistency", operation_id="consistency", response_model=models.ConsistencyProof)
     def consistency(

@@ -406,6 +406,25 @@ class Receipt(_Model):
     checkpoint: str = Field(description="the signed checkpoint (C2SP signed note) the proof is for")
 
 
+class CompletionStepCounts(_Model):
+    kind: str
+    removed: int
+    retained_shared: int
+    held: int
+
+
+class CompletionStatement(_Model):
+    purge_id: str
+    ledger_seq: int
+    completed_at: str = Field(description="when the last step finished (database clock), as in the statement")
+    attempts: int = Field(description="the cleanup attempts recorded for the purge, as in the statement")
+    steps: list[CompletionStepCounts]
+    statement: str = Field(
+        description="the signed statement (C2SP signed note, the log's key) bound to the purge's leaf; "
+        "the fields above repeat it unsigned"
+    )
+
+
 class ConsistencyProof(_Model):
     proof: list[str] = Field(description="base64 hashes (RFC 9162 §2.1.4) from the tree of size `from`")
     checkpoint: str = Field(description="the newest signed checkpoint")

@@ -1,4 +1,5 @@
-"""Receipts from ``purgectl`` (issue 24 items 3-5), both backends: ``receipt PURGE_ID``,
+"""Receipts from ``purgectl`` (issue 24 items 3-6), both backends: ``receipt PURGE_ID``,
+``completion PURGE_ID``,
 ``ledger consistency --from N``, ``ledger key``, and the offline ``receipt verify`` with its
 exit codes (0 verified, 1 not, 2 unusable input); ``init`` makes the signing key, 0600."""
 
@@ -13,7 +14,8 @@ import pytest
 
 import commands
 from tests.cli.test_purgectl import Purgectl, concurrently
-from tlog.verify import Verifier, verify_receipt
+from tests.integration.test_restore import clean
+from tlog.verify import Verifier, verify_completion, verify_receipt
 
 Pk = commands.Purgekeeper
 WHO = {"actor": "op", "reason": "receipt cli test"}
@@ -112,3 +114,38 @@ def test_receipt_verify_offline(pk: Pk, signing: Purgectl, tmp_path: Path) -> No
     )
     verified = offline.json("receipt", "verify", str(tmp_path / "receipt"), "--key", key, *newer)
     assert verified["ok"] and verified["tree_size"] == 2 and verified["newer_tree_size"] == 4
+
+
+def test_completion_and_its_offline_check(pk: Pk, signing: Purgectl, tmp_path: Path) -> None:
+    for name in ("c-1", "c-2"):
+        pk.create_conversation(name)
+        pk.ingest_event(name, author="ada", body="gone", event_id=f"{name}-e")
+    first, second = (pk.purge_conversation(name, **WHO).purge_id for name in ("c-1", "c-2"))
+    signing.error(3, "cleanup_not_complete", "completion", first)
+    signing.error(1, "not_found", "completion", "no-such-purge")
+    clean(pk)
+    document, shown = concurrently(
+        lambda: signing.json("completion", first), lambda: signing.text("completion", first).stdout
+    )
+    assert json.loads(shown) == document
+    assert verify_completion(document["statement"], pk.log_key()).purge_id == first
+    files = {
+        "receipt": json.dumps(pk.receipt(first)),
+        "other": json.dumps(pk.receipt(second)),
+        "completion": shown,
+        "note": document["statement"],
+        "bad": document["statement"].replace(f"\n{first}\n", f"\n{second}\n", 1),
+    }
+    for name, content in files.items():
+        (tmp_path / name).write_text(content)
+    offline = signing.with_env(PURGEKEEPER_DATABASE_URL="postgresql://nobody@127.0.0.1:1/none")  # no database
+    check = ("receipt", "verify", str(tmp_path / "receipt"), "--key", pk.log_key(), "--completion")
+    for good in ("completion", "note"):
+        assert "its cleanup completed at " in offline.text(*check, str(tmp_path / good)).stdout
+    verified = offline.json(*check, str(tmp_path / "completion"))
+    assert verified["completed_at"] == document["completed_at"] and verified["steps"] == document["steps"]
+    refused = offline.text(*check, str(tmp_path / "bad"), code=1)
+    assert refused.stderr.startswith("receipt invalid: ")
+    other = ("receipt", "verify", str(tmp_path / "other"), "--key", pk.log_key(), "--completion")
+    assert offline.json(*other, str(tmp_path / "completion"), code=1)["error"] == "receipt_invalid"
+    offline.text(*check, str(tmp_path / "missing"), code=2)

@@ -83,6 +83,7 @@ ENDPOINTS = {
     ("GET", "/v1/purges/{purge_id}"): "host",
     ("GET", "/v1/purges/{purge_id}/wait"): "host",
     ("GET", "/v1/purges/{purge_id}/receipt"): "host",
+    ("GET", "/v1/purges/{purge_id}/completion"): "host",
     ("GET", "/v1/ledger/consistency"): "host",
     ("POST", "/v1/purges/{purge_id}/retry"): "operator",
     ("POST", "/v1/resume"): "operator",

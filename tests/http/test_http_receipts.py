@@ -1,5 +1,5 @@
-"""Receipts over HTTP (issue 24 items 3-4), both backends: ``GET /v1/purges/{id}/receipt`` and
-``GET /v1/ledger/consistency`` with the host token; ``/log/checkpoint`` and ``/log/tile/...``
+"""Receipts over HTTP (issue 24 items 3-4, 6), both backends: ``GET /v1/purges/{id}/receipt``,
+``.../completion`` and ``GET /v1/ledger/consistency`` with the host token; ``/log/checkpoint`` and ``/log/tile/...``
 without any token, serving exactly the log's files and refusing every other path."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 
 import commands
 from tests.http.test_http_api import AS_HOST, WHO, make_client, ok
+from tests.integration.test_restore import clean
 from tlog import tree
-from tlog.verify import Verifier, open_checkpoint, verify_receipt
+from tlog.verify import ReceiptInvalid, Verifier, open_checkpoint, verify_completion, verify_receipt
 from workers import signed_log
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
@@ -92,3 +93,22 @@ def test_an_older_partial_tile_is_served_from_the_wider_one(pk: Pk, client: Test
     assert client.get("/log/tile/0/000.p/3", headers=NO_TOKEN).content == old
     assert client.get("/log/tile/0/000.p/5", headers=NO_TOKEN).content[: len(old)] == old
     assert len(old) == 3 * 32
+
+
+def test_a_completion_over_http_verifies_with_the_receipt_and_needs_the_token(pk: Pk, client: TestClient) -> None:
+    for name in ("c-0", "c-1"):
+        pk.create_conversation(name)
+        pk.ingest_event(name, author="ada", body="gone", event_id=f"{name}-e")
+    ids = purge(client, 2)
+    early = client.get(f"/v1/purges/{ids[0]}/completion")
+    assert early.status_code == 409 and early.json()["error"] == "cleanup_not_complete", early.text
+    clean(pk)
+    document = ok(client.get(f"/v1/purges/{ids[0]}/completion"))
+    receipt = ok(client.get(f"/v1/purges/{ids[0]}/receipt"))
+    completion = verify_completion(document["statement"], pk.log_key(), receipt)
+    assert completion.purge_id == ids[0] and document["completed_at"] == completion.completed_at
+    with pytest.raises(ReceiptInvalid):
+        verify_completion(document["statement"], pk.log_key(), ok(client.get(f"/v1/purges/{ids[1]}/receipt")))
+    assert client.get(f"/v1/purges/{ids[0]}/completion", headers=NO_TOKEN).status_code == 401
+    missing = client.get("/v1/purges/no-such-purge/completion")
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
