@@ -22,7 +22,15 @@ import pytest
 
 from tests.conftest import service_missing
 from tlog import note, receipt, tree
-from tlog.verify import ReceiptInvalid, leaf_hash, open_note, verify_receipt
+from tlog.verify import (
+    Completion,
+    CompletionStep,
+    ReceiptInvalid,
+    leaf_hash,
+    open_note,
+    verify_completion,
+    verify_receipt,
+)
 
 PROGRAM = Path(__file__).parents[1] / "interop" / "tlogcheck"
 GOPATHS = ("/usr/share/gocode",)
@@ -261,3 +269,34 @@ def test_our_verifier_accepts_what_go_signs_and_go_signs_as_we_do(go: Go) -> Non
         verify_receipt(document, SIGNER.vkey)
     assert answer["signed_with"]["note"] == note.sign_note(text, [SIGNER]), "Ed25519 is deterministic"
     assert open_note(answer["signed_with"]["note"], SIGNER.verifier) == text
+
+
+def test_go_opens_a_completion_statement_and_refuses_each_change(go: Go) -> None:
+    statement = Completion(
+        origin=ORIGIN,
+        purge_id="purge-42",
+        ledger_seq=42,
+        leaf_hash=leaf_hash(LEAVES[41]),
+        completed_at="2026-12-03T08:18:22.127653Z",
+        attempts=3,
+        steps=(CompletionStep("attachments", 1, 1, 0), CompletionStep("bodies", 4, 0, 2)),
+    )
+    signed = note.sign_note(statement.text(), [SIGNER])
+    changed = [
+        signed.replace("purge-42", "purge-43", 1),
+        signed.replace("removed=4", "removed=5", 1),
+        signed.replace("Z\n3\n", "Z\n4\n", 1),
+        _changed_signature(signed),
+    ]
+    assert all(case != signed for case in changed)
+    checks = [{"kind": "signed_note", "vkey": SIGNER.vkey, "note": case} for case in [signed, *changed]]
+    checks.append({"kind": "signed_note", "vkey": OTHER.vkey, "note": signed})
+    answers = go({"checks": checks})["checks"]
+    assert answers[0] == {"ok": True, "text": statement.text()}
+    assert [a["ok"] for a in answers[1:]] == [False] * (len(changed) + 1)
+    assert verify_completion(signed, SIGNER.vkey) == statement
+    for case in changed:
+        with pytest.raises(ReceiptInvalid):
+            verify_completion(case, SIGNER.vkey)
+    go_signed = go({"sign_with": {"skey": SIGNER.skey, "text": statement.text()}})["signed_with"]["note"]
+    assert go_signed == signed and verify_completion(go_signed, SIGNER.vkey) == statement

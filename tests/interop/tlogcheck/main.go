@@ -8,7 +8,8 @@
 //     height 8) asked for.
 //   - checks: Go opens the signed notes with the given verification key (note.Open) and
 //     checks the inclusion proofs (CheckRecord) and consistency proofs (CheckTree) against
-//     the checkpoints in them; each check answers ok or Go's error.
+//     the checkpoints in them; each check answers ok or Go's error. A "signed_note" check
+//     opens any note (a completion statement) with the key and answers its text.
 //   - sign: Go makes a key (note.GenerateKey) and signs the text with it; sign_with signs
 //     the text with a given signing key (note.NewSigner).
 //
@@ -37,7 +38,7 @@ type sizePair struct {
 }
 
 type check struct {
-	Kind    string      `json:"kind"` // "note", "record" or "tree"
+	Kind    string      `json:"kind"` // "note", "signed_note", "record" or "tree"
 	Vkey    string      `json:"vkey"`
 	Note    string      `json:"note"`
 	OldNote string      `json:"old_note"`
@@ -71,6 +72,7 @@ type tileOut struct {
 type checkOut struct {
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	Text  string `json:"text,omitempty"`
 }
 
 type signOut struct {
@@ -184,6 +186,19 @@ func openCheckpoint(msg string, vkey string) (tlog.Tree, error) {
 	return tlog.Tree{N: size, Hash: root}, nil
 }
 
+// openNote opens any signed note with the key and returns its text.
+func openNote(msg string, vkey string) (string, error) {
+	verifier, err := note.NewVerifier(vkey)
+	if err != nil {
+		return "", err
+	}
+	n, err := note.Open([]byte(msg), note.VerifierList(verifier))
+	if err != nil {
+		return "", err
+	}
+	return n.Text, nil
+}
+
 func run(c check) error {
 	switch c.Kind {
 	case "note":
@@ -237,6 +252,14 @@ func serve(req request) (response, error) {
 		return resp, err
 	}
 	for _, c := range req.Checks {
+		if c.Kind == "signed_note" {
+			if text, err := openNote(c.Note, c.Vkey); err != nil {
+				resp.Checks = append(resp.Checks, checkOut{OK: false, Error: err.Error()})
+			} else {
+				resp.Checks = append(resp.Checks, checkOut{OK: true, Text: text})
+			}
+			continue
+		}
 		if err := run(c); err != nil {
 			resp.Checks = append(resp.Checks, checkOut{OK: false, Error: err.Error()})
 		} else {
