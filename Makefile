@@ -46,7 +46,7 @@ lint: $(DEV)
 	$(BIN)/mypy
 
 bench: $(DEV)
-	@set -e; found=0; for script in bench/acceptance.py bench/cleanup.py bench/scale.py bench/erasure.py bench/retention.py; do \
+	@set -e; found=0; for script in bench/acceptance.py bench/cleanup.py bench/scale.py bench/erasure.py bench/retention.py bench/receipts.py; do \
 		[ -e "$$script" ] || continue; found=1; echo "== $$script"; $(BIN)/python "$$script"; \
 	done; [ $$found = 1 ] || echo "no benchmarks in bench/ yet"
 

@@ -94,3 +94,12 @@ def test_the_retention_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     )
     for name in ("tick_ratio", "accept_ratio", "read_ratio", "due_turn_per_policy_ms"):
         assert isinstance(figures[name], float) and figures[name] > 0, name
+
+
+def test_the_receipts_benchmark_runs_and_its_receipts_verify(tmp_path: Path) -> None:
+    """Acceptances signed and not, two tiny ledgers bulk-loaded through the signed copy: a
+    receipt from each verifies, and the log's bytes per row are about one hash."""
+    figures = run_script("receipts.py", "--tiny", tmp_path=tmp_path, timeout=240)
+    assert figures["checks_ok"] is True and figures["rows"] == [300, 600]
+    per_row = figures["log_bytes_per_row"]
+    assert isinstance(per_row, list) and all(30 < value < 40 for value in per_row)

@@ -1,0 +1,252 @@
+"""What receipts cost: acceptance throughput with the signed log against without it, a
+receipt's and a consistency proof's cost at a large ledger against a small one, and the
+bytes the tree's hashes take per row.
+
+1. **Acceptance throughput** (``bench/acceptance.py``'s method, its own functions): N threads
+   (8) confirm content purges of 10 events each, every thread its own conversation; the
+   window from the release of all threads to the last return gives purges per second, and
+   each call's latency the p50. One scratch database signs checkpoints (the default), the
+   other was opened with ``commands.open(..., sign_checkpoints=False)``; both are seeded the
+   same and timed in turns (the order alternates per run). Target: ratio >= 0.95.
+2. **receipt() and consistency() at size**: a ledger of ``--rows`` rows (default 1,000,000)
+   and one of ``--small`` (10,000), each bulk-loaded the way ``bench/scale.py`` loads one
+   (COPY with a correct hash chain built by ``schema.ledger``'s own functions; triggers off
+   for the load) while the same rows go through the handle's own copy
+   (``LedgerCopy.append``, in batches of a segment), which grows the tiles and signs a
+   checkpoint per batch as it does in production. The setup's time is reported. Then the
+   median of ``pk.receipt`` (a row in the middle) and ``pk.consistency`` (from half the
+   size). Target: large <= 1.2 x small.
+3. **Storage**: the size of ``<checkpoint dir>/<database id>.log/`` (tiles and checkpoint)
+   divided by the rows, at both sizes: linear when the two agree.
+
+Each figure is against its baseline in the same run; ``--runs N`` takes medians. ``--tiny``
+(tests/bench) runs every part at a few hundred rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from acceptance import GROUP_SIZE, WARMUP_GROUPS_PER_THREAD, Bench, run_phase, seed_conversations
+from scale import Chain, median_ms, seed_ledger, settle
+from scratch import ScratchDatabase, shown_url
+
+import commands
+from commands.handle import Purgekeeper
+from schema import ledger, migrate
+from schema.db import Database
+from workers import signed_log
+
+DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+TARGET_THROUGHPUT_RATIO = 0.95
+TARGET_COST_RATIO = 1.2
+
+
+def new_database(server_url: str, label: str) -> ScratchDatabase:
+    return ScratchDatabase(server_url, f"pk_receipts_{os.getpid()}_{label}_{uuid.uuid4().hex[:6]}")
+
+
+def migrated(url: str) -> str:
+    database = Database(url)
+    try:
+        migrate.upgrade(database)
+        with database.read() as conn:
+            return ledger.read_head(conn).database_id
+    finally:
+        database.dispose()
+
+
+def open_handle(url: str, root: Path, *, sign: bool = True) -> Purgekeeper:
+    return commands.open(
+        url,
+        blob_root=root / "blobs",
+        file_root=root / "files",
+        checkpoint_dir=root / "ledger",
+        memory_roots=[root / "memory"],
+        workers="none",
+        sign_checkpoints=sign,
+    )
+
+
+# -- 1. acceptance throughput --------------------------------------------------------------------
+
+
+def conversations(run: int, threads: int) -> list[str]:
+    return [f"r{run}-t{t}" for t in range(threads)]
+
+
+def seed_acceptances(url: str, runs: int, threads: int, per_thread: int) -> None:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        seed_conversations(conn, [f"warm-t{t}" for t in range(threads)], WARMUP_GROUPS_PER_THREAD * GROUP_SIZE)
+        for run in range(runs):
+            seed_conversations(conn, conversations(run, threads), per_thread * GROUP_SIZE)
+    settle(url)
+
+
+def throughput(server_url: str, root: Path, runs: int, threads: int, per_thread: int) -> dict[str, Any]:
+    signed_db, plain_db = new_database(server_url, "signed"), new_database(server_url, "plain")
+    with signed_db, plain_db:
+        for scratch in (signed_db, plain_db):
+            migrated(scratch.url)
+            seed_acceptances(scratch.url, runs, threads, per_thread)
+        signed = Bench(open_handle(signed_db.url, root / "signed"), [], threads, per_thread)
+        plain = Bench(open_handle(plain_db.url, root / "plain", sign=False), [], threads, per_thread)
+        try:
+            for bench in (signed, plain):  # untimed: pools, caches, prepared statements
+                run_phase(bench.product_jobs([f"warm-t{t}" for t in range(threads)], WARMUP_GROUPS_PER_THREAD))
+            ratios, per_run = [], []
+            for run in range(runs):
+                jobs = {
+                    name: bench.product_jobs(conversations(run, threads), per_thread)
+                    for name, bench in (("signed", signed), ("plain", plain))
+                }
+                order = ("signed", "plain") if run % 2 == 0 else ("plain", "signed")
+                phases = {name: run_phase(jobs[name]) for name in order}
+                ratio = phases["signed"].per_second / phases["plain"].per_second
+                ratios.append(ratio)
+                per_run.append(
+                    {
+                        "order": " first, ".join(order) + " second",
+                        "signed_per_s": round(phases["signed"].per_second, 1),
+                        "plain_per_s": round(phases["plain"].per_second, 1),
+                        "signed_p50_ms": round(phases["signed"].p50_ms, 2),
+                        "plain_p50_ms": round(phases["plain"].p50_ms, 2),
+                        "ratio": round(ratio, 3),
+                    }
+                )
+                print(json.dumps(per_run[-1]), flush=True)
+            receipts_ok = signed.pk.receipt(signed.pk.list_purges(limit=1).purges[0].purge_id)["checkpoint"] != ""
+        finally:
+            signed.pk.close()
+            plain.pk.close()
+    return {
+        "threads": threads,
+        "purges_per_thread": per_thread,
+        "throughput_ratio": statistics.median(ratios),
+        "signed_p50_ms": statistics.median(r["signed_p50_ms"] for r in per_run),
+        "plain_p50_ms": statistics.median(r["plain_p50_ms"] for r in per_run),
+        "runs": per_run,
+        "receipts_ok": receipts_ok,
+    }
+
+
+# -- 2. and 3. receipt and consistency cost, storage -------------------------------------------------
+
+
+def log_bytes(directory: Path) -> int:
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
+
+
+def at_size(server_url: str, root: Path, rows: int, repeat: int) -> dict[str, Any]:
+    scratch = new_database(server_url, f"n{rows}")
+    with scratch:
+        database_id = migrated(scratch.url)
+        pk = open_handle(scratch.url, root)
+        try:
+            seeded = seed_ledger(scratch.url, pk.copy, Chain(database_id), rows)
+            print(f"  {rows:,} rows seeded, copied and their tree signed in {seeded:.1f} s", flush=True)
+            head = pk.receipts.head()
+            assert head.size == rows, (head.size, rows)
+            with pk.db.read() as conn:
+                middle = ledger.entry_at(conn, rows // 2 + 1)
+            assert middle is not None
+            document = pk.receipt(middle.purge_id)
+            from tlog.verify import verify_receipt
+
+            verify_receipt(document, pk.log_key())
+            directory = pk.settings.checkpoint_dir / f"{database_id}{signed_log.LOG_SUFFIX}"
+            size = log_bytes(directory)
+            return {
+                "rows": rows,
+                "setup_s": round(seeded, 1),
+                "receipt_ms": median_ms(lambda: pk.receipt(middle.purge_id), repeat),
+                "consistency_ms": median_ms(lambda: pk.consistency(max(1, rows // 2)), repeat),
+                "log_bytes": size,
+                "log_bytes_per_row": size / rows,
+                "proof_hashes": len(document["inclusion_proof"]),
+            }
+        finally:
+            pk.close()
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(143)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=3, help="runs of the throughput figure (medians)")
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--per-thread", type=int, default=50, help="purges each thread confirms per run")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="the large ledger")
+    parser.add_argument("--small", type=int, default=10_000, help="the small ledger")
+    parser.add_argument("--repeat", type=int, default=51, help="calls per median of receipt and consistency")
+    parser.add_argument("--tiny", action="store_true", help="a smoke run: a few hundred rows, few purges")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.runs, args.threads, args.per_thread, args.rows, args.small, args.repeat = 1, 2, 2, 600, 300, 3
+    signal.signal(signal.SIGTERM, _terminate)
+    server_url = os.environ.get("PK_BENCH_POSTGRES_URL", DEFAULT_SERVER_URL)
+    print(
+        f"purgekeeper receipts benchmark: PostgreSQL at {shown_url(server_url)}; {args.threads} threads; "
+        f"ledgers of {args.small:,} and {args.rows:,} rows; {os.cpu_count()} CPUs",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="pk-receipts-") as tmp:
+        os.environ["PURGEKEEPER_DATA_DIR"] = str(Path(tmp) / "data")
+        started = time.perf_counter()
+        accepted = throughput(server_url, Path(tmp) / "throughput", args.runs, args.threads, args.per_thread)
+        print(f"  throughput: {time.perf_counter() - started:.1f} s", flush=True)
+        small = at_size(server_url, Path(tmp) / "small", args.small, args.repeat)
+        print(json.dumps(small), flush=True)
+        large = at_size(server_url, Path(tmp) / "large", args.rows, args.repeat)
+        print(json.dumps(large), flush=True)
+    figures = {
+        "throughput_ratio": round(accepted["throughput_ratio"], 3),
+        "signed_p50_ms": accepted["signed_p50_ms"],
+        "plain_p50_ms": accepted["plain_p50_ms"],
+        "receipt_ms": [round(small["receipt_ms"], 3), round(large["receipt_ms"], 3)],
+        "consistency_ms": [round(small["consistency_ms"], 3), round(large["consistency_ms"], 3)],
+        "receipt_ratio": round(large["receipt_ms"] / small["receipt_ms"], 3),
+        "consistency_ratio": round(large["consistency_ms"] / small["consistency_ms"], 3),
+        "setup_s": [small["setup_s"], large["setup_s"]],
+        "log_bytes_per_row": [round(small["log_bytes_per_row"], 2), round(large["log_bytes_per_row"], 2)],
+        "rows": [small["rows"], large["rows"]],
+    }
+    targets = {
+        f"acceptance throughput with receipts >= {TARGET_THROUGHPUT_RATIO} x without": figures["throughput_ratio"]
+        >= TARGET_THROUGHPUT_RATIO,
+        f"receipt() at {large['rows']:,} rows <= {TARGET_COST_RATIO} x at {small['rows']:,}": figures["receipt_ratio"]
+        <= TARGET_COST_RATIO,
+        f"consistency() at {large['rows']:,} rows <= {TARGET_COST_RATIO} x at {small['rows']:,}": figures[
+            "consistency_ratio"
+        ]
+        <= TARGET_COST_RATIO,
+    }
+    print()
+    met = True
+    for name, ok in targets.items():
+        met = met and ok
+        print(f"  {'met   ' if ok else 'MISSED'} {name}")
+    checks_ok = bool(accepted["receipts_ok"])
+    print(json.dumps({**figures, "met": met, "checks_ok": checks_ok}, sort_keys=True))
+    return 1 if not checks_ok or (args.strict and not met) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
