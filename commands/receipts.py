@@ -27,8 +27,10 @@ public part: the checkpoint and the tiles, which hold hashes only.
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import func, select
 
@@ -67,11 +69,26 @@ def signer_for(settings: Settings, database_id: str) -> note.Signer:
         raise InfrastructureError(f"the ledger's signing key cannot be read: {exc.strerror}") from None
 
 
+class _KeyOnFirstUse:
+    """The log's key, read (or created) when the log first signs or verifies: a handle that
+    accepts nothing creates no key, nor the data directory that holds it."""
+
+    def __init__(self, settings: Settings, database_id: str) -> None:
+        self._load = functools.partial(signer_for, settings, database_id)
+        self._signer: note.Signer | None = None
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        with self._lock:
+            if self._signer is None:
+                self._signer = self._load()
+        return getattr(self._signer, name)
+
+
 def log_for(settings: Settings, database_id: str) -> SignedLog:
     origin = settings.log_origin or signed_log.default_origin(database_id)
-    return SignedLog.beside(
-        settings.checkpoint_dir, database_id, origin=origin, signer=signer_for(settings, database_id)
-    )
+    signer = cast(note.Signer, _KeyOnFirstUse(settings, database_id))
+    return SignedLog.beside(settings.checkpoint_dir, database_id, origin=origin, signer=signer)
 
 
 class Receipts:

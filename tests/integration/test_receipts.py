@@ -135,9 +135,10 @@ def test_the_signing_key_is_made_once_private_and_shared(open_pk: Callable[..., 
     one = open_pk()
     two = open_pk()
     key = one.settings.signing_key_path
+    assert not key.exists()  # made at its first use: a handle that signs nothing makes none
+    assert one.log_key() == two.log_key()
     assert key.is_file() and key.stat().st_mode & 0o777 == 0o600
     assert key.read_text().startswith("PRIVATE+KEY+purgekeeper/")
-    assert one.log_key() == two.log_key()
     accept(one, 1)
     accept(two, 1, prefix="two")
     verify_receipt(one.receipt(first_purge(one)), two.log_key())
