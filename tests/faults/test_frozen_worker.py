@@ -11,7 +11,9 @@ for the locks without spending attempts (it renews its lease between lock timeou
 purge completes with two attempts of five: the frozen one's, and its own.
 
 Both orders are tried: the session ended before the lease runs out (as with the defaults,
-10 s against 30 s), and after it (the second worker then waits on the locks).
+10 s against 30 s), and after it (the second worker then waits on the locks). The second
+order gives the session 12 s: on a loaded machine the second worker and the scheduler took
+more than 6 s to start, and the session had ended before they met its locks.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ Pk = commands.Purgekeeper
 EVENTS = 1500  # three batches of 500
 
 
-@pytest.mark.parametrize("idle_timeout", ["1", "6"], ids=["ended-before-the-lease-expires", "ended-after"])
+@pytest.mark.parametrize("idle_timeout", ["1", "12"], ids=["ended-before-the-lease-expires", "ended-after"])
 def test_a_frozen_worker_releases_its_locks_and_costs_one_attempt(
     pk: Pk, processes: Processes, idle_timeout: str
 ) -> None:
@@ -58,5 +60,5 @@ def test_a_frozen_worker_releases_its_locks_and_costs_one_attempt(
     with pk.db.read() as conn:
         left = conn.scalar(text("SELECT count(*) FROM events WHERE body IS NOT NULL AND id LIKE 'c1-%'"))
     assert left == 0
-    if idle_timeout == "6":  # the healthy worker met the locks, and waited without an attempt
+    if idle_timeout == "12":  # the healthy worker met the locks, and waited without an attempt
         assert "waiting for a row lock" in healthy.output(), healthy.tail()
