@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -72,11 +73,11 @@ class Signer:
 
     @property
     def public_key(self) -> bytes:
-        return self._private().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        return _public_key(self.seed)
 
     @property
     def key_id(self) -> bytes:
-        return key_id(self.name, self.public_key)
+        return _key_id(self.name, self.seed)
 
     @property
     def verifier(self) -> Verifier:
@@ -95,7 +96,24 @@ class Signer:
         return self._private().sign(message)
 
     def _private(self) -> Ed25519PrivateKey:
-        return Ed25519PrivateKey.from_private_bytes(self.seed)
+        return _private_key(self.seed)
+
+
+# A key is derived from its seed once per process, not at every signature (a checkpoint is
+# signed in every group commit): the seed is held by its Signer anyway.
+@functools.lru_cache(maxsize=8)
+def _private_key(seed: bytes) -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.from_private_bytes(seed)
+
+
+@functools.lru_cache(maxsize=8)
+def _public_key(seed: bytes) -> bytes:
+    return _private_key(seed).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+@functools.lru_cache(maxsize=8)
+def _key_id(name: str, seed: bytes) -> bytes:
+    return key_id(name, _public_key(seed))
 
 
 def sign_note(text: str, signers: Sequence[Signer]) -> str:

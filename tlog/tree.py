@@ -332,17 +332,35 @@ class TileAppend:
     tiles: Mapping[Tile, bytes]
 
 
-def append_to_tiles(size: int, leaf_hashes: Sequence[bytes], fetch: Callable[[Tile], bytes]) -> TileAppend:
+def append_to_tiles(
+    size: int,
+    leaf_hashes: Sequence[bytes],
+    fetch: Callable[[Tile], bytes],
+    read: HashReader | None = None,
+) -> TileAppend:
     """Append ``leaf_hashes`` to the tree of ``size`` whose tiles ``fetch`` returns: the
-    tiles to write (``tiles_for_growth``) with their bytes, and the new root."""
-    old = TileHashReader(size, fetch)
+    tiles to write (``tiles_for_growth``) with their bytes, and the new root. ``read`` reads
+    the old tree's stored hashes (by default from its tiles, with ``fetch``). A tile that grows
+    is the old tile's bytes with the new hashes after them: its old hashes are not read one
+    by one."""
+    old = read or TileHashReader(size, fetch)
     added = append_hashes(size, leaf_hashes, old)
 
-    def read(positions: Sequence[Position]) -> list[bytes]:
+    def read_new(positions: Sequence[Position]) -> list[bytes]:
         missing = [p for p in positions if p not in added]
         known = _read(old, missing) if missing else {}
         return [added.get(p) or known[p] for p in positions]
 
     new_size = size + len(leaf_hashes)
-    tiles = {tile: tile_data(tile, read) for tile in tiles_for_growth(size, new_size)}
-    return TileAppend(size=new_size, root=tree_hash(new_size, read), hashes=added, tiles=tiles)
+    tiles: dict[Tile, bytes] = {}
+    for tile in tiles_for_growth(size, new_size):
+        kept = tile_width(tile.level, tile.index, size)
+        data = fetch(Tile(tile.level, tile.index, kept)) if kept else b""
+        if len(data) != kept * HASH_SIZE:
+            raise TileInvalid(f"{Tile(tile.level, tile.index, kept).path} is {len(data)} bytes, not {kept * HASH_SIZE}")
+        level, first = tile.level * TILE_HEIGHT, tile.index * TILE_WIDTH
+        try:
+            tiles[tile] = data + b"".join(added[(level, first + i)] for i in range(kept, tile.width))
+        except KeyError as exc:
+            raise HashMissing(f"the append computed no stored hash at {exc.args[0]}") from None
+    return TileAppend(size=new_size, root=tree_hash(new_size, read_new), hashes=added, tiles=tiles)

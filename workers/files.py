@@ -23,12 +23,18 @@ def atomic_write(path: Path, data: bytes | Iterable[bytes], *, prefix: str = TEM
 
 
 def atomic_write_at(
-    directory: int, name: str, data: bytes | Iterable[bytes], *, prefix: str = TEMPORARY_PREFIX
+    directory: int,
+    name: str,
+    data: bytes | Iterable[bytes],
+    *,
+    prefix: str = TEMPORARY_PREFIX,
+    sync_directory: bool = True,
 ) -> None:
     """Write ``data`` as ``name`` in the directory open at ``directory``: a new temporary file
     there (never through a symlink), fsynced, renamed into place, and the directory fsynced so
     the rename survives a crash. ``data`` may come in pieces, so a large file is never held
-    in memory whole."""
+    in memory whole. ``sync_directory=False`` leaves the directory's fsync to the caller (who
+    writes several files into it and fsyncs it once, before anything relies on them)."""
     temporary = f"{prefix}{secrets.token_hex(8)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(temporary, flags, 0o600, dir_fd=directory)
@@ -42,7 +48,8 @@ def atomic_write_at(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary, dir_fd=directory)
         raise
-    os.fsync(directory)
+    if sync_directory:
+        os.fsync(directory)
 
 
 def fsync_directory(directory: Path) -> None:

@@ -25,6 +25,37 @@ checkpoint and its head) must be the tree's leaves; when the link to the copy is
 the copy's rows the tree holds are compared with its leaves once. Any difference raises
 ``LogRefused`` and nothing is written: signing would fork the log. A new origin starts a
 new log (the old directory is kept, renamed ``D.log.retired-<time>``).
+
+**What stays in memory.** A log's tree never changes below a signed checkpoint, so each
+``SignedLog`` keeps, for the directory it last found (its device and inode: a retired or
+recreated directory starts afresh), the checkpoint it last verified or signed (its exact
+text: a checkpoint read again that is the same text is not verified again), the bytes of the
+tiles it read or wrote (up to the width a signed checkpoint covers, never a dead writer's
+wider bytes; the last tile of each level stays, as every append touches it) and the stored
+hashes it read or computed (a level that is not a multiple of 8 is otherwise hashed again
+from up to 128 tile entries at every read). Both are bounded LRUs. An append in the same
+process as the last one therefore reads nothing but the checkpoint's text, and computes
+the new tiles, the root and the consistency proof from memory: O(log n) hashes. A receipt
+or a consistency proof asked again reads no tile. Another writer (another process) changes
+the checkpoint's text: the next append verifies it and reads the tiles it needs, as before.
+
+**Durability order, and why each fsync is there.** A group commit writes, in this order:
+(1) the copy's segment, fsynced (and the copy's directory when the segment is new), so the
+tree's leaves are on disk before anything says they are; (2) each tile as a temporary file,
+fsynced, renamed to its name; then each directory the tiles went into, once (and the parent
+of each directory created); (3) the checkpoint as a temporary file, fsynced, renamed, and
+the log's directory fsynced; (4) the copy's head.json the same way. Why these and no fewer:
+a rename is metadata and may reach the disk before the renamed file's data, so a tile or a
+checkpoint renamed before its own fsync could survive a crash with its name and no bytes,
+hence the file's fsync before its rename; a rename survives a crash only once its
+directory is fsynced, and the checkpoint's rename must not be able to survive when a tile's
+rename does not (a signed checkpoint over a missing tile), hence every tile directory's
+fsync completes before the checkpoint is renamed; the log's directory is fsynced before
+head.json is renamed, so a head that links the copy to a tree never survives a crash
+without that tree's checkpoint. The tiles' directory fsyncs are batched (one per directory,
+after all the tiles), but not skipped or folded into one: a directory's fsync makes only
+its own entries durable. Removing the partial tiles a wider one replaced takes no fsync: a
+crash that brings one back leaves a correct tile of an older tree, which ``fetch`` may read.
 """
 
 from __future__ import annotations
@@ -33,17 +64,22 @@ import contextlib
 import datetime as dt
 import itertools
 import os
+import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from schema import ledger
 from tlog import note, tree
 from tlog.verify import HASH_SIZE, Checkpoint, ReceiptInvalid, leaf_hash, open_checkpoint, verify_consistency
-from workers.files import atomic_write, reason_of
+from workers.files import atomic_write_at, fsync_directory, reason_of
 
 LOG_SUFFIX = ".log"
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+TILES_KEPT = 1024  # tiles held in memory (a full one is 8 KiB)
+HASHES_KEPT = 1 << 15  # stored hashes held in memory
 CHECKPOINT_FILE = "checkpoint"
 KEY_FILE = "ledger-signing.key"
 DEFAULT_ORIGIN_PREFIX = "purgekeeper/"
@@ -97,12 +133,18 @@ RowsBetween = Callable[[int, int], Iterable[ledger.LedgerEntry]]  # (after, upto
 
 
 class SignedLog:
-    """One database's log in one checkpoint directory, signed with one key for one origin."""
+    """One database's log in one checkpoint directory, signed with one key for one origin.
+    Thread-safe for readers; its writer is the copy's (under the copy's locks)."""
 
     def __init__(self, directory: Path, *, origin: str, signer: note.Signer) -> None:
         self.directory = Path(directory)
         self.origin = origin
         self.signer = signer
+        self._memory = threading.Lock()  # guards what follows (see the module's docstring)
+        self._identity: tuple[int, int] | None = None  # the directory's (device, inode)
+        self._known: tuple[str, TreeHead] | None = None  # a checkpoint's text, as verified or signed
+        self._tiles: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        self._hashes: OrderedDict[tree.Position, bytes] = OrderedDict()
 
     @classmethod
     def beside(cls, checkpoint_dir: Path, database_id: str, *, origin: str, signer: note.Signer) -> SignedLog:
@@ -112,23 +154,78 @@ class SignedLog:
 
     def head(self) -> TreeHead | None:
         """The newest checkpoint, verified with this log's key; None before the first one."""
-        try:
-            text = (self.directory / CHECKPOINT_FILE).read_text(encoding="utf-8")
-        except FileNotFoundError:
+        text, identity = self._checkpoint_text()
+        if text is None:
             return None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise LogRefused(f"{self.directory.name}/{CHECKPOINT_FILE} cannot be read ({reason_of(exc)})") from None
+        with self._memory:
+            if identity != self._identity:
+                self._forget(identity)
+            known = self._known
+        if known is not None and known[0] == text:
+            return known[1]
         try:
-            return TreeHead(open_checkpoint(text, self.signer.verifier), text)
+            found = TreeHead(open_checkpoint(text, self.signer.verifier), text)
         except ReceiptInvalid as exc:
             raise ForeignKey(
                 f"{self.directory.name}/{CHECKPOINT_FILE} does not verify with this key ({exc.reason}): "
                 "the signing key changed? restore the key, or " + NEW_ORIGIN_HINT
             ) from None
+        with self._memory:
+            if identity == self._identity:
+                self._known = (text, found)
+        return found
+
+    def _checkpoint_text(self) -> tuple[str | None, tuple[int, int] | None]:
+        """The checkpoint file's text and the identity of the directory it is in (None, None
+        when there is none)."""
+        try:
+            directory = os.open(self.directory, _DIRECTORY)
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            raise LogRefused(f"{self.directory.name} cannot be read ({reason_of(exc)})") from None
+        try:
+            info = os.fstat(directory)
+            fd = os.open(CHECKPOINT_FILE, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
+            try:
+                chunks = []
+                while chunk := os.read(fd, 1 << 16):
+                    chunks.append(chunk)
+            finally:
+                os.close(fd)
+            return b"".join(chunks).decode("utf-8"), (info.st_dev, info.st_ino)
+        except FileNotFoundError:
+            return None, None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LogRefused(f"{self.directory.name}/{CHECKPOINT_FILE} cannot be read ({reason_of(exc)})") from None
+        finally:
+            os.close(directory)
+
+    def _forget(self, identity: tuple[int, int] | None) -> None:
+        """Another directory (retired, moved, made again): nothing known of it yet. Under
+        ``_memory``."""
+        self._identity = identity
+        self._known = None
+        self._tiles.clear()
+        self._hashes.clear()
 
     def fetch(self, wanted: tree.Tile) -> bytes:
-        """A tile's bytes: its own file, else the first hashes of the full tile or of a wider
-        partial one (a partial tile is removed once a wider one is signed)."""
+        """A tile's bytes: from memory, else its own file, else the first hashes of the full
+        tile or of a wider partial one (a partial tile is removed once a wider one is signed).
+        Only tiles of signed trees are asked for, so what is read is kept (up to the width
+        asked for: a wider file's bytes beyond it may be a dead writer's)."""
+        key, size = (wanted.level, wanted.index), wanted.width * HASH_SIZE
+        with self._memory:
+            kept = self._tiles.get(key)
+            if kept is not None and len(kept) >= size:
+                self._tiles.move_to_end(key)
+                return kept[:size]
+        data = self._fetch_file(wanted)
+        if len(data) == size:
+            self._keep_tiles({wanted: data})
+        return data
+
+    def _fetch_file(self, wanted: tree.Tile) -> bytes:
         path = self.directory / wanted.path
         with contextlib.suppress(FileNotFoundError):
             return path.read_bytes()
@@ -144,8 +241,44 @@ class SignedLog:
                     return (partials / str(width)).read_bytes()[:size]
         raise tree.HashMissing(f"{self.directory.name} has no {wanted.path}")
 
-    def reader(self, size: int) -> tree.TileHashReader:
-        return tree.TileHashReader(size, self.fetch)
+    def _keep_tiles(self, tiles: Mapping[tree.Tile, bytes]) -> None:
+        with self._memory:
+            for tile, data in tiles.items():
+                key = (tile.level, tile.index)
+                kept = self._tiles.get(key)
+                if kept is None or len(kept) < len(data):
+                    self._tiles[key] = data
+                self._tiles.move_to_end(key)
+            while len(self._tiles) > TILES_KEPT:
+                self._tiles.popitem(last=False)
+
+    def _keep_hashes(self, hashes: Mapping[tree.Position, bytes]) -> None:
+        with self._memory:
+            self._hashes.update(hashes)
+            for position in hashes:
+                self._hashes.move_to_end(position)
+            while len(self._hashes) > HASHES_KEPT:
+                self._hashes.popitem(last=False)
+
+    def reader(self, size: int) -> tree.HashReader:
+        """The stored hashes of the signed tree of ``size``: from memory, else its tiles."""
+
+        def read(positions: Sequence[tree.Position]) -> list[bytes]:
+            found: dict[tree.Position, bytes] = {}
+            with self._memory:
+                for position in positions:
+                    known = self._hashes.get(position)
+                    if known is not None:
+                        self._hashes.move_to_end(position)
+                        found[position] = known
+            missing = [position for position in dict.fromkeys(positions) if position not in found]
+            if missing:
+                read_now = dict(zip(missing, tree.TileHashReader(size, self.fetch)(missing), strict=True))
+                self._keep_hashes(read_now)
+                found.update(read_now)
+            return [found[position] for position in positions]
+
+        return read
 
     def leaf_hash_at(self, index: int, size: int) -> bytes:
         return self.reader(size)([(0, index)])[0]
@@ -176,7 +309,7 @@ class SignedLog:
         current = self._current()
         size = current.size if current else 0
         new_size = rows[-1].seq if rows else copy_seq
-        if not self._linked(link, copy_seq, size) and min(size, copy_seq) > 0:
+        if not self._linked(link, copy_seq, current) and min(size, copy_seq) > 0:
             self._check_leaves(rows_between(0, min(size, copy_seq)), size)
         if size > copy_seq:
             self._check_leaves([row for row in rows if row.seq <= size], size)
@@ -187,10 +320,15 @@ class SignedLog:
         added = [*earlier, *(row for row in rows if row.seq > size)]
         return self._grow(current, [leaf_hash_of(row) for row in added])
 
-    def _linked(self, link: tuple[int, bytes] | None, copy_seq: int, size: int) -> bool:
-        """The copy's head says the tree's first ``copy_seq`` leaves are its rows (O(log n))."""
+    def _linked(self, link: tuple[int, bytes] | None, copy_seq: int, current: TreeHead | None) -> bool:
+        """The copy's head says the tree's first ``copy_seq`` leaves are its rows (O(log n);
+        nothing to read when the head names the checkpoint's own tree)."""
+        size = current.size if current else 0
         if link is None or link[0] != copy_seq or copy_seq > size:
             return False
+        assert current is not None
+        if copy_seq == size:
+            return link[1] == current.root
         return tree.tree_hash(copy_seq, self.reader(size)) == link[1]
 
     def check_ledger(self, rows: Iterable[ledger.LedgerEntry], ledger_seq: int) -> None:
@@ -212,6 +350,8 @@ class SignedLog:
         if current is not None and current.checkpoint.origin != self.origin:
             stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
             os.rename(self.directory, self.directory.with_name(f"{self.directory.name}.retired-{stamp}"))
+            with self._memory:
+                self._forget(None)
             return None
         return current
 
@@ -233,13 +373,18 @@ class SignedLog:
 
     def _grow(self, current: TreeHead | None, leaves: Sequence[bytes]) -> TreeHead:
         size = current.size if current else 0
-        grown = tree.append_to_tiles(size, leaves, self.fetch)
+        old = self.reader(size)
+        grown = tree.append_to_tiles(size, leaves, self.fetch, old)
 
-        def fetch(wanted: tree.Tile) -> bytes:
-            return grown.tiles[wanted] if wanted in grown.tiles else self.fetch(wanted)
+        def read(positions: Sequence[tree.Position]) -> list[bytes]:
+            # a complete subtree of the new tree is either new (the append computed it) or
+            # a complete subtree of the old one
+            missing = [p for p in positions if p not in grown.hashes]
+            known = dict(zip(missing, old(missing), strict=True)) if missing else {}
+            return [grown.hashes.get(p) or known[p] for p in positions]
 
         if current is not None and size > 0:
-            proof = tree.prove_consistency(size, grown.size, tree.TileHashReader(grown.size, fetch))
+            proof = tree.prove_consistency(size, grown.size, read)
             try:
                 verify_consistency(size, grown.size, proof, current.root, grown.root)
             except ReceiptInvalid as exc:
@@ -247,12 +392,74 @@ class SignedLog:
                     f"the tiles of {self.directory.name} do not extend its signed checkpoint (size {size}): "
                     f"{exc.reason}; {NEW_ORIGIN_HINT}"
                 ) from None
-        for tile, data in sorted(grown.tiles.items()):
-            atomic_write(self.directory / tile.path, data)
         signed = note.sign_checkpoint(self.origin, grown.size, grown.root, self.signer)
-        atomic_write(self.directory / CHECKPOINT_FILE, signed.encode())
+        identity = self._publish(grown.tiles, signed.encode())
         self._drop_narrower(grown.tiles)
-        return TreeHead(Checkpoint(self.origin, grown.size, grown.root), signed)
+        head = TreeHead(Checkpoint(self.origin, grown.size, grown.root), signed)
+        with self._memory:
+            if identity != self._identity:
+                self._forget(identity)
+            self._known = (signed, head)
+        self._keep_tiles(grown.tiles)
+        self._keep_hashes(grown.hashes)
+        return head
+
+    def _publish(self, tiles: Mapping[tree.Tile, bytes], checkpoint: bytes) -> tuple[int, int]:
+        """The tiles, then the checkpoint, in the order the module's docstring gives (each tile
+        fsynced and renamed, each of their directories fsynced once, then the checkpoint).
+        Returns the log directory's identity."""
+        base = self._open_directory()
+        opened: dict[str, int] = {}
+        try:
+            for tile, data in sorted(tiles.items()):
+                parent, name = tile.path.rsplit("/", 1)
+                if parent not in opened:
+                    opened[parent] = self._open_subdirectory(base, parent)
+                atomic_write_at(opened[parent], name, data, sync_directory=False)
+            for directory in opened.values():
+                os.fsync(directory)
+            atomic_write_at(base, CHECKPOINT_FILE, checkpoint)
+            info = os.fstat(base)
+            return (info.st_dev, info.st_ino)
+        finally:
+            for directory in opened.values():
+                os.close(directory)
+            os.close(base)
+
+    def _open_directory(self) -> int:
+        """The log's directory, made (and its making fsynced in its parent) when missing."""
+        try:
+            return os.open(self.directory, _DIRECTORY)
+        except FileNotFoundError:
+            pass
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.directory, 0o700)
+            fsync_directory(self.directory.parent)
+        return os.open(self.directory, _DIRECTORY)
+
+    @staticmethod
+    def _open_subdirectory(base: int, relative: str) -> int:
+        """``relative`` under the log's directory open at ``base``; each part made when
+        missing, and its parent fsynced (the new name survives a crash before the checkpoint
+        that relies on it is renamed)."""
+        try:
+            return os.open(relative, _DIRECTORY | os.O_NOFOLLOW, dir_fd=base)
+        except FileNotFoundError:
+            pass
+        parts = relative.split("/")
+        for depth in range(1, len(parts) + 1):
+            path = "/".join(parts[:depth])
+            try:
+                os.mkdir(path, 0o700, dir_fd=base)
+            except FileExistsError:
+                continue
+            parent = os.open("/".join(parts[: depth - 1]) or ".", _DIRECTORY, dir_fd=base)
+            try:
+                os.fsync(parent)
+            finally:
+                os.close(parent)
+        return os.open(relative, _DIRECTORY | os.O_NOFOLLOW, dir_fd=base)
 
     def _drop_narrower(self, written: Iterable[tree.Tile]) -> None:
         """Partial tiles a wider one replaced (``fetch`` serves their bytes from it)."""
