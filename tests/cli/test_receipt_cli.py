@@ -48,6 +48,7 @@ def flip_b64(text: str, at: int = 0) -> str:
     return base64.b64encode(bytes(data)).decode()
 
 
+@pytest.mark.sqlite_only  # the key is the data directory's, whatever the database (init on both: test_purgectl)
 def test_init_makes_a_private_signing_key(purgectl: Purgectl, tmp_path: Path) -> None:
     purgectl.json("init")
     key = tmp_path / "data" / "ledger-signing.key"
@@ -75,6 +76,7 @@ def test_receipt_consistency_and_key(pk: Pk, signing: Purgectl, tmp_path: Path) 
     signing.error(2, "validation_error", "ledger", "consistency", "--from", "6")
 
 
+@pytest.mark.sqlite_only  # the check needs no database; the receipts of both: test_receipt_consistency_and_key
 def test_receipt_verify_offline(pk: Pk, signing: Purgectl, tmp_path: Path) -> None:
     first = pk.purge_conversation("c-1", **WHO)
     pk.purge_conversation("c-2", **WHO)
