@@ -229,7 +229,7 @@ class Receipts:
     def _entry(self, purge_id: str) -> ledger.LedgerEntry:
         if not isinstance(purge_id, str) or not purge_id:
             raise ValidationError("purge_id must be a purge's id")
-        with self.db.read() as conn:
+        with self.db.single() as conn:  # one statement: one round trip on PostgreSQL
             entry = ledger.entry_by_purge_id(conn, purge_id)
         if entry is None:
             raise NotFound(f"no purge {purge_id}")

@@ -334,8 +334,14 @@ def insert_entries(conn: Connection, entries: Sequence[LedgerEntry]) -> None:
         conn.execute(_INSERT_JSON_ROWS, {"rows": canonical_json(values[start : start + INSERT_CHUNK])})
 
 
-def entry_by_purge_id(conn: Connection, purge_id: str) -> LedgerEntry | None:
-    row = conn.execute(select(purge_ledger).where(purge_ledger.c.purge_id == purge_id)).first()
+_ENTRY_BY_PURGE_ID = DriverStatement(
+    select(purge_ledger).where(purge_ledger.c.purge_id == bindparam("purge_id")), named=True
+)
+
+
+def entry_by_purge_id(conn: Reader, purge_id: str) -> LedgerEntry | None:
+    """The purge's row (its unique index), by the driver: in ``Database.single`` one round trip."""
+    row = _ENTRY_BY_PURGE_ID.first(conn, {"purge_id": purge_id})
     return LedgerEntry.from_row(row) if row else None
 
 
