@@ -79,6 +79,15 @@ def create_database(name: str, *, template: str | None = None) -> None:
         conn.execute(f'CREATE DATABASE "{name}"{clause}')
 
 
+def terminate_sessions(name: str) -> None:
+    """End every other session of database ``name`` (a test's own, never the shared ones')."""
+    with _admin_connect() as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+
+
 def drop_database(name: str) -> None:
     with _admin_connect() as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

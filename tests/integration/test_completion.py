@@ -87,10 +87,11 @@ def test_one_byte_changed_fails_the_statement(pk: Pk, what: str) -> None:
     statement = pk.completion(purge_id)["statement"]
     completion = verify_completion(statement, pk.log_key())
     removed = completion.steps[0].removed
+    other_digit = "8" if completion.completed_at[-2] == "9" else "9"  # the time's last digit, changed
     changed = {
         "format": lambda s: flip_text(s, "completion/v1", "completion/v2"),
         "purge": lambda s: flip_text(s, purge_id, purge_id[:-1] + ("0" if purge_id[-1] != "0" else "1")),
-        "time": lambda s: flip_text(s, completion.completed_at, completion.completed_at[:-2] + "9Z"),
+        "time": lambda s: flip_text(s, completion.completed_at, completion.completed_at[:-2] + other_digit + "Z"),
         "count": lambda s: flip_text(s, f"removed={removed}", f"removed={removed + 1}"),
         "signature": lambda s: s[:-6] + ("A" if s[-6] != "A" else "B") + s[-5:],
     }[what](statement)

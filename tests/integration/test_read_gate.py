@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 import commands
 from commands import EventScope, NewAttachment
 from schema import ledger
-from tests.conftest import create_database, drop_database
+from tests.conftest import create_database, drop_database, terminate_sessions
 from tests.helpers import rows
 from workers import checkpoint, ledger_copy
 
@@ -93,16 +93,24 @@ class Backups:
             handle.db.dispose()
 
     def _copy(self, name: str, *, template: str) -> None:
-        """A template copy, again while a handle's background thread (its scheduler's sweep,
-        the gate's audit) still holds a session of the template for a moment: the pool is
-        emptied, but a connection in use goes back to it only when its work is done."""
-        for _ in range(50):
+        """A template copy. A handle's background thread (its scheduler's sweep, the gate's
+        audit, an in-process worker) may still hold a session of the template: the pool is
+        emptied, but a connection in use goes back to it only when its work is done, and the
+        server waits 5 s for it at each try. After one such try, the template's other
+        sessions are ended (a handle reconnects, as a running process does after a
+        restore)."""
+        try:
+            create_database(name, template=template)
+            return
+        except psycopg.errors.ObjectInUse:
+            self._release()
+        for _ in range(3):
+            terminate_sessions(template)
             try:
                 create_database(name, template=template)
                 return
             except psycopg.errors.ObjectInUse:
                 time.sleep(0.1)
-                self._release()
         create_database(name, template=template)
 
     def drop_copies(self) -> None:
