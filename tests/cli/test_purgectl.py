@@ -88,20 +88,6 @@ def concurrently(*calls: Callable[[], Any]) -> list[Any]:
         return list(pool.map(lambda call: call(), calls))
 
 
-@pytest.fixture
-def purgectl(database_url: str, roots: Roots, tmp_path: Path) -> Purgectl:
-    env = dict(os.environ)  # clean_environment has already removed every PURGEKEEPER_* variable
-    env.update(
-        PURGEKEEPER_DATABASE_URL=database_url,
-        PURGEKEEPER_DATA_DIR=str(tmp_path / "data"),
-        PURGEKEEPER_BLOB_ROOT=str(roots["blob_root"]),
-        PURGEKEEPER_FILE_ROOT=str(roots["file_root"]),
-        PURGEKEEPER_MEMORY_ROOTS=str(roots["memory_root"]),
-        PURGEKEEPER_CHECKPOINT_DIR=str(roots["checkpoint_dir"]),
-    )
-    return Purgectl(env)
-
-
 # -- the database, seen from the test ----------------------------------------------------------------
 
 

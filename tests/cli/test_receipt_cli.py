@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -19,21 +18,6 @@ from tlog.verify import Verifier, verify_completion, verify_receipt
 
 Pk = commands.Purgekeeper
 WHO = {"actor": "op", "reason": "receipt cli test"}
-
-
-@pytest.fixture
-def purgectl(database_url: str, roots: dict[str, Path], tmp_path: Path) -> Purgectl:
-    """The environment ``test_purgectl``'s fixture of the same name builds."""
-    env = dict(os.environ)  # clean_environment has already removed every PURGEKEEPER_* variable
-    env.update(
-        PURGEKEEPER_DATABASE_URL=database_url,
-        PURGEKEEPER_DATA_DIR=str(tmp_path / "data"),
-        PURGEKEEPER_BLOB_ROOT=str(roots["blob_root"]),
-        PURGEKEEPER_FILE_ROOT=str(roots["file_root"]),
-        PURGEKEEPER_MEMORY_ROOTS=str(roots["memory_root"]),
-        PURGEKEEPER_CHECKPOINT_DIR=str(roots["checkpoint_dir"]),
-    )
-    return Purgectl(env)
 
 
 @pytest.fixture

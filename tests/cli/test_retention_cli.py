@@ -11,9 +11,7 @@ in ``test_purgectl`` (the CLI passes the URL through; the layers below are teste
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 import click
@@ -30,22 +28,6 @@ from tests.integration.test_retention import ago, set_policy
 Pk = commands.Purgekeeper
 DAY = dt.timedelta(days=1)
 THIRTY_DAYS = 30 * 86_400
-
-
-@pytest.fixture
-def purgectl(database_url: str, roots: dict[str, Path], tmp_path: Path) -> Purgectl:
-    """The environment ``test_purgectl``'s fixture of the same name builds (a fixture is not
-    shared across test modules without a conftest)."""
-    env = dict(os.environ)  # clean_environment has already removed every PURGEKEEPER_* variable
-    env.update(
-        PURGEKEEPER_DATABASE_URL=database_url,
-        PURGEKEEPER_DATA_DIR=str(tmp_path / "data"),
-        PURGEKEEPER_BLOB_ROOT=str(roots["blob_root"]),
-        PURGEKEEPER_FILE_ROOT=str(roots["file_root"]),
-        PURGEKEEPER_MEMORY_ROOTS=str(roots["memory_root"]),
-        PURGEKEEPER_CHECKPOINT_DIR=str(roots["checkpoint_dir"]),
-    )
-    return Purgectl(env)
 
 
 def seed(pk: Pk) -> None:

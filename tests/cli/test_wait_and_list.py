@@ -10,9 +10,7 @@ through the API)."""
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,21 +23,6 @@ from tests.helpers import settle
 
 Pk = commands.Purgekeeper
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
-
-
-@pytest.fixture
-def purgectl(database_url: str, roots: dict[str, Path], tmp_path: Path) -> Purgectl:
-    """The environment ``test_purgectl``'s fixture of the same name builds."""
-    env = dict(os.environ)  # clean_environment has already removed every PURGEKEEPER_* variable
-    env.update(
-        PURGEKEEPER_DATABASE_URL=database_url,
-        PURGEKEEPER_DATA_DIR=str(tmp_path / "data"),
-        PURGEKEEPER_BLOB_ROOT=str(roots["blob_root"]),
-        PURGEKEEPER_FILE_ROOT=str(roots["file_root"]),
-        PURGEKEEPER_MEMORY_ROOTS=str(roots["memory_root"]),
-        PURGEKEEPER_CHECKPOINT_DIR=str(roots["checkpoint_dir"]),
-    )
-    return Purgectl(env)
 
 
 # -- wait -----------------------------------------------------------------------------------------------
