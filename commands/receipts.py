@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import func, select
 
@@ -48,10 +48,11 @@ from schema.errors import (
 from schema.states import StepStatus
 from schema.tables import step_attempts
 from tlog import note, receipt, tree
-from tlog.verify import Completion, CompletionStep, leaf_hash
+from tlog.verify import Completion, CompletionStep, ReceiptInvalid, leaf_hash, verify_inclusion
 from workers import signed_log
 from workers.signed_log import LogRefused, SignedLog, TreeHead
 
+_T = TypeVar("_T")
 NOT_SIGNED = "this handle does not sign checkpoints (commands.open(sign_checkpoints=False)): no receipts"
 
 
@@ -123,13 +124,34 @@ class Receipts:
 
     def receipt(self, purge_id: str) -> dict[str, Any]:
         entry = self._entry(purge_id)
-        current = self._signed_head(entry)
         leaf = signed_log.leaf_of(entry)
-        self._check_leaf(entry, leaf, current)
-        proof = self.log.inclusion(entry.seq - 1, current)
+
+        def prove() -> tuple[TreeHead, list[bytes]]:
+            current = self._signed_head(entry)
+            self._check_leaf(entry, leaf, current)
+            proof = self.log.inclusion(entry.seq - 1, current)
+            verify_inclusion(leaf_hash(leaf), entry.seq - 1, current.size, proof, current.root)
+            return current, proof
+
+        current, proof = self._edge_repaired(prove)
         return receipt.receipt_document(
             purge_id=purge_id, ledger_seq=entry.seq, leaf=leaf, inclusion_proof=proof, checkpoint=current.note
         )
+
+    def _edge_repaired(self, read: Callable[[], _T]) -> _T:
+        """``read()``; when the log's tiles fail it (partial tiles a crash lost: they take no
+        fsync), once more after a catch-up of the copy, which writes them again
+        (``SignedLog.repair_edge``). MessagingUnavailable when they still fail it."""
+        try:
+            return read()
+        except (tree.HashMissing, tree.TileInvalid, ReceiptInvalid):
+            self.copy_ledger()
+        try:
+            return read()
+        except (tree.HashMissing, tree.TileInvalid, ReceiptInvalid) as exc:
+            raise MessagingUnavailable(
+                f"the signed log's tiles do not prove its checkpoint ({exc}): run purgectl ledger repair"
+            ) from None
 
     def _signed_head(self, entry: ledger.LedgerEntry) -> TreeHead:
         """The newest signed checkpoint, once it holds the entry's row."""
@@ -159,9 +181,14 @@ class Receipts:
         waiting = sorted(f"{row.kind} {row.status}" for row in rows if row.status != StepStatus.DONE.value)
         if waiting:
             raise CleanupNotComplete(f"the cleanup of purge {purge_id} has not completed: {', '.join(waiting)}")
-        current = self._signed_head(entry)
         leaf = signed_log.leaf_of(entry)
-        self._check_leaf(entry, leaf, current)
+
+        def signed() -> TreeHead:
+            current = self._signed_head(entry)
+            self._check_leaf(entry, leaf, current)
+            return current
+
+        self._edge_repaired(signed)
         completed_at = max((row.updated_at for row in rows), default=entry.accepted_at)
         statement = Completion(
             origin=self.log.origin,
@@ -200,7 +227,7 @@ class Receipts:
         size = current.size if current else 0
         if current is None or not 1 <= from_size <= size:
             raise ValidationError(f"from must be a tree size from 1 to {size}, not {from_size}")
-        proof = self.log.consistency(from_size, current)
+        proof = self._edge_repaired(lambda: self.log.consistency(from_size, current))
         return receipt.consistency_document(proof=proof, checkpoint=current.note)
 
     def vkey(self) -> str:
@@ -222,8 +249,8 @@ class Receipts:
         if tree.tile_width(wanted.level, wanted.index, size) < wanted.width:
             raise NotFound(f"{wanted.path} is not part of the tree of size {size}")
         try:
-            return self.log.fetch(wanted)
-        except tree.HashMissing:
+            return self._edge_repaired(lambda: self.log.fetch(wanted))
+        except MessagingUnavailable:
             raise NotFound(f"{wanted.path} is missing from the log") from None
 
     def _entry(self, purge_id: str) -> ledger.LedgerEntry:
@@ -236,7 +263,13 @@ class Receipts:
         return entry
 
     def _check_leaf(self, entry: ledger.LedgerEntry, leaf: bytes, current: TreeHead) -> None:
+        """The ledger's row is the log's leaf: MessagingUnavailable when not, once the tiles
+        read prove the signed root (else ReceiptInvalid: the edge may be a crash's)."""
         if self.log.leaf_hash_at(entry.seq - 1, current.size) != leaf_hash(leaf):
+            proof = self.log.inclusion(entry.seq - 1, current)
+            verify_inclusion(
+                self.log.leaf_hash_at(entry.seq - 1, current.size), entry.seq - 1, current.size, proof, current.root
+            )
             raise MessagingUnavailable(
                 f"the ledger's row at seq {entry.seq} is not the signed log's leaf {entry.seq - 1}: "
                 "the database was restored? run purgectl ledger merge with the checkpoint directory"

@@ -316,10 +316,36 @@ class TileHashReader:
         return hashes
 
     def _entries(self, tile: Tile) -> list[bytes]:
-        data = self.fetch(tile)
-        if len(data) != tile.width * HASH_SIZE:
-            raise TileInvalid(f"{tile.path} is {len(data)} bytes, not {tile.width * HASH_SIZE}")
-        return [data[i : i + HASH_SIZE] for i in range(0, len(data), HASH_SIZE)]
+        return tile_entries(tile, self.fetch(tile))
+
+
+def tile_entries(tile: Tile, data: bytes) -> list[bytes]:
+    """A tile's hashes; TileInvalid when ``data`` is not ``tile.width`` hashes long."""
+    if len(data) != tile.width * HASH_SIZE:
+        raise TileInvalid(f"{tile.path} is {len(data)} bytes, not {tile.width * HASH_SIZE}")
+    return [data[i : i + HASH_SIZE] for i in range(0, len(data), HASH_SIZE)]
+
+
+def edge_tiles(size: int, last_leaves: Sequence[bytes], fetch: Callable[[Tile], bytes]) -> dict[Tile, bytes]:
+    """The partial tile of each level of the tree of ``size`` (its right edge), computed
+    again: level 0's from ``last_leaves`` (the leaf hashes after the last full tile of level
+    0), each higher level's from the full tiles of the level below, which ``fetch`` returns.
+    Reads at most 255 tiles per level."""
+    tiles: dict[Tile, bytes] = {}
+    level = 0
+    while n := size >> (TILE_HEIGHT * level):
+        index, width = divmod(n, TILE_WIDTH)
+        if width and level == 0:
+            if len(last_leaves) != width:
+                raise ValueError(f"the tree of size {size} ends with {width} leaves, not {len(last_leaves)}")
+            tiles[Tile(0, index, width)] = b"".join(last_leaves)
+        elif width:
+            below = [Tile(level - 1, index * TILE_WIDTH + j) for j in range(width)]
+            tiles[Tile(level, index, width)] = b"".join(
+                _subtree_from_tile(tile_entries(tile, fetch(tile))) for tile in below
+            )
+        level += 1
+    return tiles
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,15 @@ def atomic_write_at(
     *,
     prefix: str = TEMPORARY_PREFIX,
     sync_directory: bool = True,
+    sync_file: bool = True,
 ) -> None:
     """Write ``data`` as ``name`` in the directory open at ``directory``: a new temporary file
     there (never through a symlink), fsynced, renamed into place, and the directory fsynced so
     the rename survives a crash. ``data`` may come in pieces, so a large file is never held
     in memory whole. ``sync_directory=False`` leaves the directory's fsync to the caller (who
-    writes several files into it and fsyncs it once, before anything relies on them)."""
+    writes several files into it and fsyncs it once, before anything relies on them);
+    ``sync_file=False`` skips both fsyncs, for a file its reader can rebuild when a crash
+    leaves it missing, empty or wrong (readers still never see it half-written)."""
     temporary = f"{prefix}{secrets.token_hex(8)}"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(temporary, flags, 0o600, dir_fd=directory)
@@ -42,13 +45,14 @@ def atomic_write_at(
         with os.fdopen(fd, "wb") as handle:
             handle.writelines([data] if isinstance(data, bytes) else data)
             handle.flush()
-            os.fsync(handle.fileno())
+            if sync_file:
+                os.fsync(handle.fileno())
         os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary, dir_fd=directory)
         raise
-    if sync_directory:
+    if sync_directory and sync_file:
         os.fsync(directory)
 
 

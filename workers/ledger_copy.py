@@ -346,8 +346,12 @@ class LedgerCopy:
 
     def _sign_lagging(self, directory: int, head: CopyHead) -> CopyHead:
         """A copy whose head records no tree of its size (written unsigned, or before the log
-        existed): the log brought up to it."""
-        if self.log is None or head.seq == 0 or head.tree_size == head.seq:
+        existed): the log brought up to it. One that does: the tree's right edge written
+        again when a crash lost it (``SignedLog.repair_edge``)."""
+        if self.log is None or head.seq == 0:
+            return head
+        if head.tree_size == head.seq:
+            self.log.repair_edge(lambda after, upto: self.rows(after=after, head=head, upto=upto))
             return head
         written = self._signed(head, [], head)
         if written.tree_size is None:
@@ -748,7 +752,7 @@ def _catch_up(db: Database, copy: LedgerCopy, *, upto: int | None, committed: le
                 itertools.islice(ledger.entries(conn, after=head.seq, upto=upto, batch=CATCH_UP_BATCH), CATCH_UP_BATCH)
             )
         if not rows:
-            return copy.sign_lagging() if copy.log is not None and head.tree_size != head.seq else head
+            return copy.sign_lagging() if copy.log is not None else head
         try:
             head = copy.append(rows)
         except CopyGap as gap:  # another writer is behind us: take it from where the copy is

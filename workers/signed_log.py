@@ -41,21 +41,29 @@ the checkpoint's text: the next append verifies it and reads the tiles it needs,
 
 **Durability order, and why each fsync is there.** A group commit writes, in this order:
 (1) the copy's segment, fsynced (and the copy's directory when the segment is new), so the
-tree's leaves are on disk before anything says they are; (2) each tile as a temporary file,
-fsynced, renamed to its name; then each directory the tiles went into, once (and the parent
-of each directory created); (3) the checkpoint as a temporary file, fsynced, renamed, and
-the log's directory fsynced; (4) the copy's head.json the same way. Why these and no fewer:
-a rename is metadata and may reach the disk before the renamed file's data, so a tile or a
-checkpoint renamed before its own fsync could survive a crash with its name and no bytes,
-hence the file's fsync before its rename; a rename survives a crash only once its
-directory is fsynced, and the checkpoint's rename must not be able to survive when a tile's
-rename does not (a signed checkpoint over a missing tile), hence every tile directory's
-fsync completes before the checkpoint is renamed; the log's directory is fsynced before
-head.json is renamed, so a head that links the copy to a tree never survives a crash
-without that tree's checkpoint. The tiles' directory fsyncs are batched (one per directory,
-after all the tiles), but not skipped or folded into one: a directory's fsync makes only
-its own entries durable. Removing the partial tiles a wider one replaced takes no fsync: a
-crash that brings one back leaves a correct tile of an older tree, which ``fetch`` may read.
+tree's leaves are on disk before anything says they are; (2) each tile as a temporary file
+renamed to its name: a *full* tile fsynced before its rename, and its directory fsynced
+once after all of them; a *partial* tile with no fsync at all; (3) the checkpoint as a
+temporary file, fsynced, renamed, and the log's directory fsynced; (4) the copy's head.json
+the same way. A rename is metadata and may reach the disk before the renamed file's data,
+so a full tile renamed before its own fsync could survive a crash with its name and no
+bytes: hence its fsync before the rename, and its directory's before the checkpoint's
+rename (a signed checkpoint is never durable over a full tile that is not). The log's
+directory is fsynced before head.json is renamed, so a head that links the copy to a tree
+never survives a crash without that tree's checkpoint.
+
+A partial tile is different: it is the tree's right edge, replaced by a wider one at the
+next commit, and everything it holds can be computed again from what is durable, the
+copy's last rows (level 0) and the full tiles of the level below (each higher level). So it
+takes no fsync (2 fsyncs per group commit in the log instead of 6), and a crash may leave
+the newest partial tiles missing, empty or wrong under a durable checkpoint. The next
+writer, and any catch-up of the copy, checks the right edge of a checkpoint it did not
+write itself (``tree_hash`` over the edge equals the signed root: O(log n) reads) and, when
+it does not hold, computes the edge again (at most 255 rows and 255 tiles per level),
+checks that it gives the signed root, and writes it with fsyncs (``_rebuild_edge``). An
+edge that still does not give the root means a full tile or the copy is damaged: that is
+refused (``LogRefused``), not guessed. Removing the partial tiles a wider one replaced
+takes no fsync either: a crash that brings one back leaves a correct tile of an older tree.
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import itertools
+import logging
 import os
 import threading
 import time
@@ -75,6 +84,8 @@ from schema import ledger
 from tlog import note, tree
 from tlog.verify import HASH_SIZE, Checkpoint, ReceiptInvalid, leaf_hash, open_checkpoint, verify_consistency
 from workers.files import atomic_write_at, fsync_directory, reason_of
+
+log = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -143,6 +154,7 @@ class SignedLog:
         self._memory = threading.Lock()  # guards what follows (see the module's docstring)
         self._identity: tuple[int, int] | None = None  # the directory's (device, inode)
         self._known: tuple[str, TreeHead] | None = None  # a checkpoint's text, as verified or signed
+        self._edge: str | None = None  # the checkpoint whose right edge is known to be on disk
         self._tiles: OrderedDict[tuple[int, int], bytes] = OrderedDict()
         self._hashes: OrderedDict[tree.Position, bytes] = OrderedDict()
 
@@ -206,6 +218,7 @@ class SignedLog:
         ``_memory``."""
         self._identity = identity
         self._known = None
+        self._edge = None
         self._tiles.clear()
         self._hashes.clear()
 
@@ -309,6 +322,13 @@ class SignedLog:
         current = self._current()
         size = current.size if current else 0
         new_size = rows[-1].seq if rows else copy_seq
+
+        def rows_of(after: int, upto: int) -> list[ledger.LedgerEntry]:
+            found = list(rows_between(after, min(upto, copy_seq)))
+            return found + [row for row in rows if max(after, copy_seq) < row.seq <= upto]
+
+        if current is not None:
+            self._ensure_edge(current, rows_of)
         if not self._linked(link, copy_seq, current) and min(size, copy_seq) > 0:
             self._check_leaves(rows_between(0, min(size, copy_seq)), size)
         if size > copy_seq:
@@ -330,6 +350,58 @@ class SignedLog:
         if copy_seq == size:
             return link[1] == current.root
         return tree.tree_hash(copy_seq, self.reader(size)) == link[1]
+
+    def repair_edge(self, rows_between: RowsBetween) -> None:
+        """The newest checkpoint's right edge on disk again when a crash lost it (``rows_between``:
+        the copy's rows); LogRefused when what is durable does not give its root."""
+        current = self.head()
+        if current is not None and current.checkpoint.origin == self.origin:
+            self._ensure_edge(current, lambda after, upto: list(rows_between(after, upto)))
+
+    def _ensure_edge(self, current: TreeHead, rows_of: Callable[[int, int], list[ledger.LedgerEntry]]) -> None:
+        """The right edge of ``current``'s tree gives its root (checked once per checkpoint
+        this process did not write), else it is computed again (module docstring)."""
+        with self._memory:
+            if self._edge == current.note:
+                return
+        try:
+            sound = tree.tree_hash(current.size, self.reader(current.size)) == current.root
+        except (tree.HashMissing, tree.TileInvalid):
+            sound = False
+        if not sound:
+            self._rebuild_edge(current, rows_of)
+        with self._memory:
+            self._edge = current.note
+
+    def _rebuild_edge(self, current: TreeHead, rows_of: Callable[[int, int], list[ledger.LedgerEntry]]) -> None:
+        size = current.size
+        first = size - size % tree.TILE_WIDTH
+        rows = rows_of(first, size)
+        refused = (
+            f"the tiles of {self.directory.name} and the copy's rows do not give its signed checkpoint's root "
+            f"(size {size})"
+        )
+        if [row.seq for row in rows] != list(range(first + 1, size + 1)):
+            raise LogRefused(f"{refused}: the copy lacks rows {first + 1} to {size}; {NEW_ORIGIN_HINT}")
+        with self._memory:
+            self._forget(self._identity)  # nothing read from the damaged edge stays
+        try:
+            tiles = tree.edge_tiles(size, [leaf_hash_of(row) for row in rows], self._fetch_file)
+
+            def fetch(wanted: tree.Tile) -> bytes:
+                return tiles[wanted] if wanted in tiles else self._fetch_file(wanted)
+
+            root = tree.tree_hash(size, tree.TileHashReader(size, fetch))
+        except (tree.HashMissing, tree.TileInvalid) as exc:
+            raise LogRefused(f"{refused}: {exc}; {NEW_ORIGIN_HINT}") from None
+        if root != current.root:
+            raise LogRefused(f"{refused}: a full tile or the copy is damaged; {NEW_ORIGIN_HINT}")
+        base = self._open_directory()
+        try:
+            self._write_tiles(base, tiles, durable=True)
+        finally:
+            os.close(base)
+        log.warning("%s: the newest partial tiles (lost in a crash) were written again", self.directory.name)
 
     def check_ledger(self, rows: Iterable[ledger.LedgerEntry], ledger_seq: int) -> None:
         """Refuse (LogRefused) a ledger that does not hold the signed tree's leaves as its
@@ -400,31 +472,42 @@ class SignedLog:
             if identity != self._identity:
                 self._forget(identity)
             self._known = (signed, head)
+            self._edge = signed
         self._keep_tiles(grown.tiles)
         self._keep_hashes(grown.hashes)
         return head
 
     def _publish(self, tiles: Mapping[tree.Tile, bytes], checkpoint: bytes) -> tuple[int, int]:
-        """The tiles, then the checkpoint, in the order the module's docstring gives (each tile
-        fsynced and renamed, each of their directories fsynced once, then the checkpoint).
-        Returns the log directory's identity."""
+        """The tiles, then the checkpoint, in the order the module's docstring gives. Returns
+        the log directory's identity."""
         base = self._open_directory()
+        try:
+            self._write_tiles(base, tiles, durable=False)
+            atomic_write_at(base, CHECKPOINT_FILE, checkpoint)
+            info = os.fstat(base)
+            return (info.st_dev, info.st_ino)
+        finally:
+            os.close(base)
+
+    def _write_tiles(self, base: int, tiles: Mapping[tree.Tile, bytes], *, durable: bool) -> None:
+        """Each tile renamed into place; the full ones (all of them when ``durable``) fsynced
+        first, and each of their directories fsynced once after them."""
         opened: dict[str, int] = {}
+        synced: set[str] = set()
         try:
             for tile, data in sorted(tiles.items()):
                 parent, name = tile.path.rsplit("/", 1)
                 if parent not in opened:
                     opened[parent] = self._open_subdirectory(base, parent)
-                atomic_write_at(opened[parent], name, data, sync_directory=False)
-            for directory in opened.values():
-                os.fsync(directory)
-            atomic_write_at(base, CHECKPOINT_FILE, checkpoint)
-            info = os.fstat(base)
-            return (info.st_dev, info.st_ino)
+                sync = durable or tile.width == tree.TILE_WIDTH
+                atomic_write_at(opened[parent], name, data, sync_directory=False, sync_file=sync)
+                if sync:
+                    synced.add(parent)
+            for parent in sorted(synced):
+                os.fsync(opened[parent])
         finally:
             for directory in opened.values():
                 os.close(directory)
-            os.close(base)
 
     def _open_directory(self) -> int:
         """The log's directory, made (and its making fsynced in its parent) when missing."""

@@ -119,32 +119,42 @@ def test_a_retired_directory_is_forgotten(tmp_path: Path) -> None:
     assert_sound(log_of(renamed), written)
 
 
+class Recorded:
+    """The fsyncs and renames a group commit makes, in order (paths through /proc/self/fd)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.events: list[tuple[str, str]] = []
+        real_fsync, real_replace = os.fsync, os.replace
+
+        def fsync(fd: int) -> None:
+            real_fsync(fd)
+            self.events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+
+        def replace(src: str, dst: str, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> None:
+            real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+            where = os.readlink(f"/proc/self/fd/{dst_dir_fd}") if dst_dir_fd is not None else ""
+            self.events.append(("rename", f"{where}/{dst}"))
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "replace", replace)
+
+    def renamed(self, kind: str = "rename") -> list[str]:
+        return [path for what, path in self.events if what == kind]
+
+
 def test_a_group_commit_writes_tiles_then_the_checkpoint_then_the_head(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     copy, rows = writer(tmp_path), Rows()
     written = rows.take(260)
     copy.append(written[:250])
-    events: list[tuple[str, str]] = []
-    real_fsync, real_replace = os.fsync, os.replace
-
-    def fsync(fd: int) -> None:
-        real_fsync(fd)
-        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
-
-    def replace(src: str, dst: str, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> None:
-        real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
-        where = os.readlink(f"/proc/self/fd/{dst_dir_fd}") if dst_dir_fd is not None else ""
-        events.append(("rename", f"{where}/{dst}"))
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
+    recorded = Recorded(monkeypatch)
     copy.append(written[250:])  # completes tile 0/000 and starts 0/001.p/4 and 1/000.p/1
     monkeypatch.undo()
+    events = recorded.events
 
     log_dir = str(log_of(copy).directory)
-    renames = [path for kind, path in events if kind == "rename"]
-    tiles = [path for path in renames if "/tile/" in path]
+    tiles = [path for path in recorded.renamed() if "/tile/" in path]
     assert sorted(Path(path).relative_to(log_dir).as_posix() for path in tiles) == [
         "tile/0/000",
         "tile/0/001.p/4",
@@ -152,13 +162,86 @@ def test_a_group_commit_writes_tiles_then_the_checkpoint_then_the_head(
     ]
     checkpoint_at = events.index(("rename", f"{log_dir}/checkpoint"))
     head_at = events.index(("rename", f"{copy.directory}/head.json"))
-    for path in tiles:  # each tile fsynced before its rename, its directory after, all before the checkpoint
-        renamed = events.index(("rename", path))
-        assert events[renamed - 1][0] == "fsync"
-        assert ("fsync", str(Path(path).parent)) in events[renamed:checkpoint_at]
+    full = f"{log_dir}/tile/0/000"  # a full tile is fsynced before its rename, its directory after
+    renamed = events.index(("rename", full))
+    assert events[renamed - 1][0] == "fsync" and Path(events[renamed - 1][1]).parent == Path(full).parent
+    assert ("fsync", str(Path(full).parent)) in events[renamed:checkpoint_at]
+    for partial in tiles:  # a partial tile is rebuilt from the copy after a crash: never fsynced
+        if partial != full:
+            assert ("fsync", str(Path(partial).parent)) not in events
     assert events[checkpoint_at - 1][0] == "fsync"
     assert ("fsync", log_dir) in events[checkpoint_at:head_at]
     assert ("fsync", str(copy.directory)) in events[head_at:]
     segment_synced = [i for i, (kind, path) in enumerate(events) if kind == "fsync" and "segment-" in path]
     assert segment_synced and segment_synced[0] < min(events.index(("rename", path)) for path in tiles)
     assert_sound(log_of(copy), written)
+
+
+def test_a_commit_that_completes_no_tile_fsyncs_only_the_checkpoint_in_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy, rows = writer(tmp_path), Rows()
+    written = rows.take(300)
+    copy.append(written[:280])
+    recorded = Recorded(monkeypatch)
+    copy.append(written[280:])  # grows 0/001.p and 1/000.p, completes nothing
+    monkeypatch.undo()
+    log_dir = str(log_of(copy).directory)
+    in_log = [path for path in recorded.renamed("fsync") if path.startswith(log_dir)]
+    assert len(in_log) == 2 and in_log[-1] == log_dir  # the checkpoint's file, then the directory
+    assert_sound(log_of(copy), written)
+
+
+def lose_partial_tiles(log_dir: Path, how: str) -> list[Path]:
+    """What a crash may do to tiles written without an fsync: gone, empty, or zeros."""
+    partials = sorted(p for p in (log_dir / "tile").rglob("*") if p.is_file() and p.parent.name.endswith(".p"))
+    assert partials
+    for path in partials:
+        if how == "gone":
+            path.unlink()
+        elif how == "empty":
+            path.write_bytes(b"")
+        else:
+            path.write_bytes(bytes(path.stat().st_size))
+    return partials
+
+
+@pytest.mark.parametrize("how", ["gone", "empty", "zeros"])
+def test_partial_tiles_lost_in_a_crash_are_rebuilt_by_the_next_writer(tmp_path: Path, how: str) -> None:
+    copy, rows = writer(tmp_path), Rows()
+    written = rows.take(600)
+    for start in range(0, 590, 59):
+        copy.append(written[start : min(start + 59, 590)])
+    before = log_of(copy).head()
+    assert before is not None and before.size == 590
+    lose_partial_tiles(log_of(copy).directory, how)
+    restarted = writer(tmp_path)  # a new process: nothing in memory
+    restarted.append(written[590:])
+    assert_sound(log_of(restarted), written)
+    after = log_of(restarted).head()
+    assert after is not None
+    cold = SignedLog(log_of(restarted).directory, origin=ORIGIN, signer=SIGNER)
+    verify_consistency(before.size, after.size, cold.consistency(before.size, after), before.root, after.root)
+
+
+def test_partial_tiles_lost_in_a_crash_are_rebuilt_without_a_new_row(tmp_path: Path) -> None:
+    copy, rows = writer(tmp_path), Rows()
+    written = rows.take(300)
+    copy.append(written)
+    lose_partial_tiles(log_of(copy).directory, "gone")
+    restarted = writer(tmp_path)
+    restarted.sign_lagging()  # what a catch-up with nothing to copy (the scheduler's, a receipt's) does
+    assert_sound(log_of(restarted), written)
+
+
+def test_a_damaged_full_tile_is_refused_not_guessed(tmp_path: Path) -> None:
+    copy, rows = writer(tmp_path), Rows()
+    written = rows.take(300)
+    copy.append(written)
+    directory = log_of(copy).directory
+    lose_partial_tiles(directory, "gone")
+    full = directory / "tile/0/000"
+    full.write_bytes(bytes(full.stat().st_size))  # fsynced at its commit: damage, not a crash
+    restarted = writer(tmp_path)
+    with pytest.raises(signed_log.LogRefused, match="do not give"):
+        restarted.append(rows.take(1))
