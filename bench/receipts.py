@@ -47,7 +47,7 @@ import commands
 from commands.handle import Purgekeeper
 from schema import ledger, migrate
 from schema.db import Database
-from workers import signed_log
+from storage import signed_log
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TARGET_THROUGHPUT_RATIO = 0.95

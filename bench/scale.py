@@ -70,7 +70,8 @@ import commands
 from commands.handle import Purgekeeper
 from schema import ledger, migrate
 from schema.db import Database
-from workers import ledger_copy, scheduler
+from storage import ledger_copy
+from workers import scheduler
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)

@@ -17,7 +17,7 @@ from pathlib import Path
 from commands import validation
 from schema.errors import ValidationError
 from schema.states import Binding, BlobKind
-from workers.blobstore import cas_path, file_path
+from storage.blobstore import cas_path, file_path
 
 CHUNK_BYTES = 1024 * 1024
 

@@ -45,9 +45,9 @@ from schema.states import (
     RunStatus,
     TombstoneKind,
 )
-from workers import memory
-from workers.blobstore import BlobStore
-from workers.files import reason_of
+from storage import memory
+from storage.blobstore import BlobStore
+from storage.files import reason_of
 
 CONVERSATION_IDS = (TombstoneKind.CONVERSATION, TombstoneKind.CHANNEL)
 

@@ -23,10 +23,11 @@ from commands.settings import Settings
 from schema import ledger, migrate
 from schema.db import Database
 from schema.errors import LedgerNotCopied, ValidationError
-from workers import broker, ledger_copy, runner
-from workers.blobstore import BlobStore
+from storage import ledger_copy
+from storage.blobstore import BlobStore
+from storage.files import reason_of
+from workers import broker, runner
 from workers.cleanup import StepContext
-from workers.files import reason_of
 from workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,8 @@ from schema import ledger, overview, purges, steps
 from schema.db import Database
 from schema.errors import InfrastructureError, NotFound, ValidationError
 from schema.states import PurgeKind, StepStatus
-from workers import checkpoint, ledger_copy, scheduler
+from storage import checkpoint, ledger_copy
+from workers import scheduler
 
 STALL_AFTER = dt.timedelta(minutes=10)
 WAIT_POLL_S = 0.05

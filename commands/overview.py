@@ -26,7 +26,7 @@ from schema import ledger, migrate, overview, retention
 from schema.errors import MessagingUnavailable
 from schema.overview import Counters, StepTotals
 from schema.states import StepKind
-from workers import checkpoint
+from storage import checkpoint
 
 DISTRIBUTION = "purgekeeper"
 

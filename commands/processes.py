@@ -24,7 +24,8 @@ from commands.settings import Settings
 from schema import ledger, migrate
 from schema.db import Database
 from schema.errors import InfrastructureError, MessagingUnavailable, SchemaMismatch, ValidationError
-from workers import broker, checkpoint, failpoints
+from storage import checkpoint, failpoints
+from workers import broker
 from workers.scheduler import Scheduler
 
 log = logging.getLogger(__name__)

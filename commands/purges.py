@@ -25,8 +25,8 @@ from commands.settings import Settings
 from schema import purges
 from schema.db import Database
 from schema.errors import LedgerNotCopied, PurgekeeperError, ValidationError
-from workers import ledger_copy
-from workers.files import reason_of
+from storage import ledger_copy
+from storage.files import reason_of
 
 log = logging.getLogger(__name__)
 

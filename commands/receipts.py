@@ -20,7 +20,7 @@ it is: a restore re-arms cleanup, the purge is not complete until the re-armed s
 finish, and the statement signed afterwards carries the later time, and the later
 completion is the one that counts (``tlog.verify.later_completion``).
 
-The log itself (``workers.signed_log``) is written by the copy's writer in every group
+The log itself (``storage.signed_log``) is written by the copy's writer in every group
 commit, so a receipt exists as soon as an acceptance returns. ``log_file`` serves its
 public part: the checkpoint and the tiles, which hold hashes only.
 """
@@ -47,10 +47,10 @@ from schema.errors import (
 )
 from schema.states import StepStatus
 from schema.tables import step_attempts
+from storage import signed_log
+from storage.signed_log import LogRefused, SignedLog, TreeHead
 from tlog import note, receipt, tree
 from tlog.verify import Completion, CompletionStep, ReceiptInvalid, leaf_hash, verify_inclusion
-from workers import signed_log
-from workers.signed_log import LogRefused, SignedLog, TreeHead
 
 _T = TypeVar("_T")
 NOT_SIGNED = "this handle does not sign checkpoints (commands.open(sign_checkpoints=False)): no receipts"

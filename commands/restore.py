@@ -52,10 +52,10 @@ from schema import ledger, purges, restore
 from schema.db import Database
 from schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
 from schema.steps import PARKED_UNTIL
-from workers import checkpoint, failpoints, ledger_copy
-from workers.blobstore import BlobStore, discard_failed
-from workers.files import reason_of
-from workers.signed_log import LogRefused
+from storage import checkpoint, failpoints, ledger_copy
+from storage.blobstore import BlobStore, discard_failed
+from storage.files import reason_of
+from storage.signed_log import LogRefused
 
 log = logging.getLogger(__name__)
 

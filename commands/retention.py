@@ -41,7 +41,7 @@ from schema import ledger, retention
 from schema.db import Database
 from schema.errors import PurgekeeperError
 from schema.ledger import utc_text
-from workers import failpoints
+from storage import failpoints
 
 log = logging.getLogger(__name__)
 

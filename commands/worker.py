@@ -35,8 +35,9 @@ from commands.settings import Settings
 from schema import ledger, migrate, steps
 from schema.db import Database
 from schema.errors import PurgekeeperError
-from workers import broker, failpoints, runner
-from workers.blobstore import BlobStore
+from storage import failpoints
+from storage.blobstore import BlobStore
+from workers import broker, runner
 from workers.cleanup import StepContext
 
 log = logging.getLogger("purgekeeper.worker")

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import text
 
 import commands
+from storage.blobstore import BlobStore
 from workers import runner
-from workers.blobstore import BlobStore
 
 # Short timings: a 2 s lease, a 10 ms backoff capped at 50 ms.
 POLICY = runner.Policy(

@@ -25,8 +25,8 @@ from schema import authors, cleanup, ledger, purges, retention, steps
 from schema.db import Database, bound_lock_waits, commit_without_flush
 from schema.errors import LockTimeout
 from schema.states import StepKind
-from workers import failpoints, memory
-from workers.blobstore import BlobStore
+from storage import failpoints, memory
+from storage.blobstore import BlobStore
 
 log = logging.getLogger(__name__)
 

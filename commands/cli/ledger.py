@@ -16,7 +16,7 @@ from commands.records import (
 from schema.errors import (
     MessagingUnavailable,
 )
-from workers import checkpoint
+from storage import checkpoint
 
 # -- the ledger
 

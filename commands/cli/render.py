@@ -22,7 +22,7 @@ from commands.records import (
     RetentionPreview,
 )
 from commands.scope import PurgePreview
-from workers import checkpoint
+from storage import checkpoint
 
 # -- text output ------------------------------------------------------------------------------------
 

@@ -38,7 +38,8 @@ from commands.scope import EventScope
 from commands.settings import Settings
 from commands.web.auth import Tokens, load_or_create_token
 from schema.errors import Fenced, NotFound, ValidationError
-from workers import blobstore, runner
+from storage import blobstore
+from workers import runner
 
 LOOPBACK = "127.0.0.1"
 LOOPBACK_NAMES = frozenset({LOOPBACK, "localhost", "::1"})

@@ -19,7 +19,7 @@ from commands.records import BotDeletionPreview, MemoryPreview, RepositoryIdenti
 from schema import content, holds, ledger, purges
 from schema.errors import MemoryErasureUnavailable, NotFound
 from schema.states import PurgeKind, StepKind, TombstoneKind
-from workers import memory
+from storage import memory
 
 MAX_MARKER_LENGTH = 64
 

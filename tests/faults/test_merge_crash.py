@@ -1,6 +1,6 @@
 """A restore merge that dies half-way, on SQLite and on PostgreSQL.
 
-The merge runs in a real child process with a failpoint armed (``workers.failpoints``): at
+The merge runs in a real child process with a failpoint armed (``storage.failpoints``): at
 ``merge.closed``, ``merge.appended`` or ``merge.fenced`` the process exits at once (as if
 killed: ``os._exit(137)``); at ``merge.rearmed`` it hangs and the test SIGKILLs it. The
 database was restored from a backup older than the checkpoint being merged, so purged
@@ -46,7 +46,7 @@ POLICY = runner.Policy()
 MERGE_IN_A_CHILD = """
 import sys
 import commands
-from workers import failpoints
+from storage import failpoints
 
 url, blob_root, file_root, checkpoint_dir, memory_root, spec, path = sys.argv[1:]
 pk = commands.open(url, blob_root=blob_root, file_root=file_root, checkpoint_dir=checkpoint_dir,

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 import commands
+from storage import signed_log
 from tests.http.test_http_api import AS_HOST, WHO, make_client, ok
 from tests.integration.test_restore import clean
 from tlog import tree
 from tlog.verify import ReceiptInvalid, Verifier, open_checkpoint, verify_completion, verify_receipt
-from workers import signed_log
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

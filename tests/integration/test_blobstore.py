@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from workers.blobstore import BlobStore, cas_path, file_path
+from storage.blobstore import BlobStore, cas_path, file_path
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from sqlalchemy import text
 
 import commands
 from commands import RepositoryIdentity
+from storage.memory import MARKER_NAME, OWNERSHIP_REASONS, write_marker
 from tests.helpers import scalar
-from workers.memory import MARKER_NAME, OWNERSHIP_REASONS, write_marker
 
 Pk = commands.Purgekeeper
 Roots = dict[str, Path]

@@ -10,7 +10,7 @@ import pytest
 
 import commands
 from schema import ledger
-from workers import checkpoint, ledger_copy
+from storage import checkpoint, ledger_copy
 
 
 def purge(pk: commands.Purgekeeper, conversation_id: str) -> commands.Acceptance:

@@ -38,9 +38,10 @@ from schema import steps
 from schema.errors import InfrastructureError
 from schema.states import BlobKind, StepStatus
 from schema.tables import UtcDateTime, metadata
+from storage import memory
+from storage.blobstore import BlobStore, cas_path
 from tests.helpers import POLICY, SETTLE_S, rows, scalar
-from workers import broker, memory, runner
-from workers.blobstore import BlobStore, cas_path
+from workers import broker, runner
 from workers.cleanup import ASIDE_PREFIX
 from workers.scheduler import Scheduler
 

@@ -35,9 +35,9 @@ from commands.web import metrics
 from commands.web import status as status_page
 from commands.web.auth import Tokens
 from schema import ledger
+from storage import ledger_copy
+from storage.ledger_copy import CopyInvalid, LedgerCopy
 from tests.integration.test_read_gate import Backups
-from workers import ledger_copy
-from workers.ledger_copy import CopyInvalid, LedgerCopy
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

@@ -28,8 +28,8 @@ from commands import EventScope, NewAttachment
 from commands.web import metrics
 from commands.web import status as status_page
 from commands.web.auth import Tokens
+from storage import checkpoint, failpoints
 from tests.helpers import settle
-from workers import checkpoint, failpoints
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from schema import ledger
-from workers import ledger_copy
-from workers.ledger_copy import CopyDiverged, CopyGap, CopyInvalid, LedgerCopy
+from storage import ledger_copy
+from storage.ledger_copy import CopyDiverged, CopyGap, CopyInvalid, LedgerCopy
 
 DATABASE = "d" * 32
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)

@@ -21,7 +21,7 @@ from sqlalchemy import text
 
 import commands
 from schema import ledger
-from workers import ledger_copy
+from storage import ledger_copy
 
 Pk = commands.Purgekeeper
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}

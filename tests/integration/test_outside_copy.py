@@ -24,9 +24,9 @@ import commands
 from commands import EventScope, NewAttachment
 from commands.http import create_app
 from commands.web.auth import Tokens
+from storage import failpoints
+from storage.ledger_copy import LedgerCopy
 from tests.integration.test_read_gate import Backups
-from workers import failpoints
-from workers.ledger_copy import LedgerCopy
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
@@ -184,7 +184,7 @@ CHILD = """
 import sys
 import commands
 from commands import EventScope
-from workers import failpoints
+from storage import failpoints
 failpoints.arm("ledger.copy=exit")
 url, checkpoints, blobs, files = sys.argv[1:5]
 pk = commands.open(url, checkpoint_dir=checkpoints, blob_root=blobs, file_root=files, workers="none")

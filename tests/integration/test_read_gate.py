@@ -28,9 +28,9 @@ from sqlalchemy.engine import make_url
 import commands
 from commands import EventScope, NewAttachment
 from schema import ledger
+from storage import checkpoint, ledger_copy
 from tests.conftest import create_database, drop_database, terminate_sessions
 from tests.helpers import rows
-from workers import checkpoint, ledger_copy
 
 Pk = commands.Purgekeeper
 Roots = dict[str, Path]

@@ -17,10 +17,10 @@ import pytest
 import commands
 from commands import EventScope
 from schema import ledger
+from storage import signed_log
+from storage.ledger_copy import LedgerCopy
 from tlog import receipt
 from tlog.verify import ReceiptInvalid, Verifier, open_checkpoint, verify_consistency, verify_receipt
-from workers import signed_log
-from workers.ledger_copy import LedgerCopy
 
 Pk = commands.Purgekeeper
 WHO = {"actor": "op", "reason": "receipt test"}

@@ -41,9 +41,10 @@ import commands
 from commands import EventScope, NewAttachment
 from schema import ledger
 from schema.tables import metadata
+from storage import checkpoint, ledger_copy
 from tests.conftest import POSTGRES_ADMIN_URL
 from tests.helpers import rows, scalar
-from workers import checkpoint, ledger_copy, runner
+from workers import runner
 from workers.cleanup import ASIDE_PREFIX
 
 Pk = commands.Purgekeeper

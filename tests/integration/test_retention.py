@@ -18,8 +18,8 @@ from commands import NewAttachment
 from commands.kinds.retention_run import idempotency_key
 from schema.content import utc_from_text
 from schema.ledger import utc_text
+from storage import failpoints
 from tests.helpers import rows, scalar, settle
-from workers import failpoints
 
 Pk = commands.Purgekeeper
 DAY = dt.timedelta(days=1)

@@ -16,8 +16,8 @@ import pytest
 import commands
 from schema.content import utc_from_text
 from schema.ledger import utc_text
+from storage import failpoints
 from tests.helpers import rows, scalar, settle
-from workers import failpoints
 
 Pk = commands.Purgekeeper
 DAY = dt.timedelta(days=1)

@@ -25,7 +25,7 @@ from schema.errors import (
     ValidationError,
     translate_db_error,
 )
-from workers.blobstore import cas_path, file_path
+from storage.blobstore import cas_path, file_path
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 SHA = "abcdef" + "0" * 58
@@ -429,7 +429,7 @@ def test_commands_exports_the_documented_api() -> None:
     assert documented <= set(commands.__all__)
 
 
-# -- one direction of imports: commands -> workers -> schema ------------------------------
+# -- one direction of imports: commands -> workers -> storage -> schema ------------------
 
 
 def imported_packages(source: str) -> set[str]:
@@ -452,7 +452,7 @@ def modules_under(package: str) -> list[Path]:
 
 def test_the_import_parser_sees_every_form_of_import() -> None:
     source = (
-        "import os, workers.memory as m\n"
+        "import os, workers.runner as m\n"
         "from . import sibling\n"
         "from .tables import metadata\n"
         "def f():\n"
@@ -465,6 +465,11 @@ def test_the_import_parser_sees_every_form_of_import() -> None:
 
 @pytest.mark.parametrize("path", modules_under("schema"), ids=lambda p: str(p.relative_to(REPOSITORY)))
 def test_schema_imports_nothing_of_ours_above_it(path: Path) -> None:
+    assert imported_packages(path.read_text("utf-8")).isdisjoint({"commands", "workers", "storage"})
+
+
+@pytest.mark.parametrize("path", modules_under("storage"), ids=lambda p: str(p.relative_to(REPOSITORY)))
+def test_storage_imports_neither_workers_nor_commands(path: Path) -> None:
     assert imported_packages(path.read_text("utf-8")).isdisjoint({"commands", "workers"})
 
 

@@ -3,7 +3,7 @@ content, and the head), and what a merge reads (``Source``).
 
 Earlier versions wrote these into the checkpoint directory after each sweep, named after the
 database's random id (``<database id>-<seq, 12 digits>.json``). The ledger's copy
-(``workers.ledger_copy``, version 2) replaced them; they are still read: by the gate until a
+(``storage.ledger_copy``, version 2) replaced them; they are still read: by the gate until a
 database's first copy exists, and by a merge. ``write`` makes one (tests, and hosts that
 still want the old format).
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 from schema import ledger
 from schema.db import Database
-from workers import failpoints
-from workers.files import atomic_write
+from storage import failpoints
+from storage.files import atomic_write
 
 FORMAT = "purgekeeper-ledger-checkpoint"
 VERSION = 1

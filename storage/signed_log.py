@@ -11,7 +11,7 @@ Nothing else: no entry, no row, no name. The directory can be published as it is
 static web server. Leaf ``i`` is ledger row seq ``i + 1``; its bytes are the row's canonical
 JSON without ``prev_hash`` and ``row_hash`` (``leaf_bytes``), hashed as RFC 6962 says.
 
-The log is written by the copy's writer (``workers.ledger_copy``), under the copy's flock,
+The log is written by the copy's writer (``storage.ledger_copy``), under the copy's flock,
 in every group commit: the copy's segments (fsynced), then the tiles, then the signed
 checkpoint, then the copy's head.json, which records ``tree_size`` and ``tree_root`` (the
 link between the copy and the tree: while head.json says the tree of its seq has the
@@ -81,9 +81,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from schema import ledger
+from storage.files import atomic_write_at, fsync_directory, reason_of
 from tlog import note, tree
 from tlog.verify import HASH_SIZE, Checkpoint, ReceiptInvalid, leaf_hash, open_checkpoint, verify_consistency
-from workers.files import atomic_write_at, fsync_directory, reason_of
 
 log = logging.getLogger(__name__)
 
@@ -466,7 +466,7 @@ class SignedLog:
                 ) from None
         signed = note.sign_checkpoint(self.origin, grown.size, grown.root, self.signer)
         identity = self._publish(grown.tiles, signed.encode())
-        self._drop_narrower(grown.tiles)
+        self._drop_narrower(grown.tiles, size)
         head = TreeHead(Checkpoint(self.origin, grown.size, grown.root), signed)
         with self._memory:
             if identity != self._identity:
@@ -544,15 +544,15 @@ class SignedLog:
                 os.close(parent)
         return os.open(relative, _DIRECTORY | os.O_NOFOLLOW, dir_fd=base)
 
-    def _drop_narrower(self, written: Iterable[tree.Tile]) -> None:
-        """Partial tiles a wider one replaced (``fetch`` serves their bytes from it)."""
+    def _drop_narrower(self, written: Iterable[tree.Tile], old_size: int) -> None:
+        """The partial tile of the tree of ``old_size`` that each wider one replaced (``fetch``
+        serves its bytes from the wider one): one unlink a level, no listing. One a crash
+        left behind stays: it holds a correct tile of an older tree."""
         for tile in written:
-            partials = self.directory / f"{tree.Tile(tile.level, tile.index).path}.p"
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                for name in os.listdir(partials):
-                    if not name.isdigit() or int(name) < tile.width:
-                        with contextlib.suppress(FileNotFoundError):
-                            os.unlink(partials / name)
+            old = tree.tile_width(tile.level, tile.index, old_size)
+            if 0 < old < tile.width:
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    os.unlink(self.directory / tree.Tile(tile.level, tile.index, old).path)
 
 
 def load_or_create_key(path: Path, *, name: str) -> note.Signer:

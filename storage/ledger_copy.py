@@ -65,9 +65,9 @@ from typing import Any
 
 from schema import ledger
 from schema.db import Database
-from workers import checkpoint, failpoints
-from workers.files import atomic_write, atomic_write_at, reason_of
-from workers.signed_log import ForeignKey, LogRefused, SignedLog
+from storage import checkpoint, failpoints
+from storage.files import atomic_write, atomic_write_at, reason_of
+from storage.signed_log import ForeignKey, LogRefused, SignedLog
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from schema.states import BlobKind
-from workers import failpoints
-from workers.files import atomic_write_at
+from storage import failpoints
+from storage.files import atomic_write_at
 
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _BLOB_ID = re.compile(r"[0-9A-Za-z_-]{4,64}")
