@@ -2,7 +2,7 @@
 
 A merge reads any of: the checkpoint directory (this database's copy in it, else its newest
 version 1 file), a copy's directory, a version 2 export (``purgectl ledger checkpoint
---out``) or a version 1 file. In DESIGN.md's order:
+--out``) or a version 1 file. In docs/design.md's order:
 
 1. Plan. Every row of every source is verified first, the rows this ledger already holds
    too (each chains from the one before it, its hash recomputes, the last is the source's

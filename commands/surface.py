@@ -1,6 +1,6 @@
 """What the CLI and the HTTP API share: how each error is reported, and records as JSON.
 
-DESIGN.md's error table, in one place:
+docs/design.md's error table, in one place:
 
     error                                              HTTP  CLI exit code
     ValidationError                                    400   2

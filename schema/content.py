@@ -225,7 +225,7 @@ _EXPIRED_HERE = and_(
 
 def live_event(event_id: Any) -> Any:
     """An event is live while it has no fence (an event tombstone, or an author erasure that
-    covers it) and a placement in a conversation that is not purged (DESIGN.md) and that no
+    covers it) and a placement in a conversation that is not purged (docs/design.md) and that no
     retention run expires. ``event_id`` is a value or a column."""
     return and_(
         not_(_tombstone_exists(TombstoneKind.EVENT, event_id)),

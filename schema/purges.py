@@ -536,7 +536,7 @@ def steps_of(conn: Connection, purge_ids: Sequence[str]) -> list[Row[Any]]:
 
 
 def derived_status_filter(status: str) -> Any:
-    """A WHERE clause on purge_ledger for a derived purge status (DESIGN.md)."""
+    """A WHERE clause on purge_ledger for a derived purge status (docs/design.md)."""
     step = cleanup_steps.c
     mine = step.purge_id == purge_ledger.c.purge_id
     any_incomplete = exists().where(mine, step.status == StepStatus.INCOMPLETE.value)

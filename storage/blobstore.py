@@ -2,7 +2,7 @@
 file root. Every blob row has its own path, so a re-upload of the same bytes never lands on
 the path of a blob that is being deleted.
 
-Layouts: a CAS blob at ``ab/cd/<sha256>-<blob id>`` (DESIGN.md); a real file at
+Layouts: a CAS blob at ``ab/cd/<sha256>-<blob id>`` (docs/design.md); a real file at
 ``ab/cd/<blob id>`` (sharded by its id). A real file's name is its attachment's ``name``
 column, not a file name on disk: an attachment name is content, and a purge should not find
 it in the immutable ``blobs.path`` of a deleted blob; and one file per blob, with no directory

@@ -43,7 +43,7 @@ infrastructure_error with its type only: no traceback, and no driver message (it
 content).
 
 \b
-Exit codes (DESIGN.md's error table, shared with the HTTP API):
+Exit codes (docs/design.md's error table, shared with the HTTP API):
     0  success, including `wait` that timed out ("timed_out": true) or
        ended with the purge incomplete (without --fail-on-incomplete): the
        status is the answer

@@ -75,7 +75,7 @@ token. A missing or wrong token is ``401 {"error": "unauthorized"}``. ``/openapi
 /log/tile/<L>/<N>[.p/<W>]`` (C2SP tlog-tiles of hashes, ``application/octet-stream``), which
 hold hashes only; any other path under ``/log`` is a 404.
 
-Errors are ``{"error": CODE, "detail": ...}`` with DESIGN.md's statuses
+Errors are ``{"error": CODE, "detail": ...}`` with docs/design.md's statuses
 (``commands.surface``). The HTTP layer adds:
 
 - ``400 validation_error`` for a request that does not match the OpenAPI schema (wrong

@@ -1,7 +1,7 @@
 """``purgectl`` as an operator runs it: a subprocess configured only through the environment,
 on SQLite and on PostgreSQL. Content is seeded through the Python API (``pk``, no in-process
 worker); every ``--json`` run must print exactly one JSON document on stdout, also on error,
-and exit with DESIGN.md's code. Cleanup is run by the test (``runner.run_step``) when a
+and exit with docs/design.md's code. Cleanup is run by the test (``runner.run_step``) when a
 purge has to end; otherwise nobody works on it, which is what ``wait --timeout`` needs.
 
 Each start of the interpreter costs about half a second, so the backend-neutral surface (the

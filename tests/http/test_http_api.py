@@ -1,5 +1,5 @@
 """The HTTP API's contract on SQLite and PostgreSQL: every endpoint's success, the bearer
-tokens, bad input (400, and nothing written), DESIGN.md's error table, the body caps, the
+tokens, bad input (400, and nothing written), docs/design.md's error table, the body caps, the
 checkpoint download and merge upload, the demo world, and the server's access rules.
 No response ever carries a traceback: every response passes through ``no_traceback``."""
 
@@ -697,7 +697,7 @@ def test_validation_messages_name_the_field_not_the_input(client: TestClient) ->
     assert "conversation_id" in body["detail"] and "s3cret" not in body["detail"]
 
 
-# -- DESIGN.md's error table -----------------------------------------------------------------------
+# -- docs/design.md's error table -----------------------------------------------------------------------
 
 
 def test_not_found_is_404(client: TestClient, world: World) -> None:

@@ -159,7 +159,7 @@ def test_a_placement_shuffle_cannot_resurrect_a_conversation_purge(chat: Pk) -> 
 
 
 def test_an_unplaced_event_is_not_live(chat: Pk) -> None:
-    """DESIGN.md: live means no fence AND a placement in a conversation that is not purged.
+    """docs/design.md: live means no fence AND a placement in a conversation that is not purged.
     An event whose last live placement is gone takes no content; its last placement in a live
     conversation cannot be deleted raw, and a move (place elsewhere first) still works."""
     write(chat, "INSERT INTO events (id, author, occurred_at, body) VALUES ('e-bare', 'eve', CURRENT_TIMESTAMP, 'x')")

@@ -3,7 +3,7 @@ ledger cannot be trusted, and the operator commands keep working.
 
 The restores are real: on SQLite a ``VACUUM INTO`` copy is put back over the database file;
 on PostgreSQL the database is re-created from a ``CREATE DATABASE ... TEMPLATE`` copy taken
-earlier. The checkpoint directory is outside both, as DESIGN.md requires, so it remembers
+earlier. The checkpoint directory is outside both, as docs/design.md requires, so it remembers
 the purges the restored database forgot. Purged content carries the marker ``SECRET``: no
 diagnostic may ever hold it.
 """

@@ -4,7 +4,7 @@ reservations that no snapshot can miss, attachment names that cleanup can remove
 Revision ID: 0006
 Revises: 0005
 
-- Live is what DESIGN.md says (no fence AND a placement in a conversation that is not
+- Live is what docs/design.md says (no fence AND a placement in a conversation that is not
   purged); a placement, an event row, a cleanup step, and the admissions, derivative
   sources and attachments of purged content are never deleted out from under a purge; no
   content table is truncated (PostgreSQL).

@@ -1,7 +1,7 @@
 -- Fences against writers that bypass the library (issue 11). Statements are separated by
 -- lines reading "-- ;;". Every refusal raises 'purgekeeper:<code>: <detail>'.
 --
--- - Live means what DESIGN.md says: no fence AND a placement in a conversation that is not
+-- - Live means what docs/design.md says: no fence AND a placement in a conversation that is not
 --   purged. Only an event's very first placement may land on an event with no placement.
 -- - A placement is deleted only if its event stays fenced or stays live elsewhere; an event
 --   row, a cleanup step and the links that tie derived content to purged events
