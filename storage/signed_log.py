@@ -465,8 +465,7 @@ class SignedLog:
                     f"{exc.reason}; {NEW_ORIGIN_HINT}"
                 ) from None
         signed = note.sign_checkpoint(self.origin, grown.size, grown.root, self.signer)
-        identity = self._publish(grown.tiles, signed.encode())
-        self._drop_narrower(grown.tiles, size)
+        identity = self._publish(grown.tiles, signed.encode(), replacing=size)
         head = TreeHead(Checkpoint(self.origin, grown.size, grown.root), signed)
         with self._memory:
             if identity != self._identity:
@@ -477,21 +476,26 @@ class SignedLog:
         self._keep_hashes(grown.hashes)
         return head
 
-    def _publish(self, tiles: Mapping[tree.Tile, bytes], checkpoint: bytes) -> tuple[int, int]:
-        """The tiles, then the checkpoint, in the order the module's docstring gives. Returns
-        the log directory's identity."""
+    def _publish(self, tiles: Mapping[tree.Tile, bytes], checkpoint: bytes, *, replacing: int) -> tuple[int, int]:
+        """The tiles (growing the tree of size ``replacing``), then the checkpoint, in the
+        order the module's docstring gives. Returns the log directory's identity."""
         base = self._open_directory()
         try:
-            self._write_tiles(base, tiles, durable=False)
+            self._write_tiles(base, tiles, durable=False, replacing=replacing)
             atomic_write_at(base, CHECKPOINT_FILE, checkpoint)
             info = os.fstat(base)
             return (info.st_dev, info.st_ino)
         finally:
             os.close(base)
 
-    def _write_tiles(self, base: int, tiles: Mapping[tree.Tile, bytes], *, durable: bool) -> None:
+    def _write_tiles(
+        self, base: int, tiles: Mapping[tree.Tile, bytes], *, durable: bool, replacing: int | None = None
+    ) -> None:
         """Each tile renamed into place; the full ones (all of them when ``durable``) fsynced
-        first, and each of their directories fsynced once after them."""
+        first, and each of their directories fsynced once after them. Each partial tile of the
+        tree of size ``replacing`` that a written one widens is unlinked after it (``fetch``
+        serves its bytes from the wider one; a crash that brings it back leaves a correct
+        tile of an older tree): one unlink a level, no listing."""
         opened: dict[str, int] = {}
         synced: set[str] = set()
         try:
@@ -503,6 +507,14 @@ class SignedLog:
                 atomic_write_at(opened[parent], name, data, sync_directory=False, sync_file=sync)
                 if sync:
                     synced.add(parent)
+                old = tree.tile_width(tile.level, tile.index, replacing) if replacing is not None else 0
+                if 0 < old < tile.width:
+                    narrower = tree.Tile(tile.level, tile.index, old).path
+                    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                        if narrower.rsplit("/", 1)[0] == parent:
+                            os.unlink(str(old), dir_fd=opened[parent])
+                        else:
+                            os.unlink(narrower, dir_fd=base)
             for parent in sorted(synced):
                 os.fsync(opened[parent])
         finally:
@@ -543,16 +555,6 @@ class SignedLog:
             finally:
                 os.close(parent)
         return os.open(relative, _DIRECTORY | os.O_NOFOLLOW, dir_fd=base)
-
-    def _drop_narrower(self, written: Iterable[tree.Tile], old_size: int) -> None:
-        """The partial tile of the tree of ``old_size`` that each wider one replaced (``fetch``
-        serves its bytes from the wider one): one unlink a level, no listing. One a crash
-        left behind stays: it holds a correct tile of an older tree."""
-        for tile in written:
-            old = tree.tile_width(tile.level, tile.index, old_size)
-            if 0 < old < tile.width:
-                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                    os.unlink(self.directory / tree.Tile(tile.level, tile.index, old).path)
 
 
 def load_or_create_key(path: Path, *, name: str) -> note.Signer:

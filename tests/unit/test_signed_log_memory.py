@@ -245,3 +245,14 @@ def test_a_damaged_full_tile_is_refused_not_guessed(tmp_path: Path) -> None:
     restarted = writer(tmp_path)
     with pytest.raises(signed_log.LogRefused, match="do not give"):
         restarted.append(rows.take(1))
+
+
+def test_a_wider_partial_tile_replaces_the_narrower_one(tmp_path: Path) -> None:
+    copy, rows = writer(tmp_path), Rows()
+    written = rows.take(520)
+    for start in range(0, 520, 13):  # across two full tiles of level 0
+        copy.append(written[start : start + 13])
+    tiles = log_of(copy).directory / "tile"
+    partials = sorted(p.relative_to(tiles).as_posix() for p in tiles.rglob("*") if p.parent.name.endswith(".p"))
+    assert partials == ["0/002.p/8", "1/000.p/2"]
+    assert_sound(log_of(copy), written)
