@@ -3,29 +3,31 @@
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from commands import receipts
+from commands.acceptance import Acceptor, EnqueueHook, Enqueuer, broker_hook
 from commands.content import ContentCommands
 from commands.gate import Gate
 from commands.holds import HoldCommands
+from commands.kinds.base import Kind
+from commands.kinds.skeleton import Causal
 from commands.operations import STALL_AFTER, OperatorCommands
-from commands.purges import EnqueueHook, PurgeCommands
+from commands.purges import PurgeCommands
+from commands.records import Acceptance, AuthorErasurePreview, BotDeletionPreview, RepositoryIdentity
 from commands.restore import RestoreCommands
 from commands.retention import RetentionCommands
+from commands.scope import EventScope, PurgePreview
 from commands.settings import Settings
 from schema import ledger, migrate
 from schema.db import Database
-from schema.errors import LedgerNotCopied, ValidationError
-from storage import ledger_copy
+from schema.errors import ValidationError
 from storage.blobstore import BlobStore
-from storage.files import reason_of
 from workers import broker, runner
 from workers.cleanup import StepContext
 from workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 WORKER_MODES = ("auto", "none")
 
 
-class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommands, OperatorCommands, RestoreCommands):
+class Purgekeeper(ContentCommands, RetentionCommands, HoldCommands, OperatorCommands, RestoreCommands):
     """One database and its roots. Use ``commands.open()`` to get one; ``close()`` it after.
 
     ``workers="auto"`` without a broker URL runs an in-process dramatiq worker (StubBroker,
@@ -70,10 +72,13 @@ class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommand
         self.copy = self.gate.copy  # one copy per handle: its head's cache serves the gate and acceptances
         self.gate.quick()  # at start-up: the O(1) check against the copy; the audit walks the rest
         self.gate.start_audit()
-        self.receipts = receipts.Receipts(db, log, copy_ledger=self.copy_ledger)
         self._scheduler: Scheduler | None = None
         self._closed = False
-        self.enqueue: EnqueueHook = enqueue or self._broker_enqueue()
+        self.enqueue: EnqueueHook = enqueue or broker_hook(settings, workers, self.database_key, db)
+        self.enqueuer = Enqueuer(self.enqueue)
+        self.acceptance = Acceptor(db, self.gate, settings, self.copy, self.enqueuer)
+        self.receipts = receipts.Receipts(db, log, copy_ledger=self.acceptance.copy_ledger)
+        self.purges = PurgeCommands(self.acceptance)
         if workers == "auto" and settings.broker_url is None:
             self._start_in_process(sweep_interval)
 
@@ -82,18 +87,12 @@ class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommand
             db=self.db, blobs=self.blobs, memory_roots=self.settings.memory_roots, lease=self.policy.lease
         )
 
-    def _broker_enqueue(self) -> EnqueueHook:
-        if self.workers == "none" and self.settings.broker_url is None:
-            return _no_enqueue
-        broker.setup(self.settings.broker_url)
-        return functools.partial(broker.enqueue, self.settings.broker_url, self.database_key, db=self.db)
-
     def _start_in_process(self, sweep_interval: dt.timedelta) -> None:
         broker.register(self.database_key, broker.Runtime(self.step_context(), self.policy))
         broker.start_embedded_worker()
         self._scheduler = Scheduler(
             self.db,
-            self._wake,
+            self.enqueuer.wake,
             interval=sweep_interval,
             resend_after=self.policy.lease,
             after_sweep=self.scheduler_duties,
@@ -111,12 +110,7 @@ class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommand
         """Copy every committed ledger row the checkpoint directory lacks (the scheduler does
         this after every sweep; an acceptance copies its own row before it returns). Returns
         the seq the copy holds."""
-        try:
-            return ledger_copy.catch_up(self.db, self.copy).seq
-        except ledger_copy.COPY_FAILED as exc:
-            raise LedgerNotCopied(
-                f"the ledger could not be copied to the checkpoint directory: {reason_of(exc)}"
-            ) from exc
+        return self.acceptance.copy_ledger()
 
     def receipt(self, purge_id: str) -> dict[str, Any]:
         """The purge's receipt: its ledger row proven in the newest signed checkpoint
@@ -142,6 +136,171 @@ class Purgekeeper(ContentCommands, PurgeCommands, RetentionCommands, HoldCommand
     def log_key(self) -> str:
         """The signed log's verification key (``<name>+<key id>+<base64 key>``)."""
         return self.receipts.vkey()
+
+    # -- purges (commands.purges) -----------------------------------------------------------
+
+    def preview_purge(self, scope: EventScope) -> PurgePreview:
+        """The dependency report of a content purge, and the ``scope_digest`` to confirm."""
+        return self.purges.preview_purge(scope)
+
+    def confirm_purge(
+        self,
+        scope: EventScope,
+        *,
+        scope_digest: str,
+        actor: str,
+        reason: str,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Accept a previewed content purge: ledger row, fences and cleanup steps, at once."""
+        return self.purges.confirm_purge(
+            scope,
+            scope_digest=scope_digest,
+            actor=actor,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            request_id=request_id,
+            origin=origin,
+        )
+
+    def purge_conversation(
+        self,
+        conversation_id: str,
+        *,
+        actor: str,
+        reason: str,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Purge a whole conversation (or channel). A repeat is ``already_purged``, even with
+        the original expected version; an absent id is reserved. The cost of acceptance does
+        not depend on the conversation's size: cleanup removes its content afterwards."""
+        return self.purges.purge_conversation(
+            conversation_id,
+            actor=actor,
+            reason=reason,
+            expected_version=expected_version,
+            idempotency_key=idempotency_key,
+            request_id=request_id,
+            origin=origin,
+        )
+
+    def delete_channel(
+        self,
+        channel_id: str,
+        *,
+        actor: str,
+        reason: str,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """End a channel: no new membership, routing or content. Its history stays readable,
+        its id is tombstoned, and nothing is removed (purge it separately to remove content)."""
+        return self.purges.delete_channel(
+            channel_id,
+            actor=actor,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            request_id=request_id,
+            origin=origin,
+        )
+
+    def preview_bot_deletion(self, bot_id: str) -> BotDeletionPreview:
+        """What deleting the bot does, and whether its Memory can be erased (with the reason)."""
+        return self.purges.preview_bot_deletion(bot_id)
+
+    def delete_bot(
+        self,
+        bot_id: str,
+        *,
+        actor: str,
+        reason: str,
+        erase_memory: bool = False,
+        reviewed_repository: RepositoryIdentity | None = None,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Delete a bot: refuse while it has non-terminal runs, close new runs and admissions,
+        tombstone its id and keep a durable locator of its Memory. With ``erase_memory`` the
+        reviewed repository must still match and be provably the bot's alone; a ``memory``
+        cleanup step then removes it."""
+        return self.purges.delete_bot(
+            bot_id,
+            actor=actor,
+            reason=reason,
+            erase_memory=erase_memory,
+            reviewed_repository=reviewed_repository,
+            idempotency_key=idempotency_key,
+            request_id=request_id,
+            origin=origin,
+        )
+
+    def preview_author_erasure(self, author: str, *, before: dt.datetime | None = None) -> AuthorErasurePreview:
+        """What erasing everything ``author`` wrote (with ``occurred_at < before``, if given)
+        would touch, in every conversation, and the ``scope_digest`` to confirm."""
+        return self.purges.preview_author_erasure(author, before=before)
+
+    def erase_author(
+        self,
+        author: str,
+        *,
+        scope_digest: str,
+        actor: str,
+        reason: str,
+        before: dt.datetime | None = None,
+        close_author: bool = True,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Erase everything ``author`` wrote, wherever it is placed (see
+        ``commands.kinds.author``). The acceptance costs the same for ten events as for a
+        hundred thousand; from it on no reader returns any of them, and the cleanup steps
+        remove them in batches (the touched conversations' versions rise as they do, not at
+        acceptance). Afterwards ingesting an event by the author inside the erased window
+        raises ``AuthorErased``, and with ``close_author`` any new event by them does."""
+        return self.purges.erase_author(
+            author,
+            scope_digest=scope_digest,
+            actor=actor,
+            reason=reason,
+            before=before,
+            close_author=close_author,
+            idempotency_key=idempotency_key,
+            request_id=request_id,
+            origin=origin,
+        )
+
+    @property
+    def _copy_out(self) -> Callable[[Acceptance], None]:
+        """The acceptance's copy of its ledger row out (``Acceptor.copy_out``). bench/scale.py
+        times it by setting a wrapper here; deleting the wrapper restores it."""
+        return self.acceptance.copy_out
+
+    @_copy_out.setter
+    def _copy_out(self, step: Callable[[Acceptance], None]) -> None:
+        self.acceptance.copy_out = step  # type: ignore[method-assign,assignment]
+
+    @_copy_out.deleter
+    def _copy_out(self) -> None:
+        del self.acceptance.copy_out
+
+    # -- the skeleton's edges, for the commands not composed yet ------------------------------
+
+    def _preview(self, kind: Kind, args: Any) -> Any:
+        return self.acceptance.preview(kind, args)
+
+    def _accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:
+        return self.acceptance.accept(kind, args, request, causal)
+
+    def _wake(self, step_ids: Sequence[str]) -> None:
+        self.enqueuer.wake(step_ids)
 
     def close(self) -> None:
         """Stop the in-process parts and release the database connections."""
@@ -245,7 +404,3 @@ def _settings(base: Settings, **given: Any) -> Settings:
         else:
             changes[name] = Path(value).expanduser().absolute()
     return replace(base, **changes)
-
-
-def _no_enqueue(step_ids: Sequence[str]) -> None:
-    """Until the workers are wired, an acceptance wakes nothing; the scheduler sweeps."""

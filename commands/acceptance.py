@@ -1,0 +1,130 @@
+"""The skeleton's edges, each an object the handle builds once and hands to the commands that
+need it: the ``Enqueuer``, which wakes the workers, and the ``Acceptor``, through which every
+kind's preview and confirmation go (``commands.kinds.skeleton``).
+
+An acceptance is one transaction (the skeleton's). After the commit the row is copied to the
+checkpoint directory, and only then are its cleanup steps woken, best effort: the
+scheduler's sweep heals a wake-up that was lost.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from commands.gate import Gate
+from commands.kinds.base import PREVIEW_RETENTION, Env, Kind
+from commands.kinds.skeleton import Causal, accept, appended
+from commands.records import Acceptance
+from commands.settings import Settings
+from schema import purges
+from schema.db import Database
+from schema.errors import LedgerNotCopied, PurgekeeperError
+from storage import ledger_copy
+from storage.files import reason_of
+from workers import broker
+
+log = logging.getLogger(__name__)
+
+EnqueueHook = Callable[[Sequence[str]], None]
+
+_COPY_FAILED: tuple[type[Exception], ...] = (*ledger_copy.COPY_FAILED, PurgekeeperError)
+
+
+class Enqueuer:
+    """Wakes the workers for cleanup steps through ``enqueue`` (the broker's, or a host's
+    hook), after the commit and never before. Best effort: a failure is logged, and the
+    scheduler's sweep re-sends what is due."""
+
+    def __init__(self, enqueue: EnqueueHook) -> None:
+        self.enqueue = enqueue
+
+    def wake(self, step_ids: Sequence[str]) -> None:
+        """After the commit, never before; a failure is logged and the sweep heals it."""
+        try:
+            self.enqueue(list(step_ids))
+        except Exception:
+            log.warning(
+                "enqueue of cleanup steps %s failed; the scheduler will resume them", list(step_ids), exc_info=True
+            )
+
+
+def broker_hook(settings: Settings, workers: str, database_key: str, db: Database) -> EnqueueHook:
+    """The enqueue hook of a handle given none: the broker's (Redis with a broker URL, else
+    the in-process StubBroker); with ``workers="none"`` and no broker URL, none at all."""
+    if workers == "none" and settings.broker_url is None:
+        return _no_enqueue
+    broker.setup(settings.broker_url)
+    return functools.partial(broker.enqueue, settings.broker_url, database_key, db=db)
+
+
+def _no_enqueue(step_ids: Sequence[str]) -> None:
+    """Until the workers are wired, an acceptance wakes nothing; the scheduler sweeps."""
+
+
+class Acceptor:
+    """Every kind's preview and acceptance: the skeleton run in ``db`` while ``gate`` is
+    open (``settings`` for the kinds' stages), the ledger row copied to ``copy`` after the
+    commit, then the steps woken through ``enqueuer``."""
+
+    def __init__(
+        self, db: Database, gate: Gate, settings: Settings, copy: ledger_copy.LedgerCopy, enqueuer: Enqueuer
+    ) -> None:
+        self.db = db
+        self.gate = gate
+        self.copy = copy
+        self.enqueuer = enqueuer
+        self.env = Env(gate, settings)
+
+    def preview(self, kind: Kind, args: Any) -> Any:
+        """A kind's preview, in one read transaction while the gate is open; then, in a short
+        write of its own, what a confirmation checks it against."""
+        with self.db.read() as conn:
+            self.gate.require_open(conn)
+            report, remembered = kind.preview(conn, self.env, args)
+        if remembered is not None:
+            digest = report.scope_digest
+            self.db.transact(lambda conn: purges.save_preview(conn, digest, remembered, keep_for=PREVIEW_RETENTION))
+        return report
+
+    def accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:
+        """Commit, then copy the ledger row out (flushed), then wake the steps; the call
+        returns only once the row is in the checkpoint directory."""
+        env = self.env
+        acceptance, step_ids = self.db.transact(lambda conn: accept(conn, kind, env, args, request, causal))
+        try:
+            self.copy_out(acceptance)
+        finally:
+            if step_ids:
+                self.enqueuer.wake(step_ids)
+        return acceptance
+
+    def copy_out(self, acceptance: Acceptance) -> None:
+        """After the commit, never before: a row may be outside and not yet in a database
+        that was later restored, never the reverse. A failure leaves the purge accepted."""
+        written = getattr(appended, "entry", None)
+        appended.entry = None
+        if written is not None and (written.seq, written.purge_id) != (acceptance.ledger_seq, acceptance.purge_id):
+            written = None  # not this acceptance's row (a replay appends none): read it instead
+        try:
+            ledger_copy.catch_up(self.db, self.copy, upto=acceptance.ledger_seq, committed=written)
+        except _COPY_FAILED as exc:
+            raise LedgerNotCopied(
+                f"purge {acceptance.purge_id} is accepted and fenced (ledger seq {acceptance.ledger_seq}), but its "
+                f"ledger row is not in the checkpoint directory yet ({reason_of(exc)}); the same request again "
+                "(same idempotency key), the next acceptance or the scheduler completes the copy",
+                purge_id=acceptance.purge_id,
+                ledger_seq=acceptance.ledger_seq,
+            ) from exc
+
+    def copy_ledger(self) -> int:
+        """Copy every committed ledger row the checkpoint directory lacks; returns the seq the
+        copy holds."""
+        try:
+            return ledger_copy.catch_up(self.db, self.copy).seq
+        except ledger_copy.COPY_FAILED as exc:
+            raise LedgerNotCopied(
+                f"the ledger could not be copied to the checkpoint directory: {reason_of(exc)}"
+            ) from exc
