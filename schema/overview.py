@@ -19,15 +19,13 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
-from sqlalchemy import Connection, and_, distinct, func, or_, select
+from sqlalchemy import Connection, distinct, func, select
 
+from schema import lifecycle
 from schema.content import upsert_insert
 from schema.states import StepKind, StepStatus
 from schema.tables import cleanup_steps, metric_counters
-
-WAITING = (StepStatus.PENDING.value, StepStatus.RETRYING.value)
 
 
 @dataclass(frozen=True)
@@ -60,15 +58,6 @@ _STEP_TOTALS = select(
 ).group_by(_c.status, _c.kind)
 
 
-def _due_before(moment: dt.datetime) -> Any:
-    """Steps due since before ``moment``: waiting ones by their next attempt, running ones by
-    their lease expiry (the same rule as the scheduler's sweep and ``is_stalled``)."""
-    return or_(
-        and_(_c.status.in_(WAITING), _c.next_attempt_at < moment),
-        and_(_c.status == StepStatus.RUNNING.value, _c.lease_expires_at < moment),
-    )
-
-
 def step_totals(conn: Connection) -> dict[tuple[str, str], StepTotals]:
     totals = {
         (row.status, row.kind): StepTotals(
@@ -84,10 +73,8 @@ def step_totals(conn: Connection) -> dict[tuple[str, str], StepTotals]:
 
 def oldest_due_since(conn: Connection, now: dt.datetime) -> dt.datetime | None:
     """Since when the longest-waiting due step has been due (None: nothing is due)."""
-    waiting = select(func.min(_c.next_attempt_at)).where(_c.status.in_(WAITING), _c.next_attempt_at <= now)
-    expired = select(func.min(_c.lease_expires_at)).where(
-        _c.status == StepStatus.RUNNING.value, _c.lease_expires_at <= now
-    )
+    waiting = select(func.min(_c.next_attempt_at)).where(lifecycle.waiting_due_clause(now))
+    expired = select(func.min(_c.lease_expires_at)).where(lifecycle.lease_expired_clause(now))
     row = conn.execute(select(waiting.scalar_subquery(), expired.scalar_subquery())).one()
     return min((since for since in row if since is not None), default=None)
 
@@ -95,7 +82,7 @@ def oldest_due_since(conn: Connection, now: dt.datetime) -> dt.datetime | None:
 def purge_counts(conn: Connection, now: dt.datetime, stall_after: dt.timedelta) -> tuple[int, int]:
     """(incomplete purges, stalled purges), by COUNT(DISTINCT purge_id) over the status indexes."""
     incomplete = select(func.count(distinct(_c.purge_id))).where(_c.status == StepStatus.INCOMPLETE.value)
-    stalled = select(func.count(distinct(_c.purge_id))).where(_due_before(now - stall_after))
+    stalled = select(func.count(distinct(_c.purge_id))).where(lifecycle.stalled_clause(now, stall_after))
     row = conn.execute(select(incomplete.scalar_subquery(), stalled.scalar_subquery())).one()
     return int(row[0]), int(row[1])
 
@@ -105,7 +92,7 @@ def stalled_purge_ids(conn: Connection, now: dt.datetime, stall_after: dt.timede
     due_since = func.min(func.coalesce(_c.lease_expires_at, _c.next_attempt_at))
     query = (
         select(_c.purge_id)
-        .where(_due_before(now - stall_after))
+        .where(lifecycle.stalled_clause(now, stall_after))
         .group_by(_c.purge_id)
         .order_by(due_since, _c.purge_id)
         .limit(limit)

@@ -24,7 +24,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     cast,
-    exists,
     func,
     insert,
     literal,
@@ -38,7 +37,7 @@ from sqlalchemy import (
     update,
 )
 
-from schema import holds
+from schema import holds, lifecycle
 from schema.content import author_erased, live_event, upsert_insert
 from schema.driver import DriverStatement
 from schema.idlists import IdList, Ids, among_many, array_literal
@@ -535,21 +534,6 @@ def steps_of(conn: Connection, purge_ids: Sequence[str]) -> list[Row[Any]]:
     return list(conn.execute(query).all())
 
 
-def derived_status_filter(status: str) -> Any:
-    """A WHERE clause on purge_ledger for a derived purge status (docs/design.md)."""
-    step = cleanup_steps.c
-    mine = step.purge_id == purge_ledger.c.purge_id
-    any_incomplete = exists().where(mine, step.status == StepStatus.INCOMPLETE.value)
-    any_unfinished = exists().where(mine, step.status != StepStatus.DONE.value)
-    any_attempted = exists().where(mine, step.attempts > 0)
-    return {
-        "complete": not_(any_unfinished),
-        "incomplete": any_incomplete,
-        "cleaning": and_(not_(any_incomplete), any_unfinished, any_attempted),
-        "accepted": and_(any_unfinished, not_(any_attempted)),
-    }[status]
-
-
 @dataclass(frozen=True)
 class LedgerFilter:
     """Which ledger rows ``list_ledger`` returns: of one derived status, one kind, naming one
@@ -570,7 +554,7 @@ def list_ledger(conn: Connection, *, where: LedgerFilter, limit: int, before_seq
     row = purge_ledger.c
     query = select(purge_ledger).order_by(row.seq.desc()).limit(limit)
     if where.status is not None:
-        query = query.where(derived_status_filter(where.status))
+        query = query.where(lifecycle.status_clause(where.status, row.purge_id))
     if where.kind is not None:
         query = query.where(row.kind == where.kind)
     if where.hidden_kinds:

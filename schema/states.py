@@ -119,5 +119,19 @@ class StepStatus(StrEnum):
     INCOMPLETE = "incomplete"
 
 
+class PurgeStatus(StrEnum):
+    """A purge's status, derived from its cleanup steps (``schema.lifecycle``): accepted (no
+    step attempted yet) → cleaning → complete (every step done, or none) | incomplete (a step
+    gave up; an operator's retry re-arms it)."""
+
+    ACCEPTED = "accepted"
+    CLEANING = "cleaning"
+    COMPLETE = "complete"
+    INCOMPLETE = "incomplete"
+
+
+FINISHED_PURGE_STATUSES = (PurgeStatus.COMPLETE.value, PurgeStatus.INCOMPLETE.value)
+
+
 def values(enum: type[StrEnum]) -> tuple[str, ...]:
     return tuple(member.value for member in enum)

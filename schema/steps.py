@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, func, insert, or_, select, update
 
-from schema import overview
+from schema import lifecycle, overview
 from schema.content import upsert_insert
 from schema.ledger import clock, database_now
 from schema.overview import Counter
@@ -91,14 +91,6 @@ def backoff(attempt: int, *, base: float, cap: float, rand: Callable[[], float] 
     return ceiling / 2 + rand() * ceiling / 2
 
 
-def _due(now: Any) -> Any:
-    c = cleanup_steps.c
-    return or_(
-        and_(c.status.in_([StepStatus.PENDING.value, StepStatus.RETRYING.value]), c.next_attempt_at <= now),
-        and_(c.status == StepStatus.RUNNING.value, c.lease_expires_at <= now),
-    )
-
-
 def claim(conn: Connection, step_id: str, *, owner: str, lease: dt.timedelta) -> Claim | None:
     """Take the step if it is due or its lease expired. A step whose lease expired on its last
     attempt (the worker died every time) ends incomplete instead. Two UPDATEs, each reading
@@ -130,7 +122,7 @@ def claim_or_end(conn: Connection, step_id: str, *, owner: str, lease: dt.timede
         return Exhausted(ended.id, ended.purge_id, ended.kind, int(ended.attempts))
     row = conn.execute(
         update(cleanup_steps)
-        .where(c.id == step_id, _due(now))
+        .where(c.id == step_id, lifecycle.due_clause(now))
         .values(
             status=StepStatus.RUNNING.value,
             attempts=c.attempts + 1,
@@ -348,13 +340,13 @@ def due_steps(conn: Connection, *, limit: int) -> list[str]:
     c = cleanup_steps.c
     waiting = (
         select(c.id, c.next_attempt_at.label("since"))
-        .where(c.status.in_([StepStatus.PENDING.value, StepStatus.RETRYING.value]), c.next_attempt_at <= now)
+        .where(lifecycle.waiting_due_clause(now))
         .order_by(c.next_attempt_at)
         .limit(limit)
     )
     expired = (
         select(c.id, c.lease_expires_at.label("since"))
-        .where(c.status == StepStatus.RUNNING.value, c.lease_expires_at <= now)
+        .where(lifecycle.lease_expired_clause(now))
         .order_by(c.lease_expires_at)
         .limit(limit)
     )
