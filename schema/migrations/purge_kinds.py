@@ -9,8 +9,8 @@ from alembic import op
 
 def widen_purge_kinds(check: str) -> None:
     """Replace the CHECK on ``purge_ledger.kind`` with ``check``. SQLite cannot alter a CHECK:
-    the table is rebuilt (every row copied as it is), which drops its triggers; the caller's
-    fences file creates them again."""
+    the table is rebuilt (every row copied as it is), which drops its triggers; the caller
+    creates them again (``ledger_triggers.create_sqlite_ledger_triggers``)."""
     if op.get_bind().dialect.name == "sqlite":
         with op.batch_alter_table("purge_ledger", recreate="always") as batch:
             batch.drop_constraint(op.f("ck_purge_ledger_kind"), type_="check")

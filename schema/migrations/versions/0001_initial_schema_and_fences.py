@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from schema import fences
+from schema.migrations.ledger_triggers import create_sqlite_ledger_triggers
 
 ACTIVE_RUNS = "status IN ('queued', 'running', 'waiting')"
 
@@ -348,6 +349,7 @@ def upgrade() -> None:
 
 def install_fences() -> None:
     fences.install(op.get_bind(), "0001_fences.sql")
+    create_sqlite_ledger_triggers()
 
 
 def seed_ledger_head() -> None:

@@ -11,7 +11,7 @@ Revises: 0007
 - ``events``: indexed by (author, occurred_at, id), for the cleanup's keyset and the
   window's end, and by (author, created_at), for the newest ingest of an author.
 - ``purge_ledger.kind`` takes ``author``. SQLite cannot alter a CHECK: the table is rebuilt
-  (rows copied as they are) and its triggers are created again by the fences file.
+  (rows copied as they are) and its triggers are created again (``purge_ledger_triggers.sql``).
 - The fences (0008_author_erasure.sql): an erased event is not live (``content_purged``);
   an event by an author whose erasure covers its time, or who is closed, is refused
   (``author_erased``), and an erased event's author and time never change. On PostgreSQL
@@ -26,6 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from schema import fences
+from schema.migrations.ledger_triggers import create_sqlite_ledger_triggers
 from schema.migrations.purge_kinds import widen_purge_kinds
 
 revision = "0008"
@@ -51,7 +52,8 @@ def upgrade() -> None:
     op.create_index("ix_author_erasures_author", "author_erasures", ["author"], unique=False, postgresql_using="hash")
     op.create_index("ix_events_author_occurred_at", "events", ["author", "occurred_at", "id"], unique=False)
     op.create_index("ix_events_author_created_at", "events", ["author", "created_at", "id"], unique=False)
-    widen_purge_kinds(PURGE_KINDS)  # SQLite: the fences file creates the ledger's triggers again
+    widen_purge_kinds(PURGE_KINDS)
+    create_sqlite_ledger_triggers()  # the rebuild dropped them (SQLite)
     fences.install(op.get_bind(), "0008_author_erasure.sql")
 
 

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from schema import fences
+from schema.migrations.ledger_triggers import create_sqlite_ledger_triggers
 from schema.migrations.purge_kinds import widen_purge_kinds
 
 revision = "0009"
@@ -99,7 +100,7 @@ def upgrade() -> None:
     op.create_index("ix_events_occurred_at", "events", ["occurred_at", "id"], unique=False)
     with op.batch_alter_table("cleanup_steps") as batch:
         batch.add_column(sa.Column("held", sa.BigInteger(), server_default="0", nullable=False))
-    widen_purge_kinds(PURGE_KINDS)  # SQLite: the fences file creates the ledger's triggers again
+    widen_purge_kinds(PURGE_KINDS)  # SQLite: drops the ledger's triggers, created again below
     runs = sa.text("kind = 'retention_run'")
     op.create_index(
         "ix_purge_ledger_retention_runs",
@@ -109,6 +110,7 @@ def upgrade() -> None:
         postgresql_where=runs,
         sqlite_where=runs,
     )
+    create_sqlite_ledger_triggers()
     fences.install(op.get_bind(), "0009_retention_and_holds.sql")
 
 

@@ -2,6 +2,8 @@
 -- Every refusal raises 'purgekeeper:<code>: <detail>'; schema/errors.py maps the codes.
 -- SQLite serialises writers (BEGIN IMMEDIATE), so a check inside the writing transaction
 -- cannot be overtaken by a purge. The rules are the same as schema/sql/postgresql/.
+-- The purge ledger's triggers are in purge_ledger_triggers.sql, which the migration runs
+-- after this file (0008 and 0009 run it again).
 -- ;;
 CREATE TRIGGER pk_conversations_before_insert BEFORE INSERT ON conversations
 BEGIN
@@ -275,29 +277,7 @@ BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:tombstone_permanent: tombstones are never changed or removed');
 END;
 -- ;;
-CREATE TRIGGER pk_purge_ledger_no_update BEFORE UPDATE ON purge_ledger
-BEGIN
-    SELECT RAISE(ABORT, 'purgekeeper:ledger_append_only: the purge ledger is append-only');
-END;
--- ;;
 CREATE TRIGGER pk_tombstones_no_delete BEFORE DELETE ON tombstones
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:tombstone_permanent: tombstones are never changed or removed');
-END;
--- ;;
-CREATE TRIGGER pk_purge_ledger_no_delete BEFORE DELETE ON purge_ledger
-BEGIN
-    SELECT RAISE(ABORT, 'purgekeeper:ledger_append_only: the purge ledger is append-only');
-END;
--- ;;
-CREATE TRIGGER pk_purge_ledger_chain BEFORE INSERT ON purge_ledger
-BEGIN
-    -- The chain is enforced here too: a row must extend the head, which then moves to it.
-    SELECT RAISE(ABORT, 'purgekeeper:ledger_append_only: the row does not extend the ledger head')
-     WHERE NOT EXISTS (SELECT 1 FROM ledger_head WHERE id = 1 AND seq + 1 = NEW.seq AND head_hash = NEW.prev_hash);
-END;
--- ;;
-CREATE TRIGGER pk_purge_ledger_moves_head AFTER INSERT ON purge_ledger
-BEGIN
-    UPDATE ledger_head SET seq = NEW.seq, head_hash = NEW.row_hash WHERE id = 1;
 END;

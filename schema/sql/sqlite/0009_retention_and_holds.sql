@@ -11,37 +11,8 @@
 -- purged". An event X is live while it has no event tombstone, no author erasure covers it,
 -- and EXISTS (SELECT 1 FROM pk_live_placements WHERE event_id = X).
 -- The migration rebuilt purge_ledger (its kind CHECK takes the new kinds) before this file
--- ran, which dropped the ledger's triggers: they are created again here, as 0001 wrote them.
-DROP TRIGGER IF EXISTS pk_purge_ledger_no_update;
--- ;;
-CREATE TRIGGER pk_purge_ledger_no_update BEFORE UPDATE ON purge_ledger
-BEGIN
-    SELECT RAISE(ABORT, 'purgekeeper:ledger_append_only: the purge ledger is append-only');
-END;
--- ;;
-DROP TRIGGER IF EXISTS pk_purge_ledger_no_delete;
--- ;;
-CREATE TRIGGER pk_purge_ledger_no_delete BEFORE DELETE ON purge_ledger
-BEGIN
-    SELECT RAISE(ABORT, 'purgekeeper:ledger_append_only: the purge ledger is append-only');
-END;
--- ;;
-DROP TRIGGER IF EXISTS pk_purge_ledger_chain;
--- ;;
-CREATE TRIGGER pk_purge_ledger_chain BEFORE INSERT ON purge_ledger
-BEGIN
-    -- The chain is enforced here too: a row must extend the head, which then moves to it.
-    SELECT RAISE(ABORT, 'purgekeeper:ledger_append_only: the row does not extend the ledger head')
-     WHERE NOT EXISTS (SELECT 1 FROM ledger_head WHERE id = 1 AND seq + 1 = NEW.seq AND head_hash = NEW.prev_hash);
-END;
--- ;;
-DROP TRIGGER IF EXISTS pk_purge_ledger_moves_head;
--- ;;
-CREATE TRIGGER pk_purge_ledger_moves_head AFTER INSERT ON purge_ledger
-BEGIN
-    UPDATE ledger_head SET seq = NEW.seq, head_hash = NEW.row_hash WHERE id = 1;
-END;
--- ;;
+-- ran, which dropped the ledger's triggers: it created them again from
+-- purge_ledger_triggers.sql, as 0001 did, just before running this file.
 CREATE VIEW pk_live_placements AS
 SELECT p.event_id, p.conversation_id
   FROM placements p JOIN conversations c ON c.id = p.conversation_id JOIN events e ON e.id = p.event_id
