@@ -38,13 +38,12 @@ from tenacity import (
 
 from schema.driver import DriverRead, Reader, run_on_driver
 from schema.errors import InfrastructureError, ValidationError, is_retryable, translate_db_error
+from schema.retry_policy import TRANSACTION_WAIT_MAX_S, WRITE_ATTEMPTS
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-WRITE_ATTEMPTS = 5
 SQLITE_BUSY_TIMEOUT_MS = 10_000
-RETRY_WAIT_MAX_S = 0.5
 PING_AFTER_IDLE_S = 2.0
 APPLICATION_NAME = "purgekeeper"
 
@@ -216,7 +215,7 @@ class Database:
         retrying = Retrying(
             retry=retry_if_exception(_is_retryable_here),
             stop=stop_after_attempt(self.write_attempts - 1),
-            wait=wait_random_exponential(multiplier=0.01, max=RETRY_WAIT_MAX_S),
+            wait=wait_random_exponential(multiplier=0.01, max=TRANSACTION_WAIT_MAX_S),
             reraise=False,
         )
         try:

@@ -20,9 +20,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import random
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,12 +82,6 @@ def refs(conn: Connection, step_ids: Sequence[str]) -> dict[str, StepRef]:
     c = cleanup_steps.c
     rows = conn.execute(select(c.id, c.purge_id, c.kind).where(c.id.in_(list(step_ids))))
     return {row.id: StepRef(row.id, row.purge_id, row.kind) for row in rows}
-
-
-def backoff(attempt: int, *, base: float, cap: float, rand: Callable[[], float] = random.random) -> float:
-    """Seconds before the next attempt: exponential in the attempt, capped, with equal jitter."""
-    ceiling = min(cap, base * 2 ** max(attempt - 1, 0))
-    return ceiling / 2 + rand() * ceiling / 2
 
 
 def claim(conn: Connection, step_id: str, *, owner: str, lease: dt.timedelta) -> Claim | None:

@@ -23,7 +23,7 @@ from dramatiq import Message
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.common import dq_name, q_name
 
-from schema import steps
+from schema import retry_policy, steps
 from schema.db import Database
 from workers import runner
 from workers.cleanup import StepContext
@@ -114,7 +114,11 @@ def _bus(broker_url: str | None) -> Bus:
         if not _buses:
             dramatiq.set_broker(the_broker)
         declare = dramatiq.actor(
-            actor_name=ACTOR_NAME, queue_name=QUEUE, broker=the_broker, max_retries=0, time_limit=ACTOR_TIME_LIMIT_MS
+            actor_name=ACTOR_NAME,
+            queue_name=QUEUE,
+            broker=the_broker,
+            max_retries=retry_policy.BROKER_RETRIES,
+            time_limit=ACTOR_TIME_LIMIT_MS,
         )
         bus = _buses[broker_url] = Bus(the_broker, declare(_actor_function(broker_url)))
         return bus

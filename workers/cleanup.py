@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from schema import authors, cleanup, ledger, purges, retention, steps
+from schema import authors, cleanup, ledger, purges, retention, retry_policy, steps
 from schema.db import Database, bound_lock_waits, commit_without_flush
 from schema.errors import LockTimeout
 from schema.states import StepKind
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 500
 DEFAULT_UNLINK_THREADS = 4  # a batch's files are unlinked this many at a time
-DEFAULT_MAX_LOCK_WAIT = dt.timedelta(minutes=5)
+DEFAULT_MAX_LOCK_WAIT = retry_policy.MAX_LOCK_WAIT
 PROGRESS_FIELDS = frozenset({"removed", "retained", "reasons", "remaining", "restart_retained", "kept_by_hold", "done"})
 ASIDE_PREFIX = ".purgekeeper-aside-"
 
@@ -64,7 +64,7 @@ class StepContext:
 
     @property
     def batch_lock_timeout(self) -> dt.timedelta:
-        return self.lock_timeout or self.lease / 3
+        return self.lock_timeout or self.lease * retry_policy.LOCK_TIMEOUT_SHARE
 
 
 @dataclass(frozen=True)

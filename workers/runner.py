@@ -25,7 +25,7 @@ from typing import TypeVar
 from sqlalchemy import Connection
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
 
-from schema import ledger, steps
+from schema import ledger, retry_policy, steps
 from schema.errors import InfrastructureError, LockTimeout, connection_lost
 from schema.states import StepStatus
 from workers import cleanup
@@ -34,16 +34,15 @@ from workers.cleanup import NotProvable, StepContext, log_fields
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-DEFAULT_LEASE = dt.timedelta(seconds=30)
-DEFAULT_BACKOFF_BASE = dt.timedelta(seconds=2)
-DEFAULT_BACKOFF_CAP = dt.timedelta(minutes=10)
-TRANSIENT_ATTEMPTS = 3  # of a transient fault other than a lost connection
-TRANSIENT_WAIT_MAX_S = 2.0
+DEFAULT_LEASE = retry_policy.LEASE
+DEFAULT_BACKOFF_BASE = retry_policy.BACKOFF_BASE
+DEFAULT_BACKOFF_CAP = retry_policy.BACKOFF_CAP
 
 
 @dataclass(frozen=True)
 class Policy:
-    """The knobs of the step protocol; tests shrink them (a 10 ms backoff, a 2 s lease)."""
+    """The knobs of the step protocol (defaults and reasons: ``schema.retry_policy``); tests
+    shrink them (a 10 ms backoff, a 2 s lease)."""
 
     lease: dt.timedelta = DEFAULT_LEASE
     backoff_base: dt.timedelta = DEFAULT_BACKOFF_BASE
@@ -120,7 +119,7 @@ def _attempt(
         error = _describe(exc)
         if held.attempt >= held.max_attempts:
             return _finish(ctx, held, StepStatus.INCOMPLETE, error), error
-        delay = steps.backoff(
+        delay = retry_policy.backoff(
             held.attempt, base=policy.backoff_base.total_seconds(), cap=policy.backoff_cap.total_seconds()
         )
         return _finish(ctx, held, StepStatus.RETRYING, error, retry_in=dt.timedelta(seconds=delay)), error
@@ -183,16 +182,15 @@ def _claim(
 
 
 def _with_transient_retries(work: Callable[[], T], *, patience: dt.timedelta) -> T:
-    """tenacity, for transient faults. A lost database connection (a restart, a failover, a
-    terminated session) is retried for as long as the attempt's lease (``patience``),
-    backing off up to 2 s: the batches are idempotent, and a step whose database comes back
-    within its lease goes on in the same attempt, spending no other. Another transient
-    fault (a locked database) is retried a few times. A lock that stayed held past the
-    step's whole lock budget is not transient."""
+    """tenacity, for transient faults (``schema.retry_policy``, faults 2 and 3). A lost
+    database connection is retried for as long as the attempt's lease (``patience``): a
+    step whose database comes back within its lease goes on in the same attempt. Another
+    transient fault is retried a few times. A lock that stayed held past the step's whole
+    lock budget is not transient."""
     for attempt in Retrying(
         retry=retry_if_exception(_transient),
         stop=functools.partial(_give_up, patience=patience.total_seconds()),
-        wait=wait_exponential(multiplier=0.05, max=TRANSIENT_WAIT_MAX_S),
+        wait=wait_exponential(multiplier=0.05, max=retry_policy.TRANSIENT_WAIT_MAX_S),
         reraise=True,
     ):
         with attempt:
@@ -208,7 +206,9 @@ def _give_up(state: RetryCallState, *, patience: float) -> bool:
     if (state.seconds_since_start or 0.0) >= patience:
         return True
     failed = state.outcome.exception() if state.outcome is not None else None
-    return not (failed is not None and connection_lost(failed)) and state.attempt_number >= TRANSIENT_ATTEMPTS
+    return (
+        not (failed is not None and connection_lost(failed)) and state.attempt_number >= retry_policy.TRANSIENT_ATTEMPTS
+    )
 
 
 def _finish(
