@@ -278,6 +278,11 @@ def commit_without_flush(conn: Connection) -> None:
 class _Retryable(InfrastructureError):
     """A deadlock, a serialization failure or a locked database; the transaction reruns."""
 
+    @property
+    def code(self) -> str:
+        """Reported as what it is to a client (``read()`` and ``write()`` raise it as it is)."""
+        return "infrastructure_error"
+
 
 def _is_retryable_here(exc: BaseException) -> bool:
     return isinstance(exc, _Retryable)

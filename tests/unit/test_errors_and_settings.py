@@ -476,3 +476,15 @@ def test_storage_imports_neither_workers_nor_commands(path: Path) -> None:
 @pytest.mark.parametrize("path", modules_under("workers"), ids=lambda p: str(p.relative_to(REPOSITORY)))
 def test_workers_do_not_import_commands(path: Path) -> None:
     assert "commands" not in imported_packages(path.read_text("utf-8"))
+
+
+def test_a_retryable_database_fault_reports_a_documented_code() -> None:
+    """``db.read()``/``db.write()`` can raise the transaction's private retry signal as it
+    is (only ``transact`` turns it into InfrastructureError): a client must see the code of
+    the error tree's InfrastructureError, not the private class's name."""
+    from commands import surface
+    from schema import db
+
+    signal = db._Retryable("deadlock detected")
+    assert signal.code == InfrastructureError("x").code
+    assert (surface.http_status(signal), surface.exit_code(signal)) == (503, 4)
