@@ -1,0 +1,201 @@
+"""The content routes (tag ``content``): conversations and channels, their events (JSON, or
+a streamed ``multipart/form-data`` upload), placements and derivatives, bots, runs and their
+admissions, and an attachment's bytes."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+
+from commands.attachments import NewAttachment
+from commands.handle import Purgekeeper
+from commands.http import models, uploads
+from commands.http.bodies import (
+    CasAttachment,
+    FileAttachment,
+    NewAdmission,
+    NewBot,
+    NewConversation,
+    NewDerivative,
+    NewEvent,
+    NewPlacement,
+    NewRun,
+    ReuseAttachment,
+    RunFinish,
+    upload_schema,
+    uploaded_event,
+)
+from commands.http.fields import IdPath
+from commands.http.routes.common import BINARY, UPLOAD_RESPONSES, as_json, v1
+from schema.errors import ValidationError
+
+
+def content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
+    router = v1("content")
+    _conversation_routes(router, pk, max_attachment_bytes)
+    _upload_route(router, pk, max_attachment_bytes)
+    _derived_routes(router, pk)
+    return router
+
+
+def _conversation_routes(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int) -> None:
+    @router.post("/conversations", operation_id="create_conversation", response_model=models.Conversation)
+    def create_conversation(new: NewConversation) -> JSONResponse:
+        return as_json(pk.create_conversation(new.conversation_id, kind=new.kind, bot_id=new.bot_id))
+
+    @router.get("/conversations", operation_id="list_conversations", response_model=models.ConversationList)
+    def list_conversations() -> JSONResponse:
+        return as_json({"conversations": pk.list_conversations()})
+
+    @router.get("/conversations/{conversation_id}", operation_id="get_conversation", response_model=models.Conversation)
+    def get_conversation(conversation_id: IdPath) -> JSONResponse:
+        found = pk.get_conversation(conversation_id)
+        if found is None:
+            raise pk.why_unreadable(conversation_id)
+        return as_json(found)
+
+    @router.get(
+        "/conversations/{conversation_id}/events", operation_id="read_conversation", response_model=models.EventList
+    )
+    def read_conversation(conversation_id: IdPath) -> JSONResponse:
+        events = pk.read_conversation(conversation_id)
+        if not events and pk.get_conversation(conversation_id) is None:
+            raise pk.why_unreadable(conversation_id)
+        return as_json({"events": events})
+
+    @router.post("/conversations/{conversation_id}/events", operation_id="ingest_event", response_model=models.Event)
+    def ingest_event(conversation_id: IdPath, new: NewEvent) -> JSONResponse:
+        attachments = [_attachment(a, i, max_attachment_bytes) for i, a in enumerate(new.attachments)]
+        event = pk.ingest_event(
+            conversation_id,
+            author=new.author,
+            body=new.body,
+            provider_event_id=new.provider_event_id,
+            event_id=new.event_id,
+            occurred_at=new.occurred_at,
+            attachments=attachments,
+        )
+        return as_json(event)
+
+
+def _upload_route(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int) -> None:
+    spool = uploads.spool_directory(pk.settings.blob_root)
+
+    @router.post(
+        "/conversations/{conversation_id}/events/upload",
+        operation_id="upload_event",
+        response_model=models.Event,
+        responses=UPLOAD_RESPONSES,
+        openapi_extra={"requestBody": upload_schema()},
+    )
+    async def upload_event(conversation_id: IdPath, request: Request) -> JSONResponse:
+        """``ingest_event`` as ``multipart/form-data``: the event's fields as text parts, each
+        attachment a file part named ``file`` or ``cas`` (its filename is its name)."""
+        await run_in_threadpool(uploads.sweep_stale, pk.settings.blob_root)  # a crashed upload's leftovers
+        upload = await uploads.receive(request, spool=spool, max_attachment_bytes=max_attachment_bytes)
+        try:
+            new = uploaded_event(upload.fields)
+            event = await run_in_threadpool(
+                pk.ingest_event,
+                conversation_id,
+                author=new.author,
+                body=new.body,
+                provider_event_id=new.provider_event_id,
+                event_id=new.event_id,
+                occurred_at=new.occurred_at,
+                attachments=upload.attachments(),
+            )
+        finally:
+            upload.discard()
+        return as_json(event)
+
+
+def _derived_routes(router: APIRouter, pk: Purgekeeper) -> None:
+    """What hangs off the events: placements, derivatives, bots, runs and their admissions,
+    and an attachment's bytes."""
+
+    @router.post(
+        "/conversations/{conversation_id}/placements", operation_id="place_event", response_model=models.Placement
+    )
+    def place_event(conversation_id: IdPath, new: NewPlacement) -> JSONResponse:
+        return as_json(pk.place_event(new.event_id, conversation_id))
+
+    @router.post(
+        "/conversations/{conversation_id}/derivatives", operation_id="add_derivative", response_model=models.Derivative
+    )
+    def add_derivative(conversation_id: IdPath, new: NewDerivative) -> JSONResponse:
+        derivative = pk.add_derivative(
+            conversation_id, kind=new.kind, payload=new.payload, source_event_ids=new.source_event_ids
+        )
+        return as_json(derivative)
+
+    @router.post("/bots", operation_id="register_bot", response_model=models.Bot)
+    def register_bot(new: NewBot) -> JSONResponse:
+        memory_path = _inside_memory_roots(new.memory_path, pk.settings.memory_roots)
+        return as_json(pk.register_bot(new.bot_id, name=new.name, memory_path=memory_path))
+
+    @router.post("/runs", operation_id="start_run", response_model=models.Run)
+    def start_run(new: NewRun) -> JSONResponse:
+        return as_json(pk.start_run(new.conversation_id, bot_id=new.bot_id, run_id=new.run_id))
+
+    @router.post("/runs/{run_id}/finish", operation_id="finish_run", response_model=models.Run)
+    def finish_run(run_id: IdPath, finish: RunFinish) -> JSONResponse:
+        return as_json(pk.finish_run(run_id, status=finish.status, output=finish.output))
+
+    @router.post("/runs/{run_id}/admissions", operation_id="admit", response_model=models.Admission)
+    def admit(run_id: IdPath, new: NewAdmission) -> JSONResponse:
+        return as_json(pk.admit(new.event_id, run_id, payload=new.payload))
+
+    @router.get(
+        "/attachments/{attachment_id}",
+        operation_id="open_attachment",
+        response_class=StreamingResponse,
+        responses={200: {"content": {"application/octet-stream": BINARY}, "description": "the bytes"}},
+    )
+    def open_attachment(attachment_id: IdPath) -> StreamingResponse:
+        stream = pk.open_attachment(attachment_id)
+        return StreamingResponse(
+            _chunks(stream), media_type="application/octet-stream", background=BackgroundTask(stream.close)
+        )
+
+
+def _attachment(attachment: CasAttachment | FileAttachment | ReuseAttachment, index: int, cap: int) -> NewAttachment:
+    if isinstance(attachment, ReuseAttachment):
+        return NewAttachment.reuse(attachment.blob_id, name=attachment.name, binding=attachment.binding)
+    try:
+        data = base64.b64decode(attachment.data_base64, validate=True)
+    except binascii.Error as exc:
+        raise ValidationError(f"attachments[{index}].data_base64 is not valid base64") from exc
+    if len(data) > cap:
+        raise ValidationError(f"attachments[{index}] is larger than {cap} bytes")
+    build = NewAttachment.cas if isinstance(attachment, CasAttachment) else NewAttachment.file
+    return build(data, name=attachment.name)
+
+
+def _inside_memory_roots(memory_path: str | None, roots: Sequence[Path]) -> Path | None:
+    """A client may name a Memory repository only inside a configured Memory root."""
+    if memory_path is None:
+        return None
+    if "\x00" in memory_path or not os.path.isabs(memory_path):
+        raise ValidationError("memory_path must be an absolute path inside a Memory root")
+    path = Path(memory_path)
+    for root in roots:
+        inside = path != root and path.is_relative_to(root) and ".." not in path.parts
+        if inside and Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
+            return path
+    raise ValidationError("memory_path must lie inside one of the configured Memory roots")
+
+
+def _chunks(stream: BinaryIO, size: int = 64 * 1024) -> Iterator[bytes]:
+    with stream:
+        while chunk := stream.read(size):
+            yield chunk

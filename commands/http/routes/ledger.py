@@ -1,0 +1,52 @@
+"""The proofs and the signed log. ``proof_routes`` (tag ``purges``, host routes): a purge's
+receipt (its inclusion proof) and completion statement, and the ledger's consistency proof
+between two tree sizes. ``log_routes``: the signed log's public part under ``/log``, which
+holds hashes only and needs no token (not in the OpenAPI document)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from commands.handle import Purgekeeper
+from commands.http import models
+from commands.http.fields import MAX_SEQ, IdPath
+from commands.http.routes.common import as_json, visible
+
+
+def proof_routes(router: APIRouter, pk: Purgekeeper) -> None:
+    """Added to the group of the purges' status (``purges.status_routes``): the same tag and
+    the same callers, and one router as before the routes were split into modules."""
+
+    @router.get("/purges/{purge_id}/receipt", operation_id="receipt", response_model=models.Receipt)
+    def receipt(purge_id: IdPath, request: Request) -> JSONResponse:
+        visible(pk.status(purge_id), request)
+        return as_json(pk.receipt(purge_id))
+
+    @router.get("/purges/{purge_id}/completion", operation_id="completion", response_model=models.CompletionStatement)
+    def completion(purge_id: IdPath, request: Request) -> JSONResponse:
+        visible(pk.status(purge_id), request)
+        return as_json(pk.completion(purge_id))
+
+    @router.get("/ledger/consistency", operation_id="consistency", response_model=models.ConsistencyProof)
+    def consistency(
+        from_size: Annotated[int, Query(alias="from", ge=1, le=MAX_SEQ, description="the older tree's size")],
+    ) -> JSONResponse:
+        return as_json(pk.consistency(from_size))
+
+
+def log_routes(pk: Purgekeeper) -> APIRouter:
+    """The signed log's public part, without a token: the checkpoint and the hash tiles."""
+    router = APIRouter(prefix="/log", include_in_schema=False)
+
+    @router.get("/checkpoint")
+    def log_checkpoint() -> Response:
+        return Response(pk.receipts.log_file("checkpoint"), media_type="text/plain; charset=utf-8")
+
+    @router.get("/tile/{path:path}")
+    def log_tile(path: str) -> Response:
+        return Response(pk.receipts.log_file(f"tile/{path}"), media_type="application/octet-stream")
+
+    return router

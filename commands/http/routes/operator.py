@@ -1,0 +1,98 @@
+"""The operator's machinery routes (tag ``operator``, the operator token): re-arming a
+purge's cleanup, re-sending due steps, and the ledger itself (verify, a checkpoint download,
+a merge of uploaded checkpoint files)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, File, Form, UploadFile
+from fastapi.responses import FileResponse, JSONResponse, Response
+from pydantic import BeforeValidator
+from starlette.background import BackgroundTask
+
+from commands import surface
+from commands.handle import Purgekeeper
+from commands.http import models
+from commands.http.bodies import RetryRequest
+from commands.http.fields import IdPath, flag
+from commands.http.routes.common import BINARY, OPERATOR_TAG, as_json, v1
+from schema.errors import ValidationError
+
+MAX_MERGE_FILES = 64
+
+
+def operator_routes(pk: Purgekeeper) -> APIRouter:
+    router = v1(OPERATOR_TAG)
+
+    @router.post("/purges/{purge_id}/retry", operation_id="retry", response_model=models.PurgeStatus)
+    def retry(purge_id: IdPath, request: RetryRequest) -> JSONResponse:
+        return as_json(pk.retry(purge_id, actor=request.actor, reason=request.reason))
+
+    @router.post("/resume", operation_id="resume", response_model=models.Resumed)
+    def resume() -> JSONResponse:
+        return as_json({"resent": pk.resume()})
+
+    @router.get("/ledger/verify", operation_id="verify_ledger", response_model=models.LedgerReport)
+    def verify_ledger() -> JSONResponse:
+        return as_json(pk.verify_ledger())
+
+    _ledger_file_routes(router, pk)
+    return router
+
+
+def _ledger_file_routes(router: APIRouter, pk: Purgekeeper) -> None:
+    """A checkpoint is a download written to a private temporary file, a merge an upload:
+    the API never reads or writes a server path that a client names."""
+
+    @router.get(
+        "/ledger/checkpoint",
+        operation_id="checkpoint_ledger",
+        response_class=Response,
+        responses={200: {"content": {"application/x-ndjson": BINARY}, "description": "a ledger export (version 2)"}},
+    )
+    def checkpoint_ledger() -> Response:
+        directory = tempfile.mkdtemp(prefix="purgekeeper-checkpoint-")  # removed once it is sent
+        try:
+            written = pk.checkpoint_ledger(Path(directory) / "checkpoint.jsonl")
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        return FileResponse(
+            written.path,
+            media_type="application/x-ndjson",
+            filename=f"{written.database_id}-{written.seq:012d}.jsonl",
+            background=BackgroundTask(shutil.rmtree, directory, ignore_errors=True),
+        )
+
+    @router.post("/ledger/merge", operation_id="merge_ledger", response_model=models.MergeReport)
+    def merge_ledger(
+        files: Annotated[list[UploadFile], File(description="checkpoint files to merge (restore)")],
+        from_other_database: Annotated[
+            bool,
+            Form(description="also merge files written by another database; refused otherwise"),
+            BeforeValidator(flag),
+        ] = False,
+    ) -> JSONResponse:
+        return as_json(_merge(pk, files, allow_other_database=from_other_database))
+
+
+def _merge(pk: Purgekeeper, files: Sequence[UploadFile], *, allow_other_database: bool) -> dict[str, Any]:
+    """The uploads go to private temporary files under names chosen here; the report names
+    the files as the client did."""
+    if not 1 <= len(files) <= MAX_MERGE_FILES:
+        raise ValidationError(f"upload 1 to {MAX_MERGE_FILES} checkpoint files")
+    with tempfile.TemporaryDirectory(prefix="purgekeeper-merge-") as directory:
+        paths = []
+        for number, upload in enumerate(files):
+            path = Path(directory) / f"upload-{number:03d}.json"
+            with path.open("wb") as target:
+                shutil.copyfileobj(upload.file, target)
+            paths.append(path)
+        report = surface.plain(pk.merge_ledger(*paths, allow_other_database=allow_other_database))
+    report["files"] = [upload.filename or f"upload-{number:03d}" for number, upload in enumerate(files)]
+    return dict(report)
