@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import POSTGRES_ADMIN_URL
+from tests.helpers.databases import POSTGRES_ADMIN_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -42,7 +42,7 @@ from commands.settings import Settings
 from commands.web.auth import COOKIE_NAME
 from schema import steps
 from tests import helpers, served
-from tests.conftest import ON_CI
+from tests.helpers.databases import ON_CI
 from workers import runner
 
 REPO = Path(__file__).resolve().parents[2]

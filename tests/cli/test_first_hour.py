@@ -31,7 +31,7 @@ def purgectl(env: dict[str, str], *args: str, code: int = 0) -> dict[str, Any]:
 @pytest.fixture
 def empty_postgres(request: pytest.FixtureRequest) -> Iterator[str]:
     """A PostgreSQL database that exists and holds nothing, its URL with a password in it."""
-    from tests.conftest import create_database, drop_database, postgres_url
+    from tests.helpers.databases import create_database, drop_database, postgres_url
 
     request.getfixturevalue("postgres_template")  # skips (or fails on CI) without PostgreSQL
     name = f"pk_empty_{uuid.uuid4().hex[:12]}"

@@ -455,7 +455,7 @@ def test_opening_an_uninitialised_database_without_migrating_is_a_schema_mismatc
     if backend_name == "sqlite":
         url = f"sqlite:///{tmp_path / 'empty.db'}"
     else:
-        from tests.conftest import create_database, drop_database, postgres_url
+        from tests.helpers.databases import create_database, drop_database, postgres_url
 
         request.getfixturevalue("postgres_template")  # skips (or fails on CI) without PostgreSQL
         name = f"pk_empty_{os.getpid()}_{time.monotonic_ns()}"

@@ -34,7 +34,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import commands
-from tests.conftest import REDIS_URL, postgres_url, service_missing
+from tests.helpers.databases import REDIS_URL, postgres_url, service_missing
 from workers import broker
 
 T = TypeVar("T")

@@ -29,8 +29,8 @@ from sqlalchemy.engine import make_url
 
 import commands
 from commands import EventScope, NewAttachment
-from tests.conftest import create_database, drop_database
 from tests.helpers import rows, scalar
+from tests.helpers.databases import create_database, drop_database
 from workers import runner
 
 Pk = commands.Purgekeeper

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from tests import served
-from tests.conftest import ON_CI
+from tests.helpers.databases import ON_CI
 
 BIN = Path(sys.executable).parent
 GENERATOR = BIN / "openapi-python-client"

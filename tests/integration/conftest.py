@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_read_gate import Backups
+from tests.helpers.backups import Backups
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from sqlalchemy import text
 import commands
 from commands import NewAttachment
 from tests.helpers import rows, scalar, settle
-from tests.integration.test_read_gate import Backups
+from tests.helpers.backups import Backups
 
 Pk = commands.Purgekeeper
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

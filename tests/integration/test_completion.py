@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 import commands
-from tests.integration.test_read_gate import Backups
+from tests.helpers.backups import Backups
 from tests.integration.test_restore import clean
 from tlog.verify import (
     COMPLETION_FORMAT,

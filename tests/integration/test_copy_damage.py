@@ -37,7 +37,7 @@ from commands.web.auth import Tokens
 from schema import ledger
 from storage import ledger_copy
 from storage.ledger_copy import CopyInvalid, LedgerCopy
-from tests.integration.test_read_gate import Backups
+from tests.helpers.backups import Backups
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

@@ -19,7 +19,7 @@ from schema.errors import (
     IdReserved,
     ValidationError,
 )
-from tests.conftest import RawSQL
+from tests.helpers.databases import RawSQL
 
 GENESIS = "0" * 64
 

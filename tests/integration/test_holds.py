@@ -263,10 +263,10 @@ def test_a_hold_placed_again_is_the_same_hold_under_any_collation(postgres_templ
     (ICU en-US), and the same hold on authors Zed and adam placed twice: the second is the
     first hold again, not an IdempotencyConflict. PostgreSQL only (``postgres_template``: the
     server must answer)."""
-    from tests.conftest import _admin_connect, drop_database, postgres_url
+    from tests.helpers.databases import admin_connect, drop_database, postgres_url
 
     name = f"pk_icu_{uuid.uuid4().hex[:12]}"
-    with _admin_connect() as admin:
+    with admin_connect() as admin:
         admin.execute(
             f"CREATE DATABASE \"{name}\" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
         )

@@ -25,7 +25,7 @@ from schema import fences, ledger, migrate
 from schema.db import Database
 from schema.errors import SchemaMismatch
 from schema.tables import metadata
-from tests.conftest import create_database, drop_database, postgres_url
+from tests.helpers.databases import create_database, drop_database, postgres_url
 
 
 def installed_triggers(db: Database) -> set[str]:

@@ -51,7 +51,7 @@ def test_one_process_holds_an_embedded_handle_and_a_redis_handle(
     its own actor."""
     import redis
 
-    from tests.conftest import REDIS_URL, service_missing
+    from tests.helpers.databases import REDIS_URL, service_missing
     from workers import broker
 
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)

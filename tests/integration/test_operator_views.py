@@ -14,6 +14,7 @@ import pytest
 import commands
 from schema import steps
 from schema.states import StepStatus
+from tests.helpers.backups import Backups
 from tests.integration.test_cleanup_steps import (
     WHO,
     Pk,
@@ -28,7 +29,6 @@ from tests.integration.test_cleanup_steps import (
     set_max_attempts,
     step_of,
 )
-from tests.integration.test_read_gate import Backups
 from tests.integration.test_retention_restore import restored_after
 
 

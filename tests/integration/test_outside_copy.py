@@ -26,7 +26,7 @@ from commands.http import create_app
 from commands.web.auth import Tokens
 from storage import failpoints
 from storage.ledger_copy import LedgerCopy
-from tests.integration.test_read_gate import Backups
+from tests.helpers.backups import Backups
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")

@@ -28,7 +28,7 @@ from commands.web import status as status_page
 from commands.web.auth import Tokens
 from schema.tables import metadata
 from tests.helpers import POLICY, settle
-from tests.integration.test_read_gate import Backups
+from tests.helpers.backups import Backups
 from workers import runner
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed

@@ -13,24 +13,19 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import sqlite3
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from sqlalchemy.engine import make_url
 
 import commands
 from commands import EventScope, NewAttachment
 from schema import ledger
 from storage import checkpoint, ledger_copy
-from tests.conftest import create_database, drop_database, terminate_sessions
 from tests.helpers import rows
+from tests.helpers.backups import Backups
 
 Pk = commands.Purgekeeper
 Roots = dict[str, Path]
@@ -41,81 +36,6 @@ CRASHED_MERGE = "a restore merge is under way (started 2026-01-01T00:00:00.00000
 
 
 # -- backups and restores -------------------------------------------------------------------------
-
-
-@dataclass
-class Backups:
-    """Whole-database backups of the test database, and restores of them in place.
-
-    PostgreSQL: a template copy needs the database to have no other session, so every
-    handle's pool is emptied first (a handle reconnects on its next use, as a running
-    process does after a restore)."""
-
-    database_url: str
-    directory: Path
-    handles: list[Pk] = field(default_factory=list)
-    copies: list[str] = field(default_factory=list)
-
-    @property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
-
-    @property
-    def name(self) -> str:
-        return str(make_url(self.database_url).database)
-
-    def take(self) -> str:
-        self._release()
-        label = f"pk_bak_{uuid.uuid4().hex[:12]}"
-        if self.is_sqlite:
-            target = self.directory / f"{label}.db"
-            self.directory.mkdir(parents=True, exist_ok=True)
-            with sqlite3.connect(self.name) as conn:
-                conn.execute("VACUUM INTO ?", (str(target),))
-            conn.close()
-            return str(target)
-        self._copy(label, template=self.name)
-        self.copies.append(label)
-        return label
-
-    def restore(self, backup: str) -> None:
-        self._release()
-        if self.is_sqlite:
-            for suffix in ("-wal", "-shm"):
-                Path(self.name + suffix).unlink(missing_ok=True)
-            shutil.copyfile(backup, self.name)
-            return
-        drop_database(self.name)
-        self._copy(self.name, template=backup)
-
-    def _release(self) -> None:
-        for handle in self.handles:
-            handle.db.dispose()
-
-    def _copy(self, name: str, *, template: str) -> None:
-        """A template copy. A handle's background thread (its scheduler's sweep, the gate's
-        audit, an in-process worker) may still hold a session of the template: the pool is
-        emptied, but a connection in use goes back to it only when its work is done, and the
-        server waits 5 s for it at each try. After one such try, the template's other
-        sessions are ended (a handle reconnects, as a running process does after a
-        restore)."""
-        try:
-            create_database(name, template=template)
-            return
-        except psycopg.errors.ObjectInUse:
-            self._release()
-        for _ in range(3):
-            terminate_sessions(template)
-            try:
-                create_database(name, template=template)
-                return
-            except psycopg.errors.ObjectInUse:
-                time.sleep(0.1)
-        create_database(name, template=template)
-
-    def drop_copies(self) -> None:
-        for label in self.copies:
-            drop_database(label)
 
 
 @pytest.fixture

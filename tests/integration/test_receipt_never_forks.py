@@ -14,8 +14,8 @@ import pytest
 
 import commands
 from storage import failpoints
+from tests.helpers.backups import Backups
 from tests.integration import test_tlog_interop
-from tests.integration.test_read_gate import Backups
 from tests.integration.test_receipts import accept, checkpoint_of, extends, log_dir
 from tlog.verify import Verifier, open_checkpoint, verify_receipt
 

@@ -42,8 +42,8 @@ from commands import EventScope, NewAttachment
 from schema import ledger
 from schema.tables import metadata
 from storage import checkpoint, ledger_copy
-from tests.conftest import POSTGRES_ADMIN_URL
 from tests.helpers import rows, scalar
+from tests.helpers.databases import POSTGRES_ADMIN_URL
 from workers import runner
 from workers.cleanup import ASIDE_PREFIX
 

@@ -17,7 +17,7 @@ import pytest
 
 import commands
 from tests.helpers import settle
-from tests.integration.test_read_gate import Backups
+from tests.helpers.backups import Backups
 from tests.integration.test_retention import ago, body_of, set_policy, texts
 
 Pk = commands.Purgekeeper

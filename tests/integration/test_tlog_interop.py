@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import service_missing
+from tests.helpers.databases import service_missing
 from tlog import note, receipt, tree
 from tlog.verify import (
     Completion,

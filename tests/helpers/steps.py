@@ -1,5 +1,4 @@
-"""Helpers several test modules share: raw reads of the database behind a handle, running a
-purge's steps as a worker would, and a blob store whose unlinks fail."""
+"""Running a purge's steps as a worker would, and a blob store whose unlinks fail."""
 
 from __future__ import annotations
 
@@ -7,8 +6,6 @@ import datetime as dt
 import time
 from dataclasses import dataclass
 from typing import Any
-
-from sqlalchemy import text
 
 import commands
 from storage.blobstore import BlobStore
@@ -21,16 +18,6 @@ POLICY = runner.Policy(
     backoff_cap=dt.timedelta(milliseconds=50),
 )
 SETTLE_S = 10.0
-
-
-def rows(pk: commands.Purgekeeper, sql: str, **params: Any) -> list[Any]:
-    with pk.db.read() as conn:
-        return list(conn.execute(text(sql), params))
-
-
-def scalar(pk: commands.Purgekeeper, sql: str, **params: Any) -> Any:
-    with pk.db.read() as conn:
-        return conn.execute(text(sql), params).scalar()
 
 
 def settle(
