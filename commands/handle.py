@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -17,9 +17,24 @@ from commands.gate import Gate
 from commands.holds import HoldCommands
 from commands.kinds.base import Kind
 from commands.kinds.skeleton import Causal
-from commands.operations import STALL_AFTER, OperatorCommands
+from commands.operations import MAX_PAGE, STALL_AFTER, OperatorCommands
 from commands.purges import PurgeCommands
-from commands.records import Acceptance, AuthorErasurePreview, BotDeletionPreview, RepositoryIdentity
+from commands.records import (
+    Acceptance,
+    AuthorErasurePreview,
+    BotDeletionPreview,
+    Hold,
+    HoldCount,
+    LedgerReport,
+    PurgeDetail,
+    PurgePage,
+    PurgeStatus,
+    RepositoryIdentity,
+    RetentionPolicy,
+    RetentionPreview,
+    RetentionRunOutcome,
+    WorkerLeases,
+)
 from commands.restore import RestoreCommands
 from commands.retention import RetentionCommands
 from commands.scope import EventScope, PurgePreview
@@ -27,6 +42,7 @@ from commands.settings import Settings
 from schema import ledger, migrate
 from schema.db import Database
 from schema.errors import ValidationError
+from storage import checkpoint
 from storage.blobstore import BlobStore
 from workers import broker, runner
 from workers.cleanup import StepContext
@@ -37,7 +53,7 @@ log = logging.getLogger(__name__)
 WORKER_MODES = ("auto", "none")
 
 
-class Purgekeeper(ContentCommands, RetentionCommands, HoldCommands, OperatorCommands, RestoreCommands):
+class Purgekeeper(ContentCommands, RestoreCommands):
     """One database and its roots. Use ``commands.open()`` to get one; ``close()`` it after.
 
     ``workers="auto"`` without a broker URL runs an in-process dramatiq worker (StubBroker,
@@ -79,6 +95,9 @@ class Purgekeeper(ContentCommands, RetentionCommands, HoldCommands, OperatorComm
         self.acceptance = Acceptor(db, self.gate, settings, self.copy, self.enqueuer)
         self.receipts = receipts.Receipts(db, log, copy_ledger=self.acceptance.copy_ledger)
         self.purges = PurgeCommands(self.acceptance)
+        self.retention = RetentionCommands(db, self.acceptance, self.retention_interval)
+        self.holds = HoldCommands(db, self.acceptance)
+        self.operations = OperatorCommands(db, stall_after, self.enqueuer, self.retention)
         if workers == "auto" and settings.broker_url is None:
             self._start_in_process(sweep_interval)
 
@@ -277,6 +296,196 @@ class Purgekeeper(ContentCommands, RetentionCommands, HoldCommands, OperatorComm
             origin=origin,
         )
 
+    # -- retention (commands.retention) ------------------------------------------------------
+
+    def preview_retention(self, *, max_age: dt.timedelta, conversation_id: str | None = None) -> RetentionPreview:
+        """What a policy of ``max_age`` over the conversation (None: every conversation and
+        channel) would expire if it ran now, what holds would keep, and the ``scope_digest``
+        of its definition that ``set_retention`` names."""
+        return self.retention.preview_retention(max_age=max_age, conversation_id=conversation_id)
+
+    def set_retention(
+        self,
+        policy_id: str,
+        *,
+        max_age: dt.timedelta,
+        conversation_id: str | None = None,
+        scope_digest: str,
+        actor: str,
+        reason: str,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Set (or change) a retention policy, previewed with ``preview_retention``; the
+        scheduler runs it at its next sweep, then every ``retention_interval``."""
+        return self.retention.set_retention(
+            policy_id,
+            max_age=max_age,
+            conversation_id=conversation_id,
+            scope_digest=scope_digest,
+            actor=actor,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            request_id=request_id,
+            origin=origin,
+        )
+
+    def remove_retention(
+        self,
+        policy_id: str,
+        *,
+        actor: str,
+        reason: str,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Remove a policy: it is not run again. Runs already accepted finish their cleanup."""
+        return self.retention.remove_retention(
+            policy_id, actor=actor, reason=reason, idempotency_key=idempotency_key, request_id=request_id, origin=origin
+        )
+
+    def list_retention(self) -> list[RetentionPolicy]:
+        """The standing policies, by id."""
+        return self.retention.list_retention()
+
+    def run_retention(self) -> list[RetentionRunOutcome]:
+        """Take the turn of every policy that is due now (the leading scheduler does at every
+        sweep, and ``resume()`` does): one run accepted per policy with anything to expire."""
+        return self.retention.run_retention()
+
+    # -- legal holds (commands.holds) ---------------------------------------------------------
+
+    def place_hold(
+        self,
+        hold_id: str,
+        *,
+        conversation_ids: Iterable[str] = (),
+        authors: Iterable[str] = (),
+        actor: str,
+        reason: str,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Place a legal hold on conversations (everything placed in them) and authors
+        (everything they wrote). It does not undo a purge accepted before it: the
+        acceptance's ``disclosures`` name what was already purged in its scope."""
+        return self.holds.place_hold(
+            hold_id,
+            conversation_ids=conversation_ids,
+            authors=authors,
+            actor=actor,
+            reason=reason,
+            idempotency_key=idempotency_key,
+            request_id=request_id,
+            origin=origin,
+        )
+
+    def release_hold(
+        self,
+        hold_id: str,
+        *,
+        actor: str,
+        reason: str,
+        idempotency_key: str | None = None,
+        request_id: str | None = None,
+        origin: str | None = None,
+    ) -> Acceptance:
+        """Release a hold: purges of what it covered are possible again, and retention runs
+        expire what it kept past their cutoffs at their next turn."""
+        return self.holds.release_hold(
+            hold_id, actor=actor, reason=reason, idempotency_key=idempotency_key, request_id=request_id, origin=origin
+        )
+
+    def list_holds(self, *, include_released: bool = False) -> list[Hold]:
+        """The holds in force (with ``include_released``, the released ones too), by id."""
+        return self.holds.list_holds(include_released=include_released)
+
+    def count_holds(self, *, limit: int = 100) -> list[HoldCount]:
+        """The first ``limit`` holds in force by id, each with how many conversations and
+        authors it covers (no subjects: what ``/status`` shows)."""
+        return self.holds.count_holds(limit=limit)
+
+    # -- the operator's commands (commands.operations) ----------------------------------------
+
+    def resume(self) -> int:
+        """Run every retention policy that is due, then re-send every step that is due or
+        whose lease expired (one sweep); returns how many steps were sent."""
+        return self.operations.resume()
+
+    def retry(self, purge_id: str, *, actor: str, reason: str) -> PurgeStatus:
+        """Re-arm the purge's incomplete steps with fresh attempts, and record who and why.
+        It never re-reads or re-creates content: the steps only ever remove."""
+        return self.operations.retry(purge_id, actor=actor, reason=reason)
+
+    def wait(
+        self, purge_id: str, timeout: float, *, on_progress: Callable[[PurgeStatus], None] | None = None
+    ) -> PurgeStatus:
+        """Block until the purge is complete or incomplete; on timeout, return its status.
+        ``on_progress`` is called with each status polled that differs from the one before."""
+        return self.operations.wait(purge_id, timeout, on_progress=on_progress, look=self.status)
+
+    def status(self, purge_id: str) -> PurgeStatus:
+        """A purge's derived status, with each step's attempts, progress and last error."""
+        return self.operations.status(purge_id)
+
+    def list_purges(
+        self,
+        status: str | None = None,
+        *,
+        kind: str | None = None,
+        conversation_id: str | None = None,
+        since: dt.datetime | None = None,
+        until: dt.datetime | None = None,
+        limit: int = 100,
+        after: int | None = None,
+        operator_rows: bool = True,
+    ) -> PurgePage:
+        """Purges newest first: of one derived ``status``, one ``kind``, concerning one
+        conversation or channel, accepted in ``[since, until)``, as given. ``after`` is the
+        ``next_after`` of the previous page. ``operator_rows=False`` leaves out the policies'
+        and holds' rows (``OPERATOR_KINDS``), as a host is shown the list."""
+        return self.operations.list_purges(
+            status,
+            kind=kind,
+            conversation_id=conversation_id,
+            since=since,
+            until=until,
+            limit=limit,
+            after=after,
+            operator_rows=operator_rows,
+        )
+
+    def purge_detail(self, purge_id: str) -> PurgeDetail:
+        """A purge's status with every attempt of its steps (owner, start, finish, error) and
+        the operators' actions on it (who retried it, and why): the console's page of it."""
+        return self.operations.purge_detail(purge_id)
+
+    def worker_leases(self, *, limit: int = MAX_PAGE) -> list[WorkerLeases]:
+        """The live lease owners (a worker's attempt each), and the steps each one holds now."""
+        return self.operations.worker_leases(limit=limit)
+
+    def stalled_purge_ids(self, *, limit: int = MAX_PAGE) -> list[str]:
+        """Purges with a step due (or whose lease expired) for longer than ``stall_after``,
+        newest first, at most ``limit``."""
+        return self.operations.stalled_purge_ids(limit=limit)
+
+    def database_now(self) -> dt.datetime:
+        """The database clock, which every stored time comes from (for telling times relative
+        to it)."""
+        return self.operations.database_now()
+
+    def verify_ledger(self) -> LedgerReport:
+        """Walk the hash chain; report at most a bounded number of problems."""
+        return self.operations.verify_ledger()
+
+    def checkpoint_ledger(self, path: str | Path) -> checkpoint.Checkpoint:
+        """Export the whole ledger as one self-contained file (format version 2: a header
+        line, then one row per line), atomically; ``merge_ledger`` reads it back."""
+        return self.operations.checkpoint_ledger(path)
+
     @property
     def _copy_out(self) -> Callable[[Acceptance], None]:
         """The acceptance's copy of its ledger row out (``Acceptor.copy_out``). bench/scale.py
@@ -292,9 +501,6 @@ class Purgekeeper(ContentCommands, RetentionCommands, HoldCommands, OperatorComm
         del self.acceptance.copy_out
 
     # -- the skeleton's edges, for the commands not composed yet ------------------------------
-
-    def _preview(self, kind: Kind, args: Any) -> Any:
-        return self.acceptance.preview(kind, args)
 
     def _accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:
         return self.acceptance.accept(kind, args, request, causal)

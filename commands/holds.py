@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from commands import kinds, validation
-from commands.kinds.base import Kind
+from commands.acceptance import Acceptor
 from commands.kinds.hold import Placing
 from commands.kinds.hold_release import Release
 from commands.kinds.skeleton import Causal
@@ -22,13 +22,12 @@ MAX_COUNTED = 1000  # holds ``count_holds`` lists at most
 
 
 class HoldCommands:
-    """Mixed into :class:`commands.Purgekeeper`; needs ``db`` and the skeleton's edges of
-    :class:`commands.purges.PurgeCommands`."""
+    """The legal-hold commands of :class:`commands.Purgekeeper` (each documented there): a
+    hold placed or released through ``acceptance``, the holds read from ``db``."""
 
-    db: Database
-
-    def _accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:
-        raise NotImplementedError  # provided by PurgeCommands
+    def __init__(self, db: Database, acceptance: Acceptor) -> None:
+        self.db = db
+        self.acceptance = acceptance
 
     def place_hold(
         self,
@@ -42,9 +41,6 @@ class HoldCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
-        """Place a legal hold on conversations (everything placed in them) and authors
-        (everything they wrote). It does not undo a purge accepted before it: the
-        acceptance's ``disclosures`` name what was already purged in its scope."""
         validation.check_id(hold_id, "hold_id")
         placing = Placing(hold_id, _conversation_ids(conversation_ids), _authors(authors))
         if not (placing.conversation_ids or placing.authors):
@@ -55,7 +51,7 @@ class HoldCommands:
             "conversation_ids": list(placing.conversation_ids),
             "authors": list(placing.authors),
         }
-        return self._accept(kinds.HOLD, placing, request, causal)
+        return self.acceptance.accept(kinds.HOLD, placing, request, causal)
 
     def release_hold(
         self,
@@ -67,14 +63,11 @@ class HoldCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
-        """Release a hold: purges of what it covered are possible again, and retention runs
-        expire what it kept past their cutoffs at their next turn."""
         validation.check_id(hold_id, "hold_id")
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
-        return self._accept(kinds.HOLD_RELEASE, Release(hold_id), {"hold_id": hold_id}, causal)
+        return self.acceptance.accept(kinds.HOLD_RELEASE, Release(hold_id), {"hold_id": hold_id}, causal)
 
     def list_holds(self, *, include_released: bool = False) -> list[Hold]:
-        """The holds in force (with ``include_released``, the released ones too), by id."""
         if not isinstance(include_released, bool):
             raise ValidationError("include_released must be true or false")
         with self.db.read() as conn:
@@ -97,8 +90,6 @@ class HoldCommands:
         ]
 
     def count_holds(self, *, limit: int = 100) -> list[HoldCount]:
-        """The first ``limit`` holds in force by id, each with how many conversations and
-        authors it covers (no subjects: what ``/status`` shows)."""
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_COUNTED:
             raise ValidationError(f"limit must be an integer from 1 to {MAX_COUNTED}")
         with self.db.read() as conn:

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from commands import validation
+from commands.acceptance import Enqueuer
 from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import (
     Attempt,
@@ -25,6 +26,7 @@ from commands.records import (
     StepState,
     WorkerLeases,
 )
+from commands.retention import RetentionCommands
 from schema import ledger, overview, purges, steps
 from schema.db import Database
 from schema.errors import InfrastructureError, NotFound, ValidationError
@@ -99,24 +101,23 @@ def completed_at(entry: ledger.LedgerEntry, steps: Sequence[StepState]) -> dt.da
 
 
 class OperatorCommands:
-    """Mixed into :class:`commands.Purgekeeper`; needs ``db``, ``stall_after`` and ``_wake``."""
+    """The operator's commands of :class:`commands.Purgekeeper` (each documented there):
+    statuses read from ``db`` (stalled after ``stall_after``), steps woken through
+    ``enqueuer``, and ``resume`` takes the due turns of ``retention`` first."""
 
-    db: Database
-    stall_after: dt.timedelta
-    _wake: Callable[[Sequence[str]], None]
-
-    def run_retention(self) -> list[Any]:  # provided by RetentionCommands
-        raise NotImplementedError
+    def __init__(
+        self, db: Database, stall_after: dt.timedelta, enqueuer: Enqueuer, retention: RetentionCommands
+    ) -> None:
+        self.db = db
+        self.stall_after = stall_after
+        self.enqueuer = enqueuer
+        self.retention = retention
 
     def resume(self) -> int:
-        """Run every retention policy that is due, then re-send every step that is due or
-        whose lease expired (one sweep); returns how many steps were sent."""
-        self.run_retention()
-        return scheduler.sweep(self.db, self._wake)
+        self.retention.run_retention()
+        return scheduler.sweep(self.db, self.enqueuer.wake)
 
     def retry(self, purge_id: str, *, actor: str, reason: str) -> PurgeStatus:
-        """Re-arm the purge's incomplete steps with fresh attempts, and record who and why.
-        It never re-reads or re-creates content: the steps only ever remove."""
         validation.check_id(purge_id, "purge_id")
         validation.check_text(actor, "actor", max_length=MAX_ACTOR_LENGTH)
         validation.check_text(reason, "reason", max_length=MAX_REASON_LENGTH)
@@ -130,20 +131,26 @@ class OperatorCommands:
             purges.record_audit(conn, purge_id, action="retry", actor=actor, reason=reason, step_ids=step_ids)
             return step_ids
 
-        self._wake(self.db.transact(work))
+        self.enqueuer.wake(self.db.transact(work))
         return self.status(purge_id)
 
     def wait(
-        self, purge_id: str, timeout: float, *, on_progress: Callable[[PurgeStatus], None] | None = None
+        self,
+        purge_id: str,
+        timeout: float,
+        *,
+        on_progress: Callable[[PurgeStatus], None] | None = None,
+        look: Callable[[str], PurgeStatus] | None = None,
     ) -> PurgeStatus:
-        """Block until the purge is complete or incomplete; on timeout, return its status.
-        ``on_progress`` is called with each status polled that differs from the one before."""
+        """Polls ``look`` (the handle's ``status``: a wrapper of it sees every look), by
+        default this service's own ``status``."""
         if not isinstance(timeout, int | float) or isinstance(timeout, bool) or not 0 <= timeout < math.inf:
             raise ValidationError("timeout must be a finite number of seconds, zero or more")
         deadline = time.monotonic() + timeout
         seen: PurgeStatus | None = None
+        look = look or self.status
         while True:
-            status = self.status(purge_id)
+            status = look(purge_id)
             if on_progress is not None and status != seen:
                 on_progress(status)
             seen = status
@@ -152,7 +159,6 @@ class OperatorCommands:
             time.sleep(min(WAIT_POLL_S, max(deadline - time.monotonic(), 0)))
 
     def status(self, purge_id: str) -> PurgeStatus:
-        """A purge's derived status, with each step's attempts, progress and last error."""
         validation.check_id(purge_id, "purge_id")
         with self.db.read() as conn:
             entry = ledger.entry_by_purge_id(conn, purge_id)
@@ -172,10 +178,6 @@ class OperatorCommands:
         after: int | None = None,
         operator_rows: bool = True,
     ) -> PurgePage:
-        """Purges newest first: of one derived ``status``, one ``kind``, concerning one
-        conversation or channel, accepted in ``[since, until)``, as given. ``after`` is the
-        ``next_after`` of the previous page. ``operator_rows=False`` leaves out the policies'
-        and holds' rows (``OPERATOR_KINDS``), as a host is shown the list."""
         where = purges.LedgerFilter(
             status=None if status is None else validation.check_choice(status, "status", PURGE_STATUSES),
             kind=None if kind is None else validation.check_choice(kind, "kind", PURGE_KINDS),
@@ -196,8 +198,6 @@ class OperatorCommands:
         return PurgePage(purges=tuple(statuses), next_after=next_after)
 
     def purge_detail(self, purge_id: str) -> PurgeDetail:
-        """A purge's status with every attempt of its steps (owner, start, finish, error) and
-        the operators' actions on it (who retried it, and why): the console's page of it."""
         validation.check_id(purge_id, "purge_id")
         with self.db.read() as conn:
             entry = ledger.entry_by_purge_id(conn, purge_id)
@@ -210,7 +210,6 @@ class OperatorCommands:
             )
 
     def worker_leases(self, *, limit: int = MAX_PAGE) -> list[WorkerLeases]:
-        """The live lease owners (a worker's attempt each), and the steps each one holds now."""
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
             raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
         with self.db.read() as conn:
@@ -223,25 +222,18 @@ class OperatorCommands:
         return [WorkerLeases(owner, tuple(steps)) for owner, steps in held.items()]
 
     def stalled_purge_ids(self, *, limit: int = MAX_PAGE) -> list[str]:
-        """Purges with a step due (or whose lease expired) for longer than ``stall_after``,
-        newest first, at most ``limit``."""
         with self.db.read() as conn:
             return overview.stalled_purge_ids(conn, ledger.database_now(conn), self.stall_after, limit=limit)
 
     def database_now(self) -> dt.datetime:
-        """The database clock, which every stored time comes from (for telling times relative
-        to it)."""
         with self.db.read() as conn:
             return ledger.database_now(conn)
 
     def verify_ledger(self) -> LedgerReport:
-        """Walk the hash chain; report at most a bounded number of problems."""
         with self.db.read(snapshot=True) as conn:
             return ledger.verify(conn)
 
     def checkpoint_ledger(self, path: str | Path) -> checkpoint.Checkpoint:
-        """Export the whole ledger as one self-contained file (format version 2: a header
-        line, then one row per line), atomically; ``merge_ledger`` reads it back."""
         if not isinstance(path, str | Path) or not str(path).strip():
             raise ValidationError("path must name a file")
         target = Path(path).expanduser().absolute()

@@ -30,8 +30,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from commands import kinds, validation
+from commands.acceptance import Acceptor
 from commands.kinds import retention as retention_kind
-from commands.kinds.base import Kind
 from commands.kinds.retention_end import Removal
 from commands.kinds.retention_run import Run, idempotency_key
 from commands.kinds.skeleton import Causal
@@ -59,23 +59,17 @@ class _Plan:
 
 
 class RetentionCommands:
-    """Mixed into :class:`commands.Purgekeeper`; needs ``db``, ``retention_interval`` and
-    the skeleton's edges of :class:`commands.purges.PurgeCommands`."""
+    """The retention commands of :class:`commands.Purgekeeper` (each documented there):
+    policies confirmed through ``acceptance``, their turns planned and scheduled in ``db``,
+    one ``retention_interval`` apart."""
 
-    db: Database
-    retention_interval: dt.timedelta
-
-    def _preview(self, kind: Kind, args: Any) -> Any:  # provided by PurgeCommands
-        raise NotImplementedError
-
-    def _accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:
-        raise NotImplementedError
+    def __init__(self, db: Database, acceptance: Acceptor, retention_interval: dt.timedelta) -> None:
+        self.db = db
+        self.acceptance = acceptance
+        self.retention_interval = retention_interval
 
     def preview_retention(self, *, max_age: dt.timedelta, conversation_id: str | None = None) -> RetentionPreview:
-        """What a policy of ``max_age`` over the conversation (None: every conversation and
-        channel) would expire if it ran now, what holds would keep, and the ``scope_digest``
-        of its definition that ``set_retention`` names."""
-        return self._preview(kinds.RETENTION, _definition(max_age, conversation_id))
+        return self.acceptance.preview(kinds.RETENTION, _definition(max_age, conversation_id))
 
     def set_retention(
         self,
@@ -90,8 +84,6 @@ class RetentionCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
-        """Set (or change) a retention policy, previewed with ``preview_retention``; the
-        scheduler runs it at its next sweep, then every ``retention_interval``."""
         validation.check_id(policy_id, "policy_id")
         definition = _definition(max_age, conversation_id)
         check_digest(scope_digest, "preview_retention()")
@@ -102,7 +94,7 @@ class RetentionCommands:
             "max_age_seconds": definition.max_age_seconds,
         }
         setting = retention_kind.Setting(policy_id, definition, scope_digest)
-        return self._accept(kinds.RETENTION, setting, request, causal)
+        return self.acceptance.accept(kinds.RETENTION, setting, request, causal)
 
     def remove_retention(
         self,
@@ -114,19 +106,15 @@ class RetentionCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
-        """Remove a policy: it is not run again. Runs already accepted finish their cleanup."""
         validation.check_id(policy_id, "policy_id")
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
-        return self._accept(kinds.RETENTION_END, Removal(policy_id), {"policy_id": policy_id}, causal)
+        return self.acceptance.accept(kinds.RETENTION_END, Removal(policy_id), {"policy_id": policy_id}, causal)
 
     def list_retention(self) -> list[RetentionPolicy]:
-        """The standing policies, by id."""
         with self.db.read() as conn:
             return [RetentionPolicy.from_row(row) for row in retention.list_policies(conn)]
 
     def run_retention(self) -> list[RetentionRunOutcome]:
-        """Take the turn of every policy that is due now (the leading scheduler does at every
-        sweep, and ``resume()`` does): one run accepted per policy with anything to expire."""
         with self.db.read() as conn:
             due = retention.due_policies(conn, limit=DUE_LIMIT)
         if not due:
@@ -146,7 +134,7 @@ class RetentionCommands:
                 return _quiet_outcome(policy_id, plan.deferral if plan else NOTHING_WAITS)
             cutoff = plan.cutoff
             failpoints.hit("retention.planned")
-            acceptance = self._accept(
+            acceptance = self.acceptance.accept(
                 kinds.RETENTION_RUN,
                 Run(policy_id, cutoff),
                 {"policy_id": policy_id, "cutoff": utc_text(cutoff)},
