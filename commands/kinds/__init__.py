@@ -11,6 +11,7 @@ if/elif over kind names.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -42,7 +43,7 @@ RETENTION_RUN = RetentionRun()
 HOLD = Hold()
 HOLD_RELEASE = HoldRelease()
 
-KINDS: dict[PurgeKind, Kind] = {
+KINDS: dict[PurgeKind, Kind[Any, Any]] = {
     kind.name: kind
     for kind in (
         CONTENT,
@@ -63,7 +64,23 @@ for _kind in KINDS.values():
         cleanup.register_bodies(_kind.name.value, _kind.bodies)
 
 
-def kind_of(name: str) -> Kind:
+# The rows of the operator routes (policies and holds): their actor and reason are an
+# operator's words ("litigation Doe v. Corp"), so a host's purge list and status leave them out.
+OPERATOR_KINDS = tuple(kind.name.value for kind in KINDS.values() if kind.operator_only)
+POLICY_KINDS = frozenset(kind.name.value for kind in KINDS.values() if kind.names_policy)
+
+
+def label_of(entry: LedgerEntry) -> str:
+    """The row in a few words: its kind's label, with the policy or hold it names."""
+    try:
+        template = kind_of(entry.kind).label
+    except RowInvalid:
+        template = f"{entry.kind} purge"
+    names = {name: str(entry.selectors.get(name, "?")) for name in ("policy_id", "hold_id")}
+    return template.format(**names)
+
+
+def kind_of(name: str) -> Kind[Any, Any]:
     """The kind a ledger row names; RowInvalid for a name no module defines."""
     try:
         return KINDS[PurgeKind(name)]
@@ -86,4 +103,14 @@ def cleanup_left(conn: Connection, entry: LedgerEntry) -> list[tuple[StepKind, b
     return kind_of(entry.kind).left_after_restore(conn, entry)
 
 
-__all__ = ["KINDS", "Kind", "RowInvalid", "cleanup_left", "kind_of", "reapply_fences"]
+__all__ = [
+    "KINDS",
+    "OPERATOR_KINDS",
+    "POLICY_KINDS",
+    "Kind",
+    "RowInvalid",
+    "cleanup_left",
+    "kind_of",
+    "label_of",
+    "reapply_fences",
+]

@@ -66,7 +66,8 @@ class Confirmation:
     close_author: bool
 
 
-class Author(Kind):
+class Author(Kind[Confirmation, dt.datetime]):
+    label = "author erasure"
     name = PurgeKind.AUTHOR
     head_first = False  # the author's lock serialises erasures of one author; the head is taken last
     policy_lock = "shared"

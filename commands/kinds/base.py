@@ -26,15 +26,23 @@ kind at each stage:
   the cleanup steps to re-arm, as ``(kind, parked)``;
 - ``bodies``: the plain function of ``workers.cleanup`` that carries out the bodies step of
   this kind (``None``: the kind creates no bodies step).
+
+And two things the surfaces show: ``label``, the row in a few words (``{policy_id}`` and
+``{hold_id}`` are filled from its selectors; never who was erased), and ``operator_only``,
+whether its row holds an operator's words (a policy's, a hold's: a host's purge list and
+status leave them out).
+
+A kind is generic in its request (what ``confirm`` is given) and in what ``lock`` returns to
+``decide``: ``class Content(Kind[Confirmation, PurgePreview])``.
 """
 
 from __future__ import annotations
 
 import abc
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from sqlalchemy import Connection
 
@@ -83,14 +91,22 @@ class Already:
     disclosures: tuple[str, ...] = ()
 
 
-class Kind(abc.ABC):
+RequestT = TypeVar("RequestT")
+LockedT = TypeVar("LockedT")
+Preview = Callable[..., tuple[Any, dict[str, Any] | None]]  # (conn, env, request) -> (report, to remember)
+
+
+class Kind(abc.ABC, Generic[RequestT, LockedT]):
     """One purge kind: every stage of :data:`STAGES` is defined in the subclass itself."""
 
     name: ClassVar[PurgeKind]
+    label: ClassVar[str]
+    operator_only: ClassVar[bool] = False
+    names_policy: ClassVar[bool] = False  # its selectors name a retention policy (``policy_id``)
     head_first: ClassVar[bool] = True
     policy_lock: ClassVar[str | None] = None  # "shared", "exclusive", or None: not taken
     ledger_first: ClassVar[bool] = False  # the ledger row is appended before the fence
-    preview: Any  # a method (conn, env, args) -> (report, what to remember | None), or None
+    preview: Any  # a Preview method, or None: confirmed by its ids alone
     bodies: BodiesStep | None
 
     @abc.abstractmethod
@@ -98,11 +114,11 @@ class Kind(abc.ABC):
         """Raise ``fields.RowInvalid`` unless a ledger row of this kind could hold these."""
 
     @abc.abstractmethod
-    def lock(self, conn: Connection, env: Env, args: Any) -> Any:
+    def lock(self, conn: Connection, env: Env, args: RequestT) -> LockedT:
         """Lock what the acceptance depends on; return what ``decide`` reads."""
 
     @abc.abstractmethod
-    def decide(self, conn: Connection, env: Env, args: Any, locked: Any) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: RequestT, locked: LockedT) -> Decision | Already:
         """Refuse, or say what the acceptance writes."""
 
     @abc.abstractmethod

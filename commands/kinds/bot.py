@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row
 
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
@@ -38,7 +38,8 @@ class Request:
     reviewed_repository: RepositoryIdentity | None
 
 
-class Bot(Kind):
+class Bot(Kind[Request, Row[Any]]):
+    label = "bot deletion"
     name = PurgeKind.BOT
     head_first = True
     policy_lock = "shared"  # Memory erasure is refused while a hold covers the bot's conversations
@@ -67,13 +68,13 @@ class Bot(Kind):
         if selectors.get("erase_memory") and not (selectors.get("memory_path") and selectors.get("marker_id")):
             raise fields.RowInvalid("a bot row with erase_memory needs its memory_path and marker_id")
 
-    def lock(self, conn: Connection, env: Env, args: Request) -> Any:
+    def lock(self, conn: Connection, env: Env, args: Request) -> Row[Any]:
         bot = purges.lock_bot(conn, args.bot_id)
         if bot is None:
             raise NotFound(f"no bot {args.bot_id}")
         return bot
 
-    def decide(self, conn: Connection, env: Env, args: Request, locked: Any) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: Request, locked: Row[Any]) -> Decision | Already:
         bot = locked
         done = purges.tombstone_of(conn, TombstoneKind.BOT, args.bot_id)
         if done:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row
 
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
@@ -15,7 +15,8 @@ from schema.errors import NotFound, ValidationError
 from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
 
 
-class Channel(Kind):
+class Channel(Kind[str, Row[Any]]):
+    label = "channel deletion"
     name = PurgeKind.CHANNEL
     head_first = True
     preview = None  # confirmed by its id: it removes no content
@@ -27,7 +28,7 @@ class Channel(Kind):
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         fields.require_id(selectors, "channel_id")
 
-    def lock(self, conn: Connection, env: Env, args: str) -> Any:
+    def lock(self, conn: Connection, env: Env, args: str) -> Row[Any]:
         row = purges.lock_conversation(conn, args)
         if row is None:
             raise NotFound(f"no channel {args}")
@@ -35,7 +36,7 @@ class Channel(Kind):
             raise ValidationError(f"{args} is a conversation, not a channel; purge it instead")
         return row
 
-    def decide(self, conn: Connection, env: Env, args: str, locked: Any) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: str, locked: Row[Any]) -> Decision | Already:
         done = purges.tombstone_of(conn, TombstoneKind.CHANNEL, args) or purges.tombstone_of(
             conn, TombstoneKind.CONVERSATION, args
         )

@@ -24,7 +24,8 @@ class Confirmation:
     scope_digest: str
 
 
-class Content(Kind):
+class Content(Kind[Confirmation, PurgePreview]):
+    label = "content purge"
     name = PurgeKind.CONTENT
     head_first = False  # the events' row locks serialise it; the head is taken last, for the least time
     policy_lock = "shared"  # a hold on the events waits for it, or it for the hold

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row
 
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
@@ -23,7 +23,8 @@ class Request:
     expected_version: int | None
 
 
-class Conversation(Kind):
+class Conversation(Kind[Request, Row[Any] | None]):
+    label = "conversation purge"
     name = PurgeKind.CONVERSATION
     head_first = True  # an absent id has no row to lock: the head serialises its reservation
     policy_lock = "shared"
@@ -37,10 +38,10 @@ class Conversation(Kind):
             raise fields.RowInvalid("conversation_kind is neither conversation nor channel")
         fields.flag(selectors, "reserved_absent_id")
 
-    def lock(self, conn: Connection, env: Env, args: Request) -> Any:
+    def lock(self, conn: Connection, env: Env, args: Request) -> Row[Any] | None:
         return purges.lock_conversation(conn, args.conversation_id)
 
-    def decide(self, conn: Connection, env: Env, args: Request, locked: Any) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: Request, locked: Row[Any] | None) -> Decision | Already:
         """The tombstone first: a repeat is ``already_purged``, even with the original
         expected version."""
         row, conversation_id = locked, args.conversation_id

@@ -35,7 +35,9 @@ class Placing:
     authors: tuple[str, ...]
 
 
-class Hold(Kind):
+class Hold(Kind[Placing, holds.HoldRow | None]):
+    label = "legal hold {hold_id} placed"
+    operator_only = True  # its actor and reason are an operator's words
     name = PurgeKind.HOLD
     head_first = True  # a new hold id has no row to lock
     policy_lock = "exclusive"
@@ -52,10 +54,10 @@ class Hold(Kind):
         if not (fields.listed_values(selectors, "conversation_ids") or authors):
             raise fields.RowInvalid("a hold covers at least one conversation or author")
 
-    def lock(self, conn: Connection, env: Env, args: Placing) -> Any:
+    def lock(self, conn: Connection, env: Env, args: Placing) -> holds.HoldRow | None:
         return holds.hold_row(conn, args.hold_id, lock=True)
 
-    def decide(self, conn: Connection, env: Env, args: Placing, locked: Any) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: Placing, locked: holds.HoldRow | None) -> Decision | Already:
         row: holds.HoldRow | None = locked
         if row is not None:
             return _repeat(conn, row, args)

@@ -22,7 +22,9 @@ class Release:
     hold_id: str
 
 
-class HoldRelease(Kind):
+class HoldRelease(Kind[Release, holds.HoldRow | None]):
+    label = "legal hold {hold_id} released"
+    operator_only = True  # its actor and reason are an operator's words
     name = PurgeKind.HOLD_RELEASE
     head_first = True
     policy_lock = "exclusive"
@@ -33,10 +35,10 @@ class HoldRelease(Kind):
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         fields.require_id(selectors, "hold_id")
 
-    def lock(self, conn: Connection, env: Env, args: Release) -> Any:
+    def lock(self, conn: Connection, env: Env, args: Release) -> holds.HoldRow | None:
         return holds.hold_row(conn, args.hold_id, lock=True)
 
-    def decide(self, conn: Connection, env: Env, args: Release, locked: Any) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: Release, locked: holds.HoldRow | None) -> Decision | Already:
         row: holds.HoldRow | None = locked
         if row is None:
             raise NotFound(f"no legal hold {args.hold_id}")

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row
 
 from commands.kinds import fields
 from commands.kinds.base import Already, Decision, Env, Kind
@@ -64,7 +64,10 @@ class Setting:
     scope_digest: str
 
 
-class Retention(Kind):
+class Retention(Kind[Setting, Row[Any] | None]):
+    label = "retention policy {policy_id} set"
+    names_policy = True
+    operator_only = True  # its actor and reason are an operator's words
     name = PurgeKind.RETENTION
     head_first = True  # a new policy id has no row to lock
     policy_lock = "exclusive"
@@ -107,10 +110,10 @@ class Retention(Kind):
             raise fields.RowInvalid("max_age_seconds is not a positive whole number")
         fields.optional_text(selectors, "replaces", None)
 
-    def lock(self, conn: Connection, env: Env, args: Setting) -> Any:
+    def lock(self, conn: Connection, env: Env, args: Setting) -> Row[Any] | None:
         return retention.policy_row(conn, args.policy_id, lock=True)
 
-    def decide(self, conn: Connection, env: Env, args: Setting, locked: Any) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: Setting, locked: Row[Any] | None) -> Decision | Already:
         definition, row = args.definition, locked
         saved = purges.saved_preview(conn, args.scope_digest)
         if args.scope_digest != digest_of(definition) or saved is None or saved.get("retention") != _key(definition):
@@ -120,9 +123,11 @@ class Retention(Kind):
             )
         if definition.conversation_id is not None:
             require_purgeable_conversation(conn, definition.conversation_id)
-        standing = row is not None and row.ended_by is None
-        if standing and (row.conversation_id, int(row.max_age_seconds)) == dataclasses.astuple(definition):
-            return Already(row.purge_id, retention.ledger_seq(conn, row.purge_id) or 0)
+        standing = row if row is not None and row.ended_by is None else None
+        if standing is not None and (standing.conversation_id, int(standing.max_age_seconds)) == dataclasses.astuple(
+            definition
+        ):
+            return Already(standing.purge_id, retention.ledger_seq(conn, standing.purge_id) or 0)
         other = retention.standing_for_scope(conn, definition.conversation_id)
         if other is not None and other.policy_id != args.policy_id:
             scope = f"conversation {definition.conversation_id}" if definition.conversation_id else "every conversation"
@@ -134,7 +139,7 @@ class Retention(Kind):
             "policy_id": args.policy_id,
             "conversation_id": definition.conversation_id,
             "max_age_seconds": definition.max_age_seconds,
-            "replaces": row.purge_id if standing else None,
+            "replaces": standing.purge_id if standing is not None else None,
         }
         return Decision(selectors, digest=args.scope_digest)
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row
 
 from commands.kinds import fields
 from commands.kinds.base import Already, Decision, Env, Kind
@@ -24,7 +24,10 @@ class Removal:
     policy_id: str
 
 
-class RetentionEnd(Kind):
+class RetentionEnd(Kind[Removal, Row[Any] | None]):
+    label = "retention policy {policy_id} removed"
+    names_policy = True
+    operator_only = True  # its actor and reason are an operator's words
     name = PurgeKind.RETENTION_END
     head_first = True
     policy_lock = "exclusive"
@@ -38,10 +41,10 @@ class RetentionEnd(Kind):
         if selectors.get("conversation_id") is not None:
             fields.require_id(selectors, "conversation_id")
 
-    def lock(self, conn: Connection, env: Env, args: Removal) -> Any:
+    def lock(self, conn: Connection, env: Env, args: Removal) -> Row[Any] | None:
         return retention.policy_row(conn, args.policy_id, lock=True)
 
-    def decide(self, conn: Connection, env: Env, args: Removal, locked: Any) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: Removal, locked: Row[Any] | None) -> Decision | Already:
         row = locked
         if row is None:
             raise NotFound(f"no retention policy {args.policy_id}")

@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row
 
 from commands.kinds import fields
 from commands.kinds.base import Already, Decision, Env, Kind
@@ -70,7 +70,9 @@ def idempotency_key(policy_purge_id: str, cutoff: dt.datetime) -> str:
     return f"{IDEMPOTENCY_PREFIX}:{policy_purge_id}:{utc_text(cutoff)}"
 
 
-class RetentionRun(Kind):
+class RetentionRun(Kind[Run, Row[Any] | None]):
+    label = "retention purge (policy {policy_id})"
+    names_policy = True
     name = PurgeKind.RETENTION_RUN
     head_first = False  # the policy's row lock serialises its runs; the head is taken last
     policy_lock = "shared"  # a hold placed meanwhile waits for the run, or the run for the hold
@@ -99,10 +101,10 @@ class RetentionRun(Kind):
         for author in fields.listed_values(selectors, "held_authors"):
             fields.text(author, "held_authors", None)
 
-    def lock(self, conn: Connection, env: Env, args: Run) -> Any:
+    def lock(self, conn: Connection, env: Env, args: Run) -> Row[Any] | None:
         return retention.policy_row(conn, args.policy_id, lock=True)
 
-    def decide(self, conn: Connection, env: Env, args: Run, locked: Any) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: Run, locked: Row[Any] | None) -> Decision | Already:
         row = locked
         if row is None:
             raise NotFound(f"no retention policy {args.policy_id}")
