@@ -16,7 +16,7 @@ import commands
 from commands.http import create_app, models
 from commands.web.auth import Tokens
 from schema.states import PurgeKind
-from tests.http.test_http_api import ENDPOINTS
+from tests.helpers.http import ENDPOINTS
 
 OPERATION_IDS = {
     ("POST", "/v1/conversations"): "create_conversation",

@@ -13,7 +13,7 @@ import pytest
 
 import commands
 from commands import EventScope
-from tests.http.test_http_api import AS_HOST, AS_OPERATOR, WHO, TestClient, make_client, ok, refused
+from tests.helpers.http import AS_HOST, AS_OPERATOR, WHO, TestClient, make_client, ok, refused
 
 Pk = commands.Purgekeeper
 

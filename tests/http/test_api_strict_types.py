@@ -26,7 +26,7 @@ from sqlalchemy import func, select
 
 import commands
 from schema.tables import metadata
-from tests.http.test_http_api import AS_OPERATOR, WHO, TestClient, b64, make_client, ok, refused
+from tests.helpers.http import AS_OPERATOR, WHO, TestClient, b64, make_client, ok, refused
 
 Pk = commands.Purgekeeper
 DIGEST = "0" * 64

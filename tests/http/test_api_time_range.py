@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 import commands
 from commands import validation
 from schema.tables import events, metadata
-from tests.http.test_http_api import AS_HOST, WHO, TestClient, make_client, ok, refused
+from tests.helpers.http import AS_HOST, WHO, TestClient, make_client, ok, refused
 
 Pk = commands.Purgekeeper
 LATEST = "9998-12-31T23:59:59.999999Z"

@@ -24,17 +24,7 @@ import commands
 from commands import NewAttachment, validation
 from commands.http import app as http_app
 from commands.http import guard, uploads
-from tests.http.test_http_api import (
-    AS_HOST,
-    BODY_CAP,
-    TOKENS,
-    TestClient,
-    World,
-    make_client,
-    ok,
-    refused,
-    snapshot,
-)
+from tests.helpers.http import AS_HOST, BODY_CAP, TOKENS, TestClient, World, make_client, ok, refused, snapshot
 
 Pk = commands.Purgekeeper
 LIMIT = 200_000  # past the tests' 64 KiB JSON body cap: the upload route has its own

@@ -13,7 +13,7 @@ from sqlalchemy import bindparam, text
 import commands
 from commands.web import times
 from schema.tables import UtcDateTime
-from tests.http.test_status_page import (
+from tests.helpers.console import (
     WHO,
     TestClient,
     app_of,

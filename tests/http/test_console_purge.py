@@ -7,7 +7,6 @@ nothing. A worker holding a step is a real claim (``schema.steps.claim``) that n
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -19,9 +18,8 @@ import commands
 from commands.http.app import create_app
 from commands.web.auth import COOKIE_NAME
 from commands.web.status import FORGED_FORM, OPERATOR_HEADER, RETRIED
-from schema import steps
 from tests.helpers import settle
-from tests.http.test_status_page import (
+from tests.helpers.console import (
     HOST,
     HOSTILE,
     OPERATOR,
@@ -32,6 +30,7 @@ from tests.http.test_status_page import (
     Element,
     TestClient,
     app_of,
+    claim,
     incomplete_purge,
     page,
     parse,
@@ -64,12 +63,6 @@ def retry(client: TestClient, purge_id: str, *, headers: dict[str, str] | None =
     """The form POST, as a browser on this site sends it unless ``headers`` say otherwise."""
     sent = SAME_SITE if headers is None else headers
     return client.post(f"/status/purges/{purge_id}/retry", data=fields, headers=sent, follow_redirects=False)
-
-
-def claim(pk: Pk, step_id: str, owner: str) -> None:
-    """A worker takes the step and holds it (a five-minute lease it never gives back)."""
-    held = pk.db.transact(lambda conn: steps.claim(conn, step_id, owner=owner, lease=dt.timedelta(minutes=5)))
-    assert held is not None
 
 
 def unchanged(pk: Pk, purge_id: str) -> None:

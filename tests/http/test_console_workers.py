@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 import commands
-from tests.http.test_console_purge import claim
-from tests.http.test_status_page import TestClient, app_of, page, parse, purge_new_event, sign_in
+from tests.helpers.console import TestClient, app_of, claim, page, parse, purge_new_event, sign_in
 
 Pk = commands.Purgekeeper
 

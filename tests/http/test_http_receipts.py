@@ -4,21 +4,16 @@ without any token, serving exactly the log's files and refusing every other path
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 
 import pytest
 
 import commands
 from storage import signed_log
-from tests.http.test_http_api import AS_HOST, WHO, make_client, ok
+from tests.helpers.http import AS_HOST, WHO, TestClient, make_client, ok
 from tests.integration.test_restore import clean
 from tlog import tree
 from tlog.verify import ReceiptInvalid, Verifier, open_checkpoint, verify_completion, verify_receipt
-
-with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
-    warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
-    from fastapi.testclient import TestClient
 
 Pk = commands.Purgekeeper
 NO_TOKEN = {"Authorization": ""}

@@ -31,7 +31,7 @@ import commands
 from commands import NewAttachment
 from commands.http import create_app
 from commands.web.auth import Tokens
-from tests.http.test_http_api import ENDPOINTS
+from tests.helpers.http import ENDPOINTS
 
 TOKEN = "fuzz-host-token"
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}

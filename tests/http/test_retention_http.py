@@ -14,7 +14,7 @@ import pytest
 import commands
 from commands.http.app import OPERATOR_TAG
 from tests.helpers import scalar, settle
-from tests.http.test_http_api import AS_HOST, AS_OPERATOR, WHO, TestClient, accepted, make_client, ok, refused
+from tests.helpers.http import AS_HOST, AS_OPERATOR, WHO, TestClient, accepted, make_client, ok, refused
 
 Pk = commands.Purgekeeper
 DAY = 86_400
