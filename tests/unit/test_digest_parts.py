@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from commands.scope import PreviewEvent, _hashable, _hashed_event
+from commands.kinds.content import _hashable, _hashed_event
+from commands.scope import PreviewEvent
 from schema.ledger import canonical_json
 
 
