@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from schema import authors, cleanup, ledger, purges, retention, retry_policy, steps
+from schema import cleanup, ledger, purges, retry_policy, steps
 from schema.db import Database, bound_lock_waits, commit_without_flush
 from schema.errors import LockTimeout
 from schema.states import StepKind
@@ -100,7 +100,7 @@ def _entry(ctx: StepContext, purge_id: str) -> ledger.LedgerEntry:
     return entry
 
 
-def _batch(
+def run_batch(
     ctx: StepContext, held: steps.Claim, work: Callable[[Connection], dict[str, Any]], *, durable: bool = False
 ) -> dict[str, Any]:
     """One committed batch: the work and its progress (which renews the lease) together.
@@ -155,142 +155,6 @@ def remove_bodies(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry
     return step(ctx, held, entry)
 
 
-def null_fenced_content(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
-    """NULL the content of the events the ledger row lists (they were fenced at acceptance)."""
-    event_ids = list(entry.selectors.get("event_ids", []))
-    for start in range(0, len(event_ids), ctx.batch_size):
-        batch = event_ids[start : start + ctx.batch_size]
-        remaining = max(len(event_ids) - start - len(batch), 0)
-        _batch(ctx, held, functools.partial(_null_batch, event_ids=batch, remaining=remaining))
-    return Ran(finished=bool(event_ids))
-
-
-def _null_batch(conn: Connection, *, event_ids: list[str], remaining: int) -> dict[str, Any]:
-    return {"removed": cleanup.null_content_of(conn, event_ids), "remaining": remaining, "done": remaining == 0}
-
-
-def empty_conversation(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
-    """Events placed only here lose their content and are fenced; events live elsewhere keep
-    it there and are reported retained-shared. Then runs, admissions and derivatives go (the
-    last events batch goes on with them in its own transaction), and the batch that finds
-    none left unparks the attachments step, which waits for this one, and finishes the step."""
-    purge_id, conversation_id = entry.purge_id, str(entry.selectors["conversation_id"])
-    batch = functools.partial(_empty_batch, purge_id=purge_id, conversation_id=conversation_id, limit=ctx.batch_size)
-    while not (done := _batch(ctx, held, batch)).get("done"):
-        pass
-    return Ran(tuple(done["wake"]), finished=True)
-
-
-def _empty_batch(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
-    """The next events of the conversation; once its events are all done, its runs and
-    derivatives in the same transaction."""
-    placed = cleanup.placed_events(conn, conversation_id, limit=limit + 1)  # one more: is there a next batch?
-    if len(placed) > limit:
-        return _empty_events(conn, placed[:limit], purge_id=purge_id, conversation_id=conversation_id)
-    done = _empty_events(conn, placed, purge_id=purge_id, conversation_id=conversation_id)
-    rows = _delete_rows(conn, purge_id=purge_id, conversation_id=conversation_id, limit=limit)
-    return {**done, "removed": done["removed"] + rows["removed"], "done": not rows["more"], "wake": rows["wake"]}
-
-
-def _empty_events(conn: Connection, placed: list[str], *, purge_id: str, conversation_id: str) -> dict[str, Any]:
-    if not placed:
-        return {"removed": 0}
-    live_elsewhere = cleanup.live_elsewhere(conn, placed, conversation_id)
-    shared = sorted(live_elsewhere)
-    only_here = [event_id for event_id in placed if event_id not in live_elsewhere]
-    cleanup.tombstone_events(conn, purge_id, only_here)
-    removed = cleanup.null_content_of(conn, only_here) + cleanup.remove_placements(conn, conversation_id, placed)
-    return {
-        "removed": removed,
-        "retained": len(shared),
-        "reasons": {"event placed in a live conversation": shared} if shared else None,
-    }
-
-
-def _delete_rows(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
-    """A batch of the conversation's runs (with their admissions) and derivatives; once none
-    are left, the attachments step is unparked in the same transaction."""
-    runs = cleanup.delete_runs_batch(conn, conversation_id, limit=limit)
-    derived = cleanup.delete_derivatives_batch(conn, conversation_id, limit=limit)
-    more = runs >= limit or derived >= limit
-    wake = [] if more else steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value)
-    return {"removed": runs + derived, "more": more, "wake": wake}
-
-
-def erase_author_events(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
-    """An author erasure: the author's events in the window, a batch at a time in
-    (occurred_at, id) order, get their ``event`` tombstones and lose their content; the batch
-    that finds none left unparks the attachments step and finishes this one. A rerun walks
-    them again from the start (tombstones and NULLs are idempotent)."""
-    selectors = entry.selectors
-    window_end = ledger.from_utc_text(str(selectors["window_end"]))
-    batch = functools.partial(
-        _erase_batch, purge_id=entry.purge_id, author=str(selectors["author"]), window_end=window_end
-    )
-    after: tuple[Any, ...] | None = None
-    while not (done := _batch(ctx, held, functools.partial(batch, after=after, limit=ctx.batch_size))).get("done"):
-        after = done["after"]
-    return Ran(tuple(done["wake"]), finished=True)
-
-
-def _erase_batch(
-    conn: Connection, *, purge_id: str, author: str, window_end: dt.datetime, after: Any, limit: int
-) -> dict[str, Any]:
-    erased, last = authors.erase_batch(
-        conn, purge_id=purge_id, author=author, window_end=window_end, after=after, limit=limit
-    )
-    if last is not None:
-        return {"removed": len(erased), "after": last}
-    return {"removed": len(erased), "done": True, "wake": steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value)}
-
-
-MAX_RETENTION_WALKS = 3  # walks of a run's window before an attempt gives up (a writer racing it)
-KEPT_ELSEWHERE = "event placed in a conversation it has not expired from"
-
-
-def expire_retention(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
-    """A retention run: its window, a batch at a time, loses its expiring placements; the
-    events then live nowhere are fenced (``event`` tombstones, for this run) and emptied, the
-    others are reported kept elsewhere, and what holds kept is counted (``held``). The batch
-    that finds the walk done and nothing expiring left deletes the run's fence, unparks the
-    attachments step and finishes this one; if a writer placed something behind the walk, it
-    walks again. A rerun walks from the start (every batch is idempotent)."""
-    fence = retention.Fence.of(entry.purge_id, entry.selectors)
-    first = True
-    for _walk in range(MAX_RETENTION_WALKS):
-        after: tuple[Any, ...] | None = None
-        while True:
-            work = functools.partial(_expire_batch, fence=fence, after=after, limit=ctx.batch_size, first=first)
-            done = _batch(ctx, held, work)
-            first = False
-            if done.get("done"):
-                return Ran(tuple(done["wake"]), finished=True)
-            if done.get("walked"):
-                break
-            after = done["after"]
-    raise RuntimeError(
-        f"retention run {entry.purge_id}: content it expires is still placed after {MAX_RETENTION_WALKS} walks"
-    )
-
-
-def _expire_batch(conn: Connection, *, fence: retention.Fence, after: Any, limit: int, first: bool) -> dict[str, Any]:
-    batch = retention.expire_batch(conn, fence, after=after, limit=limit)
-    progress = {
-        "removed": len(batch.expired),
-        "retained": len(batch.kept_elsewhere),
-        "kept_by_hold": len(batch.held),  # counted in the step's own ``held`` column
-        "reasons": {KEPT_ELSEWHERE: batch.kept_elsewhere} if batch.kept_elsewhere else None,
-        "restart_retained": first,
-    }
-    if batch.after is not None:
-        return {**progress, "after": batch.after}
-    if retention.expiring_left(conn, fence):  # placed behind the walk meanwhile: walk again
-        return {**progress, "walked": True}
-    if retention.fence_exists(conn, fence.purge_id):
-        retention.drop_fence(conn, fence.purge_id)
-    return {**progress, "done": True, "wake": steps.unpark(conn, fence.purge_id, StepKind.ATTACHMENTS.value)}
-
-
 # -- attachments --------------------------------------------------------------------------------
 
 
@@ -302,7 +166,7 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
     its first batch starts the count afresh."""
     after, first = "", True
     while True:
-        marked = _batch(
+        marked = run_batch(
             ctx,
             held,
             functools.partial(
@@ -315,7 +179,7 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
         gone = [blob_id for blob_id, _kind, _path in marked["doomed"]]
         last = marked["last"] is None
         if gone:
-            _batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone, last=last))
+            run_batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone, last=last))
         if last:
             return Ran(finished=True)
         after = marked["last"]
@@ -360,7 +224,7 @@ def remove_memory(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry
         _prove(ctx, repository, bot_id, marker_id)
         failpoints.hit("memory.rename")
         os.rename(repository, aside)
-        _batch(ctx, held, lambda _conn: {"remaining": 1}, durable=True)  # one directory set aside, to remove
+        run_batch(ctx, held, lambda _conn: {"remaining": 1}, durable=True)  # one directory set aside, to remove
     marker = memory.read_marker(aside)
     if marker != memory.Marker(bot_id, str(marker_id)):
         raise NotProvable("marker_changed", f"the directory set aside at {aside} does not carry the recorded marker")
@@ -384,7 +248,7 @@ def _nothing_left(ctx: StepContext, held: steps.Claim, repository: Path) -> Ran:
 
 
 def _memory_done(ctx: StepContext, held: steps.Claim, *, removed: int) -> Ran:
-    _batch(ctx, held, lambda _conn: {"removed": removed, "remaining": 0, "done": True})
+    run_batch(ctx, held, lambda _conn: {"removed": removed, "remaining": 0, "done": True})
     return Ran(finished=True)
 
 

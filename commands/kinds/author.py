@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +36,7 @@ from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
 from commands.records import AuthorErasurePreview, ConversationCount, ErasureTotals, SharedAttachment
 from commands.scope import DISCLOSURES
-from schema import authors, holds, ledger, purges, restore
+from schema import authors, holds, ledger, purges, restore, steps
 from schema.errors import StaleConfirmation
 from schema.ledger import canonical_json, sha256_hex, utc_text
 from schema.states import PurgeKind, StepKind
@@ -66,12 +67,48 @@ class Confirmation:
     close_author: bool
 
 
+# -- the bodies step (the workers run it: ``commands.kinds.bodies_steps``) --------------
+
+
+def erase_author_events(ctx: cleanup.StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> cleanup.Ran:
+    """An author erasure: the author's events in the window, a batch at a time in
+    (occurred_at, id) order, get their ``event`` tombstones and lose their content; the batch
+    that finds none left unparks the attachments step and finishes this one. A rerun walks
+    them again from the start (tombstones and NULLs are idempotent)."""
+    selectors = entry.selectors
+    window_end = ledger.from_utc_text(str(selectors["window_end"]))
+    batch = functools.partial(
+        _erase_batch, purge_id=entry.purge_id, author=str(selectors["author"]), window_end=window_end
+    )
+    after: tuple[Any, ...] | None = None
+    while True:
+        done = cleanup.run_batch(ctx, held, functools.partial(batch, after=after, limit=ctx.batch_size))
+        if done.get("done"):
+            break
+        after = done["after"]
+    return cleanup.Ran(tuple(done["wake"]), finished=True)
+
+
+def _erase_batch(
+    conn: Connection, *, purge_id: str, author: str, window_end: dt.datetime, after: Any, limit: int
+) -> dict[str, Any]:
+    erased, last = authors.erase_batch(
+        conn, purge_id=purge_id, author=author, window_end=window_end, after=after, limit=limit
+    )
+    if last is not None:
+        return {"removed": len(erased), "after": last}
+    return {"removed": len(erased), "done": True, "wake": steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value)}
+
+
+# -- the kind ---------------------------------------------------------------------------------
+
+
 class Author(Kind[Confirmation, dt.datetime]):
     label = "author erasure"
     name = PurgeKind.AUTHOR
     head_first = False  # the author's lock serialises erasures of one author; the head is taken last
     policy_lock = "shared"
-    bodies = staticmethod(cleanup.erase_author_events)
+    bodies = staticmethod(erase_author_events)
 
     def preview(self, conn: Connection, env: Env, args: Window) -> tuple[AuthorErasurePreview, dict[str, Any]]:
         """Under the author's lock, taken first: every ingest by the author that began before

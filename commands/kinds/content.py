@@ -9,6 +9,7 @@ report is made of are the API's (``commands.scope``)."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import operator
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +35,8 @@ from commands.scope import (
     Reference,
     require_purgeable_conversation,
 )
-from schema import authors, ledger, purges, restore
+from schema import authors, ledger, purges, restore, steps
+from schema import cleanup as cleanup_queries
 from schema.errors import NotFound, StaleConfirmation, ValidationError
 from schema.idlists import Ids
 from schema.ledger import canonical_json, sha256_hex, utc_text
@@ -48,12 +50,32 @@ class Confirmation:
     scope_digest: str
 
 
+# -- the bodies step (the workers run it: ``commands.kinds.bodies_steps``) --------------
+
+
+def null_fenced_content(ctx: cleanup.StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> cleanup.Ran:
+    """NULL the content of the events the ledger row lists (they were fenced at acceptance)."""
+    event_ids = list(entry.selectors.get("event_ids", []))
+    for start in range(0, len(event_ids), ctx.batch_size):
+        batch = event_ids[start : start + ctx.batch_size]
+        remaining = max(len(event_ids) - start - len(batch), 0)
+        cleanup.run_batch(ctx, held, functools.partial(_null_batch, event_ids=batch, remaining=remaining))
+    return cleanup.Ran(finished=bool(event_ids))
+
+
+def _null_batch(conn: Connection, *, event_ids: list[str], remaining: int) -> dict[str, Any]:
+    return {"removed": cleanup_queries.null_content_of(conn, event_ids), "remaining": remaining, "done": remaining == 0}
+
+
+# -- the kind ---------------------------------------------------------------------------------
+
+
 class Content(Kind[Confirmation, PurgePreview]):
     label = "content purge"
     name = PurgeKind.CONTENT
     head_first = False  # the events' row locks serialise it; the head is taken last, for the least time
     policy_lock = "shared"  # a hold on the events waits for it, or it for the hold
-    bodies = staticmethod(cleanup.null_fenced_content)
+    bodies = staticmethod(null_fenced_content)
 
     def preview(self, conn: Connection, env: Env, scope: EventScope) -> tuple[PurgePreview, dict[str, Any]]:
         report = build_report(conn, scope)

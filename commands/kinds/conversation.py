@@ -3,6 +3,7 @@ O(1) and emptied by its cleanup. An absent id is reserved anyway."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +12,8 @@ from sqlalchemy import Connection, Row
 
 from commands.kinds import fields, skeleton
 from commands.kinds.base import Already, Decision, Env, Kind
-from schema import holds, ledger, purges, restore
+from schema import cleanup as cleanup_queries
+from schema import holds, ledger, purges, restore, steps
 from schema.errors import VersionConflict
 from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
 from workers import cleanup
@@ -23,13 +25,68 @@ class Request:
     expected_version: int | None
 
 
+# -- the bodies step (the workers run it: ``commands.kinds.bodies_steps``) --------------
+
+
+def empty_conversation(ctx: cleanup.StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> cleanup.Ran:
+    """Events placed only here lose their content and are fenced; events live elsewhere keep
+    it there and are reported retained-shared. Then runs, admissions and derivatives go (the
+    last events batch goes on with them in its own transaction), and the batch that finds
+    none left unparks the attachments step, which waits for this one, and finishes the step."""
+    purge_id, conversation_id = entry.purge_id, str(entry.selectors["conversation_id"])
+    batch = functools.partial(_empty_batch, purge_id=purge_id, conversation_id=conversation_id, limit=ctx.batch_size)
+    while not (done := cleanup.run_batch(ctx, held, batch)).get("done"):
+        pass
+    return cleanup.Ran(tuple(done["wake"]), finished=True)
+
+
+def _empty_batch(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
+    """The next events of the conversation; once its events are all done, its runs and
+    derivatives in the same transaction."""
+    placed = cleanup_queries.placed_events(conn, conversation_id, limit=limit + 1)  # one more: is there a next batch?
+    if len(placed) > limit:
+        return _empty_events(conn, placed[:limit], purge_id=purge_id, conversation_id=conversation_id)
+    done = _empty_events(conn, placed, purge_id=purge_id, conversation_id=conversation_id)
+    rows = _delete_rows(conn, purge_id=purge_id, conversation_id=conversation_id, limit=limit)
+    return {**done, "removed": done["removed"] + rows["removed"], "done": not rows["more"], "wake": rows["wake"]}
+
+
+def _empty_events(conn: Connection, placed: list[str], *, purge_id: str, conversation_id: str) -> dict[str, Any]:
+    if not placed:
+        return {"removed": 0}
+    live_elsewhere = cleanup_queries.live_elsewhere(conn, placed, conversation_id)
+    shared = sorted(live_elsewhere)
+    only_here = [event_id for event_id in placed if event_id not in live_elsewhere]
+    cleanup_queries.tombstone_events(conn, purge_id, only_here)
+    removed = cleanup_queries.null_content_of(conn, only_here)
+    removed += cleanup_queries.remove_placements(conn, conversation_id, placed)
+    return {
+        "removed": removed,
+        "retained": len(shared),
+        "reasons": {"event placed in a live conversation": shared} if shared else None,
+    }
+
+
+def _delete_rows(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
+    """A batch of the conversation's runs (with their admissions) and derivatives; once none
+    are left, the attachments step is unparked in the same transaction."""
+    runs = cleanup_queries.delete_runs_batch(conn, conversation_id, limit=limit)
+    derived = cleanup_queries.delete_derivatives_batch(conn, conversation_id, limit=limit)
+    more = runs >= limit or derived >= limit
+    wake = [] if more else steps.unpark(conn, purge_id, StepKind.ATTACHMENTS.value)
+    return {"removed": runs + derived, "more": more, "wake": wake}
+
+
+# -- the kind ---------------------------------------------------------------------------------
+
+
 class Conversation(Kind[Request, Row[Any] | None]):
     label = "conversation purge"
     name = PurgeKind.CONVERSATION
     head_first = True  # an absent id has no row to lock: the head serialises its reservation
     policy_lock = "shared"
     preview = None  # confirmed by its id and, optionally, the version the host last saw
-    bodies = staticmethod(cleanup.empty_conversation)
+    bodies = staticmethod(empty_conversation)
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         fields.require_id(selectors, "conversation_id")

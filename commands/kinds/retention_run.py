@@ -37,6 +37,7 @@ fenced and no legal hold covers.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,7 @@ from sqlalchemy import Connection, Row
 
 from commands.kinds import fields
 from commands.kinds.base import Already, Decision, Env, Kind
-from schema import holds, ledger, restore, retention
+from schema import holds, ledger, restore, retention, steps
 from schema.errors import NotFound, ValidationError
 from schema.ledger import utc_text
 from schema.states import Exemption, HoldSubject, PurgeKind, StepKind
@@ -70,6 +71,59 @@ def idempotency_key(policy_purge_id: str, cutoff: dt.datetime) -> str:
     return f"{IDEMPOTENCY_PREFIX}:{policy_purge_id}:{utc_text(cutoff)}"
 
 
+# -- the bodies step (the workers run it: ``commands.kinds.bodies_steps``) --------------
+
+
+MAX_RETENTION_WALKS = 3  # walks of a run's window before an attempt gives up (a writer racing it)
+KEPT_ELSEWHERE = "event placed in a conversation it has not expired from"
+
+
+def expire_retention(ctx: cleanup.StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> cleanup.Ran:
+    """A retention run: its window, a batch at a time, loses its expiring placements; the
+    events then live nowhere are fenced (``event`` tombstones, for this run) and emptied, the
+    others are reported kept elsewhere, and what holds kept is counted (``held``). The batch
+    that finds the walk done and nothing expiring left deletes the run's fence, unparks the
+    attachments step and finishes this one; if a writer placed something behind the walk, it
+    walks again. A rerun walks from the start (every batch is idempotent)."""
+    fence = retention.Fence.of(entry.purge_id, entry.selectors)
+    first = True
+    for _walk in range(MAX_RETENTION_WALKS):
+        after: tuple[Any, ...] | None = None
+        while True:
+            work = functools.partial(_expire_batch, fence=fence, after=after, limit=ctx.batch_size, first=first)
+            done = cleanup.run_batch(ctx, held, work)
+            first = False
+            if done.get("done"):
+                return cleanup.Ran(tuple(done["wake"]), finished=True)
+            if done.get("walked"):
+                break
+            after = done["after"]
+    raise RuntimeError(
+        f"retention run {entry.purge_id}: content it expires is still placed after {MAX_RETENTION_WALKS} walks"
+    )
+
+
+def _expire_batch(conn: Connection, *, fence: retention.Fence, after: Any, limit: int, first: bool) -> dict[str, Any]:
+    batch = retention.expire_batch(conn, fence, after=after, limit=limit)
+    progress = {
+        "removed": len(batch.expired),
+        "retained": len(batch.kept_elsewhere),
+        "kept_by_hold": len(batch.held),  # counted in the step's own ``held`` column
+        "reasons": {KEPT_ELSEWHERE: batch.kept_elsewhere} if batch.kept_elsewhere else None,
+        "restart_retained": first,
+    }
+    if batch.after is not None:
+        return {**progress, "after": batch.after}
+    if retention.expiring_left(conn, fence):  # placed behind the walk meanwhile: walk again
+        return {**progress, "walked": True}
+    if retention.fence_exists(conn, fence.purge_id):
+        retention.drop_fence(conn, fence.purge_id)
+    return {**progress, "done": True, "wake": steps.unpark(conn, fence.purge_id, StepKind.ATTACHMENTS.value)}
+
+
+# -- the kind ---------------------------------------------------------------------------------
+
+
 class RetentionRun(Kind[Run, Row[Any] | None]):
     label = "retention purge (policy {policy_id})"
     names_policy = True
@@ -78,7 +132,7 @@ class RetentionRun(Kind[Run, Row[Any] | None]):
     policy_lock = "shared"  # a hold placed meanwhile waits for the run, or the run for the hold
     ledger_first = True  # the triggers check its state against its ledger row (0011)
     preview = None  # confirmed once, with its policy
-    bodies = staticmethod(cleanup.expire_retention)
+    bodies = staticmethod(expire_retention)
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         fields.require_id(selectors, "policy_id")
