@@ -1,6 +1,8 @@
-"""The HTTP surface: the API under ``/v1`` (``app``; its response bodies are ``models``, its
-streamed event uploads ``uploads``, its token and body caps ``guard``) and the server process
-that runs it with ``/status`` and ``/metrics`` (``server``)."""
+"""The HTTP surface: the API under ``/v1`` (``app`` assembles it: its routes by area are
+``routes``, its request bodies ``bodies`` of the field types of ``fields``, its response
+bodies ``models``, its errors ``errors``, its streamed event uploads ``uploads``, its token
+and body caps ``guard``) and the server process that runs it with ``/status`` and
+``/metrics`` (``server``, with the ``--demo`` world in ``demo``)."""
 
 from commands.http.app import create_app
 

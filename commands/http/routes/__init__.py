@@ -1,9 +1,9 @@
-"""The API's routes, everything under ``/v1``, one module per area: ``content`` (tag
-``content``), ``purges`` (the acceptances and the purges' status), ``ledger`` (receipts,
-completion statements, the consistency proof, and the signed log's public part under
+"""The API's routes, one module per area: ``content`` (tag ``content``), ``purges`` (the
+acceptances and the purges' status), ``ledger`` (receipts, completion statements and the
+consistency proof; and the signed log's public part, the one group outside ``/v1``, under
 ``/log``), ``operator`` (re-arming, re-sending and the ledger itself), ``retention``
-(retention policies and legal holds); ``common`` holds what they share. ``host_routers`` and
-``operator_routers`` build them for ``commands.http.app.create_app``.
+(retention policies and legal holds); ``common`` holds what they share. ``host_routers``,
+``operator_routers`` and ``log_routes`` build them for ``commands.http.app.create_app``.
 
 Acceptances (``202``): every route that accepts a purge, a deletion, a retention policy or
 a legal hold answers ``202 Accepted`` with a ``Location: /v1/purges/{purge_id}`` header and
