@@ -53,19 +53,20 @@ CONVERSATION_IDS = (TombstoneKind.CONVERSATION, TombstoneKind.CHANNEL)
 
 
 class ContentCommands:
-    """Mixed into :class:`commands.Purgekeeper`; needs ``db``, ``blobs`` and ``gate`` (every
-    content read and write first checks the gate: ``MessagingUnavailable`` while closed)."""
+    """The content commands of :class:`commands.Purgekeeper` (each documented there): rows
+    in ``db``, attachment bytes in ``blobs``; every content read and write first checks the
+    ``gate`` (``MessagingUnavailable`` while closed)."""
 
-    db: Database
-    blobs: BlobStore
-    gate: Gate
+    def __init__(self, db: Database, blobs: BlobStore, gate: Gate) -> None:
+        self.db = db
+        self.blobs = blobs
+        self.gate = gate
 
     # -- conversations and bots -----------------------------------------------------------
 
     def create_conversation(
         self, conversation_id: str, *, kind: str = "conversation", bot_id: str | None = None
     ) -> Conversation:
-        """Create a conversation or channel; repeating an identical create returns it."""
         validation.check_id(conversation_id, "conversation_id")
         kind = validation.check_choice(kind, "kind", [k.value for k in ConversationKind])
         validation.check_optional_id(bot_id, "bot_id")
@@ -85,7 +86,6 @@ class ContentCommands:
         return self.db.transact(work)
 
     def register_bot(self, bot_id: str, *, name: str, memory_path: str | Path | None = None) -> Bot:
-        """Register a bot; with a Memory repository, write its ownership marker in ``.git/``."""
         validation.check_id(bot_id, "bot_id")
         validation.check_text(name, "name", max_length=validation.MAX_BOT_NAME_LENGTH)
         repository = _check_memory_path(memory_path, bot_id)
@@ -113,7 +113,6 @@ class ContentCommands:
             raise
 
     def get_conversation(self, conversation_id: str) -> Conversation | None:
-        """The conversation, or None when it is unknown or purged."""
         validation.check_id(conversation_id, "conversation_id")
         with self.db.read() as conn:
             self.gate.require_open(conn)
@@ -125,8 +124,6 @@ class ContentCommands:
         return Conversation.from_row(row)
 
     def why_unreadable(self, conversation_id: str) -> PurgekeeperError:
-        """Why ``get_conversation`` gives None: ``ConversationPurged`` for a purged
-        conversation, else ``NotFound`` (for a surface that reports the difference)."""
         validation.check_id(conversation_id, "conversation_id")
         with self.db.read() as conn:
             if content.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
@@ -137,7 +134,6 @@ class ContentCommands:
         return NotFound(f"no conversation {conversation_id}")
 
     def list_conversations(self) -> list[Conversation]:
-        """The catalog: every conversation and channel that is not purged, by id."""
         with self.db.read() as conn:
             self.gate.require_open(conn)
             return [Conversation.from_row(row) for row in content.catalog(conn)]
@@ -155,8 +151,6 @@ class ContentCommands:
         occurred_at: dt.datetime | None = None,
         attachments: Sequence[NewAttachment] = (),
     ) -> Event:
-        """Add an event to a conversation. Idempotent on ``provider_event_id``: a duplicate
-        delivery returns the event already ingested and writes nothing."""
         validation.check_id(conversation_id, "conversation_id")
         validation.check_text(author, "author", max_length=validation.MAX_AUTHOR_LENGTH)
         body = validation.check_body(body)
@@ -215,7 +209,6 @@ class ContentCommands:
         return event
 
     def place_event(self, event_id: str, conversation_id: str) -> Placement:
-        """Place a live event in another conversation too; it stays one piece of content."""
         validation.check_id(event_id, "event_id")
         validation.check_id(conversation_id, "conversation_id")
 
@@ -230,7 +223,6 @@ class ContentCommands:
         return self.db.transact(work)
 
     def read_conversation(self, conversation_id: str) -> list[Event]:
-        """The conversation's events that no purge fences; ``[]`` for a purged one."""
         validation.check_id(conversation_id, "conversation_id")
         with self.db.single() as conn, collection.paused():  # the rows and events hold no cycles
             read = content.read_conversation(conn, conversation_id)
@@ -238,7 +230,6 @@ class ContentCommands:
             return _events_of(read)
 
     def open_attachment(self, attachment_id: str) -> BinaryIO:
-        """The attachment's bytes as a binary file; ``ContentPurged`` once it is fenced."""
         validation.check_id(attachment_id, "attachment_id")
         with self.db.read() as conn:
             self.gate.require_open(conn)
@@ -259,7 +250,6 @@ class ContentCommands:
     # -- runs, admissions, derivatives ----------------------------------------------------
 
     def start_run(self, conversation_id: str, *, bot_id: str, run_id: str | None = None) -> Run:
-        """Start an agent run of ``bot_id`` in the conversation (status ``running``)."""
         validation.check_id(conversation_id, "conversation_id")
         validation.check_id(bot_id, "bot_id")
         run_id = validation.check_optional_id(run_id, "run_id") or uuid.uuid4().hex
@@ -274,7 +264,6 @@ class ContentCommands:
         return self.db.transact(work)
 
     def finish_run(self, run_id: str, *, status: str, output: Any = None) -> Run:
-        """Settle a run with a terminal status, keeping its assistant ``output``."""
         validation.check_id(run_id, "run_id")
         terminal = sorted(s.value for s in RunStatus if s.is_terminal)
         status = validation.check_choice(status, "status", terminal)
@@ -291,7 +280,6 @@ class ContentCommands:
         return self.db.transact(work)
 
     def admit(self, event_id: str, run_id: str, *, payload: Any) -> Admission:
-        """Record that a live event was admitted to a non-terminal run, with its input."""
         validation.check_id(event_id, "event_id")
         validation.check_id(run_id, "run_id")
         text = validation.check_json(payload, "payload", max_bytes=validation.MAX_PAYLOAD_BYTES)
@@ -316,7 +304,6 @@ class ContentCommands:
         payload: Any,
         source_event_ids: Sequence[str] = (),
     ) -> Derivative:
-        """Record data derived from events: a summary, an inactive history row, an index entry."""
         validation.check_id(conversation_id, "conversation_id")
         validation.check_text(kind, "kind", max_length=validation.MAX_DERIVATIVE_KIND_LENGTH)
         text = validation.check_json(payload, "payload", max_bytes=validation.MAX_PAYLOAD_BYTES)

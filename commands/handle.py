@@ -8,12 +8,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, BinaryIO
 
-from commands import receipts
+from commands import kinds, receipts
 from commands.acceptance import Acceptor, EnqueueHook, Enqueuer, broker_hook
+from commands.attachments import NewAttachment
 from commands.content import ContentCommands
-from commands.gate import Gate
+from commands.gate import Gate, GateState
 from commands.holds import HoldCommands
 from commands.kinds.base import Kind
 from commands.kinds.skeleton import Causal
@@ -21,11 +22,17 @@ from commands.operations import MAX_PAGE, STALL_AFTER, OperatorCommands
 from commands.purges import PurgeCommands
 from commands.records import (
     Acceptance,
+    Admission,
     AuthorErasurePreview,
+    Bot,
     BotDeletionPreview,
+    Conversation,
+    Derivative,
+    Event,
     Hold,
     HoldCount,
     LedgerReport,
+    Placement,
     PurgeDetail,
     PurgePage,
     PurgeStatus,
@@ -33,15 +40,16 @@ from commands.records import (
     RetentionPolicy,
     RetentionPreview,
     RetentionRunOutcome,
+    Run,
     WorkerLeases,
 )
-from commands.restore import RestoreCommands
+from commands.restore import CopyRepair, MergeReport, RestoreCommands
 from commands.retention import RetentionCommands
 from commands.scope import EventScope, PurgePreview
 from commands.settings import Settings
 from schema import ledger, migrate
 from schema.db import Database
-from schema.errors import ValidationError
+from schema.errors import PurgekeeperError, ValidationError
 from storage import checkpoint
 from storage.blobstore import BlobStore
 from workers import broker, runner
@@ -53,13 +61,19 @@ log = logging.getLogger(__name__)
 WORKER_MODES = ("auto", "none")
 
 
-class Purgekeeper(ContentCommands, RestoreCommands):
+class Purgekeeper:
     """One database and its roots. Use ``commands.open()`` to get one; ``close()`` it after.
 
     ``workers="auto"`` without a broker URL runs an in-process dramatiq worker (StubBroker,
     threads) and scheduler; with a broker URL, wake-ups go to Redis and the ``worker`` and
     ``scheduler`` processes do the rest. ``workers="none"`` runs nothing in-process.
-    ``retention_interval``: how long after a policy's run its next one is due."""
+    ``retention_interval``: how long after a policy's run its next one is due.
+
+    It holds its services, each built here with what it needs, and delegates every command
+    to one of them: ``acceptance`` (``commands.acceptance.Acceptor``: the skeleton every
+    kind's preview and confirmation go through, and the ledger row's copy out), the
+    ``enqueuer`` (waking the workers), ``content``, ``purges``, ``retention``, ``holds``,
+    ``operations``, ``restore`` and ``receipts``."""
 
     def __init__(
         self,
@@ -94,16 +108,24 @@ class Purgekeeper(ContentCommands, RestoreCommands):
         self.enqueuer = Enqueuer(self.enqueue)
         self.acceptance = Acceptor(db, self.gate, settings, self.copy, self.enqueuer)
         self.receipts = receipts.Receipts(db, log, copy_ledger=self.acceptance.copy_ledger)
+        self.content = ContentCommands(db, self.blobs, self.gate)
         self.purges = PurgeCommands(self.acceptance)
         self.retention = RetentionCommands(db, self.acceptance, self.retention_interval)
         self.holds = HoldCommands(db, self.acceptance)
         self.operations = OperatorCommands(db, stall_after, self.enqueuer, self.retention)
+        self.restore = RestoreCommands(db, self.gate, self.blobs, self.database_key, self.copy, self.enqueuer)
         if workers == "auto" and settings.broker_url is None:
             self._start_in_process(sweep_interval)
 
     def step_context(self) -> StepContext:
+        """What a cleanup step runs with here: this handle's database, blob store, Memory
+        roots and lease (the in-process worker's, and a test's that runs a step itself)."""
         return StepContext(
-            db=self.db, blobs=self.blobs, memory_roots=self.settings.memory_roots, lease=self.policy.lease
+            db=self.db,
+            blobs=self.blobs,
+            memory_roots=self.settings.memory_roots,
+            lease=self.policy.lease,
+            bodies=kinds.bodies_steps(),
         )
 
     def _start_in_process(self, sweep_interval: dt.timedelta) -> None:
@@ -131,6 +153,29 @@ class Purgekeeper(ContentCommands, RestoreCommands):
         the seq the copy holds."""
         return self.acceptance.copy_ledger()
 
+    def close(self) -> None:
+        """Stop the in-process parts and release the database connections."""
+        if not self._closed:
+            self._closed = True
+            if self._scheduler is not None:
+                self._scheduler.stop()
+                broker.unregister(self.database_key)
+            self.gate.stop_audit()
+            self.db.dispose()
+
+    def __enter__(self) -> Purgekeeper:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- receipts (commands.receipts) ---------------------------------------------------------
+
     def receipt(self, purge_id: str) -> dict[str, Any]:
         """The purge's receipt: its ledger row proven in the newest signed checkpoint
         (format ``purgekeeper-receipt`` version 1; ``tlog.verify`` checks it offline).
@@ -155,6 +200,91 @@ class Purgekeeper(ContentCommands, RestoreCommands):
     def log_key(self) -> str:
         """The signed log's verification key (``<name>+<key id>+<base64 key>``)."""
         return self.receipts.vkey()
+
+    # -- content (commands.content) -----------------------------------------------------------
+
+    def create_conversation(
+        self, conversation_id: str, *, kind: str = "conversation", bot_id: str | None = None
+    ) -> Conversation:
+        """Create a conversation or channel; repeating an identical create returns it."""
+        return self.content.create_conversation(conversation_id, kind=kind, bot_id=bot_id)
+
+    def register_bot(self, bot_id: str, *, name: str, memory_path: str | Path | None = None) -> Bot:
+        """Register a bot; with a Memory repository, write its ownership marker in ``.git/``."""
+        return self.content.register_bot(bot_id, name=name, memory_path=memory_path)
+
+    def get_conversation(self, conversation_id: str) -> Conversation | None:
+        """The conversation, or None when it is unknown or purged."""
+        return self.content.get_conversation(conversation_id)
+
+    def why_unreadable(self, conversation_id: str) -> PurgekeeperError:
+        """Why ``get_conversation`` gives None: ``ConversationPurged`` for a purged
+        conversation, else ``NotFound`` (for a surface that reports the difference)."""
+        return self.content.why_unreadable(conversation_id)
+
+    def list_conversations(self) -> list[Conversation]:
+        """The catalog: every conversation and channel that is not purged, by id."""
+        return self.content.list_conversations()
+
+    def ingest_event(
+        self,
+        conversation_id: str,
+        *,
+        author: str,
+        body: str | None,
+        provider_event_id: str | None = None,
+        event_id: str | None = None,
+        occurred_at: dt.datetime | None = None,
+        attachments: Sequence[NewAttachment] = (),
+    ) -> Event:
+        """Add an event to a conversation. Idempotent on ``provider_event_id``: a duplicate
+        delivery returns the event already ingested and writes nothing."""
+        return self.content.ingest_event(
+            conversation_id,
+            author=author,
+            body=body,
+            provider_event_id=provider_event_id,
+            event_id=event_id,
+            occurred_at=occurred_at,
+            attachments=attachments,
+        )
+
+    def place_event(self, event_id: str, conversation_id: str) -> Placement:
+        """Place a live event in another conversation too; it stays one piece of content."""
+        return self.content.place_event(event_id, conversation_id)
+
+    def read_conversation(self, conversation_id: str) -> list[Event]:
+        """The conversation's events that no purge fences; ``[]`` for a purged one."""
+        return self.content.read_conversation(conversation_id)
+
+    def open_attachment(self, attachment_id: str) -> BinaryIO:
+        """The attachment's bytes as a binary file; ``ContentPurged`` once it is fenced."""
+        return self.content.open_attachment(attachment_id)
+
+    def start_run(self, conversation_id: str, *, bot_id: str, run_id: str | None = None) -> Run:
+        """Start an agent run of ``bot_id`` in the conversation (status ``running``)."""
+        return self.content.start_run(conversation_id, bot_id=bot_id, run_id=run_id)
+
+    def finish_run(self, run_id: str, *, status: str, output: Any = None) -> Run:
+        """Settle a run with a terminal status, keeping its assistant ``output``."""
+        return self.content.finish_run(run_id, status=status, output=output)
+
+    def admit(self, event_id: str, run_id: str, *, payload: Any) -> Admission:
+        """Record that a live event was admitted to a non-terminal run, with its input."""
+        return self.content.admit(event_id, run_id, payload=payload)
+
+    def add_derivative(
+        self,
+        conversation_id: str,
+        *,
+        kind: str,
+        payload: Any,
+        source_event_ids: Sequence[str] = (),
+    ) -> Derivative:
+        """Record data derived from events: a summary, an inactive history row, an index entry."""
+        return self.content.add_derivative(
+            conversation_id, kind=kind, payload=payload, source_event_ids=source_event_ids
+        )
 
     # -- purges (commands.purges) -----------------------------------------------------------
 
@@ -486,6 +616,32 @@ class Purgekeeper(ContentCommands, RestoreCommands):
         line, then one row per line), atomically; ``merge_ledger`` reads it back."""
         return self.operations.checkpoint_ledger(path)
 
+    # -- restore (commands.restore) -----------------------------------------------------------
+
+    def messaging_status(self, *, refresh: bool = True) -> GateState:
+        """Whether content reads and writes are open, with the bounded reasons when not.
+        ``refresh`` takes the full verdict again (it walks the whole ledger and its copy);
+        otherwise the last verdict is returned."""
+        return self.restore.messaging_status(refresh=refresh)
+
+    def repair_ledger_copy(self) -> CopyRepair:
+        """Bring the ledger's copy in the checkpoint directory back to a verifying state
+        (``purgectl ledger repair``): a lost or unreadable head.json is rebuilt from the
+        segments, a truncated open segment is re-established from the database's rows, and
+        the rows the database holds beyond the copy are appended. Rows the copy holds and the
+        database lacks (a restored database) are kept: the gate stays closed until a merge
+        brings them back. Then the gate's full check (the chain and the copy walked, as
+        ``messaging_status()``). ``MessagingUnavailable`` with the reason when it cannot be
+        done."""
+        return self.restore.repair_ledger_copy()
+
+    def merge_ledger(self, *paths: str | Path, allow_other_database: bool = False, full: bool = False) -> MergeReport:
+        """Restore: bring this ledger's missing purges back from the ledger kept outside it,
+        and re-apply them before any reader sees content again (see ``commands.restore``).
+        A source written by another database is refused unless ``allow_other_database``;
+        ``full`` re-applies every purge of the ledger, not only the missing ones."""
+        return self.restore.merge_ledger(*paths, allow_other_database=allow_other_database, full=full)
+
     @property
     def _copy_out(self) -> Callable[[Acceptance], None]:
         """The acceptance's copy of its ledger row out (``Acceptor.copy_out``). bench/scale.py
@@ -500,34 +656,10 @@ class Purgekeeper(ContentCommands, RestoreCommands):
     def _copy_out(self) -> None:
         del self.acceptance.copy_out
 
-    # -- the skeleton's edges, for the commands not composed yet ------------------------------
-
     def _accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:
+        """A kind's acceptance through the skeleton (``Acceptor.accept``; bench/retention.py
+        times a retention run's)."""
         return self.acceptance.accept(kind, args, request, causal)
-
-    def _wake(self, step_ids: Sequence[str]) -> None:
-        self.enqueuer.wake(step_ids)
-
-    def close(self) -> None:
-        """Stop the in-process parts and release the database connections."""
-        if not self._closed:
-            self._closed = True
-            if self._scheduler is not None:
-                self._scheduler.stop()
-                broker.unregister(self.database_key)
-            self.gate.stop_audit()
-            self.db.dispose()
-
-    def __enter__(self) -> Purgekeeper:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def open(

@@ -47,6 +47,7 @@ from pathlib import Path
 from sqlalchemy import Connection
 
 from commands import kinds, ledger_rows
+from commands.acceptance import Enqueuer
 from commands.gate import Gate, GateState
 from schema import ledger, purges, restore
 from schema.db import Database
@@ -97,30 +98,31 @@ class _Plan:
 
 
 class RestoreCommands:
-    db: Database
-    gate: Gate
-    blobs: BlobStore
-    database_key: str
-    copy: ledger_copy.LedgerCopy
+    """The restore commands of :class:`commands.Purgekeeper` (each documented there): the
+    merge of ``db``'s ledger with the sources kept outside it (this database's by its
+    ``database_key``), the repair of its ``copy``, the ``gate`` over reads and writes, the
+    files of ``blobs`` a full merge removes, and the re-armed steps woken via ``enqueuer``."""
 
-    def _wake(self, step_ids: Sequence[str]) -> None:  # provided by PurgeCommands
-        raise NotImplementedError
+    def __init__(
+        self,
+        db: Database,
+        gate: Gate,
+        blobs: BlobStore,
+        database_key: str,
+        copy: ledger_copy.LedgerCopy,
+        enqueuer: Enqueuer,
+    ) -> None:
+        self.db = db
+        self.gate = gate
+        self.blobs = blobs
+        self.database_key = database_key
+        self.copy = copy
+        self.enqueuer = enqueuer
 
     def messaging_status(self, *, refresh: bool = True) -> GateState:
-        """Whether content reads and writes are open, with the bounded reasons when not.
-        ``refresh`` takes the full verdict again (it walks the whole ledger and its copy);
-        otherwise the last verdict is returned."""
         return self.gate.evaluate() if refresh else self.gate.state
 
     def repair_ledger_copy(self) -> CopyRepair:
-        """Bring the ledger's copy in the checkpoint directory back to a verifying state
-        (``purgectl ledger repair``): a lost or unreadable head.json is rebuilt from the
-        segments, a truncated open segment is re-established from the database's rows, and
-        the rows the database holds beyond the copy are appended. Rows the copy holds and the
-        database lacks (a restored database) are kept: the gate stays closed until a merge
-        brings them back. Then the gate's full check (the chain and the copy walked, as
-        ``messaging_status()``). ``MessagingUnavailable`` with the reason when it cannot be
-        done."""
         name = self.copy.directory.name
         try:
             _head, rebuilt = self.copy.repair()
@@ -135,10 +137,6 @@ class RestoreCommands:
         return CopyRepair(name, head.seq, head.row_hash, rebuilt, state)
 
     def merge_ledger(self, *paths: str | Path, allow_other_database: bool = False, full: bool = False) -> MergeReport:
-        """Restore: bring this ledger's missing purges back from the ledger kept outside it,
-        and re-apply them before any reader sees content again (see the module docstring).
-        A source written by another database is refused unless ``allow_other_database``;
-        ``full`` re-applies every purge of the ledger, not only the missing ones."""
         for name, value in (("allow_other_database", allow_other_database), ("full", full)):
             if not isinstance(value, bool):
                 raise ValidationError(f"{name} must be true or false")
@@ -183,7 +181,7 @@ class RestoreCommands:
         self.db.transact(lambda conn: ledger.set_gate(conn, None))
         state = self.gate.evaluate() if full else self.gate.quick()
         if rearmed:
-            self._wake(rearmed)
+            self.enqueuer.wake(rearmed)
         log.info(
             "merge of %s: appended %d purges (%d verbatim), re-armed %d steps",
             [Path(p).name for p in paths],
