@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands import validation
+from commands import kinds, validation
 from commands.acceptance import Enqueuer
 from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import (
@@ -27,70 +27,26 @@ from commands.records import (
     WorkerLeases,
 )
 from commands.retention import RetentionCommands
-from schema import ledger, overview, purges, steps
+from schema import ledger, lifecycle, overview, purges, states, steps
 from schema.db import Database
 from schema.errors import InfrastructureError, NotFound, ValidationError
-from schema.states import PurgeKind, StepStatus
+from schema.states import FINISHED_PURGE_STATUSES, PurgeKind, values
 from storage import checkpoint, ledger_copy
 from workers import scheduler
 
 STALL_AFTER = dt.timedelta(minutes=10)
 WAIT_POLL_S = 0.05
 MAX_PAGE = 1000
-PURGE_STATUSES = ("accepted", "cleaning", "complete", "incomplete")
-FINISHED = ("complete", "incomplete")
+PURGE_STATUSES = values(states.PurgeStatus)
+FINISHED = FINISHED_PURGE_STATUSES
 PURGE_KINDS = tuple(kind.value for kind in PurgeKind)
-
-
-# What each kind's row is, in a few words; never who was erased.
-KIND_LABELS = {
-    "content": "content purge",
-    "conversation": "conversation purge",
-    "channel": "channel deletion",
-    "bot": "bot deletion",
-    "author": "author erasure",
-    "retention": "retention policy {policy_id} set",
-    "retention_end": "retention policy {policy_id} removed",
-    "retention_run": "retention purge (policy {policy_id})",
-    "hold": "legal hold {hold_id} placed",
-    "hold_release": "legal hold {hold_id} released",
-}
-POLICY_KINDS = frozenset({"retention", "retention_end", "retention_run"})
-# The rows of the operator routes (policies and holds): their actor and reason are an
-# operator's words ("litigation Doe v. Corp"), so a host's purge list and status leave them out.
-OPERATOR_KINDS = ("retention", "retention_end", "hold", "hold_release")
-
-
-def label_of(entry: ledger.LedgerEntry) -> str:
-    """The row in a few words: its kind, and the policy or hold it names."""
-    template = KIND_LABELS.get(entry.kind, f"{entry.kind} purge")
-    names = {name: str(entry.selectors.get(name, "?")) for name in ("policy_id", "hold_id")}
-    return template.format(**names)
+# What a row is shown as and who may see it are its kind's (``commands.kinds``).
+OPERATOR_KINDS, POLICY_KINDS, label_of = kinds.OPERATOR_KINDS, kinds.POLICY_KINDS, kinds.label_of
 
 
 def derive_status(steps: Sequence[StepState]) -> str:
-    """complete: no steps or all done; incomplete: any incomplete; cleaning: any attempted."""
-    if all(step.status == StepStatus.DONE for step in steps):
-        return "complete"
-    if any(step.status == StepStatus.INCOMPLETE for step in steps):
-        return "incomplete"
-    if any(step.attempts > 0 for step in steps):
-        return "cleaning"
-    return "accepted"
-
-
-def is_stalled(steps: Sequence[StepState], rows: Sequence[Any], *, now: dt.datetime, stall_after: dt.timedelta) -> bool:
-    """A step due (or whose lease expired) for longer than ``stall_after``."""
-    for row in rows:
-        if row.status in (StepStatus.PENDING, StepStatus.RETRYING):
-            due_since = row.next_attempt_at
-        elif row.status == StepStatus.RUNNING and row.lease_expires_at is not None:
-            due_since = row.lease_expires_at
-        else:
-            continue
-        if now - due_since > stall_after:
-            return True
-    return False
+    """The purge's status from its steps (``schema.lifecycle``, the one rule)."""
+    return lifecycle.derive_status(steps).value
 
 
 def completed_at(entry: ledger.LedgerEntry, steps: Sequence[StepState]) -> dt.datetime:
@@ -258,7 +214,7 @@ class OperatorCommands:
             purge_id=entry.purge_id,
             kind=entry.kind,
             status=status,
-            stalled=is_stalled(steps, rows, now=now, stall_after=self.stall_after),
+            stalled=lifecycle.is_stalled(rows, now=now, stall_after=self.stall_after),
             ledger_seq=entry.seq,
             accepted_at=entry.accepted_at,
             actor=entry.actor,

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import dramatiq
 from dramatiq.middleware import Middleware
 
-from commands import logs
+from commands import kinds, logs
 from commands.settings import Settings
 from schema import ledger, migrate, steps
 from schema.db import Database
@@ -108,6 +108,7 @@ def configure() -> Database:
         blobs=BlobStore(blob_root=settings.blob_root, file_root=settings.file_root),
         memory_roots=settings.memory_roots,
         lease=settings.step_lease,
+        bodies=kinds.bodies_steps(),  # the kinds' bodies steps, given explicitly at start-up
     )
     broker.register(
         key, broker.Runtime(ctx, runner.Policy(lease=settings.step_lease, backoff_base=settings.backoff_base))

@@ -14,7 +14,7 @@ import functools
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,9 @@ class NotProvable(Exception):
 
 @dataclass(frozen=True)
 class StepContext:
-    """What a step needs: the database, the roots, and its knobs.
+    """What a step needs: the database, the roots, each purge kind's bodies step, and its
+    knobs. ``bodies`` is what the process gives the workers at start-up
+    (``commands.kinds.bodies_steps()``): importing ``workers`` registers nothing.
 
     ``lock_timeout``: a batch waits at most this long for a row lock (default a third of the
     lease), then renews its lease and tries again, up to ``max_lock_wait`` in all: waiting on
@@ -57,6 +59,7 @@ class StepContext:
     blobs: BlobStore
     memory_roots: tuple[Path, ...]
     lease: dt.timedelta
+    bodies: Mapping[str, BodiesStep]
     batch_size: int = DEFAULT_BATCH_SIZE
     unlink_threads: int = DEFAULT_UNLINK_THREADS
     lock_timeout: dt.timedelta | None = None
@@ -138,20 +141,14 @@ def run_batch(
 
 BodiesStep = Callable[[StepContext, steps.Claim, ledger.LedgerEntry], Ran]
 
-# The bodies step of each purge kind, registered by the kind's module (``commands.kinds``):
-# a kind this process knows no bodies step for fails the attempt, with the reason, rather than
-# falling through to another kind's.
-_BODIES: dict[str, BodiesStep] = {}
-
-
-def register_bodies(kind: str, step: BodiesStep) -> None:
-    _BODIES[kind] = step
-
 
 def remove_bodies(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
-    step = _BODIES.get(entry.kind)
+    """The bodies step of the row's kind, from the ones the process gave its StepContext: a
+    kind it knows no bodies step for fails the attempt, with the reason, rather than falling
+    through to another kind's."""
+    step = ctx.bodies.get(entry.kind)
     if step is None:
-        raise LookupError(f"no bodies step is registered for purge kind {entry.kind!r} (purge {entry.purge_id})")
+        raise LookupError(f"no bodies step is given for purge kind {entry.kind!r} (purge {entry.purge_id})")
     return step(ctx, held, entry)
 
 

@@ -1,67 +1,92 @@
-"""The purge kinds, one module each, and their registry.
+"""The purge kinds, one module each, found here: ``KINDS``.
 
-Adding a kind means: a module here with one :class:`~commands.kinds.base.Kind` subclass that
-defines every stage of ``base.STAGES``, its entry in ``KINDS`` below, and a migration that
-adds its value to the ``purge_ledger.kind`` CHECK (``schema.states.PurgeKind``).
-``tests/unit/test_kinds.py`` fails when a registered kind lacks a stage, or a ``PurgeKind``
-has no module. Acceptance, preview, merge and cleanup find the kind here, never by an
-if/elif over kind names.
+**Adding a kind** touches one module and one migration:
+
+1. ``commands/kinds/<kind>.py`` defines one concrete :class:`~commands.kinds.base.Kind`
+   subclass, ``class Toy(Kind[Request, Locked])``, with in its own body:
+   a. ``name``, the ledger's kind string, and ``label``, the row in a few words (never who
+      was erased; ``{policy_id}`` and ``{hold_id}`` are filled from its selectors);
+   b. every stage of ``base.STAGES``: ``preview`` (or ``None``: confirmed by its ids alone),
+      ``check_selectors``, ``lock``, ``decide``, ``fence``, ``left_after_restore``, and
+      ``bodies`` (or ``None``: no bodies step), typed by its request and what it locks;
+   c. ``operator_only`` when its row holds an operator's words, ``names_policy`` when its
+      selectors name a retention policy, and the skeleton's switches it needs
+      (``head_first``, ``policy_lock``, ``ledger_first``);
+   d. its bodies step, if any, in the same module (a plain function on
+      ``workers.cleanup.run_batch``).
+2. A migration revision adds the kind's string to the ``purge_ledger.kind`` CHECK, and
+   ``schema.states.PurgeKind`` gets the same value (the enum mirrors the CHECK: schema
+   cannot import commands).
+
+Nothing else lists kinds: this package finds each module (``discover``), the surfaces show a
+row by its kind's ``label`` and visibility, the merge checks a row with its kind's
+``check_selectors``, and the workers get the bodies steps from ``bodies_steps()``, which
+each worker process hands them at start-up (``StepContext.bodies``): importing ``workers``
+registers nothing. ``tests/unit/test_kinds.py`` checks every item above for every kind, walks
+a toy kind through them, and fails when another module names a kind's string.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import importlib
+import inspect
+import pkgutil
+from collections.abc import Iterable, Mapping
+from types import ModuleType
 from typing import Any
 
 from sqlalchemy import Connection
 
-from commands.kinds.author import Author
 from commands.kinds.base import Kind
-from commands.kinds.bot import Bot
-from commands.kinds.channel import Channel
-from commands.kinds.content import Content
-from commands.kinds.conversation import Conversation
 from commands.kinds.fields import RowInvalid
-from commands.kinds.hold import Hold
-from commands.kinds.hold_release import HoldRelease
-from commands.kinds.retention import Retention
-from commands.kinds.retention_end import RetentionEnd
-from commands.kinds.retention_run import RetentionRun
 from schema import purges
 from schema.ledger import LedgerEntry
-from schema.states import PurgeKind, StepKind
-from workers import cleanup
+from schema.states import StepKind
+from workers.cleanup import BodiesStep
 
-CONTENT = Content()
-CONVERSATION = Conversation()
-CHANNEL = Channel()
-BOT = Bot()
-AUTHOR = Author()
-RETENTION = Retention()
-RETENTION_END = RetentionEnd()
-RETENTION_RUN = RetentionRun()
-HOLD = Hold()
-HOLD_RELEASE = HoldRelease()
+NOT_KINDS = frozenset({"base", "fields", "skeleton"})  # this package's own machinery
 
-KINDS: dict[PurgeKind, Kind[Any, Any]] = {
-    kind.name: kind
-    for kind in (
-        CONTENT,
-        CONVERSATION,
-        CHANNEL,
-        BOT,
-        AUTHOR,
-        RETENTION,
-        RETENTION_END,
-        RETENTION_RUN,
-        HOLD,
-        HOLD_RELEASE,
-    )
-}
 
-for _kind in KINDS.values():
-    if _kind.bodies is not None:
-        cleanup.register_bodies(_kind.name.value, _kind.bodies)
+def kind_in(module: ModuleType) -> Kind[Any, Any]:
+    """The one concrete Kind subclass a kind's module defines, made."""
+    found = [
+        value
+        for value in vars(module).values()
+        if inspect.isclass(value)
+        and issubclass(value, Kind)
+        and value.__module__ == module.__name__
+        and not inspect.isabstract(value)
+    ]
+    if len(found) != 1:
+        raise TypeError(f"{module.__name__} defines {len(found)} purge kinds, not one")
+    return found[0]()
+
+
+def discover(modules: Iterable[ModuleType]) -> dict[str, Kind[Any, Any]]:
+    """The kinds of ``modules``, by name; TypeError for a name two modules claim."""
+    found: dict[str, Kind[Any, Any]] = {}
+    for module in modules:
+        kind = kind_in(module)
+        if kind.name in found:
+            raise TypeError(f"{module.__name__} and {type(found[kind.name]).__module__} both define {kind.name!r}")
+        found[kind.name] = kind
+    return found
+
+
+def _modules() -> list[ModuleType]:
+    names = sorted(info.name for info in pkgutil.iter_modules(__path__) if info.name not in NOT_KINDS)
+    return [importlib.import_module(f"{__name__}.{name}") for name in names]
+
+
+KINDS: Mapping[str, Kind[Any, Any]] = discover(_modules())
+CONTENT, CONVERSATION, CHANNEL, BOT = KINDS["content"], KINDS["conversation"], KINDS["channel"], KINDS["bot"]
+AUTHOR, HOLD, HOLD_RELEASE = KINDS["author"], KINDS["hold"], KINDS["hold_release"]
+RETENTION, RETENTION_END, RETENTION_RUN = KINDS["retention"], KINDS["retention_end"], KINDS["retention_run"]
+
+
+def bodies_steps(kinds: Mapping[str, Kind[Any, Any]] = KINDS) -> dict[str, BodiesStep]:
+    """Each kind's bodies step, by kind: what a worker process hands its StepContext."""
+    return {name: kind.bodies for name, kind in kinds.items() if kind.bodies is not None}
 
 
 # The rows of the operator routes (policies and holds): their actor and reason are an
@@ -83,8 +108,8 @@ def label_of(entry: LedgerEntry) -> str:
 def kind_of(name: str) -> Kind[Any, Any]:
     """The kind a ledger row names; RowInvalid for a name no module defines."""
     try:
-        return KINDS[PurgeKind(name)]
-    except (ValueError, KeyError):
+        return KINDS[name]
+    except (KeyError, TypeError):
         raise RowInvalid(f"unknown purge kind {str(name)[:40]!r}") from None
 
 
@@ -109,7 +134,9 @@ __all__ = [
     "POLICY_KINDS",
     "Kind",
     "RowInvalid",
+    "bodies_steps",
     "cleanup_left",
+    "discover",
     "kind_of",
     "label_of",
     "reapply_fences",

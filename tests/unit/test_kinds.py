@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
 import inspect
+import sys
+from enum import StrEnum
+from pathlib import Path
 from typing import Any, get_args, get_origin
 
 import pytest
 
 from commands import kinds
 from commands.kinds.base import OPTIONAL_STAGES, STAGES, Kind
+from schema import states
 from schema.states import PurgeKind
 from workers import cleanup
 
@@ -57,10 +64,13 @@ def test_a_kind_lacking_a_stage_is_caught() -> None:
         Forgetful()  # type: ignore[abstract]
 
 
-def test_a_kind_with_a_bodies_step_registers_it_with_the_workers() -> None:
-    for kind in kinds.KINDS.values():
-        if kind.bodies is not None:
-            assert cleanup._BODIES[kind.name.value] is kind.bodies
+def test_the_workers_get_each_bodies_step_from_the_process_not_from_an_import() -> None:
+    given = kinds.bodies_steps()
+    assert given == {name: kind.bodies for name, kind in kinds.KINDS.items() if kind.bodies is not None}
+    assert set(given) == {"content", "conversation", "author", "retention_run"}
+    assert not [name for name in vars(cleanup) if name.upper() == "_BODIES"]  # no registry filled at import
+    for name, step in given.items():
+        assert step.__module__ == f"commands.kinds.{name}"  # the kind's own module holds it
 
 
 def test_an_unknown_kind_is_a_row_the_merge_rejects() -> None:
@@ -100,3 +110,117 @@ def test_a_row_is_labelled_by_its_kind_with_the_policy_or_hold_it_names() -> Non
     assert kinds.label_of(row("hold", hold_id="doe")) == "legal hold doe placed"
     assert kinds.label_of(row("author", author="someone")) == "author erasure"  # never who was erased
     assert kinds.POLICY_KINDS == {"retention", "retention_end", "retention_run"}
+
+
+# -- a new kind is one module (and a migration): walked through on a toy -----------------------
+
+TOY_MODULE = """
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands.kinds.base import Already, Decision, Env, Kind
+from schema.ledger import LedgerEntry
+from schema.states import StepKind
+
+
+@dataclass(frozen=True)
+class Request:
+    thing_id: str
+
+
+def forget_things(ctx, held, entry):
+    raise NotImplementedError("a toy")
+
+
+class Toy(Kind[Request, int]):
+    name = "toy"
+    label = "toy purge of {hold_id}"
+    operator_only = True
+    preview = None
+    bodies = staticmethod(forget_things)
+
+    def check_selectors(self, selectors: Mapping[str, Any]) -> None: ...
+
+    def lock(self, conn: Connection, env: Env, args: Request) -> int:
+        return 0
+
+    def decide(self, conn: Connection, env: Env, args: Request, locked: int) -> Decision | Already:
+        return Decision({"thing_id": args.thing_id}, steps=(StepKind.BODIES,))
+
+    def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None: ...
+
+    def left_after_restore(self, conn: Connection, entry: LedgerEntry) -> list[tuple[StepKind, bool]]:
+        return []
+"""
+
+
+def test_a_toy_kind_is_found_checked_shown_and_run_from_its_module_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What was tried: a toy kind written as one module and nothing else. It is found, it
+    passes every check above, its row is labelled and hidden from hosts, and the workers
+    are given its bodies step; the one thing left is the migration (the ledger's CHECK and
+    ``PurgeKind``), which ``test_every_purge_kind_has_a_registered_module`` asks for."""
+    spec = importlib.util.spec_from_file_location("commands.kinds.toy", tmp_path / "toy.py")
+    (tmp_path / "toy.py").write_text(TOY_MODULE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "commands.kinds.toy", module)
+    spec.loader.exec_module(module)
+    found = kinds.discover([module, *(importlib.import_module(type(k).__module__) for k in kinds.KINDS.values())])
+    toy = found["toy"]
+    assert stages_missing(type(toy)) == [] and not inspect.isabstract(type(toy))
+    (base,) = [b for b in type(toy).__orig_bases__ if get_origin(b) is Kind]  # type: ignore[attr-defined]
+    assert Any not in get_args(base)
+    assert kinds.bodies_steps(found)["toy"] is module.forget_things
+    assert {name for name, kind in found.items() if kind.operator_only} == {"toy", *kinds.OPERATOR_KINDS}
+    assert toy.label.format(hold_id="h1") == "toy purge of h1"
+    with pytest.raises(TypeError, match="both define 'toy'"):
+        kinds.discover([module, module])
+
+
+def other_words() -> set[str]:
+    """Strings that are a kind's name and also another state's (a conversation's kind, a
+    tombstone's, a hold's subject): a list of those is about that state, not about kinds."""
+    others = [e for e in vars(states).values() if isinstance(e, type) and issubclass(e, StrEnum) and e is not PurgeKind]
+    return {member.value for enum in others for member in enum}
+
+
+def kind_lists(source: str) -> list[tuple[int, list[str]]]:
+    """Collection literals (tuple, list, set, dict keys, Literal[...]) naming two kinds or
+    more, one of them a kind's name only."""
+    names, ambiguous = set(kinds.KINDS), other_words()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        items: list[ast.expr | None] = []
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            items = list(node.elts)
+        elif isinstance(node, ast.Dict):
+            items = list(node.keys)
+        named = [i.value for i in items if isinstance(i, ast.Constant) and i.value in names]
+        if len(named) >= 2 and set(named) - ambiguous:
+            found.append((node.lineno, named))
+    return found
+
+
+def test_kind_lists_are_found() -> None:
+    assert kind_lists('LABELS = {"content": "a", "hold": "b"}\nX = ("bot",)') == [(1, ["content", "hold"])]
+
+
+def test_no_other_module_lists_the_kinds() -> None:
+    """Outside ``commands/kinds/``, ``schema.states.PurgeKind`` and the migrations, no shipped
+    module holds a list of kinds (a label table, a visibility set, a Literal of kinds): a new
+    kind touches none."""
+    root = Path(__file__).resolve().parents[2]
+    offenders = []
+    for path in sorted([*root.glob("commands/**/*.py"), *root.glob("schema/*.py"), *root.glob("workers/*.py"),
+                        *root.glob("storage/*.py")]):  # fmt: skip
+        if path == root / "schema" / "states.py" or "kinds" in path.parts or "migrations" in path.parts:
+            continue
+        offenders += [f"{path.relative_to(root)}:{line} {named}" for line, named in kind_lists(path.read_text())]
+    assert offenders == []
