@@ -9,7 +9,8 @@ The CLI (``purgectl``) and the HTTP app are thin layers over the same methods.
 """
 
 from commands.attachments import NewAttachment
-from commands.handle import Purgekeeper, open
+from commands.handle import Purgekeeper
+from commands.opening import open
 from commands.records import (
     Acceptance,
     Admission,

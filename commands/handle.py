@@ -1,11 +1,10 @@
-"""``commands.open()`` and the handle a host application holds."""
+"""The handle a host application holds (``commands.open()``, in ``commands.opening``, builds one)."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -47,9 +46,9 @@ from commands.restore import CopyRepair, MergeReport, RestoreCommands
 from commands.retention import RetentionCommands
 from commands.scope import EventScope, PurgePreview
 from commands.settings import Settings
-from schema import ledger, migrate
+from schema import ledger
 from schema.db import Database
-from schema.errors import PurgekeeperError, ValidationError
+from schema.errors import PurgekeeperError
 from storage import checkpoint
 from storage.blobstore import BlobStore
 from workers import broker, runner
@@ -57,8 +56,6 @@ from workers.cleanup import StepContext
 from workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
 
 log = logging.getLogger(__name__)
-
-WORKER_MODES = ("auto", "none")
 
 
 class Purgekeeper:
@@ -660,85 +657,3 @@ class Purgekeeper:
         """A kind's acceptance through the skeleton (``Acceptor.accept``; bench/retention.py
         times a retention run's)."""
         return self.acceptance.accept(kind, args, request, causal)
-
-
-def open(
-    database_url: str | None = None,
-    *,
-    settings: Settings | None = None,
-    blob_root: str | Path | None = None,
-    file_root: str | Path | None = None,
-    memory_roots: Sequence[str | Path] | None = None,
-    checkpoint_dir: str | Path | None = None,
-    broker_url: str | None = None,
-    workers: str = "auto",
-    enqueue: EnqueueHook | None = None,
-    migrate_schema: bool = True,
-    policy: runner.Policy | None = None,
-    sweep_interval: dt.timedelta = DEFAULT_SWEEP_INTERVAL,
-    retention_interval: dt.timedelta | None = None,
-    sign_checkpoints: bool = True,
-) -> Purgekeeper:
-    """Open purgekeeper. ``None`` arguments come from ``settings`` (a process builds them once:
-    ``Settings.from_env()``), by default from the environment, then the embedded default (a
-    SQLite file in the data directory ``purgectl`` and ``make run`` use too). The schema is
-    migrated to this code's head unless ``migrate_schema=False``; a database newer than the
-    code is refused (``SchemaMismatch``). ``retention_interval`` (default
-    ``PURGEKEEPER_RETENTION_INTERVAL``, an hour): the time between two runs of a retention
-    policy. Every group commit of the ledger's copy signs a checkpoint of its Merkle log
-    with the data directory's key (created when missing); ``sign_checkpoints=False`` writes
-    the copy alone (no tiles, no checkpoint, no receipts)."""
-    if not isinstance(sign_checkpoints, bool):
-        raise ValidationError("sign_checkpoints must be true or false")
-    if workers not in WORKER_MODES:
-        raise ValidationError(f"workers must be one of {', '.join(WORKER_MODES)}")
-    if settings is not None and not isinstance(settings, Settings):
-        raise ValidationError("settings must be a commands.Settings (Settings.from_env())")
-    settings = _settings(
-        Settings.from_env() if settings is None else settings,
-        database_url=database_url,
-        blob_root=blob_root,
-        file_root=file_root,
-        memory_roots=memory_roots,
-        checkpoint_dir=checkpoint_dir,
-        broker_url=broker_url,
-    )
-    settings.make_directories()
-    db = settings.open_database()
-    try:
-        if migrate_schema:
-            migrate.upgrade(db)
-        else:
-            migrate.require_head(db)
-    except BaseException:
-        db.dispose()
-        raise
-    if retention_interval is not None and (
-        not isinstance(retention_interval, dt.timedelta) or retention_interval <= dt.timedelta(0)
-    ):
-        db.dispose()
-        raise ValidationError("retention_interval must be a positive datetime.timedelta")
-    return Purgekeeper(
-        settings,
-        db=db,
-        workers=workers,
-        enqueue=enqueue,
-        policy=policy,
-        sweep_interval=sweep_interval,
-        retention_interval=retention_interval,
-        sign_checkpoints=sign_checkpoints,
-    )
-
-
-def _settings(base: Settings, **given: Any) -> Settings:
-    changes: dict[str, Any] = {}
-    for name, value in given.items():
-        if value is None:
-            continue
-        if name == "memory_roots":
-            changes[name] = tuple(Path(p).expanduser().absolute() for p in value)
-        elif name in ("database_url", "broker_url"):
-            changes[name] = value
-        else:
-            changes[name] = Path(value).expanduser().absolute()
-    return replace(base, **changes)
