@@ -12,6 +12,7 @@ from commands.acceptance import EnqueueHook
 from commands.handle import Purgekeeper
 from commands.settings import Settings
 from schema import migrate
+from schema.db import Database
 from schema.errors import ValidationError
 from workers import runner
 from workers.scheduler import DEFAULT_SWEEP_INTERVAL
@@ -45,12 +46,7 @@ def open(
     policy. Every group commit of the ledger's copy signs a checkpoint of its Merkle log
     with the data directory's key (created when missing); ``sign_checkpoints=False`` writes
     the copy alone (no tiles, no checkpoint, no receipts)."""
-    if not isinstance(sign_checkpoints, bool):
-        raise ValidationError("sign_checkpoints must be true or false")
-    if workers not in WORKER_MODES:
-        raise ValidationError(f"workers must be one of {', '.join(WORKER_MODES)}")
-    if settings is not None and not isinstance(settings, Settings):
-        raise ValidationError("settings must be a commands.Settings (Settings.from_env())")
+    _check_options(settings, workers, sign_checkpoints)
     settings = _settings(
         Settings.from_env() if settings is None else settings,
         database_url=database_url,
@@ -61,15 +57,7 @@ def open(
         broker_url=broker_url,
     )
     settings.make_directories()
-    db = settings.open_database()
-    try:
-        if migrate_schema:
-            migrate.upgrade(db)
-        else:
-            migrate.require_head(db)
-    except BaseException:
-        db.dispose()
-        raise
+    db = _migrated(settings.open_database(), migrate_schema)
     if retention_interval is not None and (
         not isinstance(retention_interval, dt.timedelta) or retention_interval <= dt.timedelta(0)
     ):
@@ -85,6 +73,29 @@ def open(
         retention_interval=retention_interval,
         sign_checkpoints=sign_checkpoints,
     )
+
+
+def _check_options(settings: Any, workers: Any, sign_checkpoints: Any) -> None:
+    if not isinstance(sign_checkpoints, bool):
+        raise ValidationError("sign_checkpoints must be true or false")
+    if workers not in WORKER_MODES:
+        raise ValidationError(f"workers must be one of {', '.join(WORKER_MODES)}")
+    if settings is not None and not isinstance(settings, Settings):
+        raise ValidationError("settings must be a commands.Settings (Settings.from_env())")
+
+
+def _migrated(db: Database, migrate_schema: bool) -> Database:
+    """The database at this code's head (migrated, or checked with ``migrate_schema=False``);
+    disposed of when it cannot be."""
+    try:
+        if migrate_schema:
+            migrate.upgrade(db)
+        else:
+            migrate.require_head(db)
+    except BaseException:
+        db.dispose()
+        raise
+    return db
 
 
 def _settings(base: Settings, **given: Any) -> Settings:
