@@ -52,7 +52,7 @@ class PurgeCommands:
         _check_scope(scope)
         check_digest(scope_digest, "preview_purge()")
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
-        args = content.Confirmation(scope, scope_digest)
+        args = content.ScopeConfirmation(scope, scope_digest)
         return self.acceptance.accept(kinds.CONTENT, args, {"scope": scope.canonical()}, causal)
 
     # -- whole conversations, channels and bots --------------------------------------------
@@ -71,7 +71,7 @@ class PurgeCommands:
         validation.check_id(conversation_id, "conversation_id")
         _check_version(expected_version)
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
-        args = conversation.Request(conversation_id, expected_version)
+        args = conversation.ConversationPurgeRequest(conversation_id, expected_version)
         return self.acceptance.accept(kinds.CONVERSATION, args, {"conversation_id": conversation_id}, causal)
 
     def delete_channel(
@@ -110,7 +110,7 @@ class PurgeCommands:
         if erase_memory and not isinstance(reviewed_repository, RepositoryIdentity):
             raise ValidationError("erase_memory needs the reviewed_repository from preview_bot_deletion()")
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
-        args = bot.Request(bot_id, erase_memory, reviewed_repository)
+        args = bot.BotDeletionRequest(bot_id, erase_memory, reviewed_repository)
         return self.acceptance.accept(kinds.BOT, args, {"bot_id": bot_id, "erase_memory": erase_memory}, causal)
 
     # -- a person, everywhere ---------------------------------------------------------------
@@ -137,7 +137,7 @@ class PurgeCommands:
             raise ValidationError("close_author must be true or false")
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
         request = {"author": window.author, "before": window.before, "close_author": close_author}
-        confirmation = author_kind.Confirmation(window, scope_digest, close_author)
+        confirmation = author_kind.ErasureConfirmation(window, scope_digest, close_author)
         return self.acceptance.accept(kinds.AUTHOR, confirmation, request, causal)
 
 

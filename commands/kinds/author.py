@@ -61,7 +61,7 @@ class Window:
 
 
 @dataclass(frozen=True)
-class Confirmation:
+class ErasureConfirmation:
     window: Window
     scope_digest: str
     close_author: bool
@@ -103,7 +103,7 @@ def _erase_batch(
 # -- the kind ---------------------------------------------------------------------------------
 
 
-class Author(Kind[Confirmation, dt.datetime]):
+class AuthorKind(Kind[ErasureConfirmation, dt.datetime]):
     label = "author erasure"
     name = PurgeKind.AUTHOR
     head_first = False  # the author's lock serialises erasures of one author; the head is taken last
@@ -128,11 +128,11 @@ class Author(Kind[Confirmation, dt.datetime]):
         if not isinstance(selectors.get("close_author"), bool):
             raise fields.RowInvalid("close_author is not true or false")
 
-    def lock(self, conn: Connection, env: Env, args: Confirmation) -> dt.datetime:
+    def lock(self, conn: Connection, env: Env, args: ErasureConfirmation) -> dt.datetime:
         authors.lock_author(conn, args.window.author)
         return authors.window_end(conn, args.window.author, args.window.before)
 
-    def decide(self, conn: Connection, env: Env, args: Confirmation, locked: dt.datetime) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: ErasureConfirmation, locked: dt.datetime) -> Decision | Already:
         window, end = args.window, locked
         saved = purges.saved_preview(conn, args.scope_digest)
         if saved is None or saved.get("author_erasure") != _window_key(window):

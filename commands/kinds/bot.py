@@ -32,13 +32,13 @@ BOT_DISCLOSURES = (
 
 
 @dataclass(frozen=True)
-class Request:
+class BotDeletionRequest:
     bot_id: str
     erase_memory: bool
     reviewed_repository: RepositoryIdentity | None
 
 
-class Bot(Kind[Request, Row[Any]]):
+class BotKind(Kind[BotDeletionRequest, Row[Any]]):
     label = "bot deletion"
     name = PurgeKind.BOT
     head_first = True
@@ -68,13 +68,13 @@ class Bot(Kind[Request, Row[Any]]):
         if selectors.get("erase_memory") and not (selectors.get("memory_path") and selectors.get("marker_id")):
             raise fields.RowInvalid("a bot row with erase_memory needs its memory_path and marker_id")
 
-    def lock(self, conn: Connection, env: Env, args: Request) -> Row[Any]:
+    def lock(self, conn: Connection, env: Env, args: BotDeletionRequest) -> Row[Any]:
         bot = purges.lock_bot(conn, args.bot_id)
         if bot is None:
             raise NotFound(f"no bot {args.bot_id}")
         return bot
 
-    def decide(self, conn: Connection, env: Env, args: Request, locked: Row[Any]) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: BotDeletionRequest, locked: Row[Any]) -> Decision | Already:
         bot = locked
         done = purges.tombstone_of(conn, TombstoneKind.BOT, args.bot_id)
         if done:

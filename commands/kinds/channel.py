@@ -15,7 +15,7 @@ from schema.errors import NotFound, ValidationError
 from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
 
 
-class Channel(Kind[str, Row[Any]]):
+class ChannelKind(Kind[str, Row[Any]]):
     label = "channel deletion"
     name = PurgeKind.CHANNEL
     head_first = True

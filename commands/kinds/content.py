@@ -45,7 +45,7 @@ from workers import cleanup
 
 
 @dataclass(frozen=True)
-class Confirmation:
+class ScopeConfirmation:
     scope: EventScope
     scope_digest: str
 
@@ -70,7 +70,7 @@ def _null_batch(conn: Connection, *, event_ids: list[str], remaining: int) -> di
 # -- the kind ---------------------------------------------------------------------------------
 
 
-class Content(Kind[Confirmation, PurgePreview]):
+class ContentKind(Kind[ScopeConfirmation, PurgePreview]):
     label = "content purge"
     name = PurgeKind.CONTENT
     head_first = False  # the events' row locks serialise it; the head is taken last, for the least time
@@ -96,10 +96,10 @@ class Content(Kind[Confirmation, PurgePreview]):
         fields.provider_ids(selectors, "provider_event_ids")
         fields.ids(selectors, "conversation_ids")
 
-    def lock(self, conn: Connection, env: Env, args: Confirmation) -> PurgePreview:
+    def lock(self, conn: Connection, env: Env, args: ScopeConfirmation) -> PurgePreview:
         return build_report(conn, args.scope, lock=True)
 
-    def decide(self, conn: Connection, env: Env, args: Confirmation, locked: PurgePreview) -> Decision | Already:
+    def decide(self, conn: Connection, env: Env, args: ScopeConfirmation, locked: PurgePreview) -> Decision | Already:
         report = locked
         fresh = [e for e in report.events if not e.already_fenced]
         fresh_ids = {e.id for e in fresh}

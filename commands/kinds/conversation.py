@@ -20,7 +20,7 @@ from workers import cleanup
 
 
 @dataclass(frozen=True)
-class Request:
+class ConversationPurgeRequest:
     conversation_id: str
     expected_version: int | None
 
@@ -80,7 +80,7 @@ def _delete_rows(conn: Connection, *, purge_id: str, conversation_id: str, limit
 # -- the kind ---------------------------------------------------------------------------------
 
 
-class Conversation(Kind[Request, Row[Any] | None]):
+class ConversationPurgeKind(Kind[ConversationPurgeRequest, Row[Any] | None]):
     label = "conversation purge"
     name = PurgeKind.CONVERSATION
     head_first = True  # an absent id has no row to lock: the head serialises its reservation
@@ -95,10 +95,12 @@ class Conversation(Kind[Request, Row[Any] | None]):
             raise fields.RowInvalid("conversation_kind is neither conversation nor channel")
         fields.flag(selectors, "reserved_absent_id")
 
-    def lock(self, conn: Connection, env: Env, args: Request) -> Row[Any] | None:
+    def lock(self, conn: Connection, env: Env, args: ConversationPurgeRequest) -> Row[Any] | None:
         return purges.lock_conversation(conn, args.conversation_id)
 
-    def decide(self, conn: Connection, env: Env, args: Request, locked: Row[Any] | None) -> Decision | Already:
+    def decide(
+        self, conn: Connection, env: Env, args: ConversationPurgeRequest, locked: Row[Any] | None
+    ) -> Decision | Already:
         """The tombstone first: a repeat is ``already_purged``, even with the original
         expected version."""
         row, conversation_id = locked, args.conversation_id

@@ -35,7 +35,7 @@ class Placing:
     authors: tuple[str, ...]
 
 
-class Hold(Kind[Placing, holds.HoldRow | None]):
+class HoldKind(Kind[Placing, holds.HoldRow | None]):
     label = "legal hold {hold_id} placed"
     operator_only = True  # its actor and reason are an operator's words
     name = PurgeKind.HOLD

@@ -22,7 +22,7 @@ class Release:
     hold_id: str
 
 
-class HoldRelease(Kind[Release, holds.HoldRow | None]):
+class HoldReleaseKind(Kind[Release, holds.HoldRow | None]):
     label = "legal hold {hold_id} released"
     operator_only = True  # its actor and reason are an operator's words
     name = PurgeKind.HOLD_RELEASE

@@ -64,7 +64,7 @@ class Setting:
     scope_digest: str
 
 
-class Retention(Kind[Setting, Row[Any] | None]):
+class RetentionKind(Kind[Setting, Row[Any] | None]):
     label = "retention policy {policy_id} set"
     names_policy = True
     operator_only = True  # its actor and reason are an operator's words

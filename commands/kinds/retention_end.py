@@ -24,7 +24,7 @@ class Removal:
     policy_id: str
 
 
-class RetentionEnd(Kind[Removal, Row[Any] | None]):
+class RetentionEndKind(Kind[Removal, Row[Any] | None]):
     label = "retention policy {policy_id} removed"
     names_policy = True
     operator_only = True  # its actor and reason are an operator's words

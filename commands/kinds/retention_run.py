@@ -124,7 +124,7 @@ def _expire_batch(conn: Connection, *, fence: retention.Fence, after: Any, limit
 # -- the kind ---------------------------------------------------------------------------------
 
 
-class RetentionRun(Kind[Run, Row[Any] | None]):
+class RetentionRunKind(Kind[Run, Row[Any] | None]):
     label = "retention purge (policy {policy_id})"
     names_policy = True
     name = PurgeKind.RETENTION_RUN
