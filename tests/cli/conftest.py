@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_purgectl import Purgectl
+from tests.helpers.purgectl import Purgectl
 
 
 @pytest.fixture

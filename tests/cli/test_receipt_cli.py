@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import commands
-from tests.cli.test_purgectl import Purgectl, concurrently
-from tests.integration.test_restore import clean
+from tests.helpers.purgectl import Purgectl, concurrently
+from tests.helpers.restore import clean
 from tlog.verify import Verifier, verify_completion, verify_receipt
 
 Pk = commands.Purgekeeper

@@ -21,9 +21,9 @@ from click.testing import CliRunner
 import commands
 from commands import cli
 from commands.cli import options
-from tests.cli.test_purgectl import WHO, Purgectl, concurrently, written
 from tests.helpers import settle
-from tests.integration.test_retention import ago, set_policy
+from tests.helpers.purgectl import WHO, Purgectl, concurrently, written
+from tests.helpers.retention import ago, set_policy
 
 Pk = commands.Purgekeeper
 DAY = dt.timedelta(days=1)

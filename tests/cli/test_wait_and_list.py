@@ -18,8 +18,8 @@ import pytest
 import commands
 from commands import surface
 from commands.cli import operate
-from tests.cli.test_purgectl import Purgectl, concurrently, make_incomplete, purge_events, seed
 from tests.helpers import settle
+from tests.helpers.purgectl import Purgectl, concurrently, make_incomplete, purge_events, seed
 
 Pk = commands.Purgekeeper
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}

@@ -27,7 +27,7 @@ from sqlalchemy import text
 import commands
 from schema import migrate
 from schema.db import Database
-from tests.faults.conftest import WAIT_S, Cluster, Processes, _free_port, seed_conversation, wait_until
+from tests.helpers.processes import WAIT_S, Cluster, Processes, free_port, seed_conversation, wait_until
 from workers import broker
 
 Pk = commands.Purgekeeper
@@ -101,7 +101,7 @@ def test_a_postgres_restart_mid_purge_heals_without_restarting_anything(
     handle: Pk, on_cluster: Processes, cluster: Cluster, redis_client: redis.Redis, down_for: float
 ) -> None:
     on_cluster.env = {**on_cluster.env, **LONG_LEASE}
-    port = _free_port()
+    port = free_port()
     api = on_cluster.serve(port)
     worker = on_cluster.worker()
     scheduler = on_cluster.scheduler()

@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import text
 
 import commands
-from tests.faults.conftest import Processes, open_transactions, process_states, seed_conversation, wait_until
+from tests.helpers.processes import Processes, open_transactions, process_states, seed_conversation, wait_until
 
 Pk = commands.Purgekeeper
 EVENTS = 1500  # three batches of 500

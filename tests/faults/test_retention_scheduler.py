@@ -20,8 +20,8 @@ import pytest
 from sqlalchemy import text
 
 import commands
-from tests.faults.conftest import Processes, wait_until
-from tests.integration.test_retention import ago, set_policy
+from tests.helpers.processes import Processes, wait_until
+from tests.helpers.retention import ago, set_policy
 
 Pk = commands.Purgekeeper
 RETENTION_INTERVAL_S = "0.2"

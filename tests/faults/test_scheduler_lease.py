@@ -9,7 +9,7 @@ import signal
 from sqlalchemy import text
 
 import commands
-from tests.faults.conftest import Processes, wait_until
+from tests.helpers.processes import Processes, wait_until
 from workers import scheduler as scheduling
 
 Pk = commands.Purgekeeper

@@ -26,7 +26,7 @@ from sqlalchemy import text
 import commands
 from commands import EventScope
 from schema.states import StepStatus
-from tests.faults.conftest import WAIT_S, Processes, RedisServer, open_transactions, wait_until
+from tests.helpers.processes import WAIT_S, Processes, RedisServer, open_transactions, wait_until
 from workers import broker
 
 Pk = commands.Purgekeeper

@@ -11,7 +11,7 @@ import pytest
 import commands
 from storage import signed_log
 from tests.helpers.http import AS_HOST, WHO, TestClient, make_client, ok
-from tests.integration.test_restore import clean
+from tests.helpers.restore import clean
 from tlog import tree
 from tlog.verify import ReceiptInvalid, Verifier, open_checkpoint, verify_completion, verify_receipt
 

@@ -1,13 +1,21 @@
-"""Fixtures shared by the integration tests that restore a database from a backup."""
+"""Fixtures shared by the integration tests: whole-database backups (for the tests that restore a
+database from one), and ``go``, Go's tlog implementation built once a session."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.helpers.backups import Backups
+from tests.helpers.databases import service_missing
+from tests.helpers.interop import PROGRAM, Go, gopath
 
 
 @pytest.fixture
@@ -16,3 +24,22 @@ def backups(database_url: str, tmp_path: Path) -> Iterator[Backups]:
     made = Backups(database_url, tmp_path / "backups")
     yield made
     made.drop_copies()
+
+
+@pytest.fixture(scope="session")
+def go(tmp_path_factory: pytest.TempPathFactory) -> Go:
+    """Run tlogcheck on one request and return its answer."""
+    found = gopath()
+    if shutil.which("go") is None or found is None:
+        service_missing("Go with golang.org/x/mod (golang-go, golang-golang-x-mod-dev)", FileNotFoundError("go"))
+    build = tmp_path_factory.mktemp("tlogcheck")
+    binary = build / "tlogcheck"
+    env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(found), "GOCACHE": str(build / "cache")}
+    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=PROGRAM, env=env, check=True, timeout=300)
+
+    def run(request: dict[str, Any]) -> dict[str, Any]:
+        done = subprocess.run([binary], input=json.dumps(request), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    return run

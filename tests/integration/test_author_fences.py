@@ -14,38 +14,16 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, text
+from sqlalchemy import text
 
 from schema import authors, content, restore
 from schema.db import Database
 from schema.errors import AuthorErased, ContentPurged, PurgekeeperError, ValidationError
-from schema.tables import UtcDateTime
+from tests.helpers.raw import refused, statement, value, write
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 WINDOW_END = T0 + dt.timedelta(hours=3)
 HOUR = dt.timedelta(hours=1)
-
-
-def statement(sql: str, params: dict[str, Any]) -> Any:
-    """``sql`` with its datetime parameters bound as the schema stores them."""
-    times = [bindparam(name, type_=UtcDateTime()) for name, value in params.items() if isinstance(value, dt.datetime)]
-    return text(sql).bindparams(*times)
-
-
-def write(db: Database, sql: str, **params: Any) -> int:
-    """One raw statement in its own transaction; returns the rows it changed."""
-    with db.write() as conn:
-        return int(conn.execute(statement(sql, params), params).rowcount or 0)
-
-
-def refused(db: Database, sql: str, expected: type[PurgekeeperError], **params: Any) -> None:
-    with pytest.raises(expected):
-        write(db, sql, **params)
-
-
-def value(db: Database, sql: str, **params: Any) -> Any:
-    with db.read() as conn:
-        return conn.execute(statement(sql, params), params).scalar()
 
 
 def add_event(

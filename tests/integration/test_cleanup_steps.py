@@ -30,27 +30,40 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import select, text
 
 import commands
 from commands import EventScope, NewAttachment
 from schema import steps
 from schema.errors import InfrastructureError
 from schema.states import BlobKind, StepStatus
-from schema.tables import UtcDateTime, metadata
+from schema.tables import metadata
 from storage import memory
 from storage.blobstore import BlobStore, cas_path
 from tests.helpers import POLICY, SETTLE_S, rows, scalar
+from tests.helpers.cleanup import (
+    SECRET,
+    WHO,
+    blob,
+    blob_file,
+    break_blob_file,
+    claim_as,
+    clean,
+    expire_lease,
+    lease_of,
+    run,
+    run_when_due,
+    seed_content,
+    set_max_attempts,
+    step_of,
+)
+from tests.helpers.factories import purge_events
 from workers import broker, runner
 from workers.cleanup import ASIDE_PREFIX
 from workers.scheduler import Scheduler
 
 Pk = commands.Purgekeeper
 Roots = dict[str, Path]
-
-SECRET = "S3CR3T-purged"
-WHO = {"actor": "ops@example.org", "reason": "the user asked"}
-LONG_AGO = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
 
 # -- reading and poking the database -------------------------------------------------------------
@@ -60,72 +73,7 @@ def body_of(pk: Pk, event_id: str) -> str | None:
     return scalar(pk, "SELECT body FROM events WHERE id = :id", id=event_id)
 
 
-def blob(pk: Pk, blob_id: str) -> Any:
-    return rows(pk, "SELECT id, kind, path, state, sha256 FROM blobs WHERE id = :id", id=blob_id)[0]
-
-
-def blob_file(pk: Pk, blob_id: str) -> Path:
-    row = blob(pk, blob_id)
-    return pk.blobs.root(row.kind) / row.path
-
-
-def step_of(pk: Pk, purge_id: str, kind: str) -> commands.StepState:
-    return next(s for s in pk.status(purge_id).steps if s.kind == kind)
-
-
-def lease_of(pk: Pk, step_id: str) -> Any:
-    return rows(pk, "SELECT lease_owner, lease_expires_at FROM cleanup_steps WHERE id = :id", id=step_id)[0]
-
-
-def expire_lease(pk: Pk, step_id: str) -> None:
-    """Raw SQL: the lease ran out long ago (the worker holding it hung or died)."""
-    statement = text("UPDATE cleanup_steps SET lease_expires_at = :past WHERE id = :id").bindparams(
-        bindparam("past", type_=UtcDateTime())
-    )
-    with pk.db.write() as conn:
-        assert conn.execute(statement, {"past": LONG_AGO, "id": step_id}).rowcount == 1
-
-
-def set_max_attempts(pk: Pk, purge_id: str, attempts: int) -> None:
-    with pk.db.write() as conn:
-        sql = text("UPDATE cleanup_steps SET max_attempts = :n WHERE purge_id = :p")
-        assert conn.execute(sql, {"n": attempts, "p": purge_id}).rowcount >= 1
-
-
-def claim_as(pk: Pk, step_id: str, owner: str, *, lease: dt.timedelta = POLICY.lease) -> steps.Claim:
-    held = pk.db.transact(lambda conn: steps.claim(conn, step_id, owner=owner, lease=lease))
-    assert held is not None, f"step {step_id} could not be claimed"
-    return held
-
-
 # -- running steps --------------------------------------------------------------------------------
-
-
-def run(pk: Pk, step_id: str, ctx: Any = None) -> runner.Outcome:
-    return runner.run_step(ctx or pk.step_context(), step_id, policy=POLICY)
-
-
-def run_when_due(pk: Pk, step_id: str) -> runner.Outcome:
-    """Deliver the step until a delivery is effective (a retry waits out its short backoff)."""
-    deadline = time.monotonic() + SETTLE_S
-    while (outcome := run(pk, step_id)).status == "skipped":
-        assert time.monotonic() < deadline, f"step {step_id} never became due"
-        time.sleep(0.01)
-    return outcome
-
-
-def clean(pk: Pk, *purge_ids: str) -> None:
-    """Run the purges' steps (default: every purge's), as a worker would, until each is done
-    or incomplete."""
-    purge_ids = purge_ids or tuple(r[0] for r in rows(pk, "SELECT purge_id FROM purge_ledger"))
-    deadline = time.monotonic() + SETTLE_S
-    while True:
-        waiting = [s for p in purge_ids for s in pk.status(p).steps if s.status not in ("done", "incomplete")]
-        if not waiting:
-            return
-        assert time.monotonic() < deadline, waiting
-        if all(run(pk, s.id).status == "skipped" for s in waiting):
-            time.sleep(0.01)
 
 
 def race(pk: Pk, step_id: str, deliveries: int = 2) -> list[str]:
@@ -197,64 +145,6 @@ def in_process(database_url: str, roots: Roots) -> Iterator[Pk]:
 
 
 # -- content ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Seed:
-    exclusive_cas: str
-    exclusive_file: str
-    shared: str  # a CAS blob bound legacy_cas by e-doomed and real_file (a reuse) by e-kept
-    kept_attachment: str
-
-
-def seed_content(pk: Pk) -> Seed:
-    """e-doomed (c1) has a body, an admission, a run output, a derivative and three blobs;
-    e-kept (c2) stays live and shares one of those blobs through a reuse."""
-    pk.register_bot("b-run", name="Runner")
-    pk.create_conversation("c1")
-    pk.create_conversation("c2")
-    doomed = pk.ingest_event(
-        "c1",
-        author="ada",
-        body=f"{SECRET} body",
-        event_id="e-doomed",
-        provider_event_id="p-doomed",
-        attachments=[
-            NewAttachment.cas(f"{SECRET} cas bytes".encode(), name="a.txt"),
-            NewAttachment.file(f"{SECRET} file bytes".encode(), name="b.txt"),
-            NewAttachment.cas(b"kept shared bytes", name="s.txt"),
-        ],
-    )
-    exclusive_cas, exclusive_file, shared = (a.blob_id for a in doomed.attachments)
-    kept = pk.ingest_event(
-        "c2",
-        author="bob",
-        body="kept body",
-        event_id="e-kept",
-        attachments=[NewAttachment.reuse(shared, name="forwarded.txt", binding="real_file")],
-    )
-    pk.start_run("c1", bot_id="b-run", run_id="r1")
-    pk.admit("e-doomed", "r1", payload={"text": f"{SECRET} payload"})
-    pk.finish_run("r1", status="succeeded", output=f"{SECRET} output")
-    pk.add_derivative("c1", kind="summary", payload=f"{SECRET} summary", source_event_ids=["e-doomed"])
-    return Seed(exclusive_cas, exclusive_file, shared, kept.attachments[0].id)
-
-
-def purge_events(pk: Pk, *event_ids: str) -> str:
-    scope = EventScope(event_ids=list(event_ids))
-    digest = pk.preview_purge(scope).scope_digest
-    acceptance = pk.confirm_purge(scope, scope_digest=digest, **WHO)
-    assert acceptance.outcome == "accepted"
-    return acceptance.purge_id
-
-
-def break_blob_file(pk: Pk, blob_id: str) -> Path:
-    """A real fault: the blob's file becomes a non-empty directory, so unlink always fails."""
-    path = blob_file(pk, blob_id)
-    path.unlink()
-    path.mkdir()
-    (path / "in-the-way").write_text("not content")
-    return path
 
 
 def read_attachment(pk: Pk, attachment_id: str) -> bytes:

@@ -16,7 +16,8 @@ import pytest
 
 import commands
 from tests.helpers.backups import Backups
-from tests.integration.test_restore import clean
+from tests.helpers.factories import conversation
+from tests.helpers.restore import clean
 from tlog.verify import (
     COMPLETION_FORMAT,
     ReceiptInvalid,
@@ -34,9 +35,7 @@ WHO = {"actor": "op", "reason": "completion test"}
 
 
 def conversation_purge(pk: Pk, name: str, events: int = 2) -> str:
-    pk.create_conversation(name)
-    for i in range(events):
-        pk.ingest_event(name, author="ada", body=f"body {i}", event_id=f"{name}-e{i}")
+    conversation(pk, name, events=events)
     return pk.purge_conversation(name, **WHO).purge_id
 
 

@@ -218,7 +218,7 @@ def test_the_scheduler_s_sweep_re_establishes_a_truncated_tail(pk: Pk, cut: Call
 def test_an_append_never_writes_past_damage_it_has_not_checked(tmp_path: Path, cut: Callable[[bytes], bytes]) -> None:
     """Without the database (the bare copy), an append over a short open segment is refused
     and writes nothing; with the rows the copy lost handed back, the tail is re-established."""
-    from tests.integration.test_ledger_copy import DATABASE, chain
+    from tests.helpers.ledger import DATABASE, chain
 
     copy = LedgerCopy(tmp_path / "ledger", DATABASE)
     rows = chain(3)
@@ -238,7 +238,7 @@ def test_an_append_never_writes_past_damage_it_has_not_checked(tmp_path: Path, c
 
 
 def test_a_tail_the_database_does_not_hold_is_refused(tmp_path: Path) -> None:
-    from tests.integration.test_ledger_copy import DATABASE, chain
+    from tests.helpers.ledger import DATABASE, chain
 
     copy = LedgerCopy(tmp_path / "ledger", DATABASE)
     copy.append(chain(2))

@@ -241,7 +241,7 @@ def test_a_hold_discloses_what_retention_runs_and_erasures_already_removed_in_it
     """Tried (a review's finding): a retention run accepted over c-a (its fence standing), cy's
     content erased (an event of cy's in c-b, not yet cleaned up), then a hold on c-a and c-b:
     its acceptance named neither, as it counted event tombstones only."""
-    from tests.integration.test_retention import ago, set_policy
+    from tests.helpers.retention import ago, set_policy
 
     pk.create_conversation("c-a")
     pk.create_conversation("c-b")

@@ -22,8 +22,8 @@ import pytest
 import commands
 from schema.errors import ContentPurged, LegalHold, ValidationError
 from tests.helpers import scalar
-from tests.integration.test_author_fences import refused, write
-from tests.integration.test_retention import ago, body_of, set_policy, turn
+from tests.helpers.raw import refused, write
+from tests.helpers.retention import ago, body_of, set_policy, turn
 
 Pk = commands.Purgekeeper
 DAY = dt.timedelta(days=1)

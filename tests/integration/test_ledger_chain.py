@@ -18,6 +18,7 @@ import commands
 from commands import EventScope
 from schema import ledger
 from schema.db import Database
+from tests.helpers.factories import conversation
 
 Pk = commands.Purgekeeper
 
@@ -31,10 +32,8 @@ def accept(pk: Pk, event_ids: list[str]) -> commands.Acceptance:
 @pytest.fixture
 def chain(pk: Pk) -> Pk:
     """Five accepted purges of different kinds."""
-    pk.create_conversation("c1")
+    conversation(pk, "c1", events=3, prefix="e")
     pk.create_conversation("ch", kind="channel")
-    for i in range(3):
-        pk.ingest_event("c1", author="ada", body=f"body {i}", event_id=f"e{i}")
     accept(pk, ["e0"])
     accept(pk, ["e1", "e2"])
     pk.purge_conversation("c1", actor="op", reason="all of it")

@@ -29,9 +29,9 @@ from sqlalchemy import text
 import commands
 from commands import EventScope, NewAttachment
 from tests.faults import conftest as faults
-from tests.faults.conftest import QUEUE, REPO, WAIT_S, WORKER_READY, Proc, Processes, _free_port, wait_until
 from tests.helpers import POLICY
-from tests.integration.test_cleanup_steps import break_blob_file, claim_as, expire_lease, set_max_attempts
+from tests.helpers.cleanup import break_blob_file, claim_as, expire_lease, set_max_attempts
+from tests.helpers.processes import QUEUE, REPO, WAIT_S, WORKER_READY, Proc, Processes, free_port, wait_until
 from workers import broker, runner
 
 # The fixtures of tests/faults: the test's own Redis, the processes' environment on a fresh
@@ -184,7 +184,7 @@ def test_the_scheduler_logs_the_wake_ups_it_sends(open_handle: Callable[..., Pk]
 def test_the_api_logs_uvicorn_and_its_requests_in_json(processes: SplitProcesses) -> None:
     """Needs ``purgectl serve`` to configure the log format and uvicorn to keep none of its own
     (``commands.http.server``)."""
-    port = _free_port()
+    port = free_port()
     api = processes.serve(port)
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=WAIT_S)  # no token: 401

@@ -20,13 +20,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import bindparam, text
 
 import commands
-from commands import EventScope, NewAttachment
 from commands.web import metrics
 from schema import ledger, migrate, overview, restore, steps
 from schema.overview import ATTEMPT_BUCKETS, Counter, Histogram
 from schema.states import StepStatus
 from schema.tables import UtcDateTime
 from tests.helpers import POLICY, FailingStore, rows, settle
+from tests.helpers.factories import confirm_events, event_with_attachments
 
 Pk = commands.Purgekeeper
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -59,10 +59,9 @@ def buckets(samples: Samples, name: str, kind: str) -> list[tuple[float, float]]
 
 def purge_with_files(pk: Pk, conversation_id: str, files: int = 1) -> str:
     pk.create_conversation(conversation_id)
-    attachments = [NewAttachment.file(f"bytes {n}".encode(), name=f"f{n}.txt") for n in range(files)]
-    event = pk.ingest_event(conversation_id, author="ada", body="gone soon", attachments=attachments)
-    scope = EventScope(event_ids=(event.id,))
-    return pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **WHO).purge_id
+    named = [(f"f{n}.txt", f"bytes {n}".encode()) for n in range(files)]
+    event = event_with_attachments(pk, conversation_id, files=named, body="gone soon")
+    return confirm_events(pk, event.id, who=WHO).purge_id
 
 
 def closed_attempts(pk: Pk) -> dict[str, list[float]]:

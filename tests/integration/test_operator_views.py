@@ -15,21 +15,22 @@ import commands
 from schema import steps
 from schema.states import StepStatus
 from tests.helpers.backups import Backups
-from tests.integration.test_cleanup_steps import (
+from tests.helpers.cleanup import (
     WHO,
-    Pk,
     break_blob_file,
     claim_as,
     clean,
     expire_lease,
-    purge_events,
     run,
     run_when_due,
     seed_content,
     set_max_attempts,
     step_of,
 )
-from tests.integration.test_retention_restore import restored_after
+from tests.helpers.factories import purge_events
+from tests.helpers.retention import restored_after
+
+Pk = commands.Purgekeeper
 
 
 def test_each_attempt_of_a_step_is_recorded_with_its_owner_times_outcome_and_error(pk: Pk) -> None:

@@ -26,6 +26,7 @@ from schema import ledger
 from storage import checkpoint, ledger_copy
 from tests.helpers import rows
 from tests.helpers.backups import Backups
+from tests.helpers.factories import purge_conversation, purge_events
 
 Pk = commands.Purgekeeper
 Roots = dict[str, Path]
@@ -77,20 +78,6 @@ def seed(pk: Pk) -> dict[str, str]:
     pk.ingest_event("c-whole", author="cy", body=f"{SECRET} whole", event_id="e-whole")
     digest = pk.preview_purge(EventScope(event_ids=["e-kept"])).scope_digest
     return {"attachment": doomed.attachments[0].id, "digest": digest}
-
-
-def purge_events(pk: Pk, *event_ids: str) -> str:
-    scope = EventScope(event_ids=list(event_ids))
-    digest = pk.preview_purge(scope).scope_digest
-    acceptance = pk.confirm_purge(scope, scope_digest=digest, **WHO)
-    assert acceptance.outcome == "accepted"
-    return acceptance.purge_id
-
-
-def purge_conversation(pk: Pk, conversation_id: str) -> str:
-    acceptance = pk.purge_conversation(conversation_id, **WHO)
-    assert acceptance.outcome == "accepted"
-    return acceptance.purge_id
 
 
 def outside_copy(pk: Pk) -> Path:

@@ -15,13 +15,12 @@ import pytest
 import commands
 from storage import failpoints
 from tests.helpers.backups import Backups
-from tests.integration import test_tlog_interop
-from tests.integration.test_receipts import accept, checkpoint_of, extends, log_dir
+from tests.helpers.interop import Go
+from tests.helpers.receipts import accept, checkpoint_of, extends, log_dir
 from tlog.verify import Verifier, open_checkpoint, verify_receipt
 
 Pk = commands.Purgekeeper
 WHO = {"actor": "op", "reason": "never fork test"}
-go = test_tlog_interop.go
 
 
 @pytest.fixture
@@ -42,9 +41,7 @@ def armed() -> Iterator[Callable[[str], None]]:
     failpoints.disarm()
 
 
-def test_a_restore_and_its_merge_extend_the_log(
-    open_pk: Callable[..., Pk], backups: Backups, go: test_tlog_interop.Go
-) -> None:
+def test_a_restore_and_its_merge_extend_the_log(open_pk: Callable[..., Pk], backups: Backups, go: Go) -> None:
     pk = open_pk()
     accept(pk, 2)
     backup = backups.take()

@@ -19,42 +19,17 @@ from commands import EventScope
 from schema import ledger
 from storage import signed_log
 from storage.ledger_copy import LedgerCopy
+from tests.helpers.receipts import SECRET, WHO, accept, log_dir
 from tlog import receipt
-from tlog.verify import ReceiptInvalid, Verifier, open_checkpoint, verify_consistency, verify_receipt
+from tlog.verify import ReceiptInvalid, open_checkpoint, verify_receipt
 
 Pk = commands.Purgekeeper
-WHO = {"actor": "op", "reason": "receipt test"}
-SECRET = "S3CR3T-receipt"
-
-
-def accept(pk: Pk, n: int, *, prefix: str = "c") -> list[commands.Acceptance]:
-    """``n`` conversation purges (each its own group commit)."""
-    return [pk.purge_conversation(f"{prefix}-{i}-{SECRET}", **WHO) for i in range(n)]
-
-
-def log_dir(pk: Pk) -> Path:
-    return pk.settings.checkpoint_dir / f"{pk.database_key}{signed_log.LOG_SUFFIX}"
-
-
-def checkpoint_of(pk: Pk) -> str:
-    return (log_dir(pk) / signed_log.CHECKPOINT_FILE).read_text()
 
 
 def flip_b64(text: str, at: int = 0) -> str:
     data = bytearray(base64.b64decode(text))
     data[at] ^= 0x01
     return base64.b64encode(bytes(data)).decode()
-
-
-def extends(pk: Pk, before: str) -> None:
-    """The newest checkpoint's tree extends ``before``'s (same origin, same key): checked offline."""
-    verifier = Verifier.from_vkey(pk.log_key())
-    old = open_checkpoint(before, verifier)
-    document = pk.consistency(old.size)
-    new = open_checkpoint(document["checkpoint"], verifier)
-    assert new.origin == old.origin and new.size >= old.size
-    proof = [base64.b64decode(h) for h in document["proof"]]
-    verify_consistency(old.size, new.size, proof, old.root, new.root)
 
 
 def first_purge(pk: Pk) -> str:

@@ -19,14 +19,12 @@ reason, and every row of the purge tables must stay as it was.
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import hashlib
 import json
 import os
 import shutil
 import sqlite3
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +42,7 @@ from schema.tables import metadata
 from storage import checkpoint, ledger_copy
 from tests.helpers import rows, scalar
 from tests.helpers.databases import POSTGRES_ADMIN_URL
-from workers import runner
+from tests.helpers.restore import clean
 from workers.cleanup import ASIDE_PREFIX
 
 Pk = commands.Purgekeeper
@@ -52,12 +50,6 @@ Roots = dict[str, Path]
 
 SECRET = "S3CR3T-restored"
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
-POLICY = runner.Policy(
-    lease=dt.timedelta(seconds=5),
-    backoff_base=dt.timedelta(milliseconds=10),
-    backoff_cap=dt.timedelta(milliseconds=50),
-)
-SETTLE_S = 20.0
 PURGE_TABLES = ("purge_ledger", "tombstones", "cleanup_steps", "ledger_head")
 SHARED_BYTES = b"shared bytes, kept"
 
@@ -72,20 +64,6 @@ def snapshot(pk: Pk) -> dict[str, list[tuple[Any, ...]]]:
             table: sorted((tuple(row) for row in conn.execute(text(f"SELECT * FROM {table}"))), key=repr)
             for table in PURGE_TABLES
         }
-
-
-def clean(pk: Pk) -> None:
-    """Run every purge's steps, as a worker would, until each is done or incomplete."""
-    purge_ids = [r[0] for r in rows(pk, "SELECT purge_id FROM purge_ledger")]
-    ctx = pk.step_context()
-    deadline = time.monotonic() + SETTLE_S
-    while True:
-        waiting = [s for p in purge_ids for s in pk.status(p).steps if s.status not in ("done", "incomplete")]
-        if not waiting:
-            return
-        assert time.monotonic() < deadline, waiting
-        if all(runner.run_step(ctx, s.id, policy=POLICY).status == "skipped" for s in waiting):
-            time.sleep(0.01)
 
 
 def assert_all_done(pk: Pk) -> None:

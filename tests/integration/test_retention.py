@@ -20,42 +20,9 @@ from schema.content import utc_from_text
 from schema.ledger import utc_text
 from storage import failpoints
 from tests.helpers import rows, scalar, settle
+from tests.helpers.retention import DAY, ago, body_of, set_policy, set_policy_of, texts, turn
 
 Pk = commands.Purgekeeper
-DAY = dt.timedelta(days=1)
-
-
-def ago(days: float) -> dt.datetime:
-    return dt.datetime.now(dt.UTC) - days * DAY
-
-
-def set_policy(pk: Pk, policy_id: str, days: int, conversation_id: str | None = None) -> commands.Acceptance:
-    preview = pk.preview_retention(max_age=days * DAY, conversation_id=conversation_id)
-    return pk.set_retention(
-        policy_id,
-        max_age=days * DAY,
-        conversation_id=conversation_id,
-        scope_digest=preview.scope_digest,
-        actor="dpo@example.com",
-        reason="retention schedule",
-    )
-
-
-def turn(pk: Pk) -> list[commands.RetentionRunOutcome]:
-    """One scheduler turn, and the cleanup of every run it accepted."""
-    outcomes = pk.run_retention()
-    for outcome in outcomes:
-        if outcome.purge_id:
-            settle(pk, outcome.purge_id)
-    return outcomes
-
-
-def texts(pk: Pk, conversation_id: str) -> list[str | None]:
-    return [e.body for e in pk.read_conversation(conversation_id)]
-
-
-def body_of(pk: Pk, event_id: str) -> Any:
-    return scalar(pk, "SELECT body FROM events WHERE id = :id", id=event_id)
 
 
 def ledger_rows(pk: Pk, kind: str) -> int:
@@ -392,14 +359,6 @@ def test_a_run_walks_only_what_occurred_since_the_last_cutoff(
     assert selectors["window_start"] == utc_text(first.cutoff)  # type: ignore[arg-type]
     assert selectors["cutoff"] == utc_text(second.cutoff)  # type: ignore[arg-type]
     assert body_of(pk, "soon") is None and texts(pk, "c2") == []
-
-
-def set_policy_of(pk: Pk, policy_id: str, max_age: dt.timedelta, conversation_id: str | None) -> None:
-    preview = pk.preview_retention(max_age=max_age, conversation_id=conversation_id)
-    pk.set_retention(
-        policy_id, max_age=max_age, conversation_id=conversation_id, scope_digest=preview.scope_digest,
-        actor="dpo", reason="r",
-    )  # fmt: skip
 
 
 def test_a_lengthened_policy_runs_again_with_its_new_cutoff(

@@ -16,8 +16,8 @@ import pytest
 import commands
 from schema.errors import ContentPurged, PurgekeeperError, ValidationError
 from tests.helpers import rows, scalar, settle
-from tests.integration.test_author_fences import refused, write
-from tests.integration.test_retention import ago, set_policy
+from tests.helpers.raw import refused, write
+from tests.helpers.retention import ago, set_policy
 
 Pk = commands.Purgekeeper
 DAY = dt.timedelta(days=1)
@@ -188,7 +188,7 @@ def test_a_plan_waits_for_the_writers_placing_events_so_none_is_left_behind_its_
 
     from sqlalchemy import text
 
-    from tests.integration.test_retention import set_policy_of
+    from tests.helpers.retention import set_policy_of
 
     pk.create_conversation("c1")
     set_policy_of(pk, "quick", dt.timedelta(seconds=2), "c1")

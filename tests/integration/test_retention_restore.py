@@ -11,14 +11,13 @@ latest state in the merge, so a restore weakens neither. Both backends.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 import commands
 from tests.helpers import settle
 from tests.helpers.backups import Backups
-from tests.integration.test_retention import ago, body_of, set_policy, texts
+from tests.helpers.retention import ago, body_of, restored_after, set_policy, texts
 
 Pk = commands.Purgekeeper
 
@@ -32,15 +31,6 @@ def world(pk: Pk, backups: Backups) -> Pk:
     pk.ingest_event("c1", author="ada", body="new", event_id="new", occurred_at=ago(1))
     pk.ingest_event("c2", author="bob", body="bob's", event_id="bobs", occurred_at=ago(40))
     return pk
-
-
-def restored_after(pk: Pk, backups: Backups, backup: str, open_pk: Callable[[], Pk]) -> tuple[Pk, Any]:
-    pk.close()
-    backups.restore(backup)
-    handle = open_pk()
-    with pytest.raises(commands.MessagingUnavailable):
-        handle.read_conversation("c1")  # the database lacks rows its checkpoint holds
-    return handle, handle.merge_ledger(handle.settings.checkpoint_dir)
 
 
 def test_a_hold_placed_after_the_backup_is_in_force_after_the_merge(

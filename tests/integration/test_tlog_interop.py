@@ -10,17 +10,11 @@ change that our verifier refuses; and our verifier must accept a note Go signed.
 from __future__ import annotations
 
 import base64
-import json
-import os
-import shutil
-import subprocess
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.databases import service_missing
+from tests.helpers.interop import Go
 from tlog import note, receipt, tree
 from tlog.verify import (
     Completion,
@@ -32,36 +26,8 @@ from tlog.verify import (
     verify_receipt,
 )
 
-PROGRAM = Path(__file__).parents[1] / "interop" / "tlogcheck"
-GOPATHS = ("/usr/share/gocode",)
 ORIGIN = "purgekeeper.example/ledger/interop"
 SIZE = 600
-
-Go = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-def _gopath() -> str | None:
-    candidates = [os.environ.get("PK_TEST_GOPATH", ""), *GOPATHS]
-    return next((p for p in candidates if p and (Path(p) / "src/golang.org/x/mod/sumdb/tlog").is_dir()), None)
-
-
-@pytest.fixture(scope="session")
-def go(tmp_path_factory: pytest.TempPathFactory) -> Go:
-    """Run tlogcheck on one request and return its answer."""
-    gopath = _gopath()
-    if shutil.which("go") is None or gopath is None:
-        service_missing("Go with golang.org/x/mod (golang-go, golang-golang-x-mod-dev)", FileNotFoundError("go"))
-    build = tmp_path_factory.mktemp("tlogcheck")
-    binary = build / "tlogcheck"
-    env = {**os.environ, "GO111MODULE": "off", "GOPATH": str(gopath), "GOCACHE": str(build / "cache")}
-    subprocess.run(["go", "build", "-o", str(binary), "."], cwd=PROGRAM, env=env, check=True, timeout=300)
-
-    def run(request: dict[str, Any]) -> dict[str, Any]:
-        done = subprocess.run([binary], input=json.dumps(request), capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        return dict(json.loads(done.stdout))
-
-    return run
 
 
 def b64(data: bytes) -> str:
