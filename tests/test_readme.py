@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import served
+from tests.helpers import served
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 MARKER = "<!-- readme-test -->"

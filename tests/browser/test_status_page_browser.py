@@ -41,7 +41,8 @@ from commands import EventScope, NewAttachment
 from commands.settings import Settings
 from commands.web.auth import COOKIE_NAME
 from schema import steps
-from tests import helpers, served
+from tests import helpers
+from tests.helpers import served
 from tests.helpers.databases import ON_CI
 from workers import runner
 

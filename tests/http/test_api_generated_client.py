@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests import served
+from tests.helpers import served
 from tests.helpers.databases import ON_CI
 
 BIN = Path(sys.executable).parent

@@ -15,7 +15,7 @@ import pytest
 import commands
 from commands.http.server import open_for_serving, seed_demo
 from commands.settings import Settings
-from tests import served
+from tests.helpers import served
 
 TOKEN = "demo-host-token-4d1f"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
