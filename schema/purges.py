@@ -3,6 +3,9 @@ fencing, cleanup steps and purge status.
 
 Every query here is bounded by the scope (an indexed id list) or by one id, never by the size
 of a conversation: acceptance of a conversation purge does not read its events.
+
+Resolving a scope and its dependency report are in ``purge_scope``; every name is importable
+from here.
 """
 
 from __future__ import annotations
@@ -10,56 +13,61 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from collections import namedtuple
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
-    Boolean,
     Connection,
     Row,
-    Text,
-    and_,
     bindparam,
-    cast,
     func,
     insert,
-    literal,
-    literal_column,
     not_,
-    null,
-    or_,
     select,
     text,
-    union_all,
     update,
 )
 
-from schema import holds, lifecycle
-from schema.content import author_erased, live_event, upsert_insert
+from schema import lifecycle
+from schema.content import upsert_insert
 from schema.driver import DriverStatement
-from schema.idlists import IdList, Ids, among_many, array_literal
+from schema.idlists import among_many, array_literal
 from schema.ledger import database_now
-from schema.states import ACTIVE_RUN_STATUSES, StepKind, StepStatus, TombstoneKind
+from schema.purge_scope import (
+    _CONVERSATIONS_OF,
+    CONVERSATION_IDS,
+    EVENT_IDS,
+    AdmissionRow,
+    AttachmentRow,
+    DerivativeRow,
+    Placement,
+    ReferenceRow,
+    ReportRows,
+    RunRow,
+    _ids,
+    active_run_ids,
+    active_runs,
+    admissions_of,
+    attachments_of,
+    derivatives_of,
+    event_rows,
+    events_in_conversation,
+    other_live_references,
+    placements_of,
+    report_rows,
+)
+from schema.states import StepKind, StepStatus, TombstoneKind
 from schema.steps import PARKED_UNTIL
 from schema.tables import (
-    admissions,
-    attachments,
-    blobs,
     bots,
     cleanup_steps,
     conversations,
-    derivative_sources,
-    derivatives,
-    events,
     placements,
     purge_audit,
     purge_conversations,
     purge_ledger,
     purge_previews,
-    runs,
     step_attempts,
     tombstones,
 )
@@ -67,285 +75,8 @@ from schema.tables import (
 DEFAULT_MAX_ATTEMPTS = 5
 
 
-def _ids(values: Iterable[str]) -> list[str]:
-    """``values`` as a bound list: an ``Ids`` as it is (it keeps its encoding), else a list."""
-    return values if isinstance(values, Ids) else list(values)
-
-
 def ids_list(values: Iterable[str]) -> list[str]:
     return sorted(set(values))
-
-
-# -- resolving a scope --------------------------------------------------------------------
-
-
-def events_in_conversation(
-    conn: Connection,
-    conversation_id: str,
-    *,
-    after: dt.datetime | None,
-    before: dt.datetime | None,
-    author: str | None,
-    limit: int,
-) -> list[str]:
-    """Event ids placed in the conversation, filtered, in time order, at most ``limit``."""
-    query = (
-        select(events.c.id)
-        .join(placements, placements.c.event_id == events.c.id)
-        .where(placements.c.conversation_id == conversation_id)
-        .order_by(events.c.occurred_at, events.c.id)
-        .limit(limit)
-    )
-    if after is not None:
-        query = query.where(events.c.occurred_at >= after)
-    if before is not None:
-        query = query.where(events.c.occurred_at < before)
-    if author is not None:
-        query = query.where(events.c.author == author)
-    return list(conn.scalars(query))
-
-
-# Statements on the confirmation path are built once, each list of ids ONE parameter
-# (``schema.idlists``): building a statement costs more than running it, and an expanding
-# ``IN`` of a thousand ids costs a thousand placeholders to render, send and parse.
-EVENT_IDS: Any = bindparam("event_ids", type_=IdList())
-CONVERSATION_IDS: Any = bindparam("conversation_ids", type_=IdList())
-_fence = tombstones.alias("fence")
-_EVENT_ROWS = (
-    select(
-        events.c.id,
-        events.c.provider_event_id,
-        events.c.author,
-        events.c.occurred_at,
-        or_(_fence.c.id.is_not(None), author_erased(events.c.author, events.c.occurred_at)).label("fenced"),
-    )
-    # An outer join on the tombstone key: bounded by the scope whatever the statistics say.
-    .outerjoin(_fence, and_(_fence.c.kind == TombstoneKind.EVENT.value, _fence.c.id == events.c.id))
-    .where(among_many(events.c.id, EVENT_IDS))
-    .order_by(events.c.id)
-)
-_EVENT_ROWS_LOCKED = _EVENT_ROWS.with_for_update(of=events)
-_PLACEMENTS = (
-    select(placements.c.event_id, placements.c.conversation_id)
-    .where(among_many(placements.c.event_id, EVENT_IDS))
-    .order_by(placements.c.event_id, placements.c.conversation_id)
-)
-_CONVERSATIONS_OF = select(placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS)).distinct()
-_RUN_COLUMNS = (runs.c.conversation_id, runs.c.bot_id, runs.c.status, runs.c.output.is_not(None).label("has_output"))
-_ADMISSIONS = (
-    select(admissions.c.id, admissions.c.event_id, admissions.c.run_id, *_RUN_COLUMNS)
-    .join(runs, runs.c.id == admissions.c.run_id)
-    .where(among_many(admissions.c.event_id, EVENT_IDS))
-    .order_by(admissions.c.id)
-)
-_ACTIVE_RUNS = select(runs.c.id, *_RUN_COLUMNS).where(runs.c.status.in_(ACTIVE_RUN_STATUSES)).order_by(runs.c.id)
-_ACTIVE_RUNS_IN = _ACTIVE_RUNS.where(among_many(runs.c.conversation_id, CONVERSATION_IDS))
-_ACTIVE_RUNS_OF_BOT = _ACTIVE_RUNS.where(runs.c.bot_id == bindparam("bot_id"))
-_DERIVATIVES = (
-    select(derivatives.c.id, derivatives.c.conversation_id, derivatives.c.kind, derivative_sources.c.event_id)
-    .join(derivative_sources, derivative_sources.c.derivative_id == derivatives.c.id)
-    .where(
-        derivatives.c.id.in_(
-            select(derivative_sources.c.derivative_id).where(among_many(derivative_sources.c.event_id, EVENT_IDS))
-        )
-    )
-    .order_by(derivatives.c.id, derivative_sources.c.event_id)
-)
-_ATTACHMENTS = (
-    select(
-        attachments.c.id,
-        attachments.c.event_id,
-        attachments.c.blob_id,
-        attachments.c.binding,
-        attachments.c.name,
-        blobs.c.size,
-    )
-    .join(blobs, blobs.c.id == attachments.c.blob_id)
-    .where(among_many(attachments.c.event_id, EVENT_IDS))
-    .order_by(attachments.c.id)
-)
-
-
-_EVENT_ROWS_ON_DRIVER = DriverStatement(_EVENT_ROWS, named=True)
-_EVENT_ROWS_LOCKED_ON_DRIVER = DriverStatement(_EVENT_ROWS_LOCKED, named=True)
-
-
-def event_rows(conn: Connection, event_ids: Sequence[str], *, lock: bool = False) -> list[Any]:
-    """The events with a flag for an existing fence, by id; with ``lock``, locked FOR UPDATE."""
-    statement = _EVENT_ROWS_LOCKED_ON_DRIVER if lock else _EVENT_ROWS_ON_DRIVER
-    return statement.rows(conn, {"event_ids": _ids(event_ids)})
-
-
-def placements_of(conn: Connection, event_ids: Sequence[str]) -> list[Any]:
-    return list(conn.execute(_PLACEMENTS, {"event_ids": _ids(event_ids)}).all())
-
-
-def admissions_of(conn: Connection, event_ids: Sequence[str]) -> list[Any]:
-    """The admissions of these events, each with its run."""
-    return list(conn.execute(_ADMISSIONS, {"event_ids": _ids(event_ids)}).all())
-
-
-def active_runs(conn: Connection, *, conversation_ids: Sequence[str] = (), bot_id: str | None = None) -> list[Row[Any]]:
-    """Non-terminal runs in these conversations, or of this bot (partial indexes)."""
-    if bot_id is not None:
-        return list(conn.execute(_ACTIVE_RUNS_OF_BOT, {"bot_id": bot_id}).all())
-    if not conversation_ids:
-        return []
-    return list(conn.execute(_ACTIVE_RUNS_IN, {"conversation_ids": list(conversation_ids)}).all())
-
-
-def active_run_ids(conn: Connection, *, conversation_ids: Sequence[str] = (), bot_id: str | None = None) -> list[str]:
-    return [row.id for row in active_runs(conn, conversation_ids=conversation_ids, bot_id=bot_id)]
-
-
-def derivatives_of(conn: Connection, event_ids: Sequence[str]) -> list[Any]:
-    """Derivatives with a selected source event, each with all of its source ids."""
-    return list(conn.execute(_DERIVATIVES, {"event_ids": _ids(event_ids)}).all())
-
-
-def attachments_of(conn: Connection, event_ids: Sequence[str]) -> list[Any]:
-    return list(conn.execute(_ATTACHMENTS, {"event_ids": _ids(event_ids)}).all())
-
-
-def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: Sequence[str]) -> list[Any]:
-    """References to these blobs from live events outside the selection, of both binding kinds."""
-    query = (
-        select(attachments.c.blob_id, attachments.c.id, attachments.c.event_id, attachments.c.binding)
-        .where(attachments.c.blob_id.in_(list(blob_ids)))
-        .where(attachments.c.event_id.not_in(list(event_ids)))
-        .where(live_event(attachments.c.event_id))
-        .order_by(attachments.c.blob_id, attachments.c.id)
-    )
-    return list(conn.execute(query).all())
-
-
-# The whole report of a content purge in ONE statement on PostgreSQL: every part in the same
-# columns, tagged by ``part``, in each part's own order (a confirmation's round trips and
-# statement executions cost more than the reads themselves). SQLite, in process, has no
-# round trips to save; it runs the parts one by one.
-#   part  1 placement   2 admission   3 active run   4 derivative     5 attachment   6 other reference  7 hold
-#   t1    event_id      id            id             id               id             blob_id            event_id
-#   t2    conv. id      event_id                     source event_id  event_id       id                 hold_id
-#   t3                  run_id                       conversation_id  blob_id        event_id
-#   t4                  conv. id      conv. id       kind             binding        binding
-#   t5                  bot_id        bot_id                          name
-#   t6                  status        status
-#   b                   has_output    has_output
-#   n                                                                 size
-Placement = namedtuple("Placement", "event_id conversation_id")
-AdmissionRow = namedtuple("AdmissionRow", "id event_id run_id conversation_id bot_id status has_output")
-RunRow = namedtuple("RunRow", "id conversation_id bot_id status has_output")
-DerivativeRow = namedtuple("DerivativeRow", "id conversation_id kind event_id")
-AttachmentRow = namedtuple("AttachmentRow", "id event_id blob_id binding name size")
-ReferenceRow = namedtuple("ReferenceRow", "blob_id id event_id binding")
-
-
-@dataclass(frozen=True)
-class ReportRows:
-    """What a content purge's report is made of, each part in its order (the columns of
-    ``placements_of``, ``admissions_of``, ``active_runs``, ``derivatives_of``,
-    ``attachments_of`` and ``other_live_references``)."""
-
-    placements: Sequence[Any]
-    admissions: Sequence[Any]
-    active_runs: Sequence[Any]
-    derivatives: Sequence[Any]
-    attachments: Sequence[Any]
-    other_references: Sequence[Any]
-    holds: Sequence[tuple[str, str]] = ()  # (event_id, hold_id): the legal holds that cover an event
-
-
-def _part(number: int, *columns: Any, flag: Any = None, size: Any = None) -> Any:
-    """``columns`` as the report's text columns t1 .. t6, then ``flag`` as b and ``size`` as
-    n; NULL where absent."""
-    texts = [cast(c if c is not None else null(), Text()) for c in columns]
-    texts += [cast(null(), Text())] * (6 - len(texts))
-    return select(
-        literal(number).label("part"),
-        *(t.label(f"t{i + 1}") for i, t in enumerate(texts)),
-        (flag if flag is not None else cast(null(), Boolean())).label("b"),
-        (cast(size, BigInteger()) if size is not None else cast(null(), BigInteger())).label("n"),
-    )
-
-
-_SELECTED_CONVERSATIONS = select(placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS))
-_SELECTED_BLOBS = select(attachments.c.blob_id).where(among_many(attachments.c.event_id, EVENT_IDS))
-_REPORT_PARTS = union_all(
-    _part(1, placements.c.event_id, placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS)),
-    _part(
-        2,
-        admissions.c.id,
-        admissions.c.event_id,
-        admissions.c.run_id,
-        runs.c.conversation_id,
-        runs.c.bot_id,
-        runs.c.status,
-        flag=runs.c.output.is_not(None),
-    )
-    .select_from(admissions.join(runs, runs.c.id == admissions.c.run_id))
-    .where(among_many(admissions.c.event_id, EVENT_IDS)),
-    _part(
-        3, runs.c.id, None, None, runs.c.conversation_id, runs.c.bot_id, runs.c.status, flag=runs.c.output.is_not(None)
-    )
-    .where(runs.c.status.in_([literal_column(f"'{status}'") for status in ACTIVE_RUN_STATUSES]))
-    .where(runs.c.conversation_id.in_(_SELECTED_CONVERSATIONS)),
-    _part(4, derivatives.c.id, derivative_sources.c.event_id, derivatives.c.conversation_id, derivatives.c.kind)
-    .select_from(derivatives.join(derivative_sources, derivative_sources.c.derivative_id == derivatives.c.id))
-    .where(
-        derivatives.c.id.in_(
-            select(derivative_sources.c.derivative_id).where(among_many(derivative_sources.c.event_id, EVENT_IDS))
-        )
-    ),
-    _part(
-        5,
-        attachments.c.id,
-        attachments.c.event_id,
-        attachments.c.blob_id,
-        attachments.c.binding,
-        attachments.c.name,
-        size=blobs.c.size,
-    )
-    .select_from(attachments.join(blobs, blobs.c.id == attachments.c.blob_id))
-    .where(among_many(attachments.c.event_id, EVENT_IDS)),
-    _part(6, attachments.c.blob_id, attachments.c.id, attachments.c.event_id, attachments.c.binding)
-    .where(attachments.c.blob_id.in_(_SELECTED_BLOBS))
-    .where(attachments.c.event_id.not_in(select(func.unnest(EVENT_IDS))))
-    .where(live_event(attachments.c.event_id)),
-    *(_part(7, held.c.event_id, held.c.hold_id) for held in holds.holds_of_events_parts(EVENT_IDS)),
-).subquery("report")
-_REPORT = DriverStatement(
-    select(*_REPORT_PARTS.c).order_by(_REPORT_PARTS.c.part, _REPORT_PARTS.c.t1, _REPORT_PARTS.c.t2)
-)
-
-
-def report_rows(conn: Connection, event_ids: Sequence[str]) -> ReportRows:
-    """The rows of a content purge's report of these events (see ``_REPORT``)."""
-    bound = _ids(event_ids)
-    if conn.dialect.name != "postgresql":
-        attached = attachments_of(conn, bound)
-        blob_ids = sorted({r.blob_id for r in attached})
-        placed = placements_of(conn, bound)
-        return ReportRows(
-            placements=placed,
-            admissions=admissions_of(conn, bound),
-            active_runs=active_runs(conn, conversation_ids=sorted({r.conversation_id for r in placed})),
-            derivatives=derivatives_of(conn, bound),
-            attachments=attached,
-            other_references=other_live_references(conn, blob_ids, bound) if blob_ids else [],
-            holds=[(e, h) for e, ids in holds.holds_of_events(conn, bound).items() for h in ids],
-        )
-    parts: dict[int, list[Any]] = {number: [] for number in range(1, 8)}
-    for part, t1, t2, t3, t4, t5, t6, b, n in _REPORT.rows(conn, {"event_ids": bound}):
-        parts[part].append((t1, t2, t3, t4, t5, t6, b, n))
-    return ReportRows(
-        placements=[Placement(r[0], r[1]) for r in parts[1]],
-        admissions=[AdmissionRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in parts[2]],
-        active_runs=[RunRow(r[0], r[3], r[4], r[5], r[6]) for r in parts[3]],
-        derivatives=[DerivativeRow(r[0], r[2], r[3], r[1]) for r in parts[4]],
-        attachments=[AttachmentRow(r[0], r[1], r[2], r[3], r[4], r[7]) for r in parts[5]],
-        other_references=[ReferenceRow(r[0], r[1], r[2], r[3]) for r in parts[6]],
-        holds=[(r[0], r[1]) for r in parts[7]],
-    )
 
 
 # -- locks -----------------------------------------------------------------------------------
@@ -639,3 +370,51 @@ def save_preview(conn: Connection, scope_digest: str, report: dict[str, Any], *,
 def saved_preview(conn: Connection, scope_digest: str) -> dict[str, Any] | None:
     text = conn.scalar(select(purge_previews.c.report).where(purge_previews.c.scope_digest == scope_digest))
     return json.loads(text) if text else None
+
+
+__all__ = [
+    "CONVERSATION_IDS",
+    "DEFAULT_MAX_ATTEMPTS",
+    "EVENT_IDS",
+    "AdmissionRow",
+    "AttachmentRow",
+    "DerivativeRow",
+    "LedgerFilter",
+    "Placement",
+    "ReferenceRow",
+    "ReportRows",
+    "RunRow",
+    "active_run_ids",
+    "active_runs",
+    "admissions_of",
+    "attachments_of",
+    "attempts_of",
+    "audit_of",
+    "bump_versions",
+    "conversations_of",
+    "create_steps",
+    "derivatives_of",
+    "erased_repositories",
+    "event_rows",
+    "events_in_conversation",
+    "ids_list",
+    "insert_tombstones",
+    "kept_repositories",
+    "latest_covering_purge",
+    "list_ledger",
+    "live_leases",
+    "lock_bot",
+    "lock_conversation",
+    "lock_conversations",
+    "lock_conversations_of",
+    "mark_memory_erasure",
+    "other_live_references",
+    "placements_of",
+    "record_audit",
+    "record_conversations",
+    "report_rows",
+    "save_preview",
+    "saved_preview",
+    "steps_of",
+    "tombstone_of",
+]
