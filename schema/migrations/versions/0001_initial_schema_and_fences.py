@@ -24,6 +24,26 @@ depends_on = None
 
 
 def upgrade() -> None:
+    _create_blobs()
+    _create_bots()
+    _create_cleanup_steps()
+    _create_events()
+    _create_ledger_head()
+    _create_purge_ledger()
+    _create_tombstones()
+    _create_attachments()
+    _create_conversations()
+    _create_derivatives()
+    _create_placements()
+    _create_runs()
+    _create_admissions()
+    _create_derivative_sources()
+    _create_purge_previews()
+    install_fences()
+    seed_ledger_head()
+
+
+def _create_blobs() -> None:
     op.create_table(
         "blobs",
         sa.Column("id", sa.String(length=64), nullable=False),
@@ -45,6 +65,8 @@ def upgrade() -> None:
     )
     op.create_index("ix_blobs_sha256_state", "blobs", ["sha256", "state"], unique=False)
 
+
+def _create_bots() -> None:
     op.create_table(
         "bots",
         sa.Column("id", sa.String(length=200), nullable=False),
@@ -63,6 +85,9 @@ def upgrade() -> None:
         sa.CheckConstraint("state IN ('active', 'deleted')", name=op.f("ck_bots_state")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_bots")),
     )
+
+
+def _create_cleanup_steps() -> None:
     op.create_table(
         "cleanup_steps",
         sa.Column("id", sa.String(length=64), nullable=False),
@@ -106,6 +131,8 @@ def upgrade() -> None:
     )
     op.create_index("ix_cleanup_steps_due", "cleanup_steps", ["status", "next_attempt_at"], unique=False)
 
+
+def _create_events() -> None:
     op.create_table(
         "events",
         sa.Column("id", sa.String(length=200), nullable=False),
@@ -122,6 +149,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_events")),
         sa.UniqueConstraint("provider_event_id", name=op.f("uq_events_provider_event_id")),
     )
+
+
+def _create_ledger_head() -> None:
     op.create_table(
         "ledger_head",
         sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
@@ -131,6 +161,9 @@ def upgrade() -> None:
         sa.CheckConstraint("id = 1", name=op.f("ck_ledger_head_single_row")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_ledger_head")),
     )
+
+
+def _create_purge_ledger() -> None:
     op.create_table(
         "purge_ledger",
         sa.Column("seq", sa.BigInteger(), autoincrement=False, nullable=False),
@@ -155,6 +188,8 @@ def upgrade() -> None:
     )
     op.create_index("ix_purge_ledger_idempotency_key", "purge_ledger", ["idempotency_key"], unique=False)
 
+
+def _create_tombstones() -> None:
     op.create_table(
         "tombstones",
         sa.Column("kind", sa.String(length=16), nullable=False),
@@ -172,6 +207,9 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("kind", "id", name=op.f("pk_tombstones")),
     )
+
+
+def _create_attachments() -> None:
     op.create_table(
         "attachments",
         sa.Column("id", sa.String(length=64), nullable=False),
@@ -194,6 +232,8 @@ def upgrade() -> None:
     op.create_index("ix_attachments_blob_id", "attachments", ["blob_id"], unique=False)
     op.create_index("ix_attachments_event_id", "attachments", ["event_id"], unique=False)
 
+
+def _create_conversations() -> None:
     op.create_table(
         "conversations",
         sa.Column("id", sa.String(length=200), nullable=False),
@@ -212,6 +252,9 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["bot_id"], ["bots.id"], name=op.f("fk_conversations_bot_id_bots")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_conversations")),
     )
+
+
+def _create_derivatives() -> None:
     op.create_table(
         "derivatives",
         sa.Column("id", sa.String(length=200), nullable=False),
@@ -233,6 +276,8 @@ def upgrade() -> None:
     )
     op.create_index("ix_derivatives_conversation_id", "derivatives", ["conversation_id"], unique=False)
 
+
+def _create_placements() -> None:
     op.create_table(
         "placements",
         sa.Column("event_id", sa.String(length=200), nullable=False),
@@ -253,6 +298,8 @@ def upgrade() -> None:
     )
     op.create_index("ix_placements_conversation_id", "placements", ["conversation_id", "event_id"], unique=False)
 
+
+def _create_runs() -> None:
     op.create_table(
         "runs",
         sa.Column("id", sa.String(length=200), nullable=False),
@@ -298,6 +345,8 @@ def upgrade() -> None:
     )
     op.create_index("ix_runs_conversation_id", "runs", ["conversation_id"], unique=False)
 
+
+def _create_admissions() -> None:
     op.create_table(
         "admissions",
         sa.Column("id", sa.String(length=200), nullable=False),
@@ -317,6 +366,8 @@ def upgrade() -> None:
     op.create_index("ix_admissions_event_id", "admissions", ["event_id"], unique=False)
     op.create_index("ix_admissions_run_id", "admissions", ["run_id"], unique=False)
 
+
+def _create_derivative_sources() -> None:
     op.create_table(
         "derivative_sources",
         sa.Column("derivative_id", sa.String(length=200), nullable=False),
@@ -330,6 +381,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("derivative_id", "event_id", name=op.f("pk_derivative_sources")),
     )
     op.create_index("ix_derivative_sources_event_id", "derivative_sources", ["event_id"], unique=False)
+
+
+def _create_purge_previews() -> None:
     op.create_table(
         "purge_previews",
         sa.Column("scope_digest", sa.String(length=64), nullable=False),
@@ -343,8 +397,6 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("scope_digest", name=op.f("pk_purge_previews")),
     )
     op.create_index("ix_purge_previews_created_at", "purge_previews", ["created_at"], unique=False)
-    install_fences()
-    seed_ledger_head()
 
 
 def install_fences() -> None:

@@ -40,6 +40,14 @@ PURGE_KINDS = (
 
 
 def upgrade() -> None:
+    _create_retention_tables()
+    _create_legal_holds()
+    _extend_events_and_cleanup_steps()
+    _widen_the_ledger()
+    fences.install(op.get_bind(), "0009_retention_and_holds.sql")
+
+
+def _create_retention_tables() -> None:
     op.create_table(
         "retention_policies",
         sa.Column("policy_id", sa.String(length=200), nullable=False),
@@ -81,6 +89,9 @@ def upgrade() -> None:
         sa.CheckConstraint("reason IN ('hold', 'own_policy')", name=op.f("ck_retention_exemptions_reason")),
         sa.PrimaryKeyConstraint("purge_id", "kind", "subject_id", name=op.f("pk_retention_exemptions")),
     )
+
+
+def _create_legal_holds() -> None:
     op.create_table(
         "legal_holds",
         sa.Column("hold_id", sa.String(length=200), nullable=False),
@@ -97,9 +108,15 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("hold_id", "kind", "subject_id", name=op.f("pk_legal_hold_subjects")),
     )
     op.create_index("ix_legal_hold_subjects_subject", "legal_hold_subjects", ["kind", "subject_id"], unique=False)
+
+
+def _extend_events_and_cleanup_steps() -> None:
     op.create_index("ix_events_occurred_at", "events", ["occurred_at", "id"], unique=False)
     with op.batch_alter_table("cleanup_steps") as batch:
         batch.add_column(sa.Column("held", sa.BigInteger(), server_default="0", nullable=False))
+
+
+def _widen_the_ledger() -> None:
     widen_purge_kinds(PURGE_KINDS)  # SQLite: drops the ledger's triggers, created again below
     runs = sa.text("kind = 'retention_run'")
     op.create_index(
@@ -111,7 +128,6 @@ def upgrade() -> None:
         sqlite_where=runs,
     )
     create_sqlite_ledger_triggers()
-    fences.install(op.get_bind(), "0009_retention_and_holds.sql")
 
 
 def downgrade() -> None:
