@@ -64,6 +64,10 @@ checks that it gives the signed root, and writes it with fsyncs (``_rebuild_edge
 edge that still does not give the root means a full tile or the copy is damaged: that is
 refused (``LogRefused``), not guessed. Removing the partial tiles a wider one replaced
 takes no fsync either: a crash that brings one back leaves a correct tile of an older tree.
+
+Here: the writing (under the copy's flock). What the log is made of (its errors, its tree
+head, the leaf of a row, the signing key) is in ``log_format``; its reading, and what stays
+in memory, in ``log_reading``. Every name is importable from here.
 """
 
 from __future__ import annotations
@@ -73,238 +77,44 @@ import datetime as dt
 import itertools
 import logging
 import os
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from schema import ledger
-from storage.files import atomic_write_at, fsync_directory, reason_of
+from storage.files import atomic_write_at, fsync_directory
+from storage.log_format import (
+    _DIRECTORY,
+    CHECKPOINT_FILE,
+    DEFAULT_ORIGIN_PREFIX,
+    HASHES_KEPT,
+    KEY_FILE,
+    LOG_SUFFIX,
+    NEW_ORIGIN_HINT,
+    TILES_KEPT,
+    ForeignKey,
+    LogRefused,
+    RowsBetween,
+    TreeHead,
+    default_origin,
+    leaf_hash_of,
+    leaf_of,
+    load_or_create_key,
+    read_key,
+)
+from storage.log_reading import SignedLogReader
 from tlog import note, tree
-from tlog.verify import HASH_SIZE, Checkpoint, ReceiptInvalid, leaf_hash, open_checkpoint, verify_consistency
+from tlog.verify import Checkpoint, ReceiptInvalid, verify_consistency
 
 log = logging.getLogger(__name__)
 
-LOG_SUFFIX = ".log"
-_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
-TILES_KEPT = 1024  # tiles held in memory (a full one is 8 KiB)
-HASHES_KEPT = 1 << 15  # stored hashes held in memory
-CHECKPOINT_FILE = "checkpoint"
-KEY_FILE = "ledger-signing.key"
-DEFAULT_ORIGIN_PREFIX = "purgekeeper/"
-NEW_ORIGIN_HINT = (
-    "keep the published log as it is, set PURGEKEEPER_LOG_ORIGIN to a new origin (a new log starts; "
-    "the old one stays, renamed) and publish the new origin with the same key"
-)
 
-
-class LogRefused(Exception):
-    """The signed log cannot be extended with these rows without forking it (or cannot be
-    read): nothing was written, and no checkpoint was signed."""
-
-
-class ForeignKey(LogRefused):
-    """The log's checkpoint does not verify with this process's key (another data directory's
-    key, or a lost one): this process writes the copy and leaves the log to the key's owner."""
-
-
-def default_origin(database_id: str) -> str:
-    return f"{DEFAULT_ORIGIN_PREFIX}{database_id}"
-
-
-def leaf_of(entry: ledger.LedgerEntry) -> bytes:
-    """The row's leaf bytes: its hashed fields as canonical JSON (``tlog.receipt.leaf_bytes``)."""
-    return ledger.canonical_json(entry.hashed_fields()).encode()
-
-
-def leaf_hash_of(entry: ledger.LedgerEntry) -> bytes:
-    """The RFC 6962 leaf hash of a purge's row (what a completion statement can name)."""
-    return leaf_hash(leaf_of(entry))
-
-
-@dataclass(frozen=True)
-class TreeHead:
-    """The newest signed checkpoint: its tree and its signed note."""
-
-    checkpoint: Checkpoint
-    note: str
-
-    @property
-    def size(self) -> int:
-        return self.checkpoint.size
-
-    @property
-    def root(self) -> bytes:
-        return self.checkpoint.root
-
-
-RowsBetween = Callable[[int, int], Iterable[ledger.LedgerEntry]]  # (after, upto) -> the copy's rows
-
-
-class SignedLog:
+class SignedLog(SignedLogReader):
     """One database's log in one checkpoint directory, signed with one key for one origin.
     Thread-safe for readers; its writer is the copy's (under the copy's locks)."""
-
-    def __init__(self, directory: Path, *, origin: str, signer: note.Signer) -> None:
-        self.directory = Path(directory)
-        self.origin = origin
-        self.signer = signer
-        self._memory = threading.Lock()  # guards what follows (see the module's docstring)
-        self._identity: tuple[int, int] | None = None  # the directory's (device, inode)
-        self._known: tuple[str, TreeHead] | None = None  # a checkpoint's text, as verified or signed
-        self._edge: str | None = None  # the checkpoint whose right edge is known to be on disk
-        self._tiles: OrderedDict[tuple[int, int], bytes] = OrderedDict()
-        self._hashes: OrderedDict[tree.Position, bytes] = OrderedDict()
 
     @classmethod
     def beside(cls, checkpoint_dir: Path, database_id: str, *, origin: str, signer: note.Signer) -> SignedLog:
         return cls(Path(checkpoint_dir) / f"{database_id}{LOG_SUFFIX}", origin=origin, signer=signer)
-
-    # -- reading -----------------------------------------------------------------------------
-
-    def head(self) -> TreeHead | None:
-        """The newest checkpoint, verified with this log's key; None before the first one."""
-        text, identity = self._checkpoint_text()
-        if text is None:
-            return None
-        with self._memory:
-            if identity != self._identity:
-                self._forget(identity)
-            known = self._known
-        if known is not None and known[0] == text:
-            return known[1]
-        try:
-            found = TreeHead(open_checkpoint(text, self.signer.verifier), text)
-        except ReceiptInvalid as exc:
-            raise ForeignKey(
-                f"{self.directory.name}/{CHECKPOINT_FILE} does not verify with this key ({exc.reason}): "
-                "the signing key changed? restore the key, or " + NEW_ORIGIN_HINT
-            ) from None
-        with self._memory:
-            if identity == self._identity:
-                self._known = (text, found)
-        return found
-
-    def _checkpoint_text(self) -> tuple[str | None, tuple[int, int] | None]:
-        """The checkpoint file's text and the identity of the directory it is in (None, None
-        when there is none)."""
-        try:
-            directory = os.open(self.directory, _DIRECTORY)
-        except FileNotFoundError:
-            return None, None
-        except OSError as exc:
-            raise LogRefused(f"{self.directory.name} cannot be read ({reason_of(exc)})") from None
-        try:
-            info = os.fstat(directory)
-            fd = os.open(CHECKPOINT_FILE, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
-            try:
-                chunks = []
-                while chunk := os.read(fd, 1 << 16):
-                    chunks.append(chunk)
-            finally:
-                os.close(fd)
-            return b"".join(chunks).decode("utf-8"), (info.st_dev, info.st_ino)
-        except FileNotFoundError:
-            return None, None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise LogRefused(f"{self.directory.name}/{CHECKPOINT_FILE} cannot be read ({reason_of(exc)})") from None
-        finally:
-            os.close(directory)
-
-    def _forget(self, identity: tuple[int, int] | None) -> None:
-        """Another directory (retired, moved, made again): nothing known of it yet. Under
-        ``_memory``."""
-        self._identity = identity
-        self._known = None
-        self._edge = None
-        self._tiles.clear()
-        self._hashes.clear()
-
-    def fetch(self, wanted: tree.Tile) -> bytes:
-        """A tile's bytes: from memory, else its own file, else the first hashes of the full
-        tile or of a wider partial one (a partial tile is removed once a wider one is signed).
-        Only tiles of signed trees are asked for, so what is read is kept (up to the width
-        asked for: a wider file's bytes beyond it may be a dead writer's)."""
-        key, size = (wanted.level, wanted.index), wanted.width * HASH_SIZE
-        with self._memory:
-            kept = self._tiles.get(key)
-            if kept is not None and len(kept) >= size:
-                self._tiles.move_to_end(key)
-                return kept[:size]
-        data = self._fetch_file(wanted)
-        if len(data) == size:
-            self._keep_tiles({wanted: data})
-        return data
-
-    def _fetch_file(self, wanted: tree.Tile) -> bytes:
-        path = self.directory / wanted.path
-        with contextlib.suppress(FileNotFoundError):
-            return path.read_bytes()
-        full = tree.Tile(wanted.level, wanted.index)
-        size = wanted.width * HASH_SIZE
-        with contextlib.suppress(FileNotFoundError):
-            return (self.directory / full.path).read_bytes()[:size]
-        partials = self.directory / f"{full.path}.p"
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            widths = sorted(int(n) for n in os.listdir(partials) if n.isdigit() and int(n) >= wanted.width)
-            for width in widths:
-                with contextlib.suppress(FileNotFoundError):
-                    return (partials / str(width)).read_bytes()[:size]
-        raise tree.HashMissing(f"{self.directory.name} has no {wanted.path}")
-
-    def _keep_tiles(self, tiles: Mapping[tree.Tile, bytes]) -> None:
-        with self._memory:
-            for tile, data in tiles.items():
-                key = (tile.level, tile.index)
-                kept = self._tiles.get(key)
-                if kept is None or len(kept) < len(data):
-                    self._tiles[key] = data
-                self._tiles.move_to_end(key)
-            while len(self._tiles) > TILES_KEPT:
-                self._tiles.popitem(last=False)
-
-    def _keep_hashes(self, hashes: Mapping[tree.Position, bytes]) -> None:
-        with self._memory:
-            self._hashes.update(hashes)
-            for position in hashes:
-                self._hashes.move_to_end(position)
-            while len(self._hashes) > HASHES_KEPT:
-                self._hashes.popitem(last=False)
-
-    def reader(self, size: int) -> tree.HashReader:
-        """The stored hashes of the signed tree of ``size``: from memory, else its tiles."""
-
-        def read(positions: Sequence[tree.Position]) -> list[bytes]:
-            found: dict[tree.Position, bytes] = {}
-            with self._memory:
-                for position in positions:
-                    known = self._hashes.get(position)
-                    if known is not None:
-                        self._hashes.move_to_end(position)
-                        found[position] = known
-            missing = [position for position in dict.fromkeys(positions) if position not in found]
-            if missing:
-                read_now = dict(zip(missing, tree.TileHashReader(size, self.fetch)(missing), strict=True))
-                self._keep_hashes(read_now)
-                found.update(read_now)
-            return [found[position] for position in positions]
-
-        return read
-
-    def leaf_hash_at(self, index: int, size: int) -> bytes:
-        return self.reader(size)([(0, index)])[0]
-
-    def inclusion(self, index: int, head: TreeHead) -> list[bytes]:
-        return tree.prove_inclusion(head.size, index, self.reader(head.size))
-
-    def consistency(self, old_size: int, head: TreeHead) -> list[bytes]:
-        return tree.prove_consistency(old_size, head.size, self.reader(head.size))
-
-    def sign_note(self, text: str) -> str:
-        """A note signed with the log's key (for statements that name the log's checkpoints)."""
-        return note.sign_note(text, [self.signer])
 
     # -- writing (under the copy's flock) ----------------------------------------------------
 
@@ -557,26 +367,23 @@ class SignedLog:
         return os.open(relative, _DIRECTORY | os.O_NOFOLLOW, dir_fd=base)
 
 
-def load_or_create_key(path: Path, *, name: str) -> note.Signer:
-    """The signing key in ``path`` (Go's skey form), created there first when missing: 0600,
-    with O_EXCL, so two processes starting at once end up with the same key."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        return read_key(path)
-    signer = note.Signer.generate(name)
-    try:
-        os.write(fd, (signer.skey + "\n").encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return signer
-
-
-def read_key(path: Path) -> note.Signer:
-    for _attempt in range(50):  # another process created it and is writing it now
-        text = path.read_text(encoding="ascii").strip()
-        if text:
-            return note.Signer.from_skey(text)
-        time.sleep(0.01)
-    return note.Signer.from_skey(path.read_text(encoding="ascii").strip())
+__all__ = [
+    "CHECKPOINT_FILE",
+    "DEFAULT_ORIGIN_PREFIX",
+    "HASHES_KEPT",
+    "KEY_FILE",
+    "LOG_SUFFIX",
+    "NEW_ORIGIN_HINT",
+    "TILES_KEPT",
+    "ForeignKey",
+    "LogRefused",
+    "RowsBetween",
+    "SignedLog",
+    "SignedLogReader",
+    "TreeHead",
+    "default_origin",
+    "leaf_hash_of",
+    "leaf_of",
+    "load_or_create_key",
+    "read_key",
+]

@@ -1,0 +1,187 @@
+"""The reading half of the signed log (``storage.signed_log.SignedLog`` extends it): the
+newest checkpoint, verified with the log's key; the tiles and stored hashes of signed
+trees, with what stays in memory of them (``storage.signed_log``'s docstring, "What stays in
+memory"); inclusion and consistency proofs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from storage.files import reason_of
+from storage.log_format import (
+    _DIRECTORY,
+    CHECKPOINT_FILE,
+    HASHES_KEPT,
+    NEW_ORIGIN_HINT,
+    TILES_KEPT,
+    ForeignKey,
+    LogRefused,
+    TreeHead,
+)
+from tlog import note, tree
+from tlog.verify import HASH_SIZE, ReceiptInvalid, open_checkpoint
+
+
+class SignedLogReader:
+    """A log's checkpoint, tiles and stored hashes as readers find them. Thread-safe."""
+
+    def __init__(self, directory: Path, *, origin: str, signer: note.Signer) -> None:
+        self.directory = Path(directory)
+        self.origin = origin
+        self.signer = signer
+        self._memory = threading.Lock()  # guards what follows (see the module's docstring)
+        self._identity: tuple[int, int] | None = None  # the directory's (device, inode)
+        self._known: tuple[str, TreeHead] | None = None  # a checkpoint's text, as verified or signed
+        self._edge: str | None = None  # the checkpoint whose right edge is known to be on disk
+        self._tiles: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        self._hashes: OrderedDict[tree.Position, bytes] = OrderedDict()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def head(self) -> TreeHead | None:
+        """The newest checkpoint, verified with this log's key; None before the first one."""
+        text, identity = self._checkpoint_text()
+        if text is None:
+            return None
+        with self._memory:
+            if identity != self._identity:
+                self._forget(identity)
+            known = self._known
+        if known is not None and known[0] == text:
+            return known[1]
+        try:
+            found = TreeHead(open_checkpoint(text, self.signer.verifier), text)
+        except ReceiptInvalid as exc:
+            raise ForeignKey(
+                f"{self.directory.name}/{CHECKPOINT_FILE} does not verify with this key ({exc.reason}): "
+                "the signing key changed? restore the key, or " + NEW_ORIGIN_HINT
+            ) from None
+        with self._memory:
+            if identity == self._identity:
+                self._known = (text, found)
+        return found
+
+    def _checkpoint_text(self) -> tuple[str | None, tuple[int, int] | None]:
+        """The checkpoint file's text and the identity of the directory it is in (None, None
+        when there is none)."""
+        try:
+            directory = os.open(self.directory, _DIRECTORY)
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:
+            raise LogRefused(f"{self.directory.name} cannot be read ({reason_of(exc)})") from None
+        try:
+            info = os.fstat(directory)
+            fd = os.open(CHECKPOINT_FILE, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
+            try:
+                chunks = []
+                while chunk := os.read(fd, 1 << 16):
+                    chunks.append(chunk)
+            finally:
+                os.close(fd)
+            return b"".join(chunks).decode("utf-8"), (info.st_dev, info.st_ino)
+        except FileNotFoundError:
+            return None, None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LogRefused(f"{self.directory.name}/{CHECKPOINT_FILE} cannot be read ({reason_of(exc)})") from None
+        finally:
+            os.close(directory)
+
+    def _forget(self, identity: tuple[int, int] | None) -> None:
+        """Another directory (retired, moved, made again): nothing known of it yet. Under
+        ``_memory``."""
+        self._identity = identity
+        self._known = None
+        self._edge = None
+        self._tiles.clear()
+        self._hashes.clear()
+
+    def fetch(self, wanted: tree.Tile) -> bytes:
+        """A tile's bytes: from memory, else its own file, else the first hashes of the full
+        tile or of a wider partial one (a partial tile is removed once a wider one is signed).
+        Only tiles of signed trees are asked for, so what is read is kept (up to the width
+        asked for: a wider file's bytes beyond it may be a dead writer's)."""
+        key, size = (wanted.level, wanted.index), wanted.width * HASH_SIZE
+        with self._memory:
+            kept = self._tiles.get(key)
+            if kept is not None and len(kept) >= size:
+                self._tiles.move_to_end(key)
+                return kept[:size]
+        data = self._fetch_file(wanted)
+        if len(data) == size:
+            self._keep_tiles({wanted: data})
+        return data
+
+    def _fetch_file(self, wanted: tree.Tile) -> bytes:
+        path = self.directory / wanted.path
+        with contextlib.suppress(FileNotFoundError):
+            return path.read_bytes()
+        full = tree.Tile(wanted.level, wanted.index)
+        size = wanted.width * HASH_SIZE
+        with contextlib.suppress(FileNotFoundError):
+            return (self.directory / full.path).read_bytes()[:size]
+        partials = self.directory / f"{full.path}.p"
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            widths = sorted(int(n) for n in os.listdir(partials) if n.isdigit() and int(n) >= wanted.width)
+            for width in widths:
+                with contextlib.suppress(FileNotFoundError):
+                    return (partials / str(width)).read_bytes()[:size]
+        raise tree.HashMissing(f"{self.directory.name} has no {wanted.path}")
+
+    def _keep_tiles(self, tiles: Mapping[tree.Tile, bytes]) -> None:
+        with self._memory:
+            for tile, data in tiles.items():
+                key = (tile.level, tile.index)
+                kept = self._tiles.get(key)
+                if kept is None or len(kept) < len(data):
+                    self._tiles[key] = data
+                self._tiles.move_to_end(key)
+            while len(self._tiles) > TILES_KEPT:
+                self._tiles.popitem(last=False)
+
+    def _keep_hashes(self, hashes: Mapping[tree.Position, bytes]) -> None:
+        with self._memory:
+            self._hashes.update(hashes)
+            for position in hashes:
+                self._hashes.move_to_end(position)
+            while len(self._hashes) > HASHES_KEPT:
+                self._hashes.popitem(last=False)
+
+    def reader(self, size: int) -> tree.HashReader:
+        """The stored hashes of the signed tree of ``size``: from memory, else its tiles."""
+
+        def read(positions: Sequence[tree.Position]) -> list[bytes]:
+            found: dict[tree.Position, bytes] = {}
+            with self._memory:
+                for position in positions:
+                    known = self._hashes.get(position)
+                    if known is not None:
+                        self._hashes.move_to_end(position)
+                        found[position] = known
+            missing = [position for position in dict.fromkeys(positions) if position not in found]
+            if missing:
+                read_now = dict(zip(missing, tree.TileHashReader(size, self.fetch)(missing), strict=True))
+                self._keep_hashes(read_now)
+                found.update(read_now)
+            return [found[position] for position in positions]
+
+        return read
+
+    def leaf_hash_at(self, index: int, size: int) -> bytes:
+        return self.reader(size)([(0, index)])[0]
+
+    def inclusion(self, index: int, head: TreeHead) -> list[bytes]:
+        return tree.prove_inclusion(head.size, index, self.reader(head.size))
+
+    def consistency(self, old_size: int, head: TreeHead) -> list[bytes]:
+        return tree.prove_consistency(old_size, head.size, self.reader(head.size))
+
+    def sign_note(self, text: str) -> str:
+        """A note signed with the log's key (for statements that name the log's checkpoints)."""
+        return note.sign_note(text, [self.signer])
