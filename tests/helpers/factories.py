@@ -24,7 +24,7 @@ from commands import EventScope, NewAttachment
 
 Pk = commands.Purgekeeper
 Attachable = bytes | tuple[str, bytes]
-WHO = {"actor": "ops@example.org", "reason": "the user asked"}
+WHO: dict[str, Any] = {"actor": "ops@example.org", "reason": "the user asked"}
 
 
 def conversation(
@@ -68,21 +68,21 @@ def event_with_attachments(
     return pk.ingest_event(conversation_id, author=author, body=body, attachments=attachments, **options)
 
 
-def confirm_events(pk: Pk, *event_ids: str, who: dict[str, str] = WHO, **options: Any) -> commands.Acceptance:
+def confirm_events(pk: Pk, *event_ids: str, who: dict[str, Any] = WHO, **options: Any) -> commands.Acceptance:
     """A content purge of ``event_ids``, previewed and confirmed with the preview's digest
     (``options`` go to ``confirm_purge``: ``idempotency_key``, ...), whatever its outcome."""
-    scope = EventScope(event_ids=list(event_ids))
+    scope = EventScope(event_ids=tuple(event_ids))
     return pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **who, **options)
 
 
-def purge_events(pk: Pk, *event_ids: str, who: dict[str, str] = WHO, **options: Any) -> str:
+def purge_events(pk: Pk, *event_ids: str, who: dict[str, Any] = WHO, **options: Any) -> str:
     """``confirm_events``, accepted: the new purge's id."""
     acceptance = confirm_events(pk, *event_ids, who=who, **options)
     assert acceptance.outcome == "accepted"
     return acceptance.purge_id
 
 
-def purge_conversation(pk: Pk, conversation_id: str, *, who: dict[str, str] = WHO, **options: Any) -> str:
+def purge_conversation(pk: Pk, conversation_id: str, *, who: dict[str, Any] = WHO, **options: Any) -> str:
     """A conversation purge, accepted: the new purge's id."""
     acceptance = pk.purge_conversation(conversation_id, **who, **options)
     assert acceptance.outcome == "accepted"
