@@ -256,3 +256,17 @@ def test_a_wider_partial_tile_replaces_the_narrower_one(tmp_path: Path) -> None:
     partials = sorted(p.relative_to(tiles).as_posix() for p in tiles.rglob("*") if p.parent.name.endswith(".p"))
     assert partials == ["0/002.p/8", "1/000.p/2"]
     assert_sound(log_of(copy), written)
+
+
+def test_a_catch_up_under_another_key_leaves_the_log_to_its_owner(tmp_path: Path) -> None:
+    """What was tried: a process whose key is not the log's (another data directory) catches
+    the copy up with nothing to copy. It checks no tile and raises nothing: the key's owner
+    checks its log."""
+    copy, rows = writer(tmp_path), Rows()
+    copy.append(rows.take(10))
+    stranger = LedgerCopy(
+        tmp_path,
+        DATABASE_ID,
+        log=SignedLog.beside(tmp_path, DATABASE_ID, origin=ORIGIN, signer=note.Signer.generate(ORIGIN)),
+    )
+    assert stranger.sign_lagging().seq == 10
