@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from commands.gate import Gate
-from commands.kinds.base import PREVIEW_RETENTION, Env, Kind
+from commands.kinds.kind import PREVIEW_RETENTION, Env, Kind
 from commands.kinds.skeleton import Causal, accept, appended
 from commands.records import Acceptance
 from commands.settings import Settings

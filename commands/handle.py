@@ -15,7 +15,7 @@ from commands.attachments import NewAttachment
 from commands.content import ContentCommands
 from commands.gate import Gate, GateState
 from commands.holds import HoldCommands
-from commands.kinds.base import Kind
+from commands.kinds.kind import Kind
 from commands.kinds.skeleton import Causal
 from commands.operations import MAX_PAGE, STALL_AFTER, OperatorCommands
 from commands.purges import PurgeCommands

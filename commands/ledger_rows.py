@@ -11,8 +11,8 @@ module (``commands.kinds``, the ``check_selectors`` stage).
 from __future__ import annotations
 
 from commands import kinds
-from commands.kinds import fields
-from commands.kinds.fields import RowInvalid
+from commands.kinds import selector_fields
+from commands.kinds.selector_fields import RowInvalid
 from schema.ledger import LedgerEntry
 from schema.tables import ID_LENGTH
 
@@ -24,10 +24,10 @@ __all__ = ["MAX_PURGE_ID_LENGTH", "RowInvalid", "check"]
 
 def check(entry: LedgerEntry) -> None:
     """Raise RowInvalid unless every field of the row is one its kind accepts."""
-    fields.text(entry.purge_id, "purge_id", MAX_PURGE_ID_LENGTH)
-    fields.text(entry.scope_digest, "scope_digest", MAX_DIGEST_LENGTH, empty=True)
+    selector_fields.text(entry.purge_id, "purge_id", MAX_PURGE_ID_LENGTH)
+    selector_fields.text(entry.scope_digest, "scope_digest", MAX_DIGEST_LENGTH, empty=True)
     for name in ("request_id", "idempotency_key"):
         value = getattr(entry, name)
         if value is not None:
-            fields.text(value, name, ID_LENGTH)
+            selector_fields.text(value, name, ID_LENGTH)
     kinds.kind_of(entry.kind).check_selectors(entry.selectors)

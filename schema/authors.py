@@ -30,7 +30,7 @@ from sqlalchemy import (
     type_coerce,
 )
 
-from schema import cleanup, ledger
+from schema import cleanup_queries, ledger
 from schema.content import live_event, upsert_insert
 from schema.errors import ValidationError
 from schema.states import ACTIVE_RUN_STATUSES
@@ -340,15 +340,15 @@ def erase_batch(
     """The next ``limit`` events of the author in the window after the keyset ``after``:
     their ``event`` tombstones written for ``purge_id`` (an event an earlier purge fenced keeps
     its tombstone; a provider event id is fenced with its event, see
-    ``cleanup.tombstone_events``), their content NULLed. Returns their ids and
+    ``cleanup_queries.tombstone_events``), their content NULLed. Returns their ids and
     the keyset to pass next (opaque), or None once a batch comes back short."""
     params: dict[str, Any] = {**_params(author, window_end), "limit": limit}
     if after is not None:
         params.update(after_at=after[0], after_id=after[1])
     found = conn.execute(_BATCHES[conn.dialect.name, after is not None], params).all()
     ids = [row.id for row in found]
-    cleanup.tombstone_events(conn, purge_id, ids)  # their provider event ids stay fenced with them
-    cleanup.null_content_of(conn, ids)
+    cleanup_queries.tombstone_events(conn, purge_id, ids)  # their provider event ids stay fenced with them
+    cleanup_queries.null_content_of(conn, ids)
     last = (found[-1].key_at, found[-1].id) if found and len(found) >= limit else None
     return ids, last
 

@@ -255,7 +255,7 @@ def expire_batch(conn: Connection, fence: Fence, *, after: tuple[Any, ...] | Non
     """The next ``limit`` events of the run's window: the ones no longer live anywhere once
     their expiring placements go get their ``event`` tombstones (for this run) and lose
     their content, then the expiring placements are deleted. Idempotent."""
-    from schema import cleanup  # the cleanup's NULLs and tombstones; cleanup imports content, not this
+    from schema import cleanup_queries  # its NULLs and tombstones; it imports content, not this
 
     lock_fences(conn, exclusive=False)
     shape = fence.shape
@@ -269,8 +269,8 @@ def expire_batch(conn: Connection, fence: Fence, *, after: tuple[Any, ...] | Non
     held = sorted({row.event_id for row in rows if not row.expires})
     live = set(conn.scalars(_LIVE, {"ids": expired})) if expired else set()
     fenced = [event_id for event_id in expired if event_id not in live]
-    cleanup.tombstone_events(conn, fence.purge_id, fenced)
-    cleanup.null_content_of(conn, fenced)
+    cleanup_queries.tombstone_events(conn, fence.purge_id, fenced)
+    cleanup_queries.null_content_of(conn, fenced)
     if expired:
         conn.execute(_DELETES[shape], {**fence.params(), "ids": expired})
     last = (walked[-1].key, walked[-1].id) if len(walked) >= limit else None

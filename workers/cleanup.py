@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from schema import cleanup, ledger, purges, retry_policy, steps
+from schema import cleanup_queries, ledger, purges, retry_policy, steps
 from schema.db import Database, bound_lock_waits, commit_without_flush
 from schema.errors import LockTimeout
 from schema.states import StepKind
@@ -183,12 +183,12 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
 
 
 def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: int, first: bool) -> dict[str, Any]:
-    rows = cleanup.lock_candidate_blobs(conn, purge_id, after=after, limit=limit)
+    rows = cleanup_queries.lock_candidate_blobs(conn, purge_id, after=after, limit=limit)
     ids = [row.id for row in rows]
-    live = cleanup.live_referenced(conn, ids) if ids else set()
+    live = cleanup_queries.live_referenced(conn, ids) if ids else set()
     shared = sorted(blob_id for blob_id in ids if blob_id in live)
     doomed = [row for row in rows if row.id not in live]
-    cleanup.mark_deleting(conn, [row.id for row in doomed])
+    cleanup_queries.mark_deleting(conn, [row.id for row in doomed])
     last = len(ids) < limit  # a short batch is the last one
     return {
         "retained": len(shared),
@@ -201,7 +201,7 @@ def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: in
 
 
 def _mark_deleted(conn: Connection, *, blob_ids: list[str], last: bool) -> dict[str, Any]:
-    marked = cleanup.mark_deleted(conn, blob_ids)
+    marked = cleanup_queries.mark_deleted(conn, blob_ids)
     return {"removed": marked, "done": last}
 
 

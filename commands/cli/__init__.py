@@ -6,7 +6,7 @@ resume, wait), ``policies`` (retention and holds), ``ledger`` and ``receipts``; 
 ``render`` and their option types ``options``. Importing this package registers them all.
 """
 
-from commands.cli import content_purges, ledger, operate, policies, process, receipts  # noqa: F401 (they register)
-from commands.cli.base import main
+from commands.cli import content_purges, ledger_commands, operate, policies, process, receipt_commands  # noqa: F401 (they register)
+from commands.cli.shared import main
 
 __all__ = ["main"]

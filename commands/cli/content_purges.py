@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import click
 
-from commands.cli.base import ORIGIN, json_command, main, run_with_handle
 from commands.cli.options import Timestamp, build_scope, idempotency_option, scope_arguments, scope_options, who_options
 from commands.cli.render import render_acceptance, render_author_preview, render_bot_preview, render_preview
+from commands.cli.shared import ORIGIN, json_command, main, run_with_handle
 from commands.handle import Purgekeeper
 from commands.records import (
     Acceptance,

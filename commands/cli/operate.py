@@ -11,9 +11,9 @@ from typing import Any
 import click
 
 from commands import surface
-from commands.cli.base import DEFAULT_PAGE, DEFAULT_WAIT_S, FINISHED, json_command, main, run_with_handle
 from commands.cli.options import Timestamp, who_options
 from commands.cli.render import render_page, render_status
+from commands.cli.shared import DEFAULT_PAGE, DEFAULT_WAIT_S, FINISHED, json_command, main, run_with_handle
 from commands.handle import Purgekeeper
 from commands.operations import MAX_PAGE, PURGE_KINDS, PURGE_STATUSES
 from commands.records import (

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import click
 
 from commands import surface
-from commands.cli.base import ORIGIN, json_command, main, run_with_handle
 from commands.cli.options import DURATION_SYNTAX, Duration, idempotency_option, who_options
 from commands.cli.render import render_holds, render_ledger_change, render_policies, render_retention_preview
+from commands.cli.shared import ORIGIN, json_command, main, run_with_handle
 from commands.handle import Purgekeeper
 from commands.records import (
     Acceptance,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from commands import processes
-from commands.cli.base import fail, json_command, main, run_command, settings
+from commands.cli.shared import fail, json_command, main, run_command, settings
 from commands.processes import Health, Initialised
 from schema.errors import PurgekeeperError
 

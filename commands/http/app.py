@@ -41,11 +41,11 @@ from fastapi.routing import APIRoute
 from commands import validation
 from commands.handle import Purgekeeper
 from commands.http import routes, uploads
-from commands.http.errors import install_error_handlers
-from commands.http.fields import MAX_JSON_DEPTH
+from commands.http.error_handlers import install_error_handlers
+from commands.http.field_types import MAX_JSON_DEPTH
 from commands.http.guard import RequestGuard
 from commands.http.routes.common import OPERATOR_TAG
-from commands.http.routes.purges import MAX_WAIT_SECONDS
+from commands.http.routes.purge_routes import MAX_WAIT_SECONDS
 from commands.web.auth import Tokens
 
 __all__ = [

@@ -14,7 +14,7 @@ from pydantic import ValidationError as PydanticValidationError
 from commands import validation
 from commands.holds import MAX_HOLD_SUBJECTS
 from commands.http import uploads
-from commands.http.fields import (
+from commands.http.field_types import (
     ID_PATTERN,
     MAX_PATH_LENGTH,
     MAX_SEQ,

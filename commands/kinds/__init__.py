@@ -2,7 +2,7 @@
 
 **Adding a kind** touches one module and one migration:
 
-1. ``commands/kinds/<kind>.py`` defines one concrete :class:`~commands.kinds.base.Kind`
+1. ``commands/kinds/<kind>.py`` defines one concrete :class:`~commands.kinds.kind.Kind`
    subclass, ``class Toy(Kind[Request, Locked])``, with in its own body:
    a. ``name``, the ledger's kind string, and ``label``, the row in a few words (never who
       was erased; ``{policy_id}`` and ``{hold_id}`` are filled from its selectors);
@@ -37,14 +37,14 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands.kinds.base import Kind
-from commands.kinds.fields import RowInvalid
+from commands.kinds.kind import Kind
+from commands.kinds.selector_fields import RowInvalid
 from schema import purges
 from schema.ledger import LedgerEntry
 from schema.states import StepKind
 from workers.cleanup import BodiesStep
 
-NOT_KINDS = frozenset({"base", "fields", "skeleton"})  # this package's own machinery
+NOT_KINDS = frozenset({"kind", "selector_fields", "skeleton"})  # this package's own machinery
 
 
 def kind_in(module: ModuleType) -> Kind[Any, Any]:

@@ -32,8 +32,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from commands import validation
-from commands.kinds import fields, skeleton
-from commands.kinds.base import Already, Decision, Env, Kind
+from commands.kinds import selector_fields, skeleton
+from commands.kinds.kind import Already, Decision, Env, Kind
 from commands.records import AuthorErasurePreview, ConversationCount, ErasureTotals, SharedAttachment
 from commands.scope import DISCLOSURES
 from schema import authors, holds, ledger, purges, restore, steps
@@ -121,12 +121,12 @@ class AuthorKind(Kind[ErasureConfirmation, dt.datetime]):
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         if "author" not in selectors:
-            raise fields.RowInvalid("the selectors lack author")
-        fields.text(selectors["author"], "author", validation.MAX_AUTHOR_LENGTH)
-        fields.timestamp(selectors, "before")
-        fields.timestamp(selectors, "window_end", required=True)
+            raise selector_fields.RowInvalid("the selectors lack author")
+        selector_fields.text(selectors["author"], "author", validation.MAX_AUTHOR_LENGTH)
+        selector_fields.timestamp(selectors, "before")
+        selector_fields.timestamp(selectors, "window_end", required=True)
         if not isinstance(selectors.get("close_author"), bool):
-            raise fields.RowInvalid("close_author is not true or false")
+            raise selector_fields.RowInvalid("close_author is not true or false")
 
     def lock(self, conn: Connection, env: Env, args: ErasureConfirmation) -> dt.datetime:
         authors.lock_author(conn, args.window.author)
@@ -214,7 +214,7 @@ def _covering(conn: Connection, author: str, end: dt.datetime, close_author: boo
 
 
 def _window_end(selectors: Mapping[str, Any]) -> dt.datetime:
-    end = fields.timestamp(selectors, "window_end", required=True)
+    end = selector_fields.timestamp(selectors, "window_end", required=True)
     assert end is not None
     return end
 

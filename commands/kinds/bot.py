@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import fields, skeleton
-from commands.kinds.base import Already, Decision, Env, Kind
+from commands.kinds import selector_fields, skeleton
+from commands.kinds.kind import Already, Decision, Env, Kind
 from commands.records import BotDeletionPreview, MemoryPreview, RepositoryIdentity
 from schema import content, holds, ledger, purges
 from schema.errors import MemoryErasureUnavailable, NotFound
@@ -61,12 +61,12 @@ class BotKind(Kind[BotDeletionRequest, Row[Any]]):
         return preview, None
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
-        fields.require_id(selectors, "bot_id")
-        fields.flag(selectors, "erase_memory")
-        fields.optional_text(selectors, "memory_path", None)
-        fields.optional_text(selectors, "marker_id", MAX_MARKER_LENGTH)
+        selector_fields.require_id(selectors, "bot_id")
+        selector_fields.flag(selectors, "erase_memory")
+        selector_fields.optional_text(selectors, "memory_path", None)
+        selector_fields.optional_text(selectors, "marker_id", MAX_MARKER_LENGTH)
         if selectors.get("erase_memory") and not (selectors.get("memory_path") and selectors.get("marker_id")):
-            raise fields.RowInvalid("a bot row with erase_memory needs its memory_path and marker_id")
+            raise selector_fields.RowInvalid("a bot row with erase_memory needs its memory_path and marker_id")
 
     def lock(self, conn: Connection, env: Env, args: BotDeletionRequest) -> Row[Any]:
         bot = purges.lock_bot(conn, args.bot_id)

@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import fields, skeleton
-from commands.kinds.base import Already, Decision, Env, Kind
+from commands.kinds import selector_fields, skeleton
+from commands.kinds.kind import Already, Decision, Env, Kind
 from schema import ledger, purges
 from schema.errors import NotFound, ValidationError
 from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
@@ -26,7 +26,7 @@ class ChannelKind(Kind[str, Row[Any]]):
         return [str(selectors["channel_id"])]
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
-        fields.require_id(selectors, "channel_id")
+        selector_fields.require_id(selectors, "channel_id")
 
     def lock(self, conn: Connection, env: Env, args: str) -> Row[Any]:
         row = purges.lock_conversation(conn, args)

@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from commands import scope as scopes  # MAX_SCOPE_EVENTS read at each call (a test narrows it)
-from commands.kinds import fields, skeleton
-from commands.kinds.base import Already, Decision, Env, Kind
+from commands.kinds import selector_fields, skeleton
+from commands.kinds.kind import Already, Decision, Env, Kind
 from commands.scope import (
     DIGEST_VERSION,
     DISCLOSURES,
@@ -35,8 +35,7 @@ from commands.scope import (
     Reference,
     require_purgeable_conversation,
 )
-from schema import authors, ledger, purges, restore, steps
-from schema import cleanup as cleanup_queries
+from schema import authors, cleanup_queries, ledger, purges, restore, steps
 from schema.errors import NotFound, StaleConfirmation, ValidationError
 from schema.idlists import Ids
 from schema.ledger import canonical_json, sha256_hex, utc_text
@@ -91,10 +90,10 @@ class ContentKind(Kind[ScopeConfirmation, PurgePreview]):
         return sorted({*placed, *([str(scoped)] if scoped else [])})
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
-        fields.ids(selectors, "event_ids", required=True)
-        fields.ids(selectors, "already_fenced")
-        fields.provider_ids(selectors, "provider_event_ids")
-        fields.ids(selectors, "conversation_ids")
+        selector_fields.ids(selectors, "event_ids", required=True)
+        selector_fields.ids(selectors, "already_fenced")
+        selector_fields.provider_ids(selectors, "provider_event_ids")
+        selector_fields.ids(selectors, "conversation_ids")
 
     def lock(self, conn: Connection, env: Env, args: ScopeConfirmation) -> PurgePreview:
         return build_report(conn, args.scope, lock=True)

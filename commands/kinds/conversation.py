@@ -10,10 +10,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import fields, skeleton
-from commands.kinds.base import Already, Decision, Env, Kind
-from schema import cleanup as cleanup_queries
-from schema import holds, ledger, purges, restore, steps
+from commands.kinds import selector_fields, skeleton
+from commands.kinds.kind import Already, Decision, Env, Kind
+from schema import cleanup_queries, holds, ledger, purges, restore, steps
 from schema.errors import VersionConflict
 from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
 from workers import cleanup
@@ -89,11 +88,11 @@ class ConversationPurgeKind(Kind[ConversationPurgeRequest, Row[Any] | None]):
     bodies = staticmethod(empty_conversation)
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
-        fields.require_id(selectors, "conversation_id")
+        selector_fields.require_id(selectors, "conversation_id")
         kind = selectors.get("conversation_kind")
         if kind is not None and kind not in {k.value for k in ConversationKind}:
-            raise fields.RowInvalid("conversation_kind is neither conversation nor channel")
-        fields.flag(selectors, "reserved_absent_id")
+            raise selector_fields.RowInvalid("conversation_kind is neither conversation nor channel")
+        selector_fields.flag(selectors, "reserved_absent_id")
 
     def lock(self, conn: Connection, env: Env, args: ConversationPurgeRequest) -> Row[Any] | None:
         return purges.lock_conversation(conn, args.conversation_id)

@@ -21,8 +21,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands.kinds import fields
-from commands.kinds.base import Already, Decision, Env, Kind
+from commands.kinds import selector_fields
+from commands.kinds.kind import Already, Decision, Env, Kind
 from schema import holds, ledger, retention
 from schema.errors import IdempotencyConflict, IdReserved
 from schema.states import PurgeKind, StepKind
@@ -46,13 +46,13 @@ class HoldKind(Kind[Placing, holds.HoldRow | None]):
     bodies = None
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
-        fields.require_id(selectors, "hold_id")
-        fields.ids(selectors, "conversation_ids")
-        authors = fields.listed_values(selectors, "authors")
+        selector_fields.require_id(selectors, "hold_id")
+        selector_fields.ids(selectors, "conversation_ids")
+        authors = selector_fields.listed_values(selectors, "authors")
         for author in authors:
-            fields.text(author, "authors", None)
-        if not (fields.listed_values(selectors, "conversation_ids") or authors):
-            raise fields.RowInvalid("a hold covers at least one conversation or author")
+            selector_fields.text(author, "authors", None)
+        if not (selector_fields.listed_values(selectors, "conversation_ids") or authors):
+            raise selector_fields.RowInvalid("a hold covers at least one conversation or author")
 
     def lock(self, conn: Connection, env: Env, args: Placing) -> holds.HoldRow | None:
         return holds.hold_row(conn, args.hold_id, lock=True)

@@ -10,8 +10,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands.kinds import fields
-from commands.kinds.base import Already, Decision, Env, Kind
+from commands.kinds import selector_fields
+from commands.kinds.kind import Already, Decision, Env, Kind
 from schema import holds, ledger, retention
 from schema.errors import NotFound
 from schema.states import PurgeKind, StepKind
@@ -33,7 +33,7 @@ class HoldReleaseKind(Kind[Release, holds.HoldRow | None]):
     bodies = None
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
-        fields.require_id(selectors, "hold_id")
+        selector_fields.require_id(selectors, "hold_id")
 
     def lock(self, conn: Connection, env: Env, args: Release) -> holds.HoldRow | None:
         return holds.hold_row(conn, args.hold_id, lock=True)

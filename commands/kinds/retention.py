@@ -24,8 +24,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import fields
-from commands.kinds.base import Already, Decision, Env, Kind
+from commands.kinds import selector_fields
+from commands.kinds.kind import Already, Decision, Env, Kind
 from commands.records import ConversationCount, RetentionPreview
 from commands.scope import DISCLOSURES, require_purgeable_conversation
 from schema import ledger, purges, retention
@@ -102,13 +102,13 @@ class RetentionKind(Kind[Setting, Row[Any] | None]):
         return report, {"retention": _key(args)}
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
-        fields.require_id(selectors, "policy_id")
+        selector_fields.require_id(selectors, "policy_id")
         if selectors.get("conversation_id") is not None:
-            fields.require_id(selectors, "conversation_id")
+            selector_fields.require_id(selectors, "conversation_id")
         seconds = selectors.get("max_age_seconds")
         if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 1:
-            raise fields.RowInvalid("max_age_seconds is not a positive whole number")
-        fields.optional_text(selectors, "replaces", None)
+            raise selector_fields.RowInvalid("max_age_seconds is not a positive whole number")
+        selector_fields.optional_text(selectors, "replaces", None)
 
     def lock(self, conn: Connection, env: Env, args: Setting) -> Row[Any] | None:
         return retention.policy_row(conn, args.policy_id, lock=True)

@@ -11,8 +11,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import fields
-from commands.kinds.base import Already, Decision, Env, Kind
+from commands.kinds import selector_fields
+from commands.kinds.kind import Already, Decision, Env, Kind
 from commands.kinds.retention import state_is_newer
 from schema import ledger, retention
 from schema.errors import NotFound
@@ -36,10 +36,10 @@ class RetentionEndKind(Kind[Removal, Row[Any] | None]):
     bodies = None
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
-        fields.require_id(selectors, "policy_id")
-        fields.optional_text(selectors, "ended", None)
+        selector_fields.require_id(selectors, "policy_id")
+        selector_fields.optional_text(selectors, "ended", None)
         if selectors.get("conversation_id") is not None:
-            fields.require_id(selectors, "conversation_id")
+            selector_fields.require_id(selectors, "conversation_id")
 
     def lock(self, conn: Connection, env: Env, args: Removal) -> Row[Any] | None:
         return retention.policy_row(conn, args.policy_id, lock=True)

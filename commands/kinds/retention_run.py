@@ -44,8 +44,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import fields
-from commands.kinds.base import Already, Decision, Env, Kind
+from commands.kinds import selector_fields
+from commands.kinds.kind import Already, Decision, Env, Kind
 from schema import holds, ledger, restore, retention, steps
 from schema.errors import NotFound, ValidationError
 from schema.ledger import utc_text
@@ -135,25 +135,25 @@ class RetentionRunKind(Kind[Run, Row[Any] | None]):
     bodies = staticmethod(expire_retention)
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
-        fields.require_id(selectors, "policy_id")
-        fields.text(selectors.get("policy_purge_id"), "policy_purge_id", 64)
+        selector_fields.require_id(selectors, "policy_id")
+        selector_fields.text(selectors.get("policy_purge_id"), "policy_purge_id", 64)
         if selectors.get("conversation_id") is not None:
-            fields.require_id(selectors, "conversation_id")
-        cutoff = fields.timestamp(selectors, "cutoff", required=True)
-        fields.timestamp(selectors, "window_start")
-        planned = fields.timestamp(selectors, "planned_cutoff")
+            selector_fields.require_id(selectors, "conversation_id")
+        cutoff = selector_fields.timestamp(selectors, "cutoff", required=True)
+        selector_fields.timestamp(selectors, "window_start")
+        planned = selector_fields.timestamp(selectors, "planned_cutoff")
         if planned is not None and cutoff is not None and planned < cutoff:
-            raise fields.RowInvalid("planned_cutoff is before cutoff (a cutoff is only ever lowered)")
+            raise selector_fields.RowInvalid("planned_cutoff is before cutoff (a cutoff is only ever lowered)")
         deferred = selectors.get("deferred_events", 0)
         if not isinstance(deferred, int) or isinstance(deferred, bool) or deferred < 0:
-            raise fields.RowInvalid("deferred_events is not a count")
-        fields.ids(selectors, "deferred_run_ids")
-        fields.timestamp(selectors, "placed_before", required=True)
-        fields.ids(selectors, "held_conversations")
-        fields.ids(selectors, "own_policy_conversations")
-        fields.ids(selectors, "hold_ids")
-        for author in fields.listed_values(selectors, "held_authors"):
-            fields.text(author, "held_authors", None)
+            raise selector_fields.RowInvalid("deferred_events is not a count")
+        selector_fields.ids(selectors, "deferred_run_ids")
+        selector_fields.timestamp(selectors, "placed_before", required=True)
+        selector_fields.ids(selectors, "held_conversations")
+        selector_fields.ids(selectors, "own_policy_conversations")
+        selector_fields.ids(selectors, "hold_ids")
+        for author in selector_fields.listed_values(selectors, "held_authors"):
+            selector_fields.text(author, "held_authors", None)
 
     def lock(self, conn: Connection, env: Env, args: Run) -> Row[Any] | None:
         return retention.policy_row(conn, args.policy_id, lock=True)
@@ -203,7 +203,7 @@ class RetentionRunKind(Kind[Run, Row[Any] | None]):
             purge_id=purge_id,
             cutoff=run.cutoff,
             start=run.window_start,
-            planned=fields.timestamp(selectors, "planned_cutoff"),
+            planned=selector_fields.timestamp(selectors, "planned_cutoff"),
         )
 
     def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:

@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from commands import validation
-from commands.kinds.base import Already, Decision, Env, Kind
+from commands.kinds.kind import Already, Decision, Env, Kind
 from commands.records import Acceptance
 from schema import holds, ledger, purges
 from schema.errors import ActiveRuns, IdempotencyConflict, LegalHold

@@ -201,7 +201,7 @@ def test_the_api_logs_uvicorn_and_its_requests_in_json(processes: SplitProcesses
 def test_a_one_shot_command_logs_on_stderr_in_json_and_prints_its_result_on_stdout(
     open_handle: Callable[..., Pk], processes: SplitProcesses
 ) -> None:
-    """Needs ``purgectl``'s group to configure the log format (``commands.cli.base``) and the
+    """Needs ``purgectl``'s group to configure the log format (``commands.cli.shared``) and the
     handle to pass its database to ``broker.enqueue`` (``commands.handle``)."""
     pk = open_handle(enqueue=lambda step_ids: None)
     purge_id = purge_with_a_file(pk, "c1")

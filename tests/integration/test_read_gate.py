@@ -445,10 +445,10 @@ def test_a_stray_checkpoint_file_named_far_ahead_never_closes_the_gate(pk: Pk) -
 @pytest.mark.sqlite_only
 def test_sqlite_batches_search_the_index_for_an_id_list(pk: Pk) -> None:
     """``among`` must not compile to ``... = 1`` on SQLite: that hides the IN from the planner."""
-    from schema import cleanup
+    from schema import cleanup_queries
 
     with pk.db.read() as conn:
-        compiled = cleanup._NULL_BODIES.compile(dialect=conn.dialect)
+        compiled = cleanup_queries._NULL_BODIES.compile(dialect=conn.dialect)
         params = {**compiled.params, "ids": json.dumps(["e-1", "e-2"]), "body": None}
         plan = conn.exec_driver_sql(
             "EXPLAIN QUERY PLAN " + str(compiled), tuple(params[name] for name in compiled.positiontup or ())

@@ -14,7 +14,7 @@ from typing import Any, get_args, get_origin
 import pytest
 
 from commands import kinds
-from commands.kinds.base import OPTIONAL_STAGES, STAGES, Kind
+from commands.kinds.kind import OPTIONAL_STAGES, STAGES, Kind
 from schema import states
 from schema.states import PurgeKind
 from workers import cleanup
@@ -123,7 +123,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands.kinds.base import Already, Decision, Env, Kind
+from commands.kinds.kind import Already, Decision, Env, Kind
 from schema.ledger import LedgerEntry
 from schema.states import StepKind
 

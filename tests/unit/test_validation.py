@@ -143,12 +143,12 @@ def test_a_provider_id_fits_the_columns_that_hold_it() -> None:
 
 
 def test_a_ledger_row_takes_the_provider_ids_an_ingest_takes() -> None:
-    from commands.kinds import fields
+    from commands.kinds import selector_fields
 
-    fields.provider_ids({"provider_event_ids": list(PROVIDER_IDS.values())}, "provider_event_ids")
+    selector_fields.provider_ids({"provider_event_ids": list(PROVIDER_IDS.values())}, "provider_event_ids")
     for bad in ("a b", "", "a\x00b", 7):
-        with pytest.raises(fields.RowInvalid, match="provider_event_ids"):
-            fields.provider_ids({"provider_event_ids": [bad]}, "provider_event_ids")
+        with pytest.raises(selector_fields.RowInvalid, match="provider_event_ids"):
+            selector_fields.provider_ids({"provider_event_ids": [bad]}, "provider_event_ids")
 
 
 # -- short texts: author, bot name, derivative kind ---------------------------------------

@@ -81,11 +81,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from commands.handle import Purgekeeper
-from commands.http.routes.content import content_routes
-from commands.http.routes.ledger import log_routes, proof_routes
+from commands.http.routes.content_routes import content_routes
+from commands.http.routes.ledger_routes import log_routes, proof_routes
 from commands.http.routes.operator import operator_routes
-from commands.http.routes.purges import purge_routes, status_routes
-from commands.http.routes.retention import hold_routes, retention_routes
+from commands.http.routes.purge_routes import purge_routes, status_routes
+from commands.http.routes.retention_routes import hold_routes, retention_routes
 
 __all__ = ["host_routers", "log_routes", "operator_routers"]
 

@@ -19,7 +19,7 @@ from commands import surface
 from commands.handle import Purgekeeper
 from commands.http import models
 from commands.http.bodies import RetryRequest
-from commands.http.fields import IdPath, flag
+from commands.http.field_types import IdPath, flag
 from commands.http.routes.common import BINARY, OPERATOR_TAG, as_json, v1
 from schema.errors import ValidationError
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from commands.cli.base import JsonCommand, json_command, json_option, main, print_json, run_with_handle
+from commands.cli.shared import JsonCommand, json_command, json_option, main, print_json, run_with_handle
 from tlog import verify
 
 VERIFIED, INVALID, UNUSABLE = 0, 1, 2  # tlog.verify's exit codes

@@ -34,7 +34,7 @@ from commands.http.bodies import (
     upload_schema,
     uploaded_event,
 )
-from commands.http.fields import IdPath
+from commands.http.field_types import IdPath
 from commands.http.routes.common import BINARY, UPLOAD_RESPONSES, as_json, v1
 from schema.errors import ValidationError
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from commands.cli.base import json_command, main, run_with_handle
 from commands.cli.render import render_checkpoint, render_mapping, render_report
+from commands.cli.shared import json_command, main, run_with_handle
 from commands.handle import Purgekeeper
 from commands.records import (
     LedgerReport,

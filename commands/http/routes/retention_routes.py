@@ -14,7 +14,7 @@ from pydantic import BeforeValidator
 from commands.handle import Purgekeeper
 from commands.http import models
 from commands.http.bodies import HoldPlacing, HoldRelease, RetentionDefinition, RetentionRemoval, RetentionSetting
-from commands.http.fields import IdPath, RequestId, flag
+from commands.http.field_types import IdPath, RequestId, flag
 from commands.http.routes.common import ACCEPTED, OPERATOR_TAG, accepted, as_json, causal, v1
 
 

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 
 from commands.handle import Purgekeeper
 from commands.http import models
-from commands.http.fields import MAX_SEQ, IdPath
+from commands.http.field_types import MAX_SEQ, IdPath
 from commands.http.routes.common import as_json, visible
 
 
