@@ -19,7 +19,7 @@ its baseline in the same run, in turns (one side, then the other), as medians of
 3. **A run's acceptance** expiring ``--events`` events (default 100,000) against one expiring
    10: a conversation policy over a conversation of that many old events, and one over a
    conversation of 10; the turn's plan is made before, outside the timing, and the timing is
-   the acceptance (``_accept`` of the planned run: the fence, its exemptions, the steps, the
+   the acceptance (``Acceptor.accept`` of the planned run: the fence, its exemptions, the steps, the
    ledger row and its copy).
 4. **read_conversation of 1,000 events while a global run's fence stands** (its cleanup not
    run; it expires none of them) against none, in two databases with the same rows.
@@ -157,7 +157,7 @@ def accept_timed(pk: Purgekeeper, policy_id: str) -> float:
     assert plan is not None and plan.cutoff is not None, policy_id
     causal = _scheduler_causal(policy_id, plan.policy_purge_id, plan.cutoff)
     request = {"policy_id": policy_id, "cutoff": utc_text(plan.cutoff)}
-    return timed(lambda: pk._accept(kinds.RETENTION_RUN, Run(policy_id, plan.cutoff), request, causal))
+    return timed(lambda: pk.acceptance.accept(kinds.RETENTION_RUN, Run(policy_id, plan.cutoff), request, causal))
 
 
 def acceptance(pk: Purgekeeper, repeat: int) -> dict[str, float]:

@@ -15,8 +15,6 @@ from commands.attachments import NewAttachment
 from commands.content import ContentCommands
 from commands.gate import Gate, GateState
 from commands.holds import HoldCommands
-from commands.kinds.kind import Kind
-from commands.kinds.skeleton import Causal
 from commands.operations import MAX_PAGE, STALL_AFTER, OperatorCommands
 from commands.purges import PurgeCommands
 from commands.records import (
@@ -638,22 +636,3 @@ class Purgekeeper:
         A source written by another database is refused unless ``allow_other_database``;
         ``full`` re-applies every purge of the ledger, not only the missing ones."""
         return self.restore.merge_ledger(*paths, allow_other_database=allow_other_database, full=full)
-
-    @property
-    def _copy_out(self) -> Callable[[Acceptance], None]:
-        """The acceptance's copy of its ledger row out (``Acceptor.copy_out``). bench/scale.py
-        times it by setting a wrapper here; deleting the wrapper restores it."""
-        return self.acceptance.copy_out
-
-    @_copy_out.setter
-    def _copy_out(self, step: Callable[[Acceptance], None]) -> None:
-        self.acceptance.copy_out = step  # type: ignore[method-assign,assignment]
-
-    @_copy_out.deleter
-    def _copy_out(self) -> None:
-        del self.acceptance.copy_out
-
-    def _accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:
-        """A kind's acceptance through the skeleton (``Acceptor.accept``; bench/retention.py
-        times a retention run's)."""
-        return self.acceptance.accept(kind, args, request, causal)

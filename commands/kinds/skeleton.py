@@ -14,7 +14,7 @@ An acceptance is one transaction:
    kind whose fence writes state the triggers check against its ledger row
    (``Kind.ledger_first``: a policy, a run, a hold) appends the row before step 5.
 
-Only after the commit is the enqueue hook called (``commands.purges``).
+Only after the commit is the enqueue hook called (``commands.acceptance``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ MAX_ORIGIN_LENGTH = 64
 DEFAULT_ORIGIN = "python"
 
 # The row this thread's acceptance appended in its committed transaction: copied out as it
-# is, without reading it back (``PurgeCommands._copy_out``; any doubt, and the copy reads the
+# is, without reading it back (``Acceptor.copy_out``; any doubt, and the copy reads the
 # database).
 appended = threading.local()
 
