@@ -50,7 +50,7 @@ from schema.tables import step_attempts
 from storage import signed_log
 from storage.signed_log import LogRefused, SignedLog, TreeHead
 from tlog import note, receipt, tree
-from tlog.verify import Completion, CompletionStep, ReceiptInvalid, leaf_hash, verify_inclusion
+from tlog.verify import Completion, CompletionStep, ReceiptInvalid, leaf_hash, verify_consistency, verify_inclusion
 
 _T = TypeVar("_T")
 NOT_SIGNED = "this handle does not sign checkpoints (commands.open(sign_checkpoints=False)): no receipts"
@@ -145,6 +145,7 @@ class Receipts:
         try:
             return read()
         except (tree.HashMissing, tree.TileInvalid, ReceiptInvalid):
+            self.log.forget()  # nothing read from a wrong edge stays
             self.copy_ledger()
         try:
             return read()
@@ -227,7 +228,14 @@ class Receipts:
         size = current.size if current else 0
         if current is None or not 1 <= from_size <= size:
             raise ValidationError(f"from must be a tree size from 1 to {size}, not {from_size}")
-        proof = self._edge_repaired(lambda: self.log.consistency(from_size, current))
+
+        def prove() -> list[bytes]:
+            proof = self.log.consistency(from_size, current)
+            old_root = tree.tree_hash(from_size, self.log.reader(current.size))
+            verify_consistency(from_size, current.size, proof, old_root, current.root)  # every node counts
+            return proof
+
+        proof = self._edge_repaired(prove)
         return receipt.consistency_document(proof=proof, checkpoint=current.note)
 
     def vkey(self) -> str:

@@ -102,11 +102,18 @@ class SignedLogReader:
         self._tiles.clear()
         self._hashes.clear()
 
+    def forget(self) -> None:
+        """Drop everything held in memory: the next read starts from the files."""
+        with self._memory:
+            self._forget(None)
+
     def fetch(self, wanted: tree.Tile) -> bytes:
         """A tile's bytes: from memory, else its own file, else the first hashes of the full
         tile or of a wider partial one (a partial tile is removed once a wider one is signed).
-        Only tiles of signed trees are asked for, so what is read is kept (up to the width
-        asked for: a wider file's bytes beyond it may be a dead writer's)."""
+        Only tiles of signed trees are asked for; a full tile read is kept (it was fsynced
+        before its checkpoint), a partial one is not: after a crash it may be wrong until a
+        writer rebuilds it, and nothing read from it may outlive that (this process's own
+        writes are kept by the writer, which computed them)."""
         key, size = (wanted.level, wanted.index), wanted.width * HASH_SIZE
         with self._memory:
             kept = self._tiles.get(key)
@@ -114,7 +121,7 @@ class SignedLogReader:
                 self._tiles.move_to_end(key)
                 return kept[:size]
         data = self._fetch_file(wanted)
-        if len(data) == size:
+        if len(data) == size and wanted.width == tree.TILE_WIDTH:
             self._keep_tiles({wanted: data})
         return data
 
@@ -166,8 +173,10 @@ class SignedLogReader:
                         found[position] = known
             missing = [position for position in dict.fromkeys(positions) if position not in found]
             if missing:
-                read_now = dict(zip(missing, tree.TileHashReader(size, self.fetch)(missing), strict=True))
-                self._keep_hashes(read_now)
+                tiles = tree.TileHashReader(size, self.fetch)
+                read_now = dict(zip(missing, tiles(missing), strict=True))
+                # only what full tiles gave is kept (``fetch``: a partial tile may be a crash's)
+                self._keep_hashes({p: h for p, h in read_now.items() if tiles.locate(p)[0].width == tree.TILE_WIDTH})
                 found.update(read_now)
             return [found[position] for position in positions]
 
