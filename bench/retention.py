@@ -51,7 +51,7 @@ from scratch import ScratchDatabase, shown_url
 from commands import kinds
 from commands.handle import Purgekeeper
 from commands.kinds.retention_run import Run
-from commands.retention import _plan, _scheduler_causal
+from commands.retention_commands import _plan, _scheduler_causal
 from schema import migrate
 from schema.db import Database
 from schema.ledger import utc_text

@@ -12,11 +12,11 @@ from typing import Any, BinaryIO
 from commands import kinds, receipts
 from commands.acceptance import Acceptor, EnqueueHook, Enqueuer, broker_hook
 from commands.attachments import NewAttachment
-from commands.content import ContentCommands
+from commands.content_commands import ContentCommands
 from commands.gate import Gate, GateState
-from commands.holds import HoldCommands
+from commands.hold_commands import HoldCommands
 from commands.operations import MAX_PAGE, STALL_AFTER, OperatorCommands
-from commands.purges import PurgeCommands
+from commands.purge_commands import PurgeCommands
 from commands.records import (
     Acceptance,
     Admission,
@@ -40,8 +40,8 @@ from commands.records import (
     Run,
     WorkerLeases,
 )
-from commands.restore import CopyRepair, MergeReport, RestoreCommands
-from commands.retention import RetentionCommands
+from commands.restore_commands import CopyRepair, MergeReport, RestoreCommands
+from commands.retention_commands import RetentionCommands
 from commands.scope import EventScope, PurgePreview
 from commands.settings import Settings
 from schema import ledger
@@ -196,7 +196,7 @@ class Purgekeeper:
         """The signed log's verification key (``<name>+<key id>+<base64 key>``)."""
         return self.receipts.vkey()
 
-    # -- content (commands.content) -----------------------------------------------------------
+    # -- content (commands.content_commands) -----------------------------------------------------------
 
     def create_conversation(
         self, conversation_id: str, *, kind: str = "conversation", bot_id: str | None = None
@@ -281,7 +281,7 @@ class Purgekeeper:
             conversation_id, kind=kind, payload=payload, source_event_ids=source_event_ids
         )
 
-    # -- purges (commands.purges) -----------------------------------------------------------
+    # -- purges (commands.purge_commands) -----------------------------------------------------------
 
     def preview_purge(self, scope: EventScope) -> PurgePreview:
         """The dependency report of a content purge, and the ``scope_digest`` to confirm."""
@@ -421,7 +421,7 @@ class Purgekeeper:
             origin=origin,
         )
 
-    # -- retention (commands.retention) ------------------------------------------------------
+    # -- retention (commands.retention_commands) ------------------------------------------------------
 
     def preview_retention(self, *, max_age: dt.timedelta, conversation_id: str | None = None) -> RetentionPreview:
         """What a policy of ``max_age`` over the conversation (None: every conversation and
@@ -480,7 +480,7 @@ class Purgekeeper:
         sweep, and ``resume()`` does): one run accepted per policy with anything to expire."""
         return self.retention.run_retention()
 
-    # -- legal holds (commands.holds) ---------------------------------------------------------
+    # -- legal holds (commands.hold_commands) ---------------------------------------------------------
 
     def place_hold(
         self,
@@ -611,7 +611,7 @@ class Purgekeeper:
         line, then one row per line), atomically; ``merge_ledger`` reads it back."""
         return self.operations.checkpoint_ledger(path)
 
-    # -- restore (commands.restore) -----------------------------------------------------------
+    # -- restore (commands.restore_commands) -----------------------------------------------------------
 
     def messaging_status(self, *, refresh: bool = True) -> GateState:
         """Whether content reads and writes are open, with the bounded reasons when not.
@@ -632,7 +632,7 @@ class Purgekeeper:
 
     def merge_ledger(self, *paths: str | Path, allow_other_database: bool = False, full: bool = False) -> MergeReport:
         """Restore: bring this ledger's missing purges back from the ledger kept outside it,
-        and re-apply them before any reader sees content again (see ``commands.restore``).
+        and re-apply them before any reader sees content again (see ``commands.restore_commands``).
         A source written by another database is refused unless ``allow_other_database``;
         ``full`` re-applies every purge of the ledger, not only the missing ones."""
         return self.restore.merge_ledger(*paths, allow_other_database=allow_other_database, full=full)

@@ -14,7 +14,7 @@ from sqlalchemy import Connection
 
 from commands import kinds, validation
 from commands.acceptance import Enqueuer
-from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
+from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import (
     Attempt,
     AuditEntry,
@@ -26,7 +26,7 @@ from commands.records import (
     StepState,
     WorkerLeases,
 )
-from commands.retention import RetentionCommands
+from commands.retention_commands import RetentionCommands
 from schema import ledger, lifecycle, overview, purges, states, steps
 from schema.db import Database
 from schema.errors import InfrastructureError, NotFound, ValidationError

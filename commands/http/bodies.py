@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from commands import validation
-from commands.holds import MAX_HOLD_SUBJECTS
+from commands.hold_commands import MAX_HOLD_SUBJECTS
 from commands.http import uploads
 from commands.http.field_types import (
     ID_PATTERN,

@@ -16,7 +16,7 @@ from fastapi import Path as PathParam
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field, JsonValue
 
 from commands import validation
-from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
+from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from schema.errors import ValidationError
 
 MAX_JSON_DEPTH = 64

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
-from commands import gate, records, restore, scope
+from commands import gate, records, restore_commands, scope
 from schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus, StepStatus
 
 PurgeState = Literal["accepted", "cleaning", "complete", "incomplete"]
@@ -463,7 +463,7 @@ MIRRORS: dict[type[BaseModel], type[Any]] = {
     PurgePage: records.PurgePage,
     LedgerReport: records.LedgerReport,
     GateState: gate.GateState,
-    MergeReport: restore.MergeReport,
+    MergeReport: restore_commands.MergeReport,
     RetentionPreview: records.RetentionPreview,
     RetentionPolicy: records.RetentionPolicy,
     Hold: records.Hold,

@@ -1,7 +1,7 @@
 """Prometheus ``/metrics``, computed from the database on every scrape (several API
 processes and workers share one database: no process holds the numbers in its memory).
 
-A scrape renders one :func:`commands.overview.snapshot`: a handful of aggregate statements in
+A scrape renders one :func:`commands.status_overview.snapshot`: a handful of aggregate statements in
 one read transaction, whose cost does not grow with the ledger, the attempts' history, or one
 purge's size (the histograms and counters are rows the step protocol keeps up to date,
 ``schema.overview``). The metrics (all prefixed ``purgekeeper_``):
@@ -55,9 +55,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from commands import overview
+from commands import status_overview
 from commands.handle import Purgekeeper
-from commands.overview import LedgerCheck, Snapshot
+from commands.status_overview import LedgerCheck, Snapshot
 from commands.surface import error_body, http_status
 from commands.web.auth import Tokens, bearer
 from schema import retention
@@ -79,7 +79,7 @@ class PurgekeeperCollector(Collector):
         self.check = check
 
     def collect(self) -> Iterator[Metric]:
-        snap = overview.snapshot(self.pk, self.check)
+        snap = status_overview.snapshot(self.pk, self.check)
         steps = GaugeMetricFamily(PREFIX + "steps", "Cleanup steps by status and kind.", labels=["status", "kind"])
         for (status, kind), totals in sorted(snap.steps.items()):
             steps.add_metric([status, kind], totals.steps)
@@ -142,7 +142,7 @@ class PurgekeeperCollector(Collector):
 
     @staticmethod
     def _build_info() -> Metric:
-        running = overview.build()
+        running = status_overview.build()
         info = GaugeMetricFamily(
             PREFIX + "build_info", "What is running: 1.", labels=["version", "python", "schema_revision"]
         )

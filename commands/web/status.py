@@ -50,10 +50,10 @@ from urllib.parse import urlencode, urlsplit
 from fastapi import APIRouter, Form, Header, Request
 from fastapi.responses import RedirectResponse, Response
 
-from commands import overview, validation
+from commands import status_overview, validation
 from commands.handle import Purgekeeper
 from commands.operations import PURGE_KINDS, PURGE_STATUSES
-from commands.purges import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
+from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import HoldCount, PurgeStatus, RetentionPolicy
 from commands.surface import error_body, http_status
 from commands.web import pages
@@ -172,7 +172,7 @@ class Frame:
 
 @dataclass(frozen=True)
 class Overview:
-    snapshot: overview.Snapshot
+    snapshot: status_overview.Snapshot
     attention: tuple[PurgeStatus, ...] | None  # incomplete and stalled, newest first; None when filtered
     purges: tuple[PurgeStatus, ...]  # this page of the list, without those above
     next_after: int | None  # the cursor of the next, older page
@@ -185,10 +185,10 @@ def marks(purge: PurgeStatus) -> list[str]:
     return [mark for mark, on in zip(ATTENTION, (purge.status == "incomplete", purge.stalled), strict=True) if on]
 
 
-def gather(pk: Purgekeeper, check: overview.LedgerCheck, filters: Filters, *, page_size: int) -> Overview:
+def gather(pk: Purgekeeper, check: status_overview.LedgerCheck, filters: Filters, *, page_size: int) -> Overview:
     """Bounded reads only: the aggregates, one page of the list, and at most ``page_size``
     purges needing attention."""
-    snapshot = overview.snapshot(pk, check)
+    snapshot = status_overview.snapshot(pk, check)
     page = pk.list_purges(filters.status, kind=filters.kind, limit=page_size, after=filters.after)
     attention = None if filters.narrowed else needing_attention(pk, snapshot, page.purges, limit=page_size)
     shown = {purge.purge_id for purge in attention or ()}
@@ -203,7 +203,7 @@ def gather(pk: Purgekeeper, check: overview.LedgerCheck, filters: Filters, *, pa
 
 
 def needing_attention(
-    pk: Purgekeeper, snapshot: overview.Snapshot, newest: tuple[PurgeStatus, ...], *, limit: int
+    pk: Purgekeeper, snapshot: status_overview.Snapshot, newest: tuple[PurgeStatus, ...], *, limit: int
 ) -> tuple[PurgeStatus, ...]:
     incomplete = pk.list_purges("incomplete", limit=limit).purges
     stalled_ids = pk.stalled_purge_ids(limit=limit)
@@ -299,7 +299,7 @@ class Console:
         self.tokens = tokens
         self.page_size = page_size
         self.signer = signer
-        self.check = overview.LedgerCheck(pk)
+        self.check = status_overview.LedgerCheck(pk)
 
     # -- signing in
 

@@ -162,7 +162,7 @@ def test_a_confirmation_while_redis_is_down_succeeds_and_completes_once_it_is_ba
     worker = processes.worker()
     scheduler = processes.scheduler()
     redis_server.stop()  # the test's own server: the worker, the scheduler and the handle use it
-    with caplog.at_level(logging.WARNING, logger="commands.purges"):
+    with caplog.at_level(logging.WARNING, logger="commands.purge_commands"):
         purge_id, step_id, event_id = purge_event(pk)
     assert any("enqueue of cleanup steps" in r.getMessage() for r in caplog.records), caplog.text
     assert pk.status(purge_id).status == "accepted"

@@ -14,7 +14,7 @@ from sqlalchemy import text
 import commands
 from commands import EventScope, NewAttachment
 from commands import scope as scope_module
-from commands.purges import MAX_REASON_LENGTH
+from commands.purge_commands import MAX_REASON_LENGTH
 
 Pk = commands.Purgekeeper
 T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)

@@ -742,7 +742,6 @@ def test_a_merge_that_fails_half_way_changes_nothing_and_leaves_the_gate_as_it_w
     """Tried (issue 11, case 12): the merge fails after it appended the unknown rows (the
     fences cannot be re-applied). Nothing it wrote stays; the gate is as it found it (no merge
     flag left behind); the same file then merges."""
-    from commands import restore
 
     destination = tampering.destination
     before, gate = snapshot(destination), destination.messaging_status()
@@ -750,7 +749,9 @@ def test_a_merge_that_fails_half_way_changes_nothing_and_leaves_the_gate_as_it_w
     def broken(conn: Any, entries: Any) -> int:
         raise RuntimeError("the fences could not be re-applied")
 
-    monkeypatch.setattr(restore, "_reapply_fences", broken)
+    from commands import restore_commands
+
+    monkeypatch.setattr(restore_commands, "_reapply_fences", broken)
     with pytest.raises(RuntimeError):
         destination.merge_ledger(tampering.valid)
     assert snapshot(destination) == before

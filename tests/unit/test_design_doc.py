@@ -21,7 +21,7 @@ ERROR_TABLE = "The error table"
 KINDS_SECTION = "The kinds"
 # Sections the code, the --help texts and the README cite by name (more are found below):
 # storage/__init__.py cites "Layers", the surfaces "the error table", schema/content.py and
-# migration 0006 what "live" means, schema/purges.py a purge's status, commands/restore.py the
+# migration 0006 what "live" means, schema/purges.py a purge's status, commands/restore_commands.py the
 # restore's order, storage/blobstore.py the CAS layout.
 CITED_SECTIONS = ("Layers", ERROR_TABLE, "The model", "The worker protocol", KINDS_SECTION)
 CITED_SUBSECTIONS = ("Restore", "A purge's status", "Blobs on disk")

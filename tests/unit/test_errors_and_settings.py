@@ -456,7 +456,7 @@ def test_the_import_parser_sees_every_form_of_import() -> None:
         "from . import sibling\n"
         "from .tables import metadata\n"
         "def f():\n"
-        "    from commands.content import ContentCommands\n"
+        "    from commands.content_commands import ContentCommands\n"
         "if True:\n"
         "    import schema.db\n"
     )

@@ -111,7 +111,7 @@ def test_settings_configure_as_the_environment_does() -> None:
     settings = Settings.from_env({"PURGEKEEPER_LOG_FORMAT": "json", "PURGEKEEPER_LOG_LEVEL": "DEBUG"})
     stream = io.StringIO()
     logs.configure(settings, process="cli", stream=stream)
-    logging.getLogger("commands.purges").debug("a detail")
+    logging.getLogger("commands.purge_commands").debug("a detail")
     assert json.loads(stream.getvalue())["process"] == "cli"
 
 

@@ -35,7 +35,7 @@ from commands.kinds import retention as retention_kind
 from commands.kinds.retention_end import Removal
 from commands.kinds.retention_run import Run, idempotency_key
 from commands.kinds.skeleton import Causal
-from commands.purges import check_digest
+from commands.purge_commands import check_digest
 from commands.records import Acceptance, RetentionPolicy, RetentionPreview, RetentionRunOutcome
 from schema import ledger, retention
 from schema.db import Database
