@@ -162,36 +162,11 @@ class ContentCommands:
 
         def work(conn: Connection) -> tuple[Event, set[str]]:
             used: set[str] = set()  # fresh on every attempt: a rolled-back attempt bound nothing
-            if provider_event_id is None and conn.dialect.name == "postgresql":
-                # one round trip less: the insert returns the head and whether the conversation
-                # is known, and the gate is checked before anything else is written (a closed
-                # gate rolls the insert back; the fence triggers may refuse it first)
-                head = content.insert_event_reading_head(
-                    conn, event_id=event_id, author=author, occurred_at=when, body=body, conversation_id=conversation_id
-                )
-                self.gate.check_values(conn, head.seq, head.head_hash, head.gate_reason)
-                if not head.conversation_known:
-                    raise NotFound(f"no conversation {conversation_id}")
-            else:
-                head = self.gate.require_open(
-                    conn, content.HEAD_WITH_CONVERSATION, {"conversation_id": conversation_id}
-                )
-                if provider_event_id is not None:
-                    duplicate = _duplicate_delivery(conn, provider_event_id)
-                    if duplicate is not None:
-                        return _event_with_attachments(conn, duplicate), used
-                if not head.conversation_known:  # the triggers refuse a purged or deleted one
-                    raise NotFound(f"no conversation {conversation_id}")
-                inserted = content.insert_event(
-                    conn,
-                    event_id=event_id,
-                    provider_event_id=provider_event_id,
-                    author=author,
-                    occurred_at=when,
-                    body=body,
-                )
-                if not inserted:  # a concurrent delivery of the same provider event won
-                    return _event_with_attachments(conn, _duplicate_delivery(conn, provider_event_id or "")), used
+            duplicate = self._insert_event(
+                conn, event_id, provider_event_id, author=author, when=when, body=body, conversation_id=conversation_id
+            )
+            if duplicate is not None:
+                return duplicate, used
             content.insert_placement(conn, event_id, conversation_id)
             for position, (attachment, blob) in enumerate(zip(new, staged, strict=True)):
                 _bind(conn, event_id, attachment, blob, used, position)
@@ -207,6 +182,45 @@ class ContentCommands:
             raise
         self._discard_staged(blob for blob in staged if blob and blob.blob_id not in used)
         return event
+
+    def _insert_event(
+        self,
+        conn: Connection,
+        event_id: str,
+        provider_event_id: str | None,
+        *,
+        author: str,
+        when: dt.datetime,
+        body: str | None,
+        conversation_id: str,
+    ) -> Event | None:
+        """Write the event's row, the gate checked first (in the same statement where it can
+        be); the event a delivery of the same provider event stored already (nothing
+        written), else None."""
+        if provider_event_id is None and conn.dialect.name == "postgresql":
+            # one round trip less: the insert returns the head and whether the conversation
+            # is known, and the gate is checked before anything else is written (a closed
+            # gate rolls the insert back; the fence triggers may refuse it first)
+            head = content.insert_event_reading_head(
+                conn, event_id=event_id, author=author, occurred_at=when, body=body, conversation_id=conversation_id
+            )
+            self.gate.check_values(conn, head.seq, head.head_hash, head.gate_reason)
+            if not head.conversation_known:
+                raise NotFound(f"no conversation {conversation_id}")
+            return None
+        head = self.gate.require_open(conn, content.HEAD_WITH_CONVERSATION, {"conversation_id": conversation_id})
+        if provider_event_id is not None:
+            duplicate = _duplicate_delivery(conn, provider_event_id)
+            if duplicate is not None:
+                return _event_with_attachments(conn, duplicate)
+        if not head.conversation_known:  # the triggers refuse a purged or deleted one
+            raise NotFound(f"no conversation {conversation_id}")
+        inserted = content.insert_event(
+            conn, event_id=event_id, provider_event_id=provider_event_id, author=author, occurred_at=when, body=body
+        )
+        if not inserted:  # a concurrent delivery of the same provider event won
+            return _event_with_attachments(conn, _duplicate_delivery(conn, provider_event_id or ""))
+        return None
 
     def place_event(self, event_id: str, conversation_id: str) -> Placement:
         validation.check_id(event_id, "event_id")
