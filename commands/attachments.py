@@ -10,13 +10,17 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection
 
 from commands import validation
-from schema.errors import ValidationError
-from schema.states import Binding, BlobKind
+from schema import content
+from schema.errors import ContentPurged, NotFound, ValidationError
+from schema.states import Binding, BlobKind, BlobState
 from storage.blobstore import cas_path, file_path
 
 CHUNK_BYTES = 1024 * 1024
@@ -143,3 +147,63 @@ def stage(attachment: NewAttachment) -> StagedBlob | None:
     else:
         kind, path = BlobKind.FILE, file_path(blob_id)
     return StagedBlob(blob_id=blob_id, kind=kind, sha256=sha256, size=size, path=path)
+
+
+# -- binding an ingested event's attachments (in its transaction) ------------------------------
+
+
+def bind(
+    conn: Connection,
+    event_id: str,
+    attachment: NewAttachment,
+    blob: StagedBlob | None,
+    used: set[str],
+    position: int,
+) -> None:
+    """Bind ``attachment`` to the event at ``position``: its blob (``_blob_for``) and the
+    attachment row. ``used`` collects the staged blobs bound (the others are discarded)."""
+    blob_id = _blob_for(conn, attachment, blob, used)
+    content.insert_attachment(
+        conn,
+        attachment_id=uuid.uuid4().hex,
+        event_id=event_id,
+        blob_id=blob_id,
+        binding=attachment.binding.value,
+        name=attachment.name,
+        position=position,
+    )
+
+
+def _blob_for(conn: Connection, attachment: NewAttachment, blob: StagedBlob | None, used: set[str]) -> str:
+    """The blob to bind: a reused one, a present CAS twin, or the newly staged bytes."""
+    if blob is None:
+        row = content.blob_row(conn, attachment.blob_id or "", lock_shared=True)
+        if row is None:
+            raise NotFound(f"no blob {attachment.blob_id}")
+        if row.state != BlobState.PRESENT:
+            raise ContentPurged(f"blob {row.id} is {row.state}; it cannot be bound again")
+        if content.blob_holds_purged_content(conn, row.id):
+            raise ContentPurged(f"blob {row.id} holds purged content; it cannot be bound again")
+        return str(row.id)
+    if attachment.source == "cas":
+        twin = content.present_cas_blob(conn, blob.sha256)
+        if twin is not None:
+            return str(twin.id)
+    content.insert_blob(
+        conn, blob_id=blob.blob_id, kind=blob.kind.value, sha256=blob.sha256, size=blob.size, path=blob.path
+    )
+    used.add(blob.blob_id)
+    return blob.blob_id
+
+
+def check_attachments(attachments: Any) -> list[NewAttachment]:
+    """The attachments of an event to ingest, as given: a list of NewAttachment values."""
+    if isinstance(attachments, NewAttachment) or not isinstance(attachments, Sequence | tuple):
+        raise ValidationError("attachments must be a list of NewAttachment")
+    items = list(attachments)
+    if len(items) > validation.MAX_ATTACHMENTS_PER_EVENT:
+        raise ValidationError(f"an event holds at most {validation.MAX_ATTACHMENTS_PER_EVENT} attachments")
+    for item in items:
+        if not isinstance(item, NewAttachment):
+            raise ValidationError("attachments must be NewAttachment.cas/.file/.reuse values")
+    return items

@@ -12,6 +12,7 @@ from typing import Any, BinaryIO
 
 from sqlalchemy import Connection
 
+from commands import attachments as attachments_module
 from commands import collection, validation
 from commands.attachments import NewAttachment, StagedBlob, stage
 from commands.gate import Gate
@@ -157,7 +158,7 @@ class ContentCommands:
         validation.check_optional_provider_id(provider_event_id)
         event_id = validation.check_optional_id(event_id, "event_id") or uuid.uuid4().hex
         when = validation.check_occurred_at(occurred_at) or dt.datetime.now(dt.UTC)
-        new = _check_attachments(attachments)
+        new = attachments_module.check_attachments(attachments)
         staged = [stage(a) for a in new]
 
         def work(conn: Connection) -> tuple[Event, set[str]]:
@@ -169,7 +170,7 @@ class ContentCommands:
                 return duplicate, used
             content.insert_placement(conn, event_id, conversation_id)
             for position, (attachment, blob) in enumerate(zip(new, staged, strict=True)):
-                _bind(conn, event_id, attachment, blob, used, position)
+                attachments_module.bind(conn, event_id, attachment, blob, used, position)
             # what was just written, as a read would return it (no read back: the values are known)
             bound = _attachments_by_event(conn, [event_id]).get(event_id, ()) if new else ()
             return Event(event_id, provider_event_id, author, when, body, tuple(bound)), used
@@ -417,48 +418,6 @@ def _duplicate_delivery(conn: Connection, provider_event_id: str) -> Any:
     return existing
 
 
-def _bind(
-    conn: Connection,
-    event_id: str,
-    attachment: NewAttachment,
-    blob: StagedBlob | None,
-    used: set[str],
-    position: int,
-) -> None:
-    blob_id = _blob_for(conn, attachment, blob, used)
-    content.insert_attachment(
-        conn,
-        attachment_id=uuid.uuid4().hex,
-        event_id=event_id,
-        blob_id=blob_id,
-        binding=attachment.binding.value,
-        name=attachment.name,
-        position=position,
-    )
-
-
-def _blob_for(conn: Connection, attachment: NewAttachment, blob: StagedBlob | None, used: set[str]) -> str:
-    """The blob to bind: a reused one, a present CAS twin, or the newly staged bytes."""
-    if blob is None:
-        row = _require(
-            content.blob_row(conn, attachment.blob_id or "", lock_shared=True), f"no blob {attachment.blob_id}"
-        )
-        if row.state != BlobState.PRESENT:
-            raise ContentPurged(f"blob {row.id} is {row.state}; it cannot be bound again")
-        if content.blob_holds_purged_content(conn, row.id):
-            raise ContentPurged(f"blob {row.id} holds purged content; it cannot be bound again")
-        return str(row.id)
-    if attachment.source == "cas":
-        twin = content.present_cas_blob(conn, blob.sha256)
-        if twin is not None:
-            return str(twin.id)
-    content.insert_blob(
-        conn, blob_id=blob.blob_id, kind=blob.kind.value, sha256=blob.sha256, size=blob.size, path=blob.path
-    )
-    used.add(blob.blob_id)
-    return blob.blob_id
-
-
 def _event_with_attachments(conn: Connection, row: Any) -> Event:
     by_event = _attachments_by_event(conn, [row.id])
     return Event.from_row(row, by_event.get(row.id, ()))
@@ -482,18 +441,6 @@ def _attachments_by_event(conn: Connection, event_ids: Sequence[str]) -> dict[st
     for row in content.attachments_of(conn, event_ids):
         grouped[row.event_id].append(Attachment.from_row(row))
     return grouped
-
-
-def _check_attachments(attachments: Any) -> list[NewAttachment]:
-    if isinstance(attachments, NewAttachment) or not isinstance(attachments, Sequence | tuple):
-        raise ValidationError("attachments must be a list of NewAttachment")
-    items = list(attachments)
-    if len(items) > validation.MAX_ATTACHMENTS_PER_EVENT:
-        raise ValidationError(f"an event holds at most {validation.MAX_ATTACHMENTS_PER_EVENT} attachments")
-    for item in items:
-        if not isinstance(item, NewAttachment):
-            raise ValidationError("attachments must be NewAttachment.cas/.file/.reuse values")
-    return items
 
 
 def _write_marker(repository: Path, bot_id: str) -> memory.Marker:
