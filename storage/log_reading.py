@@ -173,10 +173,11 @@ class SignedLogReader:
                         found[position] = known
             missing = [position for position in dict.fromkeys(positions) if position not in found]
             if missing:
-                tiles = tree.TileHashReader(size, self.fetch)
-                read_now = dict(zip(missing, tiles(missing), strict=True))
-                # only what full tiles gave is kept (``fetch``: a partial tile may be a crash's)
-                self._keep_hashes({p: h for p, h in read_now.items() if tiles.locate(p)[0].width == tree.TILE_WIDTH})
+                read_now = dict(zip(missing, tree.TileHashReader(size, self.fetch)(missing), strict=True))
+                # kept, even from a partial tile a crash may have left wrong: every proof handed
+                # out is checked against the signed root first, and one that fails makes the
+                # reader forget all it holds before the repair (``commands.receipts``)
+                self._keep_hashes(read_now)
                 found.update(read_now)
             return [found[position] for position in positions]
 
