@@ -273,11 +273,10 @@ class Receipts:
     def _check_leaf(self, entry: ledger.LedgerEntry, leaf: bytes, current: TreeHead) -> None:
         """The ledger's row is the log's leaf: MessagingUnavailable when not, once the tiles
         read prove the signed root (else ReceiptInvalid: the edge may be a crash's)."""
-        if self.log.leaf_hash_at(entry.seq - 1, current.size) != leaf_hash(leaf):
+        stored = self.log.leaf_hash_at(entry.seq - 1, current.size)
+        if stored != leaf_hash(leaf):
             proof = self.log.inclusion(entry.seq - 1, current)
-            verify_inclusion(
-                self.log.leaf_hash_at(entry.seq - 1, current.size), entry.seq - 1, current.size, proof, current.root
-            )
+            verify_inclusion(stored, entry.seq - 1, current.size, proof, current.root)
             raise MessagingUnavailable(
                 f"the ledger's row at seq {entry.seq} is not the signed log's leaf {entry.seq - 1}: "
                 "the database was restored? run purgectl ledger merge with the checkpoint directory"
