@@ -24,7 +24,9 @@ hold content or a server path) while:
 primary-key read of ``ledger_head`` it makes anyway, and a ``stat`` of the copy's head file,
 which is read again only when it changed. While the copy is behind the database (an
 acceptance between its commit and its copy, or a copy that failed), the row at the copy's
-head is read once by its key and the verdict kept. Nothing on the request path walks the
+head is read once by its key and the verdict kept. A copy ahead of the read's snapshot (an
+acceptance committed and copied after the snapshot was taken) is checked once more against
+the head in a fresh transaction before the gate closes. Nothing on the request path walks the
 ledger; a directory is listed only while head.json is missing and the copy's directory is
 there, and then only when the directory changed. A handle's start does the same O(1) check.
 
@@ -189,7 +191,7 @@ class Gate:
 
     def _against_copy(self, conn: Reader, seq: int, head_hash: str, copy_head: CopyHead) -> list[str]:
         name = self.copy.directory.name
-        if copy_head.seq > seq:
+        if copy_head.seq > seq and not self._committed_since(copy_head):
             return [
                 f"the ledger head is at seq {seq}, behind its copy {name} (seq {copy_head.seq}): "
                 f"the database was restored from an older backup; {MERGE_HINT}"
@@ -205,6 +207,17 @@ class Gate:
         with self._lock:
             self._verified_copy = (copy_head.seq, copy_head.row_hash)
         return []
+
+    def _committed_since(self, copy_head: CopyHead) -> bool:
+        """Whether the database holds the copy's head after all: an acceptance committed and
+        copied after this read's snapshot was taken puts the copy ahead of that snapshot, and
+        that is not a restore. Asked in a transaction of its own, only when the copy is ahead."""
+        with self.db.read() as fresh:
+            head = ledger.read_head(fresh)
+            if head.seq < copy_head.seq:
+                return False
+            entry = ledger.entry_at(fresh, copy_head.seq)
+        return entry is not None and entry.row_hash == copy_head.row_hash
 
     def _legacy_problems(self, seq: int) -> list[str]:
         """No copy yet: a version 1 checkpoint of this database ahead of the ledger (read and

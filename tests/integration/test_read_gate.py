@@ -185,6 +185,20 @@ def test_the_copy_of_this_very_ledger_keeps_the_gate_open(gated: Pk, open_pk: Ca
     assert [e.id for e in fresh.read_conversation("c-kept")] == ["e-kept"]
 
 
+def test_a_read_whose_snapshot_predates_an_acceptance_and_its_copy_stays_open(gated: Pk) -> None:
+    """A content read takes the head in its snapshot, then stats the copy: an acceptance
+    committed and copied in between puts the copy one row ahead of that snapshot. That is
+    not a restore (the database holds the row), and the read must not close the gate (CI saw
+    8 confirming threads close it this way on SQLite)."""
+    seed(gated)
+    with gated.db.read() as conn:
+        head = ledger.read_head(conn)
+    purge_events(gated, "e-doomed")  # committed, and its copy written, after that snapshot
+    with gated.db.read() as conn:
+        gated.gate.check_values(conn, head.seq, head.head_hash, None)
+    assert gated.messaging_status().open
+
+
 def test_a_restored_older_database_is_closed_to_content_until_merged(
     gated: Pk, backups: Backups, open_pk: Callable[[], Pk], tmp_path: Path
 ) -> None:
