@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from commands import validation
-from schema import content
+from schema import content_queries
 from schema.errors import ContentPurged, NotFound, ValidationError
 from schema.states import Binding, BlobKind, BlobState
 from storage.blobstore import cas_path, file_path
@@ -163,7 +163,7 @@ def bind(
     """Bind ``attachment`` to the event at ``position``: its blob (``_blob_for``) and the
     attachment row. ``used`` collects the staged blobs bound (the others are discarded)."""
     blob_id = _blob_for(conn, attachment, blob, used)
-    content.insert_attachment(
+    content_queries.insert_attachment(
         conn,
         attachment_id=uuid.uuid4().hex,
         event_id=event_id,
@@ -177,19 +177,19 @@ def bind(
 def _blob_for(conn: Connection, attachment: NewAttachment, blob: StagedBlob | None, used: set[str]) -> str:
     """The blob to bind: a reused one, a present CAS twin, or the newly staged bytes."""
     if blob is None:
-        row = content.blob_row(conn, attachment.blob_id or "", lock_shared=True)
+        row = content_queries.blob_row(conn, attachment.blob_id or "", lock_shared=True)
         if row is None:
             raise NotFound(f"no blob {attachment.blob_id}")
         if row.state != BlobState.PRESENT:
             raise ContentPurged(f"blob {row.id} is {row.state}; it cannot be bound again")
-        if content.blob_holds_purged_content(conn, row.id):
+        if content_queries.blob_holds_purged_content(conn, row.id):
             raise ContentPurged(f"blob {row.id} holds purged content; it cannot be bound again")
         return str(row.id)
     if attachment.source == "cas":
-        twin = content.present_cas_blob(conn, blob.sha256)
+        twin = content_queries.present_cas_blob(conn, blob.sha256)
         if twin is not None:
             return str(twin.id)
-    content.insert_blob(
+    content_queries.insert_blob(
         conn, blob_id=blob.blob_id, kind=blob.kind.value, sha256=blob.sha256, size=blob.size, path=blob.path
     )
     used.add(blob.blob_id)

@@ -27,7 +27,7 @@ from commands.records import (
     Run,
     make_event,
 )
-from schema import content
+from schema import content_queries
 from schema.db import Database
 from schema.errors import (
     ContentPurged,
@@ -74,15 +74,15 @@ class ContentCommands:
 
         def work(conn: Connection) -> Conversation:
             self.gate.require_open(conn)
-            if content.is_tombstoned(conn, CONVERSATION_IDS, conversation_id):
+            if content_queries.is_tombstoned(conn, CONVERSATION_IDS, conversation_id):
                 raise IdReserved(f"conversation id {conversation_id} belongs to a purge or deletion")
-            existing = content.conversation_row(conn, conversation_id)
+            existing = content_queries.conversation_row(conn, conversation_id)
             if existing is not None:
                 return _same_conversation(existing, kind, bot_id)
             if bot_id is not None:
-                _require(content.bot_row(conn, bot_id), f"no bot {bot_id}")
-            content.insert_conversation(conn, conversation_id, kind, bot_id)
-            return Conversation.from_row(_require(content.conversation_row(conn, conversation_id), ""))
+                _require(content_queries.bot_row(conn, bot_id), f"no bot {bot_id}")
+            content_queries.insert_conversation(conn, conversation_id, kind, bot_id)
+            return Conversation.from_row(_require(content_queries.conversation_row(conn, conversation_id), ""))
 
         return self.db.transact(work)
 
@@ -97,14 +97,14 @@ class ContentCommands:
 
         def work(conn: Connection) -> Bot:
             self.gate.require_open(conn)
-            content.insert_bot(
+            content_queries.insert_bot(
                 conn,
                 bot_id,
                 name=name,
                 memory_path=str(repository) if repository else None,
                 marker_id=marker.marker_id if marker else None,
             )
-            return Bot.from_row(_require(content.bot_row(conn, bot_id), ""))
+            return Bot.from_row(_require(content_queries.bot_row(conn, bot_id), ""))
 
         try:
             return self.db.transact(work)
@@ -117,9 +117,9 @@ class ContentCommands:
         validation.check_id(conversation_id, "conversation_id")
         with self.db.read() as conn:
             self.gate.require_open(conn)
-            if content.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
+            if content_queries.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
                 return None
-            row = content.conversation_row(conn, conversation_id)
+            row = content_queries.conversation_row(conn, conversation_id)
         if row is None or row.state == ConversationState.PURGED:
             return None
         return Conversation.from_row(row)
@@ -127,9 +127,9 @@ class ContentCommands:
     def why_unreadable(self, conversation_id: str) -> PurgekeeperError:
         validation.check_id(conversation_id, "conversation_id")
         with self.db.read() as conn:
-            if content.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
+            if content_queries.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
                 return ConversationPurged(f"conversation {conversation_id} is purged")
-            row = content.conversation_row(conn, conversation_id)
+            row = content_queries.conversation_row(conn, conversation_id)
         if row is not None and row.state == ConversationState.PURGED:
             return ConversationPurged(f"conversation {conversation_id} is purged")
         return NotFound(f"no conversation {conversation_id}")
@@ -137,7 +137,7 @@ class ContentCommands:
     def list_conversations(self) -> list[Conversation]:
         with self.db.read() as conn:
             self.gate.require_open(conn)
-            return [Conversation.from_row(row) for row in content.catalog(conn)]
+            return [Conversation.from_row(row) for row in content_queries.catalog(conn)]
 
     # -- events ---------------------------------------------------------------------------
 
@@ -168,7 +168,7 @@ class ContentCommands:
             )
             if duplicate is not None:
                 return duplicate, used
-            content.insert_placement(conn, event_id, conversation_id)
+            content_queries.insert_placement(conn, event_id, conversation_id)
             for position, (attachment, blob) in enumerate(zip(new, staged, strict=True)):
                 attachments_module.bind(conn, event_id, attachment, blob, used, position)
             # what was just written, as a read would return it (no read back: the values are known)
@@ -202,21 +202,23 @@ class ContentCommands:
             # one round trip less: the insert returns the head and whether the conversation
             # is known, and the gate is checked before anything else is written (a closed
             # gate rolls the insert back; the fence triggers may refuse it first)
-            head = content.insert_event_reading_head(
+            head = content_queries.insert_event_reading_head(
                 conn, event_id=event_id, author=author, occurred_at=when, body=body, conversation_id=conversation_id
             )
             self.gate.check_values(conn, head.seq, head.head_hash, head.gate_reason)
             if not head.conversation_known:
                 raise NotFound(f"no conversation {conversation_id}")
             return None
-        head = self.gate.require_open(conn, content.HEAD_WITH_CONVERSATION, {"conversation_id": conversation_id})
+        head = self.gate.require_open(
+            conn, content_queries.HEAD_WITH_CONVERSATION, {"conversation_id": conversation_id}
+        )
         if provider_event_id is not None:
             duplicate = _duplicate_delivery(conn, provider_event_id)
             if duplicate is not None:
                 return _event_with_attachments(conn, duplicate)
         if not head.conversation_known:  # the triggers refuse a purged or deleted one
             raise NotFound(f"no conversation {conversation_id}")
-        inserted = content.insert_event(
+        inserted = content_queries.insert_event(
             conn, event_id=event_id, provider_event_id=provider_event_id, author=author, occurred_at=when, body=body
         )
         if not inserted:  # a concurrent delivery of the same provider event won
@@ -231,8 +233,8 @@ class ContentCommands:
             self.gate.require_open(conn)
             _require_live_event(conn, event_id)
             _require_conversation(conn, conversation_id)
-            if not content.placement_exists(conn, event_id, conversation_id):
-                content.insert_placement(conn, event_id, conversation_id)
+            if not content_queries.placement_exists(conn, event_id, conversation_id):
+                content_queries.insert_placement(conn, event_id, conversation_id)
             return Placement(event_id=event_id, conversation_id=conversation_id)
 
         return self.db.transact(work)
@@ -240,7 +242,7 @@ class ContentCommands:
     def read_conversation(self, conversation_id: str) -> list[Event]:
         validation.check_id(conversation_id, "conversation_id")
         with self.db.single() as conn, collection.paused():  # the rows and events hold no cycles
-            read = content.read_conversation(conn, conversation_id)
+            read = content_queries.read_conversation(conn, conversation_id)
             self.gate.check_values(conn, read.seq, read.head_hash, read.gate_reason)  # before anything is returned
             return _events_of(read)
 
@@ -248,8 +250,8 @@ class ContentCommands:
         validation.check_id(attachment_id, "attachment_id")
         with self.db.read() as conn:
             self.gate.require_open(conn)
-            row = _require(content.attachment_with_blob(conn, attachment_id), f"no attachment {attachment_id}")
-            if not content.is_event_live(conn, row.event_id):
+            row = _require(content_queries.attachment_with_blob(conn, attachment_id), f"no attachment {attachment_id}")
+            if not content_queries.is_event_live(conn, row.event_id):
                 raise ContentPurged(f"attachment {attachment_id} belongs to purged content")
             if row.blob_state != BlobState.PRESENT:
                 raise ContentPurged(f"attachment {attachment_id} bytes are {row.blob_state}")
@@ -272,9 +274,9 @@ class ContentCommands:
         def work(conn: Connection) -> Run:
             self.gate.require_open(conn)
             _require_conversation(conn, conversation_id)
-            _require(content.bot_row(conn, bot_id), f"no bot {bot_id}")
-            content.insert_run(conn, run_id=run_id, conversation_id=conversation_id, bot_id=bot_id)
-            return Run.from_row(_require(content.run_row(conn, run_id), ""))
+            _require(content_queries.bot_row(conn, bot_id), f"no bot {bot_id}")
+            content_queries.insert_run(conn, run_id=run_id, conversation_id=conversation_id, bot_id=bot_id)
+            return Run.from_row(_require(content_queries.run_row(conn, run_id), ""))
 
         return self.db.transact(work)
 
@@ -286,11 +288,11 @@ class ContentCommands:
 
         def work(conn: Connection) -> Run:
             self.gate.require_open(conn)
-            run = _require(content.run_row(conn, run_id), f"no run {run_id}")
+            run = _require(content_queries.run_row(conn, run_id), f"no run {run_id}")
             if RunStatus(run.status).is_terminal:
                 raise ValidationError(f"run {run_id} is already {run.status}")
-            content.finish_run(conn, run_id, status=status, output=text)
-            return Run.from_row(_require(content.run_row(conn, run_id), ""))
+            content_queries.finish_run(conn, run_id, status=status, output=text)
+            return Run.from_row(_require(content_queries.run_row(conn, run_id), ""))
 
         return self.db.transact(work)
 
@@ -302,11 +304,13 @@ class ContentCommands:
 
         def work(conn: Connection) -> Admission:
             self.gate.require_open(conn)
-            run = _require(content.run_row(conn, run_id), f"no run {run_id}")
+            run = _require(content_queries.run_row(conn, run_id), f"no run {run_id}")
             if RunStatus(run.status).is_terminal:
                 raise ValidationError(f"run {run_id} is already {run.status}; it admits nothing")
             _require_live_event(conn, event_id)
-            content.insert_admission(conn, admission_id=admission_id, event_id=event_id, run_id=run_id, payload=text)
+            content_queries.insert_admission(
+                conn, admission_id=admission_id, event_id=event_id, run_id=run_id, payload=text
+            )
             return Admission(id=admission_id, event_id=event_id, run_id=run_id, payload=payload)
 
         return self.db.transact(work)
@@ -330,10 +334,10 @@ class ContentCommands:
         def work(conn: Connection) -> Derivative:
             self.gate.require_open(conn)
             _require_conversation(conn, conversation_id)
-            missing = set(sources) - content.existing_event_ids(conn, sources)
+            missing = set(sources) - content_queries.existing_event_ids(conn, sources)
             if missing:
                 raise NotFound(f"no event {sorted(missing)[0]}")
-            content.insert_derivative(
+            content_queries.insert_derivative(
                 conn,
                 derivative_id=derivative_id,
                 conversation_id=conversation_id,
@@ -387,22 +391,22 @@ def _same_conversation(existing: Any, kind: str, bot_id: str | None) -> Conversa
 
 def _require_conversation(conn: Connection, conversation_id: str) -> None:
     """NotFound for an unknown id; the triggers refuse a purged or deleted one."""
-    if content.conversation_row(conn, conversation_id) is None and not content.is_tombstoned(
+    if content_queries.conversation_row(conn, conversation_id) is None and not content_queries.is_tombstoned(
         conn, CONVERSATION_IDS, conversation_id
     ):
         raise NotFound(f"no conversation {conversation_id}")
 
 
 def _require_new_bot(conn: Connection, bot_id: str) -> None:
-    if content.is_tombstoned(conn, [TombstoneKind.BOT], bot_id):
+    if content_queries.is_tombstoned(conn, [TombstoneKind.BOT], bot_id):
         raise IdReserved(f"bot id {bot_id} belongs to a deleted bot")
-    if content.bot_row(conn, bot_id) is not None:
+    if content_queries.bot_row(conn, bot_id) is not None:
         raise ValidationError(f"a bot with id {bot_id} already exists")
 
 
 def _require_live_event(conn: Connection, event_id: str) -> None:
-    _require(content.event_row(conn, event_id), f"no event {event_id}")
-    if not content.is_event_live(conn, event_id):
+    _require(content_queries.event_row(conn, event_id), f"no event {event_id}")
+    if not content_queries.is_event_live(conn, event_id):
         raise ContentPurged(f"event {event_id} is purged or no longer live")
 
 
@@ -410,9 +414,9 @@ def _duplicate_delivery(conn: Connection, provider_event_id: str) -> Any:
     """The event already ingested with this provider event id, if any. A purged one is refused,
     never returned: fenced by its own tombstone, by its event's, or no longer live at all (its
     conversations purged, the bodies step not yet run), so a redelivery cannot read it back."""
-    existing = content.event_by_provider_id(conn, provider_event_id)
-    if content.is_tombstoned(conn, [TombstoneKind.PROVIDER_EVENT], provider_event_id) or (
-        existing is not None and not content.is_event_live(conn, existing.id)
+    existing = content_queries.event_by_provider_id(conn, provider_event_id)
+    if content_queries.is_tombstoned(conn, [TombstoneKind.PROVIDER_EVENT], provider_event_id) or (
+        existing is not None and not content_queries.is_event_live(conn, existing.id)
     ):
         raise ContentPurged(f"provider event {provider_event_id} was purged; it is never ingested again")
     return existing
@@ -423,13 +427,13 @@ def _event_with_attachments(conn: Connection, row: Any) -> Event:
     return Event.from_row(row, by_event.get(row.id, ()))
 
 
-def _events_of(read: content.ConversationRead) -> list[Event]:
+def _events_of(read: content_queries.ConversationRead) -> list[Event]:
     """The events of a conversation read, each with its attachments."""
     attached: dict[str, list[Attachment]] = defaultdict(list)
     for row in read.attachments:  # part, id, event_id, blob_id, binding, name, -, size
         attached[row[2]].append(Attachment(row[1], row[3], Binding(row[4]), row[5], int(row[7])))
     rows = read.events
-    when = content.utc_from_texts([row[6] for row in rows])
+    when = content_queries.utc_from_texts([row[6] for row in rows])
     return [  # part, id, provider_event_id, author, body, -, occurred_at
         make_event(row[1], row[2], row[3], at, row[4], tuple(attached[row[1]]) if row[1] in attached else ())
         for row, at in zip(rows, when, strict=True)
@@ -438,7 +442,7 @@ def _events_of(read: content.ConversationRead) -> list[Event]:
 
 def _attachments_by_event(conn: Connection, event_ids: Sequence[str]) -> dict[str, list[Attachment]]:
     grouped: dict[str, list[Attachment]] = defaultdict(list)
-    for row in content.attachments_of(conn, event_ids):
+    for row in content_queries.attachments_of(conn, event_ids):
         grouped[row.event_id].append(Attachment.from_row(row))
     return grouped
 

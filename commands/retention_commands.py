@@ -3,7 +3,7 @@ long as they stand (see ``commands.kinds.retention`` and ``commands.kinds.retent
 
 A policy's turn, when it is due (``next_run_at``; a new or changed policy is due at once).
 The due policies whose windows hold nothing to expire take their turns together, in one short
-transaction (``schema.retention.quiet_turns``); each of the others:
+transaction (``schema.retention_queries.quiet_turns``); each of the others:
 
 1. **Plan**, in a short transaction under the policy's row lock: a run already planned and
    not accepted (its leader died) is taken as it is; otherwise the cutoff is now - max_age on
@@ -37,7 +37,7 @@ from commands.kinds.retention_run import Run, idempotency_key
 from commands.kinds.skeleton import Causal
 from commands.purge_commands import check_digest
 from commands.records import Acceptance, RetentionPolicy, RetentionPreview, RetentionRunOutcome
-from schema import ledger, retention
+from schema import ledger, retention_queries
 from schema.db import Database
 from schema.errors import PurgekeeperError
 from schema.ledger import utc_text
@@ -48,14 +48,14 @@ log = logging.getLogger(__name__)
 DUE_LIMIT = 100  # policies taken per turn; the rest are due at the next sweep
 SCHEDULER_ACTOR = "purgekeeper-scheduler"
 SCHEDULER_ORIGIN = "scheduler"
-NOTHING_WAITS = retention.Deferral()
+NOTHING_WAITS = retention_queries.Deferral()
 
 
 @dataclass(frozen=True)
 class _Plan:
     policy_purge_id: str
     cutoff: dt.datetime | None  # None: nothing to expire this turn
-    deferral: retention.Deferral = NOTHING_WAITS  # what agent runs keep, on a turn without a run
+    deferral: retention_queries.Deferral = NOTHING_WAITS  # what agent runs keep, on a turn without a run
 
 
 class RetentionCommands:
@@ -112,15 +112,15 @@ class RetentionCommands:
 
     def list_retention(self) -> list[RetentionPolicy]:
         with self.db.read() as conn:
-            return [RetentionPolicy.from_row(row) for row in retention.list_policies(conn)]
+            return [RetentionPolicy.from_row(row) for row in retention_queries.list_policies(conn)]
 
     def run_retention(self) -> list[RetentionRunOutcome]:
         with self.db.read() as conn:
-            due = retention.due_policies(conn, limit=DUE_LIMIT)
+            due = retention_queries.due_policies(conn, limit=DUE_LIMIT)
         if not due:
             return []
         quiet = self.db.transact(
-            functools.partial(retention.quiet_turns, policy_ids=due, interval=self.retention_interval)
+            functools.partial(retention_queries.quiet_turns, policy_ids=due, interval=self.retention_interval)
         )
         return [RetentionRunOutcome(p, None, None) if p in quiet else self._turn(p) for p in due]
 
@@ -133,14 +133,14 @@ class RetentionCommands:
             if plan is None or plan.cutoff is None:
                 return _quiet_outcome(policy_id, plan.deferral if plan else NOTHING_WAITS)
             cutoff = plan.cutoff
-            failpoints.hit("retention.planned")
+            failpoints.hit("retention_queries.planned")
             acceptance = self.acceptance.accept(
                 kinds.RETENTION_RUN,
                 Run(policy_id, cutoff),
                 {"policy_id": policy_id, "cutoff": utc_text(cutoff)},
                 _scheduler_causal(policy_id, plan.policy_purge_id, cutoff),
             )
-            failpoints.hit("retention.accepted")
+            failpoints.hit("retention_queries.accepted")
             self.db.transact(functools.partial(_schedule, policy_id=policy_id, interval=self.retention_interval))
             outcome = self._accepted_outcome(policy_id, acceptance.purge_id, cutoff)
         except Exception as exc:  # one policy's failure never stops the others' turns
@@ -164,7 +164,7 @@ class RetentionCommands:
         return RetentionRunOutcome(policy_id, cutoff, purge_id, deferred_events=deferred, deferred_run_ids=run_ids)
 
 
-def _quiet_outcome(policy_id: str, deferral: retention.Deferral) -> RetentionRunOutcome:
+def _quiet_outcome(policy_id: str, deferral: retention_queries.Deferral) -> RetentionRunOutcome:
     if deferral.events:
         log.info("retention policy %s: %d events admitted by agent runs wait", policy_id, deferral.events)
     return RetentionRunOutcome(
@@ -174,7 +174,7 @@ def _quiet_outcome(policy_id: str, deferral: retention.Deferral) -> RetentionRun
 
 def _plan(conn: Connection, *, policy_id: str, interval: dt.timedelta) -> _Plan | None:
     """The run to accept, if any; None when the policy is not due (another leader took it)."""
-    row = retention.policy_row(conn, policy_id, lock=True)
+    row = retention_queries.policy_row(conn, policy_id, lock=True)
     if row is None or row.ended_by is not None:
         return None
     if row.pending_cutoff is not None:
@@ -186,19 +186,21 @@ def _plan(conn: Connection, *, policy_id: str, interval: dt.timedelta) -> _Plan 
     start = row.expired_through
     deferral = NOTHING_WAITS
     if start is None or cutoff > start:
-        deferral = retention.deferral(conn, conversation_id=row.conversation_id, cutoff=cutoff, start=start)
+        deferral = retention_queries.deferral(conn, conversation_id=row.conversation_id, cutoff=cutoff, start=start)
     lowered = deferral.cutoff(cutoff)  # what agent runs admitted waits, with what occurred after it
-    if (start is not None and lowered <= start) or not retention.anything_to_expire(
+    if (start is not None and lowered <= start) or not retention_queries.anything_to_expire(
         conn, conversation_id=row.conversation_id, cutoff=lowered, start=start
     ):
-        retention.nothing_to_expire(conn, policy_id, max(lowered, start or lowered), ledger.clock(conn, plus=interval))
+        retention_queries.nothing_to_expire(
+            conn, policy_id, max(lowered, start or lowered), ledger.clock(conn, plus=interval)
+        )
         return _Plan(row.purge_id, None, deferral)
-    retention.plan_run(conn, policy_id, cutoff)  # the acceptance lowers it again, on what it finds then
+    retention_queries.plan_run(conn, policy_id, cutoff)  # the acceptance lowers it again, on what it finds then
     return _Plan(row.purge_id, cutoff)
 
 
 def _schedule(conn: Connection, *, policy_id: str, interval: dt.timedelta) -> None:
-    retention.schedule(conn, policy_id, ledger.clock(conn, plus=interval))
+    retention_queries.schedule(conn, policy_id, ledger.clock(conn, plus=interval))
 
 
 def _scheduler_causal(policy_id: str, policy_purge_id: str, cutoff: dt.datetime) -> Causal:

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from commands import validation
-from schema import content
+from schema import content_queries
 from schema.errors import ConversationPurged, NotFound, ValidationError
 from schema.states import ConversationState, TombstoneKind
 
@@ -201,9 +201,9 @@ class PurgePreview:
 
 def require_purgeable_conversation(conn: Connection, conversation_id: str) -> None:
     """NotFound for an unknown conversation, ConversationPurged for a purged one."""
-    if content.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
+    if content_queries.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
         raise ConversationPurged(f"conversation {conversation_id} is already purged")
-    row = content.conversation_row(conn, conversation_id)
+    row = content_queries.conversation_row(conn, conversation_id)
     if row is None:
         raise NotFound(f"no conversation {conversation_id}")
     if row.state == ConversationState.PURGED:

@@ -22,7 +22,7 @@ from sqlalchemy import Connection
 
 from commands.handle import Purgekeeper
 from commands.records import LedgerReport
-from schema import ledger, migrate, overview, retention
+from schema import ledger, migrate, overview, retention_queries
 from schema.errors import MessagingUnavailable
 from schema.overview import Counters, StepTotals
 from schema.states import StepKind
@@ -44,7 +44,7 @@ class Snapshot:
     stalled_purges: int
     ledger: LedgerReport
     gate_problems: tuple[str, ...]  # why content reads and writes are closed; empty when open
-    retention_summary: retention.Summary  # policies, runs, expired, held, holds, fences
+    retention_summary: retention_queries.Summary  # policies, runs, expired, held, holds, fences
     counters: Counters  # attempts, failures and durations, kept by the step protocol
     checkpoint_problem: str | None = None  # why the checkpoint directory cannot be written
 
@@ -82,7 +82,7 @@ def snapshot(pk: Purgekeeper, check: LedgerCheck | None = None) -> Snapshot:
         due_since = overview.oldest_due_since(conn, head.now)
         incomplete, stalled = overview.purge_counts(conn, head.now, pk.stall_after)
         gate_problems = probe_gate(pk, conn)
-        retained = retention.summary(conn)
+        retained = retention_queries.summary(conn)
         counted = overview.counters(conn)
     return Snapshot(
         now=head.now,

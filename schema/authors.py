@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 
 from schema import cleanup_queries, ledger
-from schema.content import live_event, upsert_insert
+from schema.content_queries import live_event, upsert_insert
 from schema.errors import ValidationError
 from schema.states import ACTIVE_RUN_STATUSES
 from schema.tables import (

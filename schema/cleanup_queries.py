@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 
-from schema.content import NOT_PURGED, event_erased, live_event
+from schema.content_queries import NOT_PURGED, event_erased, live_event
 from schema.expiry import placement_expired
 from schema.idlists import IDS, among
 from schema.states import BlobKind, BlobState, TombstoneKind

@@ -1,7 +1,7 @@
 """A read of a conversation: its readable events and their present attachments, with the ledger
 head as the same snapshot saw it (for the gate), in one statement on PostgreSQL and three in
 one read transaction on SQLite (``read_conversation``); and the parsing of the timestamps a
-read gives (``utc_from_text``). ``schema.content`` names all of it.
+read gives (``utc_from_text``). ``schema.content_queries`` names all of it.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, func, literal_column, or_, select, union, update
 
-from schema.content import event_erased
+from schema.content_queries import event_erased
 from schema.driver import DriverStatement
 from schema.expiry import placement_expired
 from schema.idlists import IdList, among_many

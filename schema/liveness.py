@@ -2,7 +2,7 @@
 not purged (``NOT_PURGED``), an event that is live (``live_event``: no fence, an event
 tombstone or an author erasure that covers it, and a placement in a conversation that is not
 purged and that no retention run expires), an author's erasure (``author_erased``,
-``event_erased``). Every read and the purge machinery build on them; ``schema.content``
+``event_erased``). Every read and the purge machinery build on them; ``schema.content_queries``
 names them all.
 """
 

@@ -23,7 +23,7 @@ from enum import StrEnum
 from sqlalchemy import Connection, distinct, func, select
 
 from schema import lifecycle
-from schema.content import upsert_insert
+from schema.content_queries import upsert_insert
 from schema.states import StepKind, StepStatus
 from schema.tables import cleanup_steps, metric_counters
 

@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 
 from schema import holds
-from schema.content import author_erased, live_event
+from schema.content_queries import author_erased, live_event
 from schema.driver import DriverStatement
 from schema.idlists import IdList, Ids, among_many
 from schema.states import ACTIVE_RUN_STATUSES, TombstoneKind

@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 
 from schema import lifecycle
-from schema.content import upsert_insert
+from schema.content_queries import upsert_insert
 from schema.driver import DriverStatement
 from schema.idlists import among_many, array_literal
 from schema.ledger import database_now

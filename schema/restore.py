@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import BindParameter, Connection, and_, bindparam, exists, or_, select, update
 
-from schema.content import event_erased, live_event
+from schema.content_queries import event_erased, live_event
 from schema.idlists import IDS, among
 from schema.states import ACTIVE_RUN_STATUSES, BlobState, ConversationState, RunStatus, StepStatus, TombstoneKind
 from schema.tables import (

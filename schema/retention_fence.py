@@ -5,7 +5,7 @@ acceptance, in O(1) of what it expires, and read by every reader and trigger
 (``schema.expiry``); the run's bodies step deletes the placements it expires in batches
 (``expire_batch``), fences the events that are then live nowhere, and finally deletes the
 fence, which the triggers allow only once nothing it expires is left (``expiring_left``).
-``schema.retention`` names all of it.
+``schema.retention_queries`` names all of it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 
 from schema import ledger
-from schema.content import NOT_PURGED, live_event
+from schema.content_queries import NOT_PURGED, live_event
 from schema.idlists import IDS, among
 from schema.locks import AdvisoryLock
 from schema.retention_expiring import (

@@ -7,7 +7,7 @@ totals its preview shows.
   (``wait_for_admissions``).
 - **Totals** (``preview_totals``): what the run would expire, and what holds keep out of it.
 
-``schema.retention`` names all of it.
+``schema.retention_queries`` names all of it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from sqlalchemy import (
     text,
 )
 
-from schema.content import NOT_PURGED
+from schema.content_queries import NOT_PURGED
 from schema.retention_expiring import (
     _AUTHOR_KIND,
     _CONVERSATION,

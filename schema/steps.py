@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import Connection, func, insert, or_, select, update
 
 from schema import lifecycle, overview
-from schema.content import upsert_insert
+from schema.content_queries import upsert_insert
 from schema.ledger import clock, database_now
 from schema.overview import Counter
 from schema.states import StepStatus

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Row
 from commands.kinds import selector_fields, skeleton
 from commands.kinds.kind import Already, Decision, Env, Kind
 from commands.records import BotDeletionPreview, MemoryPreview, RepositoryIdentity
-from schema import content, holds, ledger, purges
+from schema import content_queries, holds, ledger, purges
 from schema.errors import MemoryErasureUnavailable, NotFound
 from schema.states import PurgeKind, StepKind, TombstoneKind
 from storage import memory
@@ -47,7 +47,7 @@ class BotKind(Kind[BotDeletionRequest, Row[Any]]):
 
     def preview(self, conn: Connection, env: Env, bot_id: str) -> tuple[BotDeletionPreview, None]:
         """What deleting the bot does, and whether its Memory can be erased (with the reason)."""
-        bot = content.bot_row(conn, bot_id)
+        bot = content_queries.bot_row(conn, bot_id)
         if bot is None:
             raise NotFound(f"no bot {bot_id}")
         blocking = purges.active_run_ids(conn, bot_id=bot_id)

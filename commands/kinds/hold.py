@@ -23,7 +23,7 @@ from sqlalchemy import Connection
 
 from commands.kinds import selector_fields
 from commands.kinds.kind import Already, Decision, Env, Kind
-from schema import holds, ledger, retention
+from schema import holds, ledger, retention_queries
 from schema.errors import IdempotencyConflict, IdReserved
 from schema.states import PurgeKind, StepKind
 
@@ -90,7 +90,7 @@ def _repeat(conn: Connection, row: holds.HoldRow, args: Placing) -> Already:
             f"legal hold {row.hold_id} is in force and covers other conversations or authors; place a hold with "
             "another id"
         )
-    return Already(row.purge_id, retention.ledger_seq(conn, row.purge_id) or 0, _disclosures(conn, args))
+    return Already(row.purge_id, retention_queries.ledger_seq(conn, row.purge_id) or 0, _disclosures(conn, args))
 
 
 def _disclosures(conn: Connection, args: Placing) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 
 from commands.kinds import selector_fields
 from commands.kinds.kind import Already, Decision, Env, Kind
-from schema import holds, ledger, retention
+from schema import holds, ledger, retention_queries
 from schema.errors import NotFound
 from schema.states import PurgeKind, StepKind
 
@@ -43,12 +43,12 @@ class HoldReleaseKind(Kind[Release, holds.HoldRow | None]):
         if row is None:
             raise NotFound(f"no legal hold {args.hold_id}")
         if row.released_by is not None:
-            return Already(row.released_by, retention.ledger_seq(conn, row.released_by) or 0)
+            return Already(row.released_by, retention_queries.ledger_seq(conn, row.released_by) or 0)
         return Decision({"hold_id": args.hold_id})
 
     def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
         holds.release_hold(conn, hold_id=str(selectors["hold_id"]), purge_id=purge_id)
-        retention.walk_everything_again(conn)  # what the hold kept past a cutoff expires at the next run
+        retention_queries.walk_everything_again(conn)  # what the hold kept past a cutoff expires at the next run
 
     def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
         return []

@@ -28,7 +28,7 @@ from commands.kinds import selector_fields
 from commands.kinds.kind import Already, Decision, Env, Kind
 from commands.records import ConversationCount, RetentionPreview
 from commands.scope import DISCLOSURES, require_purgeable_conversation
-from schema import ledger, purges, retention
+from schema import ledger, purges, retention_queries
 from schema.errors import PolicyConflict, StaleConfirmation, ValidationError
 from schema.ledger import canonical_json, sha256_hex
 from schema.states import PurgeKind, StepKind
@@ -80,9 +80,11 @@ class RetentionKind(Kind[Setting, Row[Any] | None]):
             require_purgeable_conversation(conn, args.conversation_id)
         max_age = dt.timedelta(seconds=args.max_age_seconds)
         cutoff = ledger.database_now(conn) - max_age
-        found = retention.preview_totals(conn, conversation_id=args.conversation_id, cutoff=cutoff, limit=LISTED)
-        standing = retention.standing_for_scope(conn, args.conversation_id)
-        elsewhere = retention.own_policy_conversations(conn) if args.conversation_id is None else []
+        found = retention_queries.preview_totals(
+            conn, conversation_id=args.conversation_id, cutoff=cutoff, limit=LISTED
+        )
+        standing = retention_queries.standing_for_scope(conn, args.conversation_id)
+        elsewhere = retention_queries.own_policy_conversations(conn) if args.conversation_id is None else []
         report = RetentionPreview(
             conversation_id=args.conversation_id,
             max_age=max_age,
@@ -111,7 +113,7 @@ class RetentionKind(Kind[Setting, Row[Any] | None]):
         selector_fields.optional_text(selectors, "replaces", None)
 
     def lock(self, conn: Connection, env: Env, args: Setting) -> Row[Any] | None:
-        return retention.policy_row(conn, args.policy_id, lock=True)
+        return retention_queries.policy_row(conn, args.policy_id, lock=True)
 
     def decide(self, conn: Connection, env: Env, args: Setting, locked: Row[Any] | None) -> Decision | Already:
         definition, row = args.definition, locked
@@ -127,8 +129,8 @@ class RetentionKind(Kind[Setting, Row[Any] | None]):
         if standing is not None and (standing.conversation_id, int(standing.max_age_seconds)) == dataclasses.astuple(
             definition
         ):
-            return Already(standing.purge_id, retention.ledger_seq(conn, standing.purge_id) or 0)
-        other = retention.standing_for_scope(conn, definition.conversation_id)
+            return Already(standing.purge_id, retention_queries.ledger_seq(conn, standing.purge_id) or 0)
+        other = retention_queries.standing_for_scope(conn, definition.conversation_id)
         if other is not None and other.policy_id != args.policy_id:
             scope = f"conversation {definition.conversation_id}" if definition.conversation_id else "every conversation"
             raise PolicyConflict(
@@ -145,11 +147,11 @@ class RetentionKind(Kind[Setting, Row[Any] | None]):
 
     def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
         policy_id = str(selectors["policy_id"])
-        row = retention.policy_row(conn, policy_id, lock=True)
+        row = retention_queries.policy_row(conn, policy_id, lock=True)
         if row is not None and (row.purge_id == purge_id or state_is_newer(conn, row, purge_id)):
             return  # already written, or a merge of a version older than the policy's state
         conversation_id = selectors.get("conversation_id")
-        retention.set_policy(
+        retention_queries.set_policy(
             conn,
             policy_id=policy_id,
             conversation_id=conversation_id,
@@ -157,7 +159,7 @@ class RetentionKind(Kind[Setting, Row[Any] | None]):
             purge_id=purge_id,
         )
         if row is not None and row.ended_by is None and row.conversation_id not in (None, conversation_id):
-            retention.walk_everything_again(conn, global_only=True)  # that conversation is the global one's now
+            retention_queries.walk_everything_again(conn, global_only=True)  # that conversation is the global one's now
 
     def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
         return []  # a policy removes nothing itself; its runs have their own rows
@@ -176,10 +178,10 @@ def _key(definition: Definition) -> list[Any]:
 def state_is_newer(conn: Connection, row: Any, purge_id: str) -> bool:
     """Whether the policy's state was written by a ledger row after ``purge_id``'s (a row not
     in the ledger yet is an acceptance in progress: the newest of all)."""
-    mine = retention.ledger_seq(conn, purge_id)
+    mine = retention_queries.ledger_seq(conn, purge_id)
     if mine is None:
         return False
-    written = [retention.ledger_seq(conn, row.purge_id), retention.ledger_seq(conn, row.ended_by)]
+    written = [retention_queries.ledger_seq(conn, row.purge_id), retention_queries.ledger_seq(conn, row.ended_by)]
     return any(seq is not None and seq > mine for seq in written)
 
 

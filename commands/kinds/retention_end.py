@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Row
 from commands.kinds import selector_fields
 from commands.kinds.kind import Already, Decision, Env, Kind
 from commands.kinds.retention import state_is_newer
-from schema import ledger, retention
+from schema import ledger, retention_queries
 from schema.errors import NotFound
 from schema.states import PurgeKind, StepKind
 
@@ -42,24 +42,24 @@ class RetentionEndKind(Kind[Removal, Row[Any] | None]):
             selector_fields.require_id(selectors, "conversation_id")
 
     def lock(self, conn: Connection, env: Env, args: Removal) -> Row[Any] | None:
-        return retention.policy_row(conn, args.policy_id, lock=True)
+        return retention_queries.policy_row(conn, args.policy_id, lock=True)
 
     def decide(self, conn: Connection, env: Env, args: Removal, locked: Row[Any] | None) -> Decision | Already:
         row = locked
         if row is None:
             raise NotFound(f"no retention policy {args.policy_id}")
         if row.ended_by is not None:
-            return Already(row.ended_by, retention.ledger_seq(conn, row.ended_by) or 0)
+            return Already(row.ended_by, retention_queries.ledger_seq(conn, row.ended_by) or 0)
         selectors = {"policy_id": args.policy_id, "ended": row.purge_id, "conversation_id": row.conversation_id}
         return Decision(selectors)
 
     def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
-        row = retention.policy_row(conn, str(selectors["policy_id"]), lock=True)
+        row = retention_queries.policy_row(conn, str(selectors["policy_id"]), lock=True)
         if row is None or row.ended_by is not None or state_is_newer(conn, row, purge_id):
             return  # gone already, or a merge of a removal older than the policy's state
-        retention.end_policy(conn, policy_id=row.policy_id, purge_id=purge_id)
+        retention_queries.end_policy(conn, policy_id=row.policy_id, purge_id=purge_id)
         if row.conversation_id is not None:
-            retention.walk_everything_again(conn, global_only=True)  # that conversation is the global one's now
+            retention_queries.walk_everything_again(conn, global_only=True)  # that conversation is the global one's now
 
     def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
         return []

@@ -20,7 +20,7 @@ fenced and no legal hold covers.
 - **Agent runs.** A run never expires an event that a non-terminal agent run (queued,
   running, waiting) admitted, as a content purge refuses one (``ActiveRuns``); a policy runs
   unattended, so the run waits instead of refusing. At acceptance, with the admissions made
-  final (``schema.retention.wait_for_admissions``), its cutoff is lowered to the earliest
+  final (``schema.retention_queries.wait_for_admissions``), its cutoff is lowered to the earliest
   event of its window that such a run admitted and that it would expire: that event, and
   everything that occurred after it, are left to a later run. Its ledger row says so:
   ``cutoff`` is the lowered one, ``planned_cutoff`` the one planned (now - max_age),
@@ -46,7 +46,7 @@ from sqlalchemy import Connection, Row
 
 from commands.kinds import selector_fields
 from commands.kinds.kind import Already, Decision, Env, Kind
-from schema import holds, ledger, restore, retention, steps
+from schema import holds, ledger, restore, retention_queries, steps
 from schema.errors import NotFound, ValidationError
 from schema.ledger import utc_text
 from schema.states import Exemption, HoldSubject, PurgeKind, StepKind
@@ -85,7 +85,7 @@ def expire_retention(ctx: cleanup.StepContext, held: steps.Claim, entry: ledger.
     that finds the walk done and nothing expiring left deletes the run's fence, unparks the
     attachments step and finishes this one; if a writer placed something behind the walk, it
     walks again. A rerun walks from the start (every batch is idempotent)."""
-    fence = retention.Fence.of(entry.purge_id, entry.selectors)
+    fence = retention_queries.Fence.of(entry.purge_id, entry.selectors)
     first = True
     for _walk in range(MAX_RETENTION_WALKS):
         after: tuple[Any, ...] | None = None
@@ -103,8 +103,10 @@ def expire_retention(ctx: cleanup.StepContext, held: steps.Claim, entry: ledger.
     )
 
 
-def _expire_batch(conn: Connection, *, fence: retention.Fence, after: Any, limit: int, first: bool) -> dict[str, Any]:
-    batch = retention.expire_batch(conn, fence, after=after, limit=limit)
+def _expire_batch(
+    conn: Connection, *, fence: retention_queries.Fence, after: Any, limit: int, first: bool
+) -> dict[str, Any]:
+    batch = retention_queries.expire_batch(conn, fence, after=after, limit=limit)
     progress = {
         "removed": len(batch.expired),
         "retained": len(batch.kept_elsewhere),
@@ -114,10 +116,10 @@ def _expire_batch(conn: Connection, *, fence: retention.Fence, after: Any, limit
     }
     if batch.after is not None:
         return {**progress, "after": batch.after}
-    if retention.expiring_left(conn, fence):  # placed behind the walk meanwhile: walk again
+    if retention_queries.expiring_left(conn, fence):  # placed behind the walk meanwhile: walk again
         return {**progress, "walked": True}
-    if retention.fence_exists(conn, fence.purge_id):
-        retention.drop_fence(conn, fence.purge_id)
+    if retention_queries.fence_exists(conn, fence.purge_id):
+        retention_queries.drop_fence(conn, fence.purge_id)
     return {**progress, "done": True, "wake": steps.unpark(conn, fence.purge_id, StepKind.ATTACHMENTS.value)}
 
 
@@ -156,7 +158,7 @@ class RetentionRunKind(Kind[Run, Row[Any] | None]):
             selector_fields.text(author, "held_authors", None)
 
     def lock(self, conn: Connection, env: Env, args: Run) -> Row[Any] | None:
-        return retention.policy_row(conn, args.policy_id, lock=True)
+        return retention_queries.policy_row(conn, args.policy_id, lock=True)
 
     def decide(self, conn: Connection, env: Env, args: Run, locked: Row[Any] | None) -> Decision | Already:
         row = locked
@@ -170,8 +172,8 @@ class RetentionRunKind(Kind[Run, Row[Any] | None]):
                 "changed since)"
             )
         held = holds.held_subjects(conn)
-        retention.wait_for_admissions(conn)
-        deferral = retention.deferral(
+        retention_queries.wait_for_admissions(conn)
+        deferral = retention_queries.deferral(
             conn, conversation_id=row.conversation_id, cutoff=args.cutoff, start=row.expired_through
         )
         selectors = {
@@ -186,7 +188,7 @@ class RetentionRunKind(Kind[Run, Row[Any] | None]):
             "held_conversations": [s for k, s in held if k == HoldSubject.CONVERSATION],
             "held_authors": [s for k, s in held if k == HoldSubject.AUTHOR],
             "own_policy_conversations": (
-                retention.own_policy_conversations(conn) if row.conversation_id is None else []
+                retention_queries.own_policy_conversations(conn) if row.conversation_id is None else []
             ),
             "hold_ids": holds.hold_ids_in_force(conn),
         }
@@ -194,9 +196,9 @@ class RetentionRunKind(Kind[Run, Row[Any] | None]):
         return Decision(selectors, steps, parked=(StepKind.ATTACHMENTS,), disclosures=disclosures(deferral))
 
     def fence(self, conn: Connection, purge_id: str, selectors: Mapping[str, Any]) -> None:
-        run = retention.Fence.of(purge_id, selectors)
-        retention.insert_fence(conn, run, exemptions(selectors))
-        retention.record_run(
+        run = retention_queries.Fence.of(purge_id, selectors)
+        retention_queries.insert_fence(conn, run, exemptions(selectors))
+        retention_queries.record_run(
             conn,
             policy_id=run.policy_id,
             policy_purge_id=str(selectors["policy_purge_id"]),
@@ -210,15 +212,15 @@ class RetentionRunKind(Kind[Run, Row[Any] | None]):
         """Content the run expired is back: the bodies step walks its window again (then
         unparks attachments). Nothing back: its fence, written again by the merge, goes now
         (the triggers check that nothing it expires is left)."""
-        run = retention.Fence.of(entry.purge_id, entry.selectors)
-        if retention.expiring_left(conn, run) or restore.fenced_content_left(conn, entry.purge_id):
+        run = retention_queries.Fence.of(entry.purge_id, entry.selectors)
+        if retention_queries.expiring_left(conn, run) or restore.fenced_content_left(conn, entry.purge_id):
             return [(StepKind.BODIES, False), (StepKind.ATTACHMENTS, True)]
-        if retention.fence_exists(conn, entry.purge_id):
-            retention.drop_fence(conn, entry.purge_id)
+        if retention_queries.fence_exists(conn, entry.purge_id):
+            retention_queries.drop_fence(conn, entry.purge_id)
         return [(StepKind.ATTACHMENTS, False)] if restore.bytes_left(conn, entry.purge_id) else []
 
 
-def _deferred(deferral: retention.Deferral, planned: dt.datetime) -> dict[str, Any]:
+def _deferred(deferral: retention_queries.Deferral, planned: dt.datetime) -> dict[str, Any]:
     """What the run's row says of the events it leaves to a later run (nothing, if none)."""
     if not deferral.events:
         return {}
@@ -229,7 +231,7 @@ def _deferred(deferral: retention.Deferral, planned: dt.datetime) -> dict[str, A
     }
 
 
-def disclosures(deferral: retention.Deferral) -> tuple[str, ...]:
+def disclosures(deferral: retention_queries.Deferral) -> tuple[str, ...]:
     """Why the run expires less than its policy's max age says."""
     if not deferral.events:
         return ()

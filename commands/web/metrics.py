@@ -60,7 +60,7 @@ from commands.handle import Purgekeeper
 from commands.status_overview import LedgerCheck, Snapshot
 from commands.surface import error_body, http_status
 from commands.web.auth import Tokens, bearer
-from schema import retention
+from schema import retention_queries
 from schema.errors import PurgekeeperError
 from schema.overview import Histogram
 from schema.states import StepKind
@@ -150,7 +150,7 @@ class PurgekeeperCollector(Collector):
         return info
 
     @staticmethod
-    def _retention(summary: retention.Summary) -> Iterator[Metric]:
+    def _retention(summary: retention_queries.Summary) -> Iterator[Metric]:
         yield _gauge("retention_policies", "Standing retention policies.", summary.policies)
         yield CounterMetricFamily(PREFIX + "retention_runs", "Retention runs accepted.", value=summary.runs)
         yield CounterMetricFamily(

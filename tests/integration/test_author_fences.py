@@ -3,7 +3,7 @@
 Each test seeds rows with raw SQL, writes one ``author_erasures`` row the way an acceptance
 does (``schema.authors.insert_erasure``), and then tries raw writes, each in its own
 transaction: the refusals are the triggers' own. Reads, the cleanup's batches and the
-preview's totals are the queries of ``schema.authors`` and ``schema.content``. Both backends.
+preview's totals are the queries of ``schema.authors`` and ``schema.content_queries``. Both backends.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from schema import authors, content, restore
+from schema import authors, content_queries, restore
 from schema.db import Database
 from schema.errors import AuthorErased, ContentPurged, PurgekeeperError, ValidationError
 from tests.helpers.raw import refused, statement, value, write
@@ -135,7 +135,7 @@ def test_a_blob_bound_only_by_erased_events_is_bound_to_nothing_new(chat: Databa
         ContentPurged,
     )
     with chat.read() as conn:
-        assert content.blob_holds_purged_content(conn, "bl01")
+        assert content_queries.blob_holds_purged_content(conn, "bl01")
 
 
 def test_an_erased_author_takes_new_events_only_after_the_window(chat: Database) -> None:
@@ -199,11 +199,11 @@ def test_a_read_omits_the_erased_events_only(chat: Database) -> None:
     attach(chat, "at1", "a1", "bl01")
     erase(chat)
     with chat.single() as reader:
-        read = content.read_conversation(reader, "c1")
+        read = content_queries.read_conversation(reader, "c1")
     assert [row[1] for row in read.events] == ["b-1", "a-late"]
     with chat.read() as conn:
-        assert not content.is_event_live(conn, "a1")
-        assert content.is_event_live(conn, "a-late")
+        assert not content_queries.is_event_live(conn, "a1")
+        assert content_queries.is_event_live(conn, "a-late")
 
 
 def test_a_restore_abandons_the_runs_that_admitted_an_erased_event(chat: Database) -> None:

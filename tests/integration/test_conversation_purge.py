@@ -11,7 +11,7 @@ from sqlalchemy import event, text
 
 import commands
 from commands import EventScope
-from schema.content import is_event_live
+from schema.content_queries import is_event_live
 
 Pk = commands.Purgekeeper
 

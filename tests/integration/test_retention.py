@@ -16,7 +16,7 @@ import pytest
 import commands
 from commands import NewAttachment
 from commands.kinds.retention_run import idempotency_key
-from schema.content import utc_from_text
+from schema.content_queries import utc_from_text
 from schema.ledger import utc_text
 from storage import failpoints
 from tests.helpers import rows, scalar, settle

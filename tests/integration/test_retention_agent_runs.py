@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import commands
-from schema.content import utc_from_text
+from schema.content_queries import utc_from_text
 from schema.ledger import utc_text
 from storage import failpoints
 from tests.helpers import rows, scalar, settle

@@ -20,7 +20,7 @@ DESIGN = REPOSITORY / "docs" / "design.md"
 ERROR_TABLE = "The error table"
 KINDS_SECTION = "The kinds"
 # Sections the code, the --help texts and the README cite by name (more are found below):
-# storage/__init__.py cites "Layers", the surfaces "the error table", schema/content.py and
+# storage/__init__.py cites "Layers", the surfaces "the error table", schema/content_queries.py and
 # migration 0006 what "live" means, schema/purges.py a purge's status, commands/restore_commands.py the
 # restore's order, storage/blobstore.py the CAS layout.
 CITED_SECTIONS = ("Layers", ERROR_TABLE, "The model", "The worker protocol", KINDS_SECTION)

@@ -35,7 +35,7 @@ def test_the_fast_path_formats_as_the_definition_does() -> None:
 
 
 def test_sqlite_timestamps_read_fast_are_read_as_the_column_type_reads_them() -> None:
-    from schema.content import utc_from_text
+    from schema.content_queries import utc_from_text
     from schema.tables import UtcDateTime
 
     column = UtcDateTime()

@@ -39,7 +39,7 @@ def test_no_function_is_over_60_lines(path: Path) -> None:
 
 def test_a_split_module_still_names_what_it_named() -> None:
     """The modules split for issue 25 still name what other code imports from them."""
-    from schema import content, purges, retention, tables
+    from schema import content_queries, purges, retention_queries, tables
     from storage import ledger_copy, signed_log
 
     assert {"LedgerCopy", "CopyHead", "catch_up", "reconcile", "open_source", "write_export", "SEGMENT_ROWS"} <= set(
@@ -48,10 +48,14 @@ def test_a_split_module_still_names_what_it_named() -> None:
     assert {"SignedLog", "TreeHead", "LogRefused", "ForeignKey", "load_or_create_key", "read_key"} <= set(
         dir(signed_log)
     )
-    assert {"Fence", "expire_batch", "deferral", "preview_totals", "quiet_turns", "summary"} <= set(dir(retention))
+    assert {"Fence", "expire_batch", "deferral", "preview_totals", "quiet_turns", "summary"} <= set(
+        dir(retention_queries)
+    )
     assert {"report_rows", "ReportRows", "create_steps", "list_ledger", "lock_conversations"} <= set(dir(purges))
     assert {"metadata", "UtcDateTime", "events", "purge_ledger", "CONTENT_TABLES", "PURGE_TABLES"} <= set(dir(tables))
-    assert {"live_event", "read_conversation", "insert_event", "NOT_PURGED", "utc_from_text"} <= set(dir(content))
+    assert {"live_event", "read_conversation", "insert_event", "NOT_PURGED", "utc_from_text"} <= set(
+        dir(content_queries)
+    )
 
 
 def test_the_copy_reads_its_segment_size_from_storage_ledger_copy(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,3 +67,14 @@ def test_the_copy_reads_its_segment_size_from_storage_ledger_copy(monkeypatch: p
     assert copy.segment_rows == ledger_copy.SEGMENT_ROWS
     monkeypatch.setattr(ledger_copy, "SEGMENT_ROWS", 4)
     assert copy.segment_rows == 4 and ledger_copy.segment_of(9) == 9 and ledger_copy.segment_of(8) == 5
+
+
+def test_no_two_modules_share_a_name_across_the_layers() -> None:
+    """Issue 25: a module's name says where it lives (``__init__`` and ``__main__`` aside)."""
+    seen: dict[str, list[str]] = {}
+    for package in ("commands", "schema", "workers", "storage", "tlog"):
+        for path in (ROOT / package).rglob("*.py"):
+            if path.stem not in ("__init__", "__main__"):
+                seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    shared = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not shared, shared

@@ -45,7 +45,7 @@ from sqlalchemy import (
 )
 
 from schema import ledger
-from schema.content import upsert_insert
+from schema.content_queries import upsert_insert
 from schema.retention_expiring import PLAN_LOCK_CLASS, anything_to_expire, quiet_turns
 from schema.retention_fence import (
     FENCE_LOCK_CLASS,
