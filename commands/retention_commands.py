@@ -133,14 +133,14 @@ class RetentionCommands:
             if plan is None or plan.cutoff is None:
                 return _quiet_outcome(policy_id, plan.deferral if plan else NOTHING_WAITS)
             cutoff = plan.cutoff
-            failpoints.hit("retention_queries.planned")
+            failpoints.hit("retention.planned")
             acceptance = self.acceptance.accept(
                 kinds.RETENTION_RUN,
                 Run(policy_id, cutoff),
                 {"policy_id": policy_id, "cutoff": utc_text(cutoff)},
                 _scheduler_causal(policy_id, plan.policy_purge_id, cutoff),
             )
-            failpoints.hit("retention_queries.accepted")
+            failpoints.hit("retention.accepted")
             self.db.transact(functools.partial(_schedule, policy_id=policy_id, interval=self.retention_interval))
             outcome = self._accepted_outcome(policy_id, acceptance.purge_id, cutoff)
         except Exception as exc:  # one policy's failure never stops the others' turns
