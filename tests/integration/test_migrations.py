@@ -45,7 +45,7 @@ def test_migrations_match_the_table_definitions(db: Database) -> None:
 
 
 def test_migrations_install_every_named_trigger(db: Database) -> None:
-    assert installed_triggers(db) == fences.TRIGGERS[db.dialect]
+    assert installed_triggers(db) == fences.triggers(db.dialect)
 
 
 def test_tables_carry_the_contract_names(db: Database) -> None:

@@ -13,21 +13,10 @@ import pytest
 
 from schema import fences, rules
 
-DEFINITION = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?(TRIGGER|FUNCTION|VIEW)\s+(\w+)", re.IGNORECASE)
 
-
-def code_lines(statement: str) -> str:
-    return "\n".join(line for line in statement.splitlines() if not line.lstrip().startswith("--")).strip()
-
-
-def defined(dialect: str) -> dict[str, set[str]]:
+def defined(dialect: str) -> dict[str, frozenset[str]]:
     """{"trigger": names, "function": names, "view": names} of ``dialect``'s current.sql."""
-    found: dict[str, set[str]] = {"trigger": set(), "function": set(), "view": set()}
-    for statement in fences.statements(dialect, "current.sql"):
-        match = DEFINITION.match(code_lines(statement))
-        assert match, f"current.sql ({dialect}) holds a statement that defines nothing: {statement[:200]!r}"
-        found[match.group(1).lower()].add(match.group(2))
-    return found
+    return fences.defined(dialect)
 
 
 @pytest.mark.parametrize("dialect", rules.DIALECTS)
@@ -50,12 +39,6 @@ def test_every_name_in_the_rule_table_is_defined(dialect: str) -> None:
     found = defined(dialect)
     unknown = sorted(rules.names(dialect) - found["trigger"] - found["function"])
     assert unknown == [], f"schema/rules.py names {dialect} triggers or functions current.sql lacks: {unknown}"
-
-
-@pytest.mark.parametrize("dialect", rules.DIALECTS)
-def test_the_rule_table_names_the_triggers_the_migrations_are_checked_for(dialect: str) -> None:
-    """``schema.fences.TRIGGERS`` is what tests/integration/test_migrations.py finds installed."""
-    assert defined(dialect)["trigger"] == fences.TRIGGERS[dialect]
 
 
 def one_sided(table: tuple[rules.Rule, ...]) -> list[str]:
