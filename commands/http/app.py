@@ -107,7 +107,7 @@ def _api_routes(*routers: APIRouter) -> list[APIRoute]:
 
 
 def _document_400_not_422(app: FastAPI) -> None:
-    """A request that does not match the document is a 400 ``ErrorBody`` (``errors``), so the
+    """A request that does not match the document is a 400 ``ErrorOut`` (``errors``), so the
     422 FastAPI documents for every operation with parameters is taken out again."""
     generate = app.openapi
 

@@ -4,6 +4,10 @@ Each model mirrors a record of ``commands`` (``MIRRORS`` pairs them, and a test 
 fields equal) in the JSON that ``commands.surface.plain`` makes of it: times are UTC ISO
 8601 with a ``Z``, durations whole seconds, tuples lists, enums their values. The routes
 send ``plain`` JSON; these models are its contract, for the document and generated clients.
+
+Each name ends in ``Out`` (``ConversationOut`` mirrors ``records.Conversation``; ``ErrorOut`` is
+the body of every error), so no name is both a record and an HTTP model; the request bodies
+(``bodies``) end in ``In``.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ class _Model(BaseModel):
 # -- content --------------------------------------------------------------------------------
 
 
-class Conversation(_Model):
+class ConversationOut(_Model):
     id: str
     kind: ConversationKind
     state: ConversationState
@@ -36,11 +40,11 @@ class Conversation(_Model):
     created_at: Utc
 
 
-class ConversationList(_Model):
-    conversations: list[Conversation] = Field(description="purged conversations are omitted")
+class ConversationListOut(_Model):
+    conversations: list[ConversationOut] = Field(description="purged conversations are omitted")
 
 
-class Bot(_Model):
+class BotOut(_Model):
     id: str
     name: str
     state: BotState
@@ -49,7 +53,7 @@ class Bot(_Model):
     created_at: Utc
 
 
-class Attachment(_Model):
+class AttachmentOut(_Model):
     id: str
     blob_id: str
     binding: Binding
@@ -57,25 +61,25 @@ class Attachment(_Model):
     size: int = Field(description="bytes")
 
 
-class Event(_Model):
+class EventOut(_Model):
     id: str
     provider_event_id: str | None
     author: str
     occurred_at: Utc
     body: str | None
-    attachments: list[Attachment]
+    attachments: list[AttachmentOut]
 
 
-class EventList(_Model):
-    events: list[Event] = Field(description="the events no purge fences, oldest first")
+class EventListOut(_Model):
+    events: list[EventOut] = Field(description="the events no purge fences, oldest first")
 
 
-class Placement(_Model):
+class PlacementOut(_Model):
     event_id: str
     conversation_id: str
 
 
-class Run(_Model):
+class RunOut(_Model):
     id: str
     conversation_id: str
     bot_id: str
@@ -85,14 +89,14 @@ class Run(_Model):
     finished_at: Utc | None
 
 
-class Admission(_Model):
+class AdmissionOut(_Model):
     id: str
     event_id: str
     run_id: str
     payload: JsonValue
 
 
-class Derivative(_Model):
+class DerivativeOut(_Model):
     id: str
     conversation_id: str
     kind: str
@@ -103,7 +107,7 @@ class Derivative(_Model):
 # -- previews -------------------------------------------------------------------------------
 
 
-class EventScope(_Model):
+class EventScopeOut(_Model):
     event_ids: list[str] | None
     conversation_id: str | None
     after: Utc | None
@@ -111,7 +115,7 @@ class EventScope(_Model):
     author: str | None
 
 
-class PreviewEvent(_Model):
+class PreviewEventOut(_Model):
     id: str
     provider_event_id: str | None
     author: str
@@ -120,13 +124,13 @@ class PreviewEvent(_Model):
     already_fenced: bool
 
 
-class PreviewAdmission(_Model):
+class PreviewAdmissionOut(_Model):
     id: str
     event_id: str
     run_id: str
 
 
-class PreviewRun(_Model):
+class PreviewRunOut(_Model):
     id: str
     conversation_id: str
     bot_id: str
@@ -134,72 +138,72 @@ class PreviewRun(_Model):
     has_output: bool
 
 
-class PreviewDerivative(_Model):
+class PreviewDerivativeOut(_Model):
     id: str
     conversation_id: str
     kind: str
     source_event_ids: list[str]
 
 
-class Reference(_Model):
+class ReferenceOut(_Model):
     attachment_id: str
     event_id: str
     binding: str
 
 
-class PreviewAttachment(_Model):
+class PreviewAttachmentOut(_Model):
     id: str
     event_id: str
     blob_id: str
     binding: str
     name: str
     size: int
-    other_references: list[Reference] = Field(description="bindings outside the scope that keep the bytes")
+    other_references: list[ReferenceOut] = Field(description="bindings outside the scope that keep the bytes")
 
 
-class HeldEvent(_Model):
+class HeldEventOut(_Model):
     event_id: str
     hold_ids: list[str]
 
 
-class PurgePreview(_Model):
-    scope: EventScope
-    events: list[PreviewEvent]
-    admissions: list[PreviewAdmission]
-    runs: list[PreviewRun] = Field(description="runs that admitted a selected event: their outputs are NULLed too")
-    derivatives: list[PreviewDerivative]
-    exclusive_attachments: list[PreviewAttachment] = Field(description="their bytes will be deleted")
-    shared_attachments: list[PreviewAttachment] = Field(description="their bytes are kept")
-    blocking_runs: list[PreviewRun] = Field(description="non-terminal runs that refuse the purge")
+class PurgePreviewOut(_Model):
+    scope: EventScopeOut
+    events: list[PreviewEventOut]
+    admissions: list[PreviewAdmissionOut]
+    runs: list[PreviewRunOut] = Field(description="runs that admitted a selected event: their outputs are NULLed too")
+    derivatives: list[PreviewDerivativeOut]
+    exclusive_attachments: list[PreviewAttachmentOut] = Field(description="their bytes will be deleted")
+    shared_attachments: list[PreviewAttachmentOut] = Field(description="their bytes are kept")
+    blocking_runs: list[PreviewRunOut] = Field(description="non-terminal runs that refuse the purge")
     disclosures: list[str]
     scope_digest: str = Field(description="send it with the confirmation")
-    held: list[HeldEvent] = Field(description="selected events under a legal hold")
+    held: list[HeldEventOut] = Field(description="selected events under a legal hold")
 
 
-class RepositoryIdentity(_Model):
+class RepositoryIdentityOut(_Model):
     path: str
     marker_id: str
 
 
-class MemoryPreview(_Model):
+class MemoryPreviewOut(_Model):
     path: str | None
     erasable: bool
     reason: str | None
     detail: str | None
-    identity: RepositoryIdentity | None = Field(description="send it back as reviewed_repository")
+    identity: RepositoryIdentityOut | None = Field(description="send it back as reviewed_repository")
 
 
-class BotDeletionPreview(_Model):
+class BotDeletionPreviewOut(_Model):
     bot_id: str
     name: str
     state: str
     blocking_runs: list[str]
-    memory: MemoryPreview
+    memory: MemoryPreviewOut
     disclosures: list[str]
     held_by: list[str]
 
 
-class ErasureTotals(_Model):
+class ErasureTotalsOut(_Model):
     events: int
     placements: int
     conversations: int
@@ -211,24 +215,24 @@ class ErasureTotals(_Model):
     already_fenced: int
 
 
-class ConversationCount(_Model):
+class ConversationCountOut(_Model):
     conversation_id: str
     events: int
 
 
-class SharedAttachment(_Model):
+class SharedAttachmentOut(_Model):
     attachment_id: str
     event_id: str
     blob_id: str
     other_references: int
 
 
-class AuthorErasurePreview(_Model):
+class AuthorErasurePreviewOut(_Model):
     author: str
     before: Utc | None
-    totals: ErasureTotals
-    conversations: list[ConversationCount]
-    shared_attachments: list[SharedAttachment]
+    totals: ErasureTotalsOut
+    conversations: list[ConversationCountOut]
+    shared_attachments: list[SharedAttachmentOut]
     blocking_runs: list[str]
     disclosures: list[str]
     scope_digest: str
@@ -238,14 +242,14 @@ class AuthorErasurePreview(_Model):
 # -- purges ---------------------------------------------------------------------------------
 
 
-class Acceptance(_Model):
+class AcceptanceOut(_Model):
     purge_id: str = Field(description="its status is at /v1/purges/{purge_id} (the Location header)")
     ledger_seq: int
     outcome: Literal["accepted", "already_purged"]
     disclosures: list[str]
 
 
-class StepProgress(_Model):
+class StepProgressOut(_Model):
     removed: int
     retained_shared: int
     retained_reasons: dict[str, Any]
@@ -253,7 +257,7 @@ class StepProgress(_Model):
     held: int = Field(description="what legal holds kept out of a retention run")
 
 
-class StepState(_Model):
+class StepStateOut(_Model):
     id: str
     kind: str = Field(description="bodies, attachments or memory")
     status: StepStatus
@@ -261,13 +265,13 @@ class StepState(_Model):
     max_attempts: int
     last_error: str | None
     next_attempt_at: Utc
-    progress: StepProgress
+    progress: StepProgressOut
     lease_owner: str | None
     lease_expires_at: Utc | None
     updated_at: Utc | None
 
 
-class PurgeStatus(_Model):
+class PurgeStatusOut(_Model):
     purge_id: str
     kind: str = Field(description="content, conversation, channel, bot, author, retention, ..., hold_release")
     status: PurgeState
@@ -276,32 +280,32 @@ class PurgeStatus(_Model):
     accepted_at: Utc
     actor: str
     reason: str
-    steps: list[StepState]
+    steps: list[StepStateOut]
     label: str = Field(description="what the row is, in a few words")
     policy_id: str | None
     completed_at: Utc | None
 
 
-class PurgePage(_Model):
-    purges: list[PurgeStatus] = Field(description="newest first")
+class PurgePageOut(_Model):
+    purges: list[PurgeStatusOut] = Field(description="newest first")
     next_after: int | None = Field(description="pass as ?after= for the next page; null on the last page")
 
 
 # -- operating ------------------------------------------------------------------------------
 
 
-class Resumed(_Model):
+class ResumedOut(_Model):
     resent: int = Field(description="how many due cleanup steps were sent again")
 
 
-class LedgerReport(_Model):
+class LedgerReportOut(_Model):
     ok: bool
     rows: int
     head_hash: str
     problems: list[str]
 
 
-class GateState(_Model):
+class GateStateOut(_Model):
     open: bool
     problems: list[str]
     ledger_rows: int
@@ -310,7 +314,7 @@ class GateState(_Model):
     checked_at: Utc | None
 
 
-class MergeReport(_Model):
+class MergeReportOut(_Model):
     files: list[str] = Field(description="the uploaded files, named as the client named them")
     sources: list[str]
     appended: list[str]
@@ -318,14 +322,14 @@ class MergeReport(_Model):
     runs_abandoned: int
     steps_rearmed: list[str]
     deleted_files_removed: int
-    gate: GateState
+    gate: GateStateOut
     verbatim: int
 
 
 # -- retention and legal holds --------------------------------------------------------------
 
 
-class RetentionPreview(_Model):
+class RetentionPreviewOut(_Model):
     conversation_id: str | None
     max_age: int = Field(description="seconds")
     cutoff: Utc
@@ -333,7 +337,7 @@ class RetentionPreview(_Model):
     placements: int
     conversations: int
     kept_elsewhere: int
-    by_conversation: list[ConversationCount]
+    by_conversation: list[ConversationCountOut]
     held: int
     hold_ids: list[str]
     governed_elsewhere: list[str]
@@ -342,7 +346,7 @@ class RetentionPreview(_Model):
     scope_digest: str
 
 
-class RetentionPolicy(_Model):
+class RetentionPolicyOut(_Model):
     policy_id: str
     conversation_id: str | None
     max_age: int = Field(description="seconds")
@@ -355,11 +359,11 @@ class RetentionPolicy(_Model):
     next_run: Utc | None
 
 
-class PolicyList(_Model):
-    policies: list[RetentionPolicy]
+class PolicyListOut(_Model):
+    policies: list[RetentionPolicyOut]
 
 
-class Hold(_Model):
+class HoldOut(_Model):
     hold_id: str
     conversation_ids: list[str]
     authors: list[str]
@@ -372,14 +376,14 @@ class Hold(_Model):
     released_at: Utc | None
 
 
-class HoldList(_Model):
-    holds: list[Hold]
+class HoldListOut(_Model):
+    holds: list[HoldOut]
 
 
 # -- errors ---------------------------------------------------------------------------------
 
 
-class ErrorBody(_Model):
+class ErrorOut(_Model):
     """``{"error": CODE, "detail": ...}``; a few errors add machine-readable fields."""
 
     error: str = Field(description="the error's class name in snake_case, e.g. validation_error")
@@ -395,7 +399,7 @@ class ErrorBody(_Model):
 # -- receipts (tlog.receipt's documents, checked offline by tlog.verify) ----------------------
 
 
-class Receipt(_Model):
+class ReceiptOut(_Model):
     format: Literal["purgekeeper-receipt"]
     version: Literal[1]
     purge_id: str
@@ -406,65 +410,65 @@ class Receipt(_Model):
     checkpoint: str = Field(description="the signed checkpoint (C2SP signed note) the proof is for")
 
 
-class CompletionStepCounts(_Model):
+class CompletionStepCountsOut(_Model):
     kind: str
     removed: int
     retained_shared: int
     held: int
 
 
-class CompletionStatement(_Model):
+class CompletionStatementOut(_Model):
     purge_id: str
     ledger_seq: int
     completed_at: str = Field(description="when the last step finished (database clock), as in the statement")
     attempts: int = Field(description="the cleanup attempts recorded for the purge, as in the statement")
-    steps: list[CompletionStepCounts]
+    steps: list[CompletionStepCountsOut]
     statement: str = Field(
         description="the signed statement (C2SP signed note, the log's key) bound to the purge's leaf; "
         "the fields above repeat it unsigned"
     )
 
 
-class ConsistencyProof(_Model):
+class ConsistencyProofOut(_Model):
     proof: list[str] = Field(description="base64 hashes (RFC 9162 §2.1.4) from the tree of size `from`")
     checkpoint: str = Field(description="the newest signed checkpoint")
 
 
-# Each model and the record it mirrors (the wrappers, Resumed and ErrorBody mirror none).
+# Each model and the record it mirrors (the wrappers, ResumedOut and ErrorOut mirror none).
 MIRRORS: dict[type[BaseModel], type[Any]] = {
-    Conversation: records.Conversation,
-    Bot: records.Bot,
-    Attachment: records.Attachment,
-    Event: records.Event,
-    Placement: records.Placement,
-    Run: records.Run,
-    Admission: records.Admission,
-    Derivative: records.Derivative,
-    EventScope: scope.EventScope,
-    PreviewEvent: scope.PreviewEvent,
-    PreviewAdmission: scope.PreviewAdmission,
-    PreviewRun: scope.PreviewRun,
-    PreviewDerivative: scope.PreviewDerivative,
-    Reference: scope.Reference,
-    PreviewAttachment: scope.PreviewAttachment,
-    HeldEvent: scope.HeldEvent,
-    PurgePreview: scope.PurgePreview,
-    RepositoryIdentity: records.RepositoryIdentity,
-    MemoryPreview: records.MemoryPreview,
-    BotDeletionPreview: records.BotDeletionPreview,
-    ErasureTotals: records.ErasureTotals,
-    ConversationCount: records.ConversationCount,
-    SharedAttachment: records.SharedAttachment,
-    AuthorErasurePreview: records.AuthorErasurePreview,
-    Acceptance: records.Acceptance,
-    StepProgress: records.StepProgress,
-    StepState: records.StepState,
-    PurgeStatus: records.PurgeStatus,
-    PurgePage: records.PurgePage,
-    LedgerReport: records.LedgerReport,
-    GateState: gate.GateState,
-    MergeReport: restore_commands.MergeReport,
-    RetentionPreview: records.RetentionPreview,
-    RetentionPolicy: records.RetentionPolicy,
-    Hold: records.Hold,
+    ConversationOut: records.Conversation,
+    BotOut: records.Bot,
+    AttachmentOut: records.Attachment,
+    EventOut: records.Event,
+    PlacementOut: records.Placement,
+    RunOut: records.Run,
+    AdmissionOut: records.Admission,
+    DerivativeOut: records.Derivative,
+    EventScopeOut: scope.EventScope,
+    PreviewEventOut: scope.PreviewEvent,
+    PreviewAdmissionOut: scope.PreviewAdmission,
+    PreviewRunOut: scope.PreviewRun,
+    PreviewDerivativeOut: scope.PreviewDerivative,
+    ReferenceOut: scope.Reference,
+    PreviewAttachmentOut: scope.PreviewAttachment,
+    HeldEventOut: scope.HeldEvent,
+    PurgePreviewOut: scope.PurgePreview,
+    RepositoryIdentityOut: records.RepositoryIdentity,
+    MemoryPreviewOut: records.MemoryPreview,
+    BotDeletionPreviewOut: records.BotDeletionPreview,
+    ErasureTotalsOut: records.ErasureTotals,
+    ConversationCountOut: records.ConversationCount,
+    SharedAttachmentOut: records.SharedAttachment,
+    AuthorErasurePreviewOut: records.AuthorErasurePreview,
+    AcceptanceOut: records.Acceptance,
+    StepProgressOut: records.StepProgress,
+    StepStateOut: records.StepState,
+    PurgeStatusOut: records.PurgeStatus,
+    PurgePageOut: records.PurgePage,
+    LedgerReportOut: records.LedgerReport,
+    GateStateOut: gate.GateState,
+    MergeReportOut: restore_commands.MergeReport,
+    RetentionPreviewOut: records.RetentionPreview,
+    RetentionPolicyOut: records.RetentionPolicy,
+    HoldOut: records.Hold,
 }

@@ -1,6 +1,6 @@
 """The OpenAPI document as a contract: every operation has its explicit operationId (the
 command's name), a typed success response (a model, or bytes for the two downloads), the
-400 ``ErrorBody`` it really answers and no 422; the acceptances answer 202 with a Location,
+400 ``ErrorOut`` it really answers and no 422; the acceptances answer 202 with a Location,
 and nothing else does. The response models mirror the records field for field. (That each
 response is exactly its model is checked on every response of the HTTP tests, by the
 ``as_documented`` hook of ``test_http_api.make_client``.)"""
@@ -71,7 +71,7 @@ ACCEPTANCES = {
     "release_hold",
 }
 DOWNLOADS = {"open_attachment": "application/octet-stream", "checkpoint_ledger": "application/x-ndjson"}
-ERROR_BODY = {"$ref": "#/components/schemas/ErrorBody"}
+ERROR_BODY = {"$ref": "#/components/schemas/ErrorOut"}
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_the_document_lists_the_400_the_api_answers_and_no_422(document: dict[st
         assert responses["400"]["content"]["application/json"]["schema"] == ERROR_BODY, key
     schemas = document["components"]["schemas"]
     assert "HTTPValidationError" not in schemas and "ValidationError" not in schemas
-    error = schemas["ErrorBody"]
+    error = schemas["ErrorOut"]
     assert set(error["required"]) == {"error", "detail"}
     assert {"reason", "diagnostics", "run_ids", "hold_ids", "purge_id", "ledger_seq"} <= set(error["properties"])
 
@@ -124,7 +124,7 @@ def test_acceptances_document_the_location_of_the_status(document: dict[str, Any
         if operation["operationId"] not in ACCEPTANCES:
             continue
         accepted = operation["responses"]["202"]
-        assert accepted["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Acceptance"}
+        assert accepted["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/AcceptanceOut"}
         assert set(accepted["headers"]) == {"Location"}, key
 
 
@@ -143,12 +143,18 @@ def test_each_model_mirrors_its_record(model: type[Any]) -> None:
 
 def test_every_response_model_is_a_mirror_or_a_wrapper_of_mirrors() -> None:
     """A new record field shows up in a mirror test; a new model needs its record here."""
-    wrappers = {models.ConversationList, models.EventList, models.PolicyList, models.HoldList, models.Resumed}
-    wrappers |= {models.Receipt, models.ConsistencyProof}  # tlog.receipt's documents: no record
-    wrappers |= {models.CompletionStatement, models.CompletionStepCounts}  # a signed statement: no record
+    wrappers = {
+        models.ConversationListOut,
+        models.EventListOut,
+        models.PolicyListOut,
+        models.HoldListOut,
+        models.ResumedOut,
+    }
+    wrappers |= {models.ReceiptOut, models.ConsistencyProofOut}  # tlog.receipt's documents: no record
+    wrappers |= {models.CompletionStatementOut, models.CompletionStepCountsOut}  # a signed statement: no record
     declared = {
         value
         for value in vars(models).values()
         if isinstance(value, type) and issubclass(value, models.BaseModel) and value.__module__ == models.__name__
     }
-    assert declared - {models._Model, models.ErrorBody} == set(models.MIRRORS) | wrappers
+    assert declared - {models._Model, models.ErrorOut} == set(models.MIRRORS) | wrappers

@@ -81,7 +81,7 @@ def test_a_generated_client_drives_a_purge_end_to_end(server: str, generated: Mo
 def drive_a_purge(client: Any, models: Any, types: Any) -> None:
 
     created = _call("content.create_conversation", client, body=models.NewConversation(conversation_id="c1"))
-    assert isinstance(created, models.Conversation) and created.version == 1
+    assert isinstance(created, models.ConversationOut) and created.version == 1
     kept = _call("content.ingest_event", client, conversation_id="c1", body=models.NewEvent(author="ada", body="keep"))
     upload = models.UploadEventEventUpload(
         author="ada",
@@ -101,7 +101,7 @@ def drive_a_purge(client: Any, models: Any, types: Any) -> None:
     response = _module("api.purges.confirm_purge").sync_detailed(client=client, body=confirmation)
     assert response.status_code == 202
     acceptance = response.parsed
-    assert isinstance(acceptance, models.Acceptance) and acceptance.outcome.value == "accepted"
+    assert isinstance(acceptance, models.AcceptanceOut) and acceptance.outcome.value == "accepted"
     assert response.headers["location"] == f"/v1/purges/{acceptance.purge_id}"
 
     status = _call("purges.wait", client, purge_id=acceptance.purge_id, timeout=20.0)
@@ -116,7 +116,7 @@ def drive_a_purge(client: Any, models: Any, types: Any) -> None:
 
 
 def _call(operation: str, client: Any, *args: Any, **kwargs: Any) -> Any:
-    """``api.<tag>.<operationId>.sync``: the typed result; an ``ErrorBody`` fails the test."""
+    """``api.<tag>.<operationId>.sync``: the typed result; an ``ErrorOut`` fails the test."""
     result = _module(f"api.{operation}").sync(*args, client=client, **kwargs)
-    assert not isinstance(result, _module("models").ErrorBody), (operation, result)
+    assert not isinstance(result, _module("models").ErrorOut), (operation, result)
     return result

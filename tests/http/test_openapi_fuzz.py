@@ -2,7 +2,7 @@
 generated request, valid or not, gets a 5xx (a 503 would need a broken database, which this
 handle does not have) or a traceback, and every response is one the document declares (its
 status code, content type, headers and body schema: the typed models, the 202 Location, the
-400 ``ErrorBody``). SQLite only, one handle for the module, for speed.
+400 ``ErrorOut``). SQLite only, one handle for the module, for speed.
 
 The handle is seeded with short ids that Hypothesis tends to generate (``0``, ``A``, ...), so
 many requests reach existing conversations, events, runs, bots and blobs instead of stopping

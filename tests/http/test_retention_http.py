@@ -73,7 +73,7 @@ def test_the_routes_are_operator_routes_with_their_command_s_operation_id(operat
         if path.startswith(("/v1/retention", "/v1/holds"))
     }
     assert declared == {route: (operation_id, [OPERATOR_TAG]) for route, operation_id in ROUTES.items()}
-    conflict = document["components"]["schemas"]["ErrorBody"]["properties"]
+    conflict = document["components"]["schemas"]["ErrorOut"]["properties"]
     assert "hold_ids" in conflict  # a LegalHold's 409 names the holds
 
 

@@ -22,7 +22,7 @@ OPERATOR_TAG = "operator"
 ORIGIN = "http"
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": models.ErrorBody, "description": description}
+    status: {"model": models.ErrorOut, "description": description}
     for status, description in (
         (400, "invalid request (validation_error)"),
         (401, "missing or wrong bearer token"),
@@ -34,12 +34,12 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     )
 }
 UPLOAD_RESPONSES: dict[int | str, dict[str, Any]] = {
-    413: {"model": models.ErrorBody, "description": "an attachment or the whole request is too large"},
-    415: {"model": models.ErrorBody, "description": "not multipart/form-data"},
+    413: {"model": models.ErrorOut, "description": "an attachment or the whole request is too large"},
+    415: {"model": models.ErrorOut, "description": "not multipart/form-data"},
 }
 ACCEPTED: dict[str, Any] = {
     "status_code": 202,
-    "response_model": models.Acceptance,
+    "response_model": models.AcceptanceOut,
     "responses": {
         202: {
             "description": "accepted (or already in force): the purge's status is at the Location",

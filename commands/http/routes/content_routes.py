@@ -48,15 +48,17 @@ def content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
 
 
 def _conversation_routes(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int) -> None:
-    @router.post("/conversations", operation_id="create_conversation", response_model=models.Conversation)
+    @router.post("/conversations", operation_id="create_conversation", response_model=models.ConversationOut)
     def create_conversation(new: NewConversation) -> JSONResponse:
         return as_json(pk.create_conversation(new.conversation_id, kind=new.kind, bot_id=new.bot_id))
 
-    @router.get("/conversations", operation_id="list_conversations", response_model=models.ConversationList)
+    @router.get("/conversations", operation_id="list_conversations", response_model=models.ConversationListOut)
     def list_conversations() -> JSONResponse:
         return as_json({"conversations": pk.list_conversations()})
 
-    @router.get("/conversations/{conversation_id}", operation_id="get_conversation", response_model=models.Conversation)
+    @router.get(
+        "/conversations/{conversation_id}", operation_id="get_conversation", response_model=models.ConversationOut
+    )
     def get_conversation(conversation_id: IdPath) -> JSONResponse:
         found = pk.get_conversation(conversation_id)
         if found is None:
@@ -64,7 +66,7 @@ def _conversation_routes(router: APIRouter, pk: Purgekeeper, max_attachment_byte
         return as_json(found)
 
     @router.get(
-        "/conversations/{conversation_id}/events", operation_id="read_conversation", response_model=models.EventList
+        "/conversations/{conversation_id}/events", operation_id="read_conversation", response_model=models.EventListOut
     )
     def read_conversation(conversation_id: IdPath) -> JSONResponse:
         events = pk.read_conversation(conversation_id)
@@ -72,7 +74,7 @@ def _conversation_routes(router: APIRouter, pk: Purgekeeper, max_attachment_byte
             raise pk.why_unreadable(conversation_id)
         return as_json({"events": events})
 
-    @router.post("/conversations/{conversation_id}/events", operation_id="ingest_event", response_model=models.Event)
+    @router.post("/conversations/{conversation_id}/events", operation_id="ingest_event", response_model=models.EventOut)
     def ingest_event(conversation_id: IdPath, new: NewEvent) -> JSONResponse:
         attachments = [_attachment(a, i, max_attachment_bytes) for i, a in enumerate(new.attachments)]
         event = pk.ingest_event(
@@ -93,7 +95,7 @@ def _upload_route(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int)
     @router.post(
         "/conversations/{conversation_id}/events/upload",
         operation_id="upload_event",
-        response_model=models.Event,
+        response_model=models.EventOut,
         responses=UPLOAD_RESPONSES,
         openapi_extra={"requestBody": upload_schema()},
     )
@@ -124,13 +126,15 @@ def _derived_routes(router: APIRouter, pk: Purgekeeper) -> None:
     and an attachment's bytes."""
 
     @router.post(
-        "/conversations/{conversation_id}/placements", operation_id="place_event", response_model=models.Placement
+        "/conversations/{conversation_id}/placements", operation_id="place_event", response_model=models.PlacementOut
     )
     def place_event(conversation_id: IdPath, new: NewPlacement) -> JSONResponse:
         return as_json(pk.place_event(new.event_id, conversation_id))
 
     @router.post(
-        "/conversations/{conversation_id}/derivatives", operation_id="add_derivative", response_model=models.Derivative
+        "/conversations/{conversation_id}/derivatives",
+        operation_id="add_derivative",
+        response_model=models.DerivativeOut,
     )
     def add_derivative(conversation_id: IdPath, new: NewDerivative) -> JSONResponse:
         derivative = pk.add_derivative(
@@ -138,20 +142,20 @@ def _derived_routes(router: APIRouter, pk: Purgekeeper) -> None:
         )
         return as_json(derivative)
 
-    @router.post("/bots", operation_id="register_bot", response_model=models.Bot)
+    @router.post("/bots", operation_id="register_bot", response_model=models.BotOut)
     def register_bot(new: NewBot) -> JSONResponse:
         memory_path = _inside_memory_roots(new.memory_path, pk.settings.memory_roots)
         return as_json(pk.register_bot(new.bot_id, name=new.name, memory_path=memory_path))
 
-    @router.post("/runs", operation_id="start_run", response_model=models.Run)
+    @router.post("/runs", operation_id="start_run", response_model=models.RunOut)
     def start_run(new: NewRun) -> JSONResponse:
         return as_json(pk.start_run(new.conversation_id, bot_id=new.bot_id, run_id=new.run_id))
 
-    @router.post("/runs/{run_id}/finish", operation_id="finish_run", response_model=models.Run)
+    @router.post("/runs/{run_id}/finish", operation_id="finish_run", response_model=models.RunOut)
     def finish_run(run_id: IdPath, finish: RunFinish) -> JSONResponse:
         return as_json(pk.finish_run(run_id, status=finish.status, output=finish.output))
 
-    @router.post("/runs/{run_id}/admissions", operation_id="admit", response_model=models.Admission)
+    @router.post("/runs/{run_id}/admissions", operation_id="admit", response_model=models.AdmissionOut)
     def admit(run_id: IdPath, new: NewAdmission) -> JSONResponse:
         return as_json(pk.admit(new.event_id, run_id, payload=new.payload))
 

@@ -20,17 +20,19 @@ def proof_routes(router: APIRouter, pk: Purgekeeper) -> None:
     """Added to the group of the purges' status (``purges.status_routes``): the same tag and
     the same callers, and one router as before the routes were split into modules."""
 
-    @router.get("/purges/{purge_id}/receipt", operation_id="receipt", response_model=models.Receipt)
+    @router.get("/purges/{purge_id}/receipt", operation_id="receipt", response_model=models.ReceiptOut)
     def receipt(purge_id: IdPath, request: Request) -> JSONResponse:
         visible(pk.status(purge_id), request)
         return as_json(pk.receipt(purge_id))
 
-    @router.get("/purges/{purge_id}/completion", operation_id="completion", response_model=models.CompletionStatement)
+    @router.get(
+        "/purges/{purge_id}/completion", operation_id="completion", response_model=models.CompletionStatementOut
+    )
     def completion(purge_id: IdPath, request: Request) -> JSONResponse:
         visible(pk.status(purge_id), request)
         return as_json(pk.completion(purge_id))
 
-    @router.get("/ledger/consistency", operation_id="consistency", response_model=models.ConsistencyProof)
+    @router.get("/ledger/consistency", operation_id="consistency", response_model=models.ConsistencyProofOut)
     def consistency(
         from_size: Annotated[int, Query(alias="from", ge=1, le=MAX_SEQ, description="the older tree's size")],
     ) -> JSONResponse:

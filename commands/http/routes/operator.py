@@ -29,15 +29,15 @@ MAX_MERGE_FILES = 64
 def operator_routes(pk: Purgekeeper) -> APIRouter:
     router = v1(OPERATOR_TAG)
 
-    @router.post("/purges/{purge_id}/retry", operation_id="retry", response_model=models.PurgeStatus)
+    @router.post("/purges/{purge_id}/retry", operation_id="retry", response_model=models.PurgeStatusOut)
     def retry(purge_id: IdPath, request: RetryRequest) -> JSONResponse:
         return as_json(pk.retry(purge_id, actor=request.actor, reason=request.reason))
 
-    @router.post("/resume", operation_id="resume", response_model=models.Resumed)
+    @router.post("/resume", operation_id="resume", response_model=models.ResumedOut)
     def resume() -> JSONResponse:
         return as_json({"resent": pk.resume()})
 
-    @router.get("/ledger/verify", operation_id="verify_ledger", response_model=models.LedgerReport)
+    @router.get("/ledger/verify", operation_id="verify_ledger", response_model=models.LedgerReportOut)
     def verify_ledger() -> JSONResponse:
         return as_json(pk.verify_ledger())
 
@@ -69,7 +69,7 @@ def _ledger_file_routes(router: APIRouter, pk: Purgekeeper) -> None:
             background=BackgroundTask(shutil.rmtree, directory, ignore_errors=True),
         )
 
-    @router.post("/ledger/merge", operation_id="merge_ledger", response_model=models.MergeReport)
+    @router.post("/ledger/merge", operation_id="merge_ledger", response_model=models.MergeReportOut)
     def merge_ledger(
         files: Annotated[list[UploadFile], File(description="checkpoint files to merge (restore)")],
         from_other_database: Annotated[

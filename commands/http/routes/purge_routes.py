@@ -38,7 +38,7 @@ def purge_routes(pk: Purgekeeper) -> APIRouter:
 
 
 def _content_purges(router: APIRouter, pk: Purgekeeper) -> None:
-    @router.post("/purges/preview", operation_id="preview_purge", response_model=models.PurgePreview)
+    @router.post("/purges/preview", operation_id="preview_purge", response_model=models.PurgePreviewOut)
     def preview_purge(scope: Annotated[ScopeIn, Body()]) -> JSONResponse:
         return as_json(pk.preview_purge(scope.scope()))
 
@@ -75,7 +75,7 @@ def _bot_and_author_purges(router: APIRouter, pk: Purgekeeper) -> None:
     @router.get(
         "/bots/{bot_id}/deletion-preview",
         operation_id="preview_bot_deletion",
-        response_model=models.BotDeletionPreview,
+        response_model=models.BotDeletionPreviewOut,
     )
     def preview_bot_deletion(bot_id: IdPath) -> JSONResponse:
         return as_json(pk.preview_bot_deletion(bot_id))
@@ -94,7 +94,7 @@ def _bot_and_author_purges(router: APIRouter, pk: Purgekeeper) -> None:
     @router.post(
         "/authors/erasure-preview",
         operation_id="preview_author_erasure",
-        response_model=models.AuthorErasurePreview,
+        response_model=models.AuthorErasurePreviewOut,
     )
     def preview_author_erasure(window: AuthorWindow) -> JSONResponse:
         return as_json(pk.preview_author_erasure(window.author, before=window.before))
@@ -116,7 +116,7 @@ def status_routes(pk: Purgekeeper) -> APIRouter:
     operator's (``visible``)."""
     router = v1("purges")
 
-    @router.get("/purges", operation_id="list_purges", response_model=models.PurgePage)
+    @router.get("/purges", operation_id="list_purges", response_model=models.PurgePageOut)
     def list_purges(
         request: Request,
         status: Annotated[Literal["accepted", "cleaning", "complete", "incomplete"] | None, Query()] = None,
@@ -147,11 +147,11 @@ def status_routes(pk: Purgekeeper) -> APIRouter:
         )
         return as_json(page)
 
-    @router.get("/purges/{purge_id}", operation_id="status", response_model=models.PurgeStatus)
+    @router.get("/purges/{purge_id}", operation_id="status", response_model=models.PurgeStatusOut)
     def status(purge_id: IdPath, request: Request) -> JSONResponse:
         return as_json(visible(pk.status(purge_id), request))
 
-    @router.get("/purges/{purge_id}/wait", operation_id="wait", response_model=models.PurgeStatus)
+    @router.get("/purges/{purge_id}/wait", operation_id="wait", response_model=models.PurgeStatusOut)
     def wait(
         purge_id: IdPath,
         request: Request,

@@ -21,7 +21,7 @@ from commands.http.routes.common import ACCEPTED, OPERATOR_TAG, accepted, as_jso
 def retention_routes(pk: Purgekeeper) -> APIRouter:
     router = v1(OPERATOR_TAG)
 
-    @router.post("/retention/preview", operation_id="preview_retention", response_model=models.RetentionPreview)
+    @router.post("/retention/preview", operation_id="preview_retention", response_model=models.RetentionPreviewOut)
     def preview_retention(definition: RetentionDefinition) -> JSONResponse:
         max_age = dt.timedelta(seconds=definition.max_age_seconds)
         return as_json(pk.preview_retention(max_age=max_age, conversation_id=definition.conversation_id))
@@ -45,7 +45,7 @@ def retention_routes(pk: Purgekeeper) -> APIRouter:
         )
         return accepted(acceptance)
 
-    @router.get("/retention", operation_id="list_retention", response_model=models.PolicyList)
+    @router.get("/retention", operation_id="list_retention", response_model=models.PolicyListOut)
     def list_retention() -> JSONResponse:
         return as_json({"policies": pk.list_retention()})
 
@@ -73,7 +73,7 @@ def hold_routes(pk: Purgekeeper) -> APIRouter:
         )
         return accepted(acceptance)
 
-    @router.get("/holds", operation_id="list_holds", response_model=models.HoldList)
+    @router.get("/holds", operation_id="list_holds", response_model=models.HoldListOut)
     def list_holds(
         include_released: Annotated[bool, Query(description="also the released holds"), BeforeValidator(flag)] = False,
     ) -> JSONResponse:
