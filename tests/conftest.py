@@ -24,6 +24,9 @@ from schema.db import Database
 from tests.helpers.databases import BACKENDS, RawSQL, create_database, drop_database, postgres_url, service_missing
 from tests.helpers.databases import admin_connect as _admin_connect
 
+# the test's own Redis and real worker processes (tests/faults, tests/integration/test_logs.py)
+pytest_plugins = ["tests.helpers.process_fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

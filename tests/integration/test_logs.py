@@ -28,16 +28,10 @@ from sqlalchemy import text
 
 import commands
 from commands import EventScope, NewAttachment
-from tests.faults import conftest as faults
 from tests.helpers import POLICY
 from tests.helpers.cleanup import break_blob_file, claim_as, expire_lease, set_max_attempts
 from tests.helpers.processes import QUEUE, REPO, WAIT_S, WORKER_READY, Proc, Processes, free_port, wait_until
 from workers import broker, runner
-
-# The fixtures of tests/faults: the test's own Redis, the processes' environment on a fresh
-# PostgreSQL database, and handles on that database whose acceptances enqueue to that Redis.
-redis_server, redis_client, redis_broker = faults.redis_server, faults.redis_client, faults.redis_broker
-fault_env, open_handle = faults.fault_env, faults.open_handle
 
 Pk = commands.Purgekeeper
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
