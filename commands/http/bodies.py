@@ -1,14 +1,18 @@
 """The HTTP API's request bodies, as the OpenAPI document declares them: each a ``_Body``,
 with no field it does not declare, of the strict field types of ``fields``. ``upload_schema``
 is the ``multipart/form-data`` body of ``upload_event``, whose text parts are an
-``UploadedEvent``."""
+``UploadedEventIn``.
+
+Each body's name ends in ``In`` (``ConfirmationIn``), as each response model's ends in ``Out``
+(``models``), so none is the name of a record or a kind; ``Accepting``, the who and why of the
+bodies that ask for an acceptance, is never a body on its own."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Tag
 from pydantic import ValidationError as PydanticValidationError
 
 from commands import validation
@@ -40,13 +44,13 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-class NewConversation(_Body):
+class NewConversationIn(_Body):
     conversation_id: Id
     kind: Literal["conversation", "channel"] = "conversation"
     bot_id: Id | None = None
 
 
-class NewBot(_Body):
+class NewBotIn(_Body):
     bot_id: Id
     name: Annotated[str, Field(min_length=1, max_length=validation.MAX_BOT_NAME_LENGTH)]
     memory_path: Annotated[
@@ -55,29 +59,29 @@ class NewBot(_Body):
     ] = None
 
 
-class CasAttachment(_Body):
+class CasAttachmentIn(_Body):
     kind: Literal["cas"]
     name: AttachmentName
     data_base64: Base64Data
 
 
-class FileAttachment(_Body):
+class FileAttachmentIn(_Body):
     kind: Literal["file"]
     name: AttachmentName
     data_base64: Base64Data
 
 
-class ReuseAttachment(_Body):
+class ReuseAttachmentIn(_Body):
     kind: Literal["reuse"]
     name: AttachmentName
     blob_id: Id
     binding: Literal["real_file", "legacy_cas"] = "real_file"
 
 
-AttachmentIn = Annotated[CasAttachment | FileAttachment | ReuseAttachment, Field(discriminator="kind")]
+AttachmentIn = Annotated[CasAttachmentIn | FileAttachmentIn | ReuseAttachmentIn, Field(discriminator="kind")]
 
 
-class NewEvent(_Body):
+class NewEventIn(_Body):
     author: Author
     body: Annotated[str | None, Field(min_length=1, max_length=validation.MAX_BODY_BYTES)] = None
     provider_event_id: ProviderId | None = None
@@ -86,40 +90,40 @@ class NewEvent(_Body):
     attachments: Annotated[list[AttachmentIn], Field(max_length=validation.MAX_ATTACHMENTS_PER_EVENT)] = []
 
 
-class NewPlacement(_Body):
+class NewPlacementIn(_Body):
     event_id: Id
 
 
-class NewRun(_Body):
+class NewRunIn(_Body):
     conversation_id: Id
     bot_id: Id
     run_id: Id | None = None
 
 
-class RunFinish(_Body):
+class RunFinishIn(_Body):
     status: Literal["succeeded", "failed", "cancelled", "abandoned"]
     output: Json = None
 
 
-class NewAdmission(_Body):
+class NewAdmissionIn(_Body):
     event_id: Id
     payload: Json
 
 
-class NewDerivative(_Body):
+class NewDerivativeIn(_Body):
     kind: Annotated[str, Field(min_length=1, max_length=validation.MAX_DERIVATIVE_KIND_LENGTH)]
     payload: Json
     source_event_ids: Annotated[list[Id], Field(max_length=validation.MAX_DERIVATIVE_SOURCES)] = []
 
 
-class ScopeByEvents(_Body):
+class ScopeByEventsIn(_Body):
     event_ids: Annotated[list[Id], Field(min_length=1, max_length=MAX_SCOPE_EVENTS)]
 
     def scope(self) -> EventScope:
         return EventScope(event_ids=tuple(self.event_ids))
 
 
-class ScopeByConversation(_Body):
+class ScopeByConversationIn(_Body):
     conversation_id: Id
     after: UtcTime | None = None
     before: UtcTime | None = None
@@ -131,7 +135,10 @@ class ScopeByConversation(_Body):
         )
 
 
-ScopeIn = ScopeByEvents | ScopeByConversation
+# The tags keep the names a 400's detail gives each case (``scope.ScopeByEvents.event_ids: ...``).
+ScopeIn = (
+    Annotated[ScopeByEventsIn, Tag("ScopeByEvents")] | Annotated[ScopeByConversationIn, Tag("ScopeByConversation")]
+)
 
 
 class Accepting(_Body):
@@ -142,40 +149,40 @@ class Accepting(_Body):
     idempotency_key: Id | None = None
 
 
-class Confirmation(Accepting):
+class ConfirmationIn(Accepting):
     scope: ScopeIn
     scope_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
 
 
-class ConversationPurge(Accepting):
+class ConversationPurgeIn(Accepting):
     expected_version: Annotated[int | None, Field(ge=1, le=MAX_SEQ)] = None
 
 
-class ChannelDeletion(Accepting):
+class ChannelDeletionIn(Accepting):
     """A channel deletion asks for nothing more than who and why."""
 
 
-class ReviewedRepository(_Body):
+class ReviewedRepositoryIn(_Body):
     path: Annotated[str, Field(min_length=1, max_length=MAX_PATH_LENGTH)]
     marker_id: Annotated[str, Field(min_length=1, max_length=validation.MAX_ID_LENGTH)]
 
 
-class BotDeletion(Accepting):
+class BotDeletionIn(Accepting):
     erase_memory: bool = False
-    reviewed_repository: ReviewedRepository | None = None
+    reviewed_repository: ReviewedRepositoryIn | None = None
 
 
-class AuthorWindow(_Body):
+class AuthorWindowIn(_Body):
     author: Author
     before: UtcTime | None = None
 
 
-class AuthorErasure(AuthorWindow, Accepting):
+class AuthorErasureIn(AuthorWindowIn, Accepting):
     scope_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
     close_author: bool = True
 
 
-class RetryRequest(_Body):
+class RetryRequestIn(_Body):
     actor: Actor
     reason: Reason
 
@@ -186,29 +193,29 @@ MaxAgeSeconds = Annotated[
 Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
 
 
-class RetentionDefinition(_Body):
+class RetentionDefinitionIn(_Body):
     max_age_seconds: MaxAgeSeconds
     conversation_id: Annotated[Id | None, Field(description="null: every conversation and channel")] = None
 
 
-class RetentionSetting(RetentionDefinition, Accepting):
+class RetentionSettingIn(RetentionDefinitionIn, Accepting):
     scope_digest: Digest
 
 
-class RetentionRemoval(Accepting):
+class RetentionRemovalIn(Accepting):
     """The policy is named by the path."""
 
 
-class HoldPlacing(Accepting):
+class HoldPlacingIn(Accepting):
     conversation_ids: Annotated[list[Id], Field(max_length=MAX_HOLD_SUBJECTS)] = []
     authors: Annotated[list[Author], Field(max_length=MAX_HOLD_SUBJECTS)] = []
 
 
-class HoldRelease(Accepting):
+class HoldReleaseIn(Accepting):
     """The hold is named by the path."""
 
 
-class UploadedEvent(_Body):
+class UploadedEventIn(_Body):
     """The text parts of an ``upload_event`` request (its files are the attachments)."""
 
     author: Author
@@ -220,9 +227,9 @@ class UploadedEvent(_Body):
 
 def upload_schema() -> dict[str, Any]:
     """The ``multipart/form-data`` body of ``upload_event``: the text fields as
-    ``UploadedEvent`` has them, then the attachments by how they are bound."""
-    assert uploads.FIELDS == tuple(UploadedEvent.model_fields)
-    required = [name for name, field in UploadedEvent.model_fields.items() if field.is_required()]
+    ``UploadedEventIn`` has them, then the attachments by how they are bound."""
+    assert uploads.FIELDS == tuple(UploadedEventIn.model_fields)
+    required = [name for name, field in UploadedEventIn.model_fields.items() if field.is_required()]
     text: dict[str, Any] = {"type": "string"}
     ids = {**text, "minLength": 1, "maxLength": validation.MAX_ID_LENGTH, "pattern": ID_PATTERN}
     files = {"type": "array", "items": {"type": "string", "format": "binary"}}
@@ -240,9 +247,9 @@ def upload_schema() -> dict[str, Any]:
     return {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
 
 
-def uploaded_event(fields: dict[str, str]) -> UploadedEvent:
+def uploaded_event(fields: dict[str, str]) -> UploadedEventIn:
     """The upload's text parts as an event, checked as the JSON route checks its body."""
     try:
-        return UploadedEvent.model_validate(fields)
+        return UploadedEventIn.model_validate(fields)
     except PydanticValidationError as exc:
         raise RequestValidationError(exc.errors()) from None

@@ -80,9 +80,11 @@ def test_a_generated_client_drives_a_purge_end_to_end(server: str, generated: Mo
 
 def drive_a_purge(client: Any, models: Any, types: Any) -> None:
 
-    created = _call("content.create_conversation", client, body=models.NewConversation(conversation_id="c1"))
+    created = _call("content.create_conversation", client, body=models.NewConversationIn(conversation_id="c1"))
     assert isinstance(created, models.ConversationOut) and created.version == 1
-    kept = _call("content.ingest_event", client, conversation_id="c1", body=models.NewEvent(author="ada", body="keep"))
+    kept = _call(
+        "content.ingest_event", client, conversation_id="c1", body=models.NewEventIn(author="ada", body="keep")
+    )
     upload = models.UploadEventEventUpload(
         author="ada",
         body="my home address, attached",
@@ -91,11 +93,11 @@ def drive_a_purge(client: Any, models: Any, types: Any) -> None:
     gone = _call("content.upload_event", client, conversation_id="c1", body=upload)
     assert [(a.name, a.size) for a in gone.attachments] == [("address.txt", 15)]
 
-    scope = models.ScopeByEvents(event_ids=[gone.id])
+    scope = models.ScopeByEventsIn(event_ids=[gone.id])
     preview = _call("purges.preview_purge", client, body=scope)
     assert [e.id for e in preview.events] == [gone.id]
     assert [a.id for a in preview.exclusive_attachments] == [gone.attachments[0].id]
-    confirmation = models.Confirmation(
+    confirmation = models.ConfirmationIn(
         scope=scope, scope_digest=preview.scope_digest, actor="ops@example.org", reason="the user asked"
     )
     response = _module("api.purges.confirm_purge").sync_detailed(client=client, body=confirmation)

@@ -20,17 +20,17 @@ from commands.attachments import NewAttachment
 from commands.handle import Purgekeeper
 from commands.http import models, uploads
 from commands.http.bodies import (
-    CasAttachment,
-    FileAttachment,
-    NewAdmission,
-    NewBot,
-    NewConversation,
-    NewDerivative,
-    NewEvent,
-    NewPlacement,
-    NewRun,
-    ReuseAttachment,
-    RunFinish,
+    CasAttachmentIn,
+    FileAttachmentIn,
+    NewAdmissionIn,
+    NewBotIn,
+    NewConversationIn,
+    NewDerivativeIn,
+    NewEventIn,
+    NewPlacementIn,
+    NewRunIn,
+    ReuseAttachmentIn,
+    RunFinishIn,
     upload_schema,
     uploaded_event,
 )
@@ -49,7 +49,7 @@ def content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
 
 def _conversation_routes(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int) -> None:
     @router.post("/conversations", operation_id="create_conversation", response_model=models.ConversationOut)
-    def create_conversation(new: NewConversation) -> JSONResponse:
+    def create_conversation(new: NewConversationIn) -> JSONResponse:
         return as_json(pk.create_conversation(new.conversation_id, kind=new.kind, bot_id=new.bot_id))
 
     @router.get("/conversations", operation_id="list_conversations", response_model=models.ConversationListOut)
@@ -75,7 +75,7 @@ def _conversation_routes(router: APIRouter, pk: Purgekeeper, max_attachment_byte
         return as_json({"events": events})
 
     @router.post("/conversations/{conversation_id}/events", operation_id="ingest_event", response_model=models.EventOut)
-    def ingest_event(conversation_id: IdPath, new: NewEvent) -> JSONResponse:
+    def ingest_event(conversation_id: IdPath, new: NewEventIn) -> JSONResponse:
         attachments = [_attachment(a, i, max_attachment_bytes) for i, a in enumerate(new.attachments)]
         event = pk.ingest_event(
             conversation_id,
@@ -128,7 +128,7 @@ def _derived_routes(router: APIRouter, pk: Purgekeeper) -> None:
     @router.post(
         "/conversations/{conversation_id}/placements", operation_id="place_event", response_model=models.PlacementOut
     )
-    def place_event(conversation_id: IdPath, new: NewPlacement) -> JSONResponse:
+    def place_event(conversation_id: IdPath, new: NewPlacementIn) -> JSONResponse:
         return as_json(pk.place_event(new.event_id, conversation_id))
 
     @router.post(
@@ -136,27 +136,27 @@ def _derived_routes(router: APIRouter, pk: Purgekeeper) -> None:
         operation_id="add_derivative",
         response_model=models.DerivativeOut,
     )
-    def add_derivative(conversation_id: IdPath, new: NewDerivative) -> JSONResponse:
+    def add_derivative(conversation_id: IdPath, new: NewDerivativeIn) -> JSONResponse:
         derivative = pk.add_derivative(
             conversation_id, kind=new.kind, payload=new.payload, source_event_ids=new.source_event_ids
         )
         return as_json(derivative)
 
     @router.post("/bots", operation_id="register_bot", response_model=models.BotOut)
-    def register_bot(new: NewBot) -> JSONResponse:
+    def register_bot(new: NewBotIn) -> JSONResponse:
         memory_path = _inside_memory_roots(new.memory_path, pk.settings.memory_roots)
         return as_json(pk.register_bot(new.bot_id, name=new.name, memory_path=memory_path))
 
     @router.post("/runs", operation_id="start_run", response_model=models.RunOut)
-    def start_run(new: NewRun) -> JSONResponse:
+    def start_run(new: NewRunIn) -> JSONResponse:
         return as_json(pk.start_run(new.conversation_id, bot_id=new.bot_id, run_id=new.run_id))
 
     @router.post("/runs/{run_id}/finish", operation_id="finish_run", response_model=models.RunOut)
-    def finish_run(run_id: IdPath, finish: RunFinish) -> JSONResponse:
+    def finish_run(run_id: IdPath, finish: RunFinishIn) -> JSONResponse:
         return as_json(pk.finish_run(run_id, status=finish.status, output=finish.output))
 
     @router.post("/runs/{run_id}/admissions", operation_id="admit", response_model=models.AdmissionOut)
-    def admit(run_id: IdPath, new: NewAdmission) -> JSONResponse:
+    def admit(run_id: IdPath, new: NewAdmissionIn) -> JSONResponse:
         return as_json(pk.admit(new.event_id, run_id, payload=new.payload))
 
     @router.get(
@@ -172,8 +172,10 @@ def _derived_routes(router: APIRouter, pk: Purgekeeper) -> None:
         )
 
 
-def _attachment(attachment: CasAttachment | FileAttachment | ReuseAttachment, index: int, cap: int) -> NewAttachment:
-    if isinstance(attachment, ReuseAttachment):
+def _attachment(
+    attachment: CasAttachmentIn | FileAttachmentIn | ReuseAttachmentIn, index: int, cap: int
+) -> NewAttachment:
+    if isinstance(attachment, ReuseAttachmentIn):
         return NewAttachment.reuse(attachment.blob_id, name=attachment.name, binding=attachment.binding)
     try:
         data = base64.b64decode(attachment.data_base64, validate=True)
@@ -181,7 +183,7 @@ def _attachment(attachment: CasAttachment | FileAttachment | ReuseAttachment, in
         raise ValidationError(f"attachments[{index}].data_base64 is not valid base64") from exc
     if len(data) > cap:
         raise ValidationError(f"attachments[{index}] is larger than {cap} bytes")
-    build = NewAttachment.cas if isinstance(attachment, CasAttachment) else NewAttachment.file
+    build = NewAttachment.cas if isinstance(attachment, CasAttachmentIn) else NewAttachment.file
     return build(data, name=attachment.name)
 
 

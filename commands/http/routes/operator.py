@@ -18,7 +18,7 @@ from starlette.background import BackgroundTask
 from commands import surface
 from commands.handle import Purgekeeper
 from commands.http import models
-from commands.http.bodies import RetryRequest
+from commands.http.bodies import RetryRequestIn
 from commands.http.field_types import IdPath, flag
 from commands.http.routes.common import BINARY, OPERATOR_TAG, as_json, v1
 from schema.errors import ValidationError
@@ -30,7 +30,7 @@ def operator_routes(pk: Purgekeeper) -> APIRouter:
     router = v1(OPERATOR_TAG)
 
     @router.post("/purges/{purge_id}/retry", operation_id="retry", response_model=models.PurgeStatusOut)
-    def retry(purge_id: IdPath, request: RetryRequest) -> JSONResponse:
+    def retry(purge_id: IdPath, request: RetryRequestIn) -> JSONResponse:
         return as_json(pk.retry(purge_id, actor=request.actor, reason=request.reason))
 
     @router.post("/resume", operation_id="resume", response_model=models.ResumedOut)

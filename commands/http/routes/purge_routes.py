@@ -13,12 +13,12 @@ from commands import validation
 from commands.handle import Purgekeeper
 from commands.http import models
 from commands.http.bodies import (
-    AuthorErasure,
-    AuthorWindow,
-    BotDeletion,
-    ChannelDeletion,
-    Confirmation,
-    ConversationPurge,
+    AuthorErasureIn,
+    AuthorWindowIn,
+    BotDeletionIn,
+    ChannelDeletionIn,
+    ConfirmationIn,
+    ConversationPurgeIn,
     ScopeIn,
 )
 from commands.http.field_types import ID_PATTERN, MAX_SEQ, IdPath, RequestId, UtcTime
@@ -43,7 +43,7 @@ def _content_purges(router: APIRouter, pk: Purgekeeper) -> None:
         return as_json(pk.preview_purge(scope.scope()))
 
     @router.post("/purges/confirm", operation_id="confirm_purge", **ACCEPTED)
-    def confirm_purge(confirmation: Confirmation, x_request_id: RequestId = None) -> JSONResponse:
+    def confirm_purge(confirmation: ConfirmationIn, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.confirm_purge(
             confirmation.scope.scope(),
             scope_digest=confirmation.scope_digest,
@@ -53,7 +53,7 @@ def _content_purges(router: APIRouter, pk: Purgekeeper) -> None:
 
     @router.post("/conversations/{conversation_id}/purge", operation_id="purge_conversation", **ACCEPTED)
     def purge_conversation(
-        conversation_id: IdPath, purge: ConversationPurge, x_request_id: RequestId = None
+        conversation_id: IdPath, purge: ConversationPurgeIn, x_request_id: RequestId = None
     ) -> JSONResponse:
         acceptance = pk.purge_conversation(
             conversation_id,
@@ -63,7 +63,7 @@ def _content_purges(router: APIRouter, pk: Purgekeeper) -> None:
         return accepted(acceptance)
 
     @router.post("/channels/{channel_id}/delete", operation_id="delete_channel", **ACCEPTED)
-    def delete_channel(channel_id: IdPath, deletion: ChannelDeletion, x_request_id: RequestId = None) -> JSONResponse:
+    def delete_channel(channel_id: IdPath, deletion: ChannelDeletionIn, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.delete_channel(
             channel_id,
             **causal(deletion, x_request_id),
@@ -81,7 +81,7 @@ def _bot_and_author_purges(router: APIRouter, pk: Purgekeeper) -> None:
         return as_json(pk.preview_bot_deletion(bot_id))
 
     @router.post("/bots/{bot_id}/delete", operation_id="delete_bot", **ACCEPTED)
-    def delete_bot(bot_id: IdPath, deletion: BotDeletion, x_request_id: RequestId = None) -> JSONResponse:
+    def delete_bot(bot_id: IdPath, deletion: BotDeletionIn, x_request_id: RequestId = None) -> JSONResponse:
         reviewed = deletion.reviewed_repository
         acceptance = pk.delete_bot(
             bot_id,
@@ -96,11 +96,11 @@ def _bot_and_author_purges(router: APIRouter, pk: Purgekeeper) -> None:
         operation_id="preview_author_erasure",
         response_model=models.AuthorErasurePreviewOut,
     )
-    def preview_author_erasure(window: AuthorWindow) -> JSONResponse:
+    def preview_author_erasure(window: AuthorWindowIn) -> JSONResponse:
         return as_json(pk.preview_author_erasure(window.author, before=window.before))
 
     @router.post("/authors/erase", operation_id="erase_author", **ACCEPTED)
-    def erase_author(erasure: AuthorErasure, x_request_id: RequestId = None) -> JSONResponse:
+    def erase_author(erasure: AuthorErasureIn, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.erase_author(
             erasure.author,
             scope_digest=erasure.scope_digest,

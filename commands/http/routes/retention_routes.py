@@ -13,7 +13,13 @@ from pydantic import BeforeValidator
 
 from commands.handle import Purgekeeper
 from commands.http import models
-from commands.http.bodies import HoldPlacing, HoldRelease, RetentionDefinition, RetentionRemoval, RetentionSetting
+from commands.http.bodies import (
+    HoldPlacingIn,
+    HoldReleaseIn,
+    RetentionDefinitionIn,
+    RetentionRemovalIn,
+    RetentionSettingIn,
+)
 from commands.http.field_types import IdPath, RequestId, flag
 from commands.http.routes.common import ACCEPTED, OPERATOR_TAG, accepted, as_json, causal, v1
 
@@ -22,12 +28,12 @@ def retention_routes(pk: Purgekeeper) -> APIRouter:
     router = v1(OPERATOR_TAG)
 
     @router.post("/retention/preview", operation_id="preview_retention", response_model=models.RetentionPreviewOut)
-    def preview_retention(definition: RetentionDefinition) -> JSONResponse:
+    def preview_retention(definition: RetentionDefinitionIn) -> JSONResponse:
         max_age = dt.timedelta(seconds=definition.max_age_seconds)
         return as_json(pk.preview_retention(max_age=max_age, conversation_id=definition.conversation_id))
 
     @router.put("/retention/{policy_id}", operation_id="set_retention", **ACCEPTED)
-    def set_retention(policy_id: IdPath, setting: RetentionSetting, x_request_id: RequestId = None) -> JSONResponse:
+    def set_retention(policy_id: IdPath, setting: RetentionSettingIn, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.set_retention(
             policy_id,
             max_age=dt.timedelta(seconds=setting.max_age_seconds),
@@ -38,7 +44,9 @@ def retention_routes(pk: Purgekeeper) -> APIRouter:
         return accepted(acceptance)
 
     @router.post("/retention/{policy_id}/remove", operation_id="remove_retention", **ACCEPTED)
-    def remove_retention(policy_id: IdPath, removal: RetentionRemoval, x_request_id: RequestId = None) -> JSONResponse:
+    def remove_retention(
+        policy_id: IdPath, removal: RetentionRemovalIn, x_request_id: RequestId = None
+    ) -> JSONResponse:
         acceptance = pk.remove_retention(
             policy_id,
             **causal(removal, x_request_id),
@@ -56,7 +64,7 @@ def hold_routes(pk: Purgekeeper) -> APIRouter:
     router = v1(OPERATOR_TAG)
 
     @router.put("/holds/{hold_id}", operation_id="place_hold", **ACCEPTED)
-    def place_hold(hold_id: IdPath, placing: HoldPlacing, x_request_id: RequestId = None) -> JSONResponse:
+    def place_hold(hold_id: IdPath, placing: HoldPlacingIn, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.place_hold(
             hold_id,
             conversation_ids=placing.conversation_ids,
@@ -66,7 +74,7 @@ def hold_routes(pk: Purgekeeper) -> APIRouter:
         return accepted(acceptance)
 
     @router.post("/holds/{hold_id}/release", operation_id="release_hold", **ACCEPTED)
-    def release_hold(hold_id: IdPath, release: HoldRelease, x_request_id: RequestId = None) -> JSONResponse:
+    def release_hold(hold_id: IdPath, release: HoldReleaseIn, x_request_id: RequestId = None) -> JSONResponse:
         acceptance = pk.release_hold(
             hold_id,
             **causal(release, x_request_id),
