@@ -19,7 +19,7 @@ from schema import authors, holds, ledger, purges
 from schema.errors import ActiveRuns, LegalHold, StaleConfirmation
 from schema.states import StepKind
 from schema.tables import author_erasures
-from tests.unit.decide_fakes import NO_DATABASE, Queries, row_of
+from tests.helpers.decide_fakes import NO_DATABASE, Queries, row_of
 
 BEFORE = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)
 END = dt.datetime(2026, 4, 20, 9, 30, tzinfo=dt.UTC)  # what ``lock`` read: the window's end

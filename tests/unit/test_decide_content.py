@@ -19,7 +19,7 @@ from commands.scope import EventScope, HeldEvent, PreviewAttachment, PreviewEven
 from schema import authors, purges
 from schema.errors import ActiveRuns, LegalHold, StaleConfirmation
 from schema.states import StepKind
-from tests.unit.decide_fakes import NO_DATABASE, Queries
+from tests.helpers.decide_fakes import NO_DATABASE, Queries
 
 AT = dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC)
 DIGEST = "d" * 64

@@ -9,7 +9,7 @@ import pytest
 from schema import purges
 from schema.states import TombstoneKind
 from schema.tables import legal_holds
-from tests.unit.decide_fakes import NO_DATABASE, Queries, row_of
+from tests.helpers.decide_fakes import NO_DATABASE, Queries, row_of
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from schema.holds import AlreadyPurged, HoldRow
 from schema.retention_queries import Deferral
 from schema.states import StepKind
 from schema.tables import retention_policies
-from tests.unit.decide_fakes import NO_DATABASE, Queries, row_of
+from tests.helpers.decide_fakes import NO_DATABASE, Queries, row_of
 
 DAY = 86_400
 CUTOFF = dt.datetime(2026, 6, 1, 5, tzinfo=dt.UTC)

@@ -22,7 +22,7 @@ from schema.errors import ActiveRuns, LegalHold, MemoryErasureUnavailable, NotFo
 from schema.states import StepKind, TombstoneKind
 from schema.tables import bots, conversations
 from storage import memory
-from tests.unit.decide_fakes import NO_DATABASE, Queries, row_of
+from tests.helpers.decide_fakes import NO_DATABASE, Queries, row_of
 
 
 @pytest.fixture
