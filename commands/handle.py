@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
 
-from commands import kinds, receipts
-from commands.acceptance import Acceptor, EnqueueHook, Enqueuer, broker_hook
+from commands import kinds, wiring
+from commands.acceptance import EnqueueHook
 from commands.attachments import NewAttachment
-from commands.content_commands import ContentCommands
-from commands.gate import Gate, GateState
-from commands.hold_commands import HoldCommands
-from commands.operations import MAX_PAGE, STALL_AFTER, OperatorCommands
-from commands.purge_commands import PurgeCommands
+from commands.gate import GateState
+from commands.operations import MAX_PAGE, STALL_AFTER
 from commands.records import (
     Acceptance,
     Admission,
@@ -40,20 +36,15 @@ from commands.records import (
     Run,
     WorkerLeases,
 )
-from commands.restore_commands import CopyRepair, MergeReport, RestoreCommands
-from commands.retention_commands import RetentionCommands
+from commands.restore_commands import CopyRepair, MergeReport
 from commands.scope import EventScope, PurgePreview
 from commands.settings import Settings
-from schema import ledger
 from schema.db import Database
 from schema.errors import PurgekeeperError
 from storage import checkpoint
-from storage.blobstore import BlobStore
-from workers import broker, runner
+from workers import runner
 from workers.cleanup import StepContext
 from workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
-
-log = logging.getLogger(__name__)
 
 
 class Purgekeeper:
@@ -64,7 +55,7 @@ class Purgekeeper:
     ``scheduler`` processes do the rest. ``workers="none"`` runs nothing in-process.
     ``retention_interval``: how long after a policy's run its next one is due.
 
-    It holds its services, each built here with what it needs, and delegates every command
+    It holds its services, built and wired in ``commands.wiring``, and delegates every command
     to one of them: ``acceptance`` (``commands.acceptance.Acceptor``: the skeleton every
     kind's preview and confirmation go through, and the ledger row's copy out), the
     ``enqueuer`` (waking the workers), ``content``, ``purges``, ``retention``, ``holds``,
@@ -87,30 +78,43 @@ class Purgekeeper:
         self.retention_interval = retention_interval or settings.retention_interval
         self.stall_after = stall_after
         self.db = db
-        self.blobs = BlobStore(blob_root=settings.blob_root, file_root=settings.file_root)
         self.workers = workers
         self.policy = policy or runner.Policy()
-        with db.read() as conn:
-            self.database_key = ledger.read_head(conn).database_id
-        log = receipts.log_for(settings, self.database_key) if sign_checkpoints else None
-        self.gate = Gate(db, settings.checkpoint_dir, self.database_key, log=log)
-        self.copy = self.gate.copy  # one copy per handle: its head's cache serves the gate and acceptances
-        self.gate.quick()  # at start-up: the O(1) check against the copy; the audit walks the rest
-        self.gate.start_audit()
-        self._scheduler: Scheduler | None = None
+        services = wiring.wire(
+            settings,
+            db,
+            workers=workers,
+            enqueue=enqueue,
+            stall_after=stall_after,
+            retention_interval=self.retention_interval,
+            sign_checkpoints=sign_checkpoints,
+        )
+        self.blobs = services.blobs
+        self.database_key = services.database_key
+        self.gate = services.gate
+        self.copy = services.gate.copy
+        self.enqueue = services.enqueue
+        self.enqueuer = services.enqueuer
+        self.acceptance = services.acceptance
+        self.receipts = services.receipts
+        self.content = services.content
+        self.purges = services.purges
+        self.retention = services.retention
+        self.holds = services.holds
+        self.operations = services.operations
+        self.restore = services.restore
         self._closed = False
-        self.enqueue: EnqueueHook = enqueue or broker_hook(settings, workers, self.database_key, db)
-        self.enqueuer = Enqueuer(self.enqueue)
-        self.acceptance = Acceptor(db, self.gate, settings, self.copy, self.enqueuer)
-        self.receipts = receipts.Receipts(db, log, copy_ledger=self.acceptance.copy_ledger)
-        self.content = ContentCommands(db, self.blobs, self.gate)
-        self.purges = PurgeCommands(self.acceptance)
-        self.retention = RetentionCommands(db, self.acceptance, self.retention_interval)
-        self.holds = HoldCommands(db, self.acceptance)
-        self.operations = OperatorCommands(db, stall_after, self.enqueuer, self.retention)
-        self.restore = RestoreCommands(db, self.gate, self.blobs, self.database_key, self.copy, self.enqueuer)
+        self._scheduler: Scheduler | None = None
         if workers == "auto" and settings.broker_url is None:
-            self._start_in_process(sweep_interval)
+            self._scheduler = wiring.start_in_process(
+                db,
+                self.database_key,
+                self.step_context(),
+                self.policy,
+                wake=self.enqueuer.wake,
+                interval=sweep_interval,
+                after_sweep=self.scheduler_duties,
+            )
 
     def step_context(self) -> StepContext:
         """What a cleanup step runs with here: this handle's database, blob store, Memory
@@ -122,18 +126,6 @@ class Purgekeeper:
             lease=self.policy.lease,
             bodies=kinds.bodies_steps(),
         )
-
-    def _start_in_process(self, sweep_interval: dt.timedelta) -> None:
-        broker.register(self.database_key, broker.Runtime(self.step_context(), self.policy))
-        broker.start_embedded_worker()
-        self._scheduler = Scheduler(
-            self.db,
-            self.enqueuer.wake,
-            interval=sweep_interval,
-            resend_after=self.policy.lease,
-            after_sweep=self.scheduler_duties,
-        )
-        self._scheduler.start()
 
     def scheduler_duties(self) -> None:
         """What the leading scheduler does after each sweep: the turn of every retention
@@ -152,20 +144,13 @@ class Purgekeeper:
         """Stop the in-process parts and release the database connections."""
         if not self._closed:
             self._closed = True
-            if self._scheduler is not None:
-                self._scheduler.stop()
-                broker.unregister(self.database_key)
-            self.gate.stop_audit()
-            self.db.dispose()
+            wiring.stop(self.db, self.gate, self.database_key, self._scheduler)
 
     def __enter__(self) -> Purgekeeper:
         return self
 
     def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
 
@@ -269,12 +254,7 @@ class Purgekeeper:
         return self.content.admit(event_id, run_id, payload=payload)
 
     def add_derivative(
-        self,
-        conversation_id: str,
-        *,
-        kind: str,
-        payload: Any,
-        source_event_ids: Sequence[str] = (),
+        self, conversation_id: str, *, kind: str, payload: Any, source_event_ids: Sequence[str] = ()
     ) -> Derivative:
         """Record data derived from events: a summary, an inactive history row, an index entry."""
         return self.content.add_derivative(

@@ -1,0 +1,123 @@
+"""What a handle (``commands.handle.Purgekeeper``) is made of, and what runs beside it.
+
+``wire`` builds its services, each with what it needs, and wires them to one another: the
+read gate on the ledger's copy, the enqueuer that wakes the workers, the ``Acceptor`` every
+kind's preview and confirmation go through, and the services the handle delegates its
+commands to. ``start_in_process`` starts the in-process dramatiq worker and scheduler of a
+handle with ``workers="auto"`` and no broker URL; ``stop`` ends what a handle started."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from commands import receipts
+from commands.acceptance import Acceptor, EnqueueHook, Enqueuer, broker_hook
+from commands.content_commands import ContentCommands
+from commands.gate import Gate
+from commands.hold_commands import HoldCommands
+from commands.operations import OperatorCommands
+from commands.purge_commands import PurgeCommands
+from commands.restore_commands import RestoreCommands
+from commands.retention_commands import RetentionCommands
+from commands.settings import Settings
+from schema import ledger
+from schema.db import Database
+from storage.blobstore import BlobStore
+from workers import broker, runner
+from workers.cleanup import StepContext
+from workers.scheduler import Scheduler
+
+
+@dataclass(frozen=True)
+class Services:
+    """A handle's services, as ``wire`` built them (the handle holds each one as an attribute
+    of the same name)."""
+
+    blobs: BlobStore
+    database_key: str
+    gate: Gate
+    enqueue: EnqueueHook
+    enqueuer: Enqueuer
+    acceptance: Acceptor
+    receipts: receipts.Receipts
+    content: ContentCommands
+    purges: PurgeCommands
+    retention: RetentionCommands
+    holds: HoldCommands
+    operations: OperatorCommands
+    restore: RestoreCommands
+
+
+def wire(
+    settings: Settings,
+    db: Database,
+    *,
+    workers: str,
+    enqueue: EnqueueHook | None,
+    stall_after: dt.timedelta,
+    retention_interval: dt.timedelta,
+    sign_checkpoints: bool,
+) -> Services:
+    """Build a handle's services on ``db``. The gate takes its quick check against the ledger's
+    copy here and starts its audit (``stop`` ends it); ``enqueue`` None wakes the workers
+    through the broker ``settings`` name (or the in-process one)."""
+    blobs = BlobStore(blob_root=settings.blob_root, file_root=settings.file_root)
+    with db.read() as conn:
+        database_key = ledger.read_head(conn).database_id
+    log = receipts.log_for(settings, database_key) if sign_checkpoints else None
+    gate = Gate(db, settings.checkpoint_dir, database_key, log=log)
+    copy = gate.copy  # one copy per handle: its head's cache serves the gate and acceptances
+    gate.quick()  # at start-up: the O(1) check against the copy; the audit walks the rest
+    gate.start_audit()
+    enqueue = enqueue or broker_hook(settings, workers, database_key, db)
+    enqueuer = Enqueuer(enqueue)
+    acceptance = Acceptor(db, gate, settings, copy, enqueuer)
+    retention = RetentionCommands(db, acceptance, retention_interval)
+    return Services(
+        blobs=blobs,
+        database_key=database_key,
+        gate=gate,
+        enqueue=enqueue,
+        enqueuer=enqueuer,
+        acceptance=acceptance,
+        receipts=receipts.Receipts(db, log, copy_ledger=acceptance.copy_ledger),
+        content=ContentCommands(db, blobs, gate),
+        purges=PurgeCommands(acceptance),
+        retention=retention,
+        holds=HoldCommands(db, acceptance),
+        operations=OperatorCommands(db, stall_after, enqueuer, retention),
+        restore=RestoreCommands(db, gate, blobs, database_key, copy, enqueuer),
+    )
+
+
+def start_in_process(
+    db: Database,
+    database_key: str,
+    ctx: StepContext,
+    policy: runner.Policy,
+    *,
+    wake: Callable[[Sequence[str]], None],
+    interval: dt.timedelta,
+    after_sweep: Callable[[], None],
+) -> Scheduler:
+    """Serve the database in this process: its steps run with ``ctx`` by the embedded dramatiq
+    worker (StubBroker, threads), and a scheduler, started here, sweeps every ``interval``,
+    waking the steps due with ``wake``, then runs ``after_sweep`` when it leads."""
+    broker.register(database_key, broker.Runtime(ctx, policy))
+    broker.start_embedded_worker()
+    scheduler = Scheduler(db, wake, interval=interval, resend_after=policy.lease, after_sweep=after_sweep)
+    scheduler.start()
+    return scheduler
+
+
+def stop(db: Database, gate: Gate, database_key: str, scheduler: Scheduler | None) -> None:
+    """End what a handle started: its scheduler and its serving of the database in this
+    process (when ``start_in_process`` started them), the gate's audit; then release the
+    database connections."""
+    if scheduler is not None:
+        scheduler.stop()
+        broker.unregister(database_key)
+    gate.stop_audit()
+    db.dispose()
