@@ -33,7 +33,7 @@ whether its row holds an operator's words (a policy's, a hold's: a host's purge 
 status leave them out).
 
 A kind is generic in its request (what ``confirm`` is given) and in what ``lock`` returns to
-``decide``: ``class Content(Kind[Confirmation, PurgePreview])``.
+``decide``: ``class ContentKind(Kind[ScopeConfirmation, PurgePreview])``.
 """
 
 from __future__ import annotations
