@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ast
 import inspect
+import typing
 from pathlib import Path
 
 import pytest
 
+from commands import wiring
 from commands.handle import Purgekeeper
 
 COMMANDS = Path(__file__).resolve().parents[2] / "commands"
@@ -266,6 +268,28 @@ def test_every_public_method_of_the_handle_is_written_on_it_with_a_docstring() -
     for name in PUBLIC_API:
         assert name in vars(Purgekeeper), name
         assert inspect.getdoc(getattr(Purgekeeper, name)), name
+
+
+def _unopened_handle() -> Purgekeeper:
+    """A handle that was never opened: no database, each service a bare instance of its class
+    (what a bound method needs, nothing more)."""
+    handle = object.__new__(Purgekeeper)
+    for name, kind in typing.get_type_hints(wiring.Services).items():
+        if inspect.isclass(kind) and kind is not str:
+            setattr(handle, name, object.__new__(kind))
+    return handle
+
+
+def test_each_public_method_of_a_handle_has_the_signature_without_self_and_a_docstring() -> None:
+    """What a host calls (``pk.list_purges``) takes the parameters recorded above, ``self`` left
+    out, and says what it does."""
+    handle = _unopened_handle()
+    for name, (_self, *parameters, returns) in PUBLIC_API.items():
+        bound = getattr(handle, name)
+        assert callable(bound), name
+        assert str(inspect.signature(bound)) == f"({', '.join(parameters)}) {returns}", name
+        assert inspect.getdoc(bound), name
+        assert inspect.getdoc(bound) == inspect.getdoc(getattr(Purgekeeper, name)), name
 
 
 def _placeholders(source: str) -> list[str]:
