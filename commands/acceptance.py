@@ -120,8 +120,9 @@ class Acceptor:
             ) from exc
 
     def copy_ledger(self) -> int:
-        """Copy every committed ledger row the checkpoint directory lacks; returns the seq the
-        copy holds."""
+        """Copy every committed ledger row the checkpoint directory lacks (the scheduler does
+        this after every sweep; an acceptance copies its own row before it returns). Returns
+        the seq the copy holds."""
         try:
             return ledger_copy.catch_up(self.db, self.copy).seq
         except ledger_copy.COPY_FAILED as exc:

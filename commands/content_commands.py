@@ -68,6 +68,7 @@ class ContentCommands:
     def create_conversation(
         self, conversation_id: str, *, kind: str = "conversation", bot_id: str | None = None
     ) -> Conversation:
+        """Create a conversation or channel; repeating an identical create returns it."""
         validation.check_id(conversation_id, "conversation_id")
         kind = validation.check_choice(kind, "kind", [k.value for k in ConversationKind])
         validation.check_optional_id(bot_id, "bot_id")
@@ -87,6 +88,7 @@ class ContentCommands:
         return self.db.transact(work)
 
     def register_bot(self, bot_id: str, *, name: str, memory_path: str | Path | None = None) -> Bot:
+        """Register a bot; with a Memory repository, write its ownership marker in ``.git/``."""
         validation.check_id(bot_id, "bot_id")
         validation.check_text(name, "name", max_length=validation.MAX_BOT_NAME_LENGTH)
         repository = _check_memory_path(memory_path, bot_id)
@@ -114,6 +116,7 @@ class ContentCommands:
             raise
 
     def get_conversation(self, conversation_id: str) -> Conversation | None:
+        """The conversation, or None when it is unknown or purged."""
         validation.check_id(conversation_id, "conversation_id")
         with self.db.read() as conn:
             self.gate.require_open(conn)
@@ -125,6 +128,8 @@ class ContentCommands:
         return Conversation.from_row(row)
 
     def why_unreadable(self, conversation_id: str) -> PurgekeeperError:
+        """Why ``get_conversation`` gives None: ``ConversationPurged`` for a purged
+        conversation, else ``NotFound`` (for a surface that reports the difference)."""
         validation.check_id(conversation_id, "conversation_id")
         with self.db.read() as conn:
             if content_queries.is_tombstoned(conn, [TombstoneKind.CONVERSATION], conversation_id):
@@ -135,6 +140,7 @@ class ContentCommands:
         return NotFound(f"no conversation {conversation_id}")
 
     def list_conversations(self) -> list[Conversation]:
+        """The catalog: every conversation and channel that is not purged, by id."""
         with self.db.read() as conn:
             self.gate.require_open(conn)
             return [Conversation.from_row(row) for row in content_queries.catalog(conn)]
@@ -152,6 +158,8 @@ class ContentCommands:
         occurred_at: dt.datetime | None = None,
         attachments: Sequence[NewAttachment] = (),
     ) -> Event:
+        """Add an event to a conversation. Idempotent on ``provider_event_id``: a duplicate
+        delivery returns the event already ingested and writes nothing."""
         validation.check_id(conversation_id, "conversation_id")
         validation.check_text(author, "author", max_length=validation.MAX_AUTHOR_LENGTH)
         body = validation.check_body(body)
@@ -226,6 +234,7 @@ class ContentCommands:
         return None
 
     def place_event(self, event_id: str, conversation_id: str) -> Placement:
+        """Place a live event in another conversation too; it stays one piece of content."""
         validation.check_id(event_id, "event_id")
         validation.check_id(conversation_id, "conversation_id")
 
@@ -240,6 +249,7 @@ class ContentCommands:
         return self.db.transact(work)
 
     def read_conversation(self, conversation_id: str) -> list[Event]:
+        """The conversation's events that no purge fences; ``[]`` for a purged one."""
         validation.check_id(conversation_id, "conversation_id")
         with self.db.single() as conn, collection.paused():  # the rows and events hold no cycles
             read = content_queries.read_conversation(conn, conversation_id)
@@ -247,6 +257,7 @@ class ContentCommands:
             return _events_of(read)
 
     def open_attachment(self, attachment_id: str) -> BinaryIO:
+        """The attachment's bytes as a binary file; ``ContentPurged`` once it is fenced."""
         validation.check_id(attachment_id, "attachment_id")
         with self.db.read() as conn:
             self.gate.require_open(conn)
@@ -267,6 +278,7 @@ class ContentCommands:
     # -- runs, admissions, derivatives ----------------------------------------------------
 
     def start_run(self, conversation_id: str, *, bot_id: str, run_id: str | None = None) -> Run:
+        """Start an agent run of ``bot_id`` in the conversation (status ``running``)."""
         validation.check_id(conversation_id, "conversation_id")
         validation.check_id(bot_id, "bot_id")
         run_id = validation.check_optional_id(run_id, "run_id") or uuid.uuid4().hex
@@ -281,6 +293,7 @@ class ContentCommands:
         return self.db.transact(work)
 
     def finish_run(self, run_id: str, *, status: str, output: Any = None) -> Run:
+        """Settle a run with a terminal status, keeping its assistant ``output``."""
         validation.check_id(run_id, "run_id")
         terminal = sorted(s.value for s in RunStatus if s.is_terminal)
         status = validation.check_choice(status, "status", terminal)
@@ -297,6 +310,7 @@ class ContentCommands:
         return self.db.transact(work)
 
     def admit(self, event_id: str, run_id: str, *, payload: Any) -> Admission:
+        """Record that a live event was admitted to a non-terminal run, with its input."""
         validation.check_id(event_id, "event_id")
         validation.check_id(run_id, "run_id")
         text = validation.check_json(payload, "payload", max_bytes=validation.MAX_PAYLOAD_BYTES)
@@ -323,6 +337,7 @@ class ContentCommands:
         payload: Any,
         source_event_ids: Sequence[str] = (),
     ) -> Derivative:
+        """Record data derived from events: a summary, an inactive history row, an index entry."""
         validation.check_id(conversation_id, "conversation_id")
         validation.check_text(kind, "kind", max_length=validation.MAX_DERIVATIVE_KIND_LENGTH)
         text = validation.check_json(payload, "payload", max_bytes=validation.MAX_PAYLOAD_BYTES)

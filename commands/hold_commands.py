@@ -41,6 +41,9 @@ class HoldCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
+        """Place a legal hold on conversations (everything placed in them) and authors
+        (everything they wrote). It does not undo a purge accepted before it: the
+        acceptance's ``disclosures`` name what was already purged in its scope."""
         validation.check_id(hold_id, "hold_id")
         placing = Placing(hold_id, _conversation_ids(conversation_ids), _authors(authors))
         if not (placing.conversation_ids or placing.authors):
@@ -63,11 +66,14 @@ class HoldCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
+        """Release a hold: purges of what it covered are possible again, and retention runs
+        expire what it kept past their cutoffs at their next turn."""
         validation.check_id(hold_id, "hold_id")
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
         return self.acceptance.accept(kinds.HOLD_RELEASE, Release(hold_id), {"hold_id": hold_id}, causal)
 
     def list_holds(self, *, include_released: bool = False) -> list[Hold]:
+        """The holds in force (with ``include_released``, the released ones too), by id."""
         if not isinstance(include_released, bool):
             raise ValidationError("include_released must be true or false")
         with self.db.read() as conn:
@@ -90,6 +96,8 @@ class HoldCommands:
         ]
 
     def count_holds(self, *, limit: int = 100) -> list[HoldCount]:
+        """The first ``limit`` holds in force by id, each with how many conversations and
+        authors it covers (no subjects: what ``/status`` shows)."""
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_COUNTED:
             raise ValidationError(f"limit must be an integer from 1 to {MAX_COUNTED}")
         with self.db.read() as conn:

@@ -70,10 +70,14 @@ class OperatorCommands:
         self.retention = retention
 
     def resume(self) -> int:
+        """Run every retention policy that is due, then re-send every step that is due or
+        whose lease expired (one sweep); returns how many steps were sent."""
         self.retention.run_retention()
         return scheduler.sweep(self.db, self.enqueuer.wake)
 
     def retry(self, purge_id: str, *, actor: str, reason: str) -> PurgeStatus:
+        """Re-arm the purge's incomplete steps with fresh attempts, and record who and why.
+        It never re-reads or re-creates content: the steps only ever remove."""
         validation.check_id(purge_id, "purge_id")
         validation.check_text(actor, "actor", max_length=MAX_ACTOR_LENGTH)
         validation.check_text(reason, "reason", max_length=MAX_REASON_LENGTH)
@@ -115,6 +119,7 @@ class OperatorCommands:
             time.sleep(min(WAIT_POLL_S, max(deadline - time.monotonic(), 0)))
 
     def status(self, purge_id: str) -> PurgeStatus:
+        """A purge's derived status, with each step's attempts, progress and last error."""
         validation.check_id(purge_id, "purge_id")
         with self.db.read() as conn:
             entry = ledger.entry_by_purge_id(conn, purge_id)
@@ -134,6 +139,10 @@ class OperatorCommands:
         after: int | None = None,
         operator_rows: bool = True,
     ) -> PurgePage:
+        """Purges newest first: of one derived ``status``, one ``kind``, concerning one
+        conversation or channel, accepted in ``[since, until)``, as given. ``after`` is the
+        ``next_after`` of the previous page. ``operator_rows=False`` leaves out the policies'
+        and holds' rows (``OPERATOR_KINDS``), as a host is shown the list."""
         where = purges.LedgerFilter(
             status=None if status is None else validation.check_choice(status, "status", PURGE_STATUSES),
             kind=None if kind is None else validation.check_choice(kind, "kind", PURGE_KINDS),
@@ -154,6 +163,8 @@ class OperatorCommands:
         return PurgePage(purges=tuple(statuses), next_after=next_after)
 
     def purge_detail(self, purge_id: str) -> PurgeDetail:
+        """A purge's status with every attempt of its steps (owner, start, finish, error) and
+        the operators' actions on it (who retried it, and why): the console's page of it."""
         validation.check_id(purge_id, "purge_id")
         with self.db.read() as conn:
             entry = ledger.entry_by_purge_id(conn, purge_id)
@@ -166,6 +177,7 @@ class OperatorCommands:
             )
 
     def worker_leases(self, *, limit: int = MAX_PAGE) -> list[WorkerLeases]:
+        """The live lease owners (a worker's attempt each), and the steps each one holds now."""
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
             raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
         with self.db.read() as conn:
@@ -178,18 +190,25 @@ class OperatorCommands:
         return [WorkerLeases(owner, tuple(steps)) for owner, steps in held.items()]
 
     def stalled_purge_ids(self, *, limit: int = MAX_PAGE) -> list[str]:
+        """Purges with a step due (or whose lease expired) for longer than ``stall_after``,
+        newest first, at most ``limit``."""
         with self.db.read() as conn:
             return overview.stalled_purge_ids(conn, ledger.database_now(conn), self.stall_after, limit=limit)
 
     def database_now(self) -> dt.datetime:
+        """The database clock, which every stored time comes from (for telling times relative
+        to it)."""
         with self.db.read() as conn:
             return ledger.database_now(conn)
 
     def verify_ledger(self) -> LedgerReport:
+        """Walk the hash chain; report at most a bounded number of problems."""
         with self.db.read(snapshot=True) as conn:
             return ledger.verify(conn)
 
     def checkpoint_ledger(self, path: str | Path) -> checkpoint.Checkpoint:
+        """Export the whole ledger as one self-contained file (format version 2: a header
+        line, then one row per line), atomically; ``merge_ledger`` reads it back."""
         if not isinstance(path, str | Path) or not str(path).strip():
             raise ValidationError("path must name a file")
         target = Path(path).expanduser().absolute()

@@ -35,6 +35,7 @@ class PurgeCommands:
     # -- content purges -----------------------------------------------------------------
 
     def preview_purge(self, scope: EventScope) -> PurgePreview:
+        """The dependency report of a content purge, and the ``scope_digest`` to confirm."""
         _check_scope(scope)
         return self.acceptance.preview(kinds.CONTENT, scope)
 
@@ -49,6 +50,7 @@ class PurgeCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
+        """Accept a previewed content purge: ledger row, fences and cleanup steps, at once."""
         _check_scope(scope)
         check_digest(scope_digest, "preview_purge()")
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
@@ -68,6 +70,9 @@ class PurgeCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
+        """Purge a whole conversation (or channel). A repeat is ``already_purged``, even with
+        the original expected version; an absent id is reserved. The cost of acceptance does
+        not depend on the conversation's size: cleanup removes its content afterwards."""
         validation.check_id(conversation_id, "conversation_id")
         _check_version(expected_version)
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
@@ -84,11 +89,14 @@ class PurgeCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
+        """End a channel: no new membership, routing or content. Its history stays readable,
+        its id is tombstoned, and nothing is removed (purge it separately to remove content)."""
         validation.check_id(channel_id, "channel_id")
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
         return self.acceptance.accept(kinds.CHANNEL, channel_id, {"channel_id": channel_id}, causal)
 
     def preview_bot_deletion(self, bot_id: str) -> BotDeletionPreview:
+        """What deleting the bot does, and whether its Memory can be erased (with the reason)."""
         validation.check_id(bot_id, "bot_id")
         return self.acceptance.preview(kinds.BOT, bot_id)
 
@@ -104,6 +112,10 @@ class PurgeCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
+        """Delete a bot: refuse while it has non-terminal runs, close new runs and admissions,
+        tombstone its id and keep a durable locator of its Memory. With ``erase_memory`` the
+        reviewed repository must still match and be provably the bot's alone; a ``memory``
+        cleanup step then removes it."""
         validation.check_id(bot_id, "bot_id")
         if not isinstance(erase_memory, bool):
             raise ValidationError("erase_memory must be true or false")
@@ -116,6 +128,8 @@ class PurgeCommands:
     # -- a person, everywhere ---------------------------------------------------------------
 
     def preview_author_erasure(self, author: str, *, before: dt.datetime | None = None) -> AuthorErasurePreview:
+        """What erasing everything ``author`` wrote (with ``occurred_at < before``, if given)
+        would touch, in every conversation, and the ``scope_digest`` to confirm."""
         return self.acceptance.preview(kinds.AUTHOR, _window(author, before))
 
     def erase_author(
@@ -131,6 +145,12 @@ class PurgeCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
+        """Erase everything ``author`` wrote, wherever it is placed (see
+        ``commands.kinds.author``). The acceptance costs the same for ten events as for a
+        hundred thousand; from it on no reader returns any of them, and the cleanup steps
+        remove them in batches (the touched conversations' versions rise as they do, not at
+        acceptance). Afterwards ingesting an event by the author inside the erased window
+        raises ``AuthorErased``, and with ``close_author`` any new event by them does."""
         window = _window(author, before)
         check_digest(scope_digest, "preview_author_erasure()")
         if not isinstance(close_author, bool):

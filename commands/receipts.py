@@ -123,6 +123,9 @@ class Receipts:
             raise MessagingUnavailable(str(exc)) from None
 
     def receipt(self, purge_id: str) -> dict[str, Any]:
+        """The purge's receipt: its ledger row proven in the newest signed checkpoint
+        (format ``purgekeeper-receipt`` version 1; ``tlog.verify`` checks it offline).
+        NotFound for an unknown purge; LedgerNotCopied when its row cannot be copied yet."""
         entry = self._entry(purge_id)
         leaf = signed_log.leaf_of(entry)
 
@@ -170,9 +173,15 @@ class Receipts:
         return current
 
     def completion(self, purge_id: str) -> dict[str, Any]:
-        """The purge's completion statement, signed now from its step rows: NotFound for an
-        unknown purge, CleanupNotComplete while a step is not done (re-armed by a restore,
-        still running, or incomplete), LedgerNotCopied when its row is not in the log yet."""
+        """The purge's completion statement: ``{"purge_id", "ledger_seq", "completed_at",
+        "attempts", "steps", "statement"}``, where ``statement`` is a note signed with the
+        log's key, bound to the purge's leaf, with each step's counts and the time its last
+        step finished (``tlog.verify.verify_completion`` checks it offline). Signed on
+        request from the step rows: after a restore re-arms cleanup, the purge is complete
+        again only once those steps finish, and the statement then carries the later time.
+        NotFound for an unknown purge; CleanupNotComplete while its cleanup has not completed
+        (a step re-armed by a restore, still running, or incomplete); LedgerNotCopied when its
+        row is not in the log yet."""
         entry = self._entry(purge_id)
         with self.db.read() as conn:
             rows = purges.steps_of(conn, [purge_id])
@@ -219,6 +228,8 @@ class Receipts:
         return leaf_hash(signed_log.leaf_of(self._entry(purge_id)))
 
     def consistency(self, from_size: int) -> dict[str, Any]:
+        """``{"proof", "checkpoint"}``: the newest signed checkpoint's tree extends the tree of
+        ``from_size`` leaves (RFC 9162 §2.1.4). ValidationError outside 1 .. its size."""
         if not isinstance(from_size, int) or isinstance(from_size, bool):
             raise ValidationError("from must be a tree size (an integer)")
         current = self._head()
@@ -239,6 +250,7 @@ class Receipts:
         return receipt.consistency_document(proof=proof, checkpoint=current.note)
 
     def vkey(self) -> str:
+        """The signed log's verification key (``<name>+<key id>+<base64 key>``)."""
         return self.log.signer.vkey
 
     def sign_note(self, text: str) -> str:

@@ -120,9 +120,20 @@ class RestoreCommands:
         self.enqueuer = enqueuer
 
     def messaging_status(self, *, refresh: bool = True) -> GateState:
+        """Whether content reads and writes are open, with the bounded reasons when not.
+        ``refresh`` takes the full verdict again (it walks the whole ledger and its copy);
+        otherwise the last verdict is returned."""
         return self.gate.evaluate() if refresh else self.gate.state
 
     def repair_ledger_copy(self) -> CopyRepair:
+        """Bring the ledger's copy in the checkpoint directory back to a verifying state
+        (``purgectl ledger repair``): a lost or unreadable head.json is rebuilt from the
+        segments, a truncated open segment is re-established from the database's rows, and
+        the rows the database holds beyond the copy are appended. Rows the copy holds and the
+        database lacks (a restored database) are kept: the gate stays closed until a merge
+        brings them back. Then the gate's full check (the chain and the copy walked, as
+        ``messaging_status()``). ``MessagingUnavailable`` with the reason when it cannot be
+        done."""
         name = self.copy.directory.name
         try:
             _head, rebuilt = self.copy.repair()
@@ -137,6 +148,10 @@ class RestoreCommands:
         return CopyRepair(name, head.seq, head.row_hash, rebuilt, state)
 
     def merge_ledger(self, *paths: str | Path, allow_other_database: bool = False, full: bool = False) -> MergeReport:
+        """Restore: bring this ledger's missing purges back from the ledger kept outside it,
+        and re-apply them before any reader sees content again (see ``commands.restore_commands``).
+        A source written by another database is refused unless ``allow_other_database``;
+        ``full`` re-applies every purge of the ledger, not only the missing ones."""
         for name, value in (("allow_other_database", allow_other_database), ("full", full)):
             if not isinstance(value, bool):
                 raise ValidationError(f"{name} must be true or false")

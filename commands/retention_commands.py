@@ -69,6 +69,9 @@ class RetentionCommands:
         self.retention_interval = retention_interval
 
     def preview_retention(self, *, max_age: dt.timedelta, conversation_id: str | None = None) -> RetentionPreview:
+        """What a policy of ``max_age`` over the conversation (None: every conversation and
+        channel) would expire if it ran now, what holds would keep, and the ``scope_digest``
+        of its definition that ``set_retention`` names."""
         return self.acceptance.preview(kinds.RETENTION, _definition(max_age, conversation_id))
 
     def set_retention(
@@ -84,6 +87,8 @@ class RetentionCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
+        """Set (or change) a retention policy, previewed with ``preview_retention``; the
+        scheduler runs it at its next sweep, then every ``retention_interval``."""
         validation.check_id(policy_id, "policy_id")
         definition = _definition(max_age, conversation_id)
         check_digest(scope_digest, "preview_retention()")
@@ -106,15 +111,19 @@ class RetentionCommands:
         request_id: str | None = None,
         origin: str | None = None,
     ) -> Acceptance:
+        """Remove a policy: it is not run again. Runs already accepted finish their cleanup."""
         validation.check_id(policy_id, "policy_id")
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
         return self.acceptance.accept(kinds.RETENTION_END, Removal(policy_id), {"policy_id": policy_id}, causal)
 
     def list_retention(self) -> list[RetentionPolicy]:
+        """The standing policies, by id."""
         with self.db.read() as conn:
             return [RetentionPolicy.from_row(row) for row in retention_queries.list_policies(conn)]
 
     def run_retention(self) -> list[RetentionRunOutcome]:
+        """Take the turn of every policy that is due now (the leading scheduler does at every
+        sweep, and ``resume()`` does): one run accepted per policy with anything to expire."""
         with self.db.read() as conn:
             due = retention_queries.due_policies(conn, limit=DUE_LIMIT)
         if not due:
