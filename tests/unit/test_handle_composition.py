@@ -1,8 +1,8 @@
 """The handle is composed, not inherited (issue 25): ``Purgekeeper`` holds its services
 (acceptance, the enqueuer, content, purges, retention, holds, restore, operations,
-receipts) and delegates to them, one thin method each; its public methods are the ones it
-had as a stack of mixins, with the same signatures. No I/O beyond reading this
-repository's own source files."""
+receipts) and delegates to them, most in one line each (``commands.delegation``); its
+public methods are the ones it had as a stack of mixins, with the same signatures. No I/O
+beyond reading this repository's own source files."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from commands import wiring
+from commands.delegation import Delegate
 from commands.handle import Purgekeeper
 
 COMMANDS = Path(__file__).resolve().parents[2] / "commands"
@@ -290,6 +291,18 @@ def test_each_public_method_of_a_handle_has_the_signature_without_self_and_a_doc
         assert str(inspect.signature(bound)) == f"({', '.join(parameters)}) {returns}", name
         assert inspect.getdoc(bound), name
         assert inspect.getdoc(bound) == inspect.getdoc(getattr(Purgekeeper, name)), name
+
+
+def test_each_delegation_names_the_service_that_holds_its_method() -> None:
+    """``delegate("purges", PurgeCommands.preview_purge)`` names the service by its attribute:
+    mypy cannot check that name, this does; the method carries the docstring help() shows."""
+    services = typing.get_type_hints(wiring.Services)
+    delegated = {name: value for name, value in vars(Purgekeeper).items() if isinstance(value, Delegate)}
+    assert set(delegated) < set(PUBLIC_API)
+    for name, delegation in delegated.items():
+        assert getattr(services[delegation.service], delegation.name) is delegation.method, name
+        assert getattr(Purgekeeper, name).__wrapped__ is delegation.method, name
+        assert inspect.getdoc(delegation.method), name
 
 
 def _placeholders(source: str) -> list[str]:
