@@ -20,10 +20,11 @@ import hmac
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from itsdangerous import BadData, TimestampSigner, URLSafeTimedSerializer
 
@@ -147,3 +148,29 @@ class SessionSigner:
         if not (isinstance(operator, str) and operator and isinstance(csrf, str) and csrf):
             return None
         return Session(operator=operator, csrf=csrf)
+
+
+@dataclass(frozen=True)
+class Operator:
+    """A signed-in operator: by session cookie, or by bearer token (``session`` None: a script,
+    with no cookie and no CSRF token to check)."""
+
+    name: str
+    session: Session | None
+
+
+def same_origin(headers: Mapping[str, str]) -> bool:
+    """No sign of a cross-site request. ``Sec-Fetch-Site`` decides when the browser sends it
+    (no page can forge it); else ``Origin``, when sent, must be this host. Under
+    ``Referrer-Policy: no-referrer`` a browser sends ``Origin: null`` even from this site,
+    so a bare ``null`` is refused only when ``Sec-Fetch-Site`` cannot vouch for the request."""
+    site = headers.get("sec-fetch-site")
+    if site is not None:
+        return site in ("same-origin", "none")
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    try:
+        return origin != "null" and urlsplit(origin).netloc == headers.get("host")
+    except ValueError:
+        return False

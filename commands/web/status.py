@@ -45,7 +45,7 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Header, Request
 from fastapi.responses import RedirectResponse, Response
@@ -57,7 +57,7 @@ from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import HoldCount, PurgeStatus, RetentionPolicy
 from commands.surface import error_body, http_status
 from commands.web import pages
-from commands.web.auth import COOKIE_NAME, SESSION_TTL, Session, SessionSigner, Tokens, bearer
+from commands.web.auth import COOKIE_NAME, SESSION_TTL, Operator, Session, SessionSigner, Tokens, bearer, same_origin
 from schema.errors import NotFound, PurgekeeperError, ValidationError
 from schema.states import StepStatus
 from schema.steps import PARKED_UNTIL
@@ -73,35 +73,6 @@ BAD_TOKEN = "That token is not valid."
 FORGED_FORM = "This form did not come from your console session: reload the page and try again. Nothing was changed."
 FORGED_SIGN_OUT = "This sign-out did not come from the console: you are still signed in."
 RETRIED = "Retry recorded: the incomplete steps are re-armed."
-
-
-# -- who is asking ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Operator:
-    """A signed-in operator: by session cookie, or by bearer token (``session`` None: a script,
-    with no cookie and no CSRF token to check)."""
-
-    name: str
-    session: Session | None
-
-
-def same_origin(headers: Mapping[str, str]) -> bool:
-    """No sign of a cross-site request. ``Sec-Fetch-Site`` decides when the browser sends it
-    (no page can forge it); else ``Origin``, when sent, must be this host. Under
-    ``Referrer-Policy: no-referrer`` a browser sends ``Origin: null`` even from this site,
-    so a bare ``null`` is refused only when ``Sec-Fetch-Site`` cannot vouch for the request."""
-    site = headers.get("sec-fetch-site")
-    if site is not None:
-        return site in ("same-origin", "none")
-    origin = headers.get("origin")
-    if origin is None:
-        return True
-    try:
-        return origin != "null" and urlsplit(origin).netloc == headers.get("host")
-    except ValueError:
-        return False
 
 
 # -- the overview's filters and pages ---------------------------------------------------------

@@ -10,8 +10,8 @@ import pytest
 
 from commands.records import Attempt, AuditEntry, PurgeDetail, PurgeStatus, StepProgress, StepState
 from commands.web import pages, times
-from commands.web.auth import Session, SessionSigner
-from commands.web.status import STEP_HELPERS, Filters, Frame, Operator, same_origin
+from commands.web.auth import Operator, Session, SessionSigner, same_origin
+from commands.web.status import STEP_HELPERS, Filters, Frame
 from schema.errors import ValidationError
 
 NOW = dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.UTC)

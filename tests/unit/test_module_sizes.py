@@ -1,5 +1,8 @@
-"""Issue 25: no module of ``storage`` or ``schema`` over about 500 lines, no function over 60
-(the migrations included: a revision's ``upgrade`` runs helpers, one per table or group)."""
+"""Issue 25: no module of any layer over about 500 lines, no function over 60 (the migrations
+included: a revision's ``upgrade`` runs helpers, one per table or group).
+
+One module is larger by design: ``tlog/verify.py`` is the offline verifier a host copies into
+its own code, one file that imports only the standard library and ``cryptography``."""
 
 from __future__ import annotations
 
@@ -9,8 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("storage", "schema")
+PACKAGES = ("commands", "workers", "storage", "schema", "tlog")
 MAX_MODULE_LINES = 500
+ONE_FILE_BY_DESIGN = {"tlog/verify.py": 700}
 MAX_FUNCTION_LINES = 60
 
 
@@ -21,7 +25,8 @@ def modules() -> list[Path]:
 @pytest.mark.parametrize("path", modules(), ids=lambda path: str(path.relative_to(ROOT)))
 def test_no_module_is_over_500_lines(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_MODULE_LINES, f"{path.relative_to(ROOT)} has {lines} lines"
+    limit = ONE_FILE_BY_DESIGN.get(str(path.relative_to(ROOT)), MAX_MODULE_LINES)
+    assert lines <= limit, f"{path.relative_to(ROOT)} has {lines} lines"
 
 
 @pytest.mark.parametrize("path", modules(), ids=lambda path: str(path.relative_to(ROOT)))
