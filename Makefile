@@ -34,13 +34,14 @@ run: $(RUNTIME)
 # The suite runs in parallel (pytest-xdist): one worker per core, at most 4. Most of a test's
 # time is spent waiting (a database created, a process started), so two workers on two cores
 # take half the time of one. Every worker has its own databases and Redis db (tests/conftest.py).
+# It ends with the 25 slowest tests (the suite must stay under 15 minutes on CI).
 # `make test PYTEST_FLAGS=` runs it in one process; `PYTEST_FLAGS="-x -k ..."` narrows it.
 # The tests' own files (SQLite databases, checkpoint directories, blob and file roots) are
 # real files on a tmpfs where the machine has one (/dev/shm): an acceptance's copy and signed
 # log fsync several files, and on this machine's disk each fsync costs about a millisecond.
 # The shared PostgreSQL keeps its own storage. `make test TEST_TMP=` keeps pytest's default.
 TEST_TMP ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm/purgekeeper-tests-$$(pwd | cksum | cut -d' ' -f1))
-PYTEST_FLAGS ?= -n auto --maxprocesses 4 --dist worksteal
+PYTEST_FLAGS ?= -n auto --maxprocesses 4 --dist worksteal --durations=25
 
 test: $(DEV)
 	@status=0; $(BIN)/python -m pytest $(PYTEST_FLAGS) $(if $(TEST_TMP),--basetemp=$(TEST_TMP)) || status=$$?; \
