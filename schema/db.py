@@ -112,7 +112,14 @@ class Database:
         return self.dialect == "sqlite"
 
     def dispose(self) -> None:
+        """Close every idle connection (before a restore puts another database in place, and at
+        a handle's close). A connection in use at that moment (a background thread's) is
+        closed when it comes back, not parked in the discarded pool until the garbage
+        collector deletes it still open."""
+        discarded = self.engine.pool
         self.engine.dispose()
+        if not event.contains(discarded, "checkin", _close_on_checkin):
+            event.listen(discarded, "checkin", _close_on_checkin)
         if self._readers is not None:
             self._readers.close_all()
 
@@ -404,6 +411,10 @@ def _sqlite_on_connect(dbapi_conn: Any, _record: Any, *, busy_timeout_ms: int) -
     ):
         cursor.execute(pragma)
     cursor.close()
+
+
+def _close_on_checkin(_dbapi_conn: Any, record: Any) -> None:
+    record.invalidate()  # closes the driver's connection; the record is never used again
 
 
 def _note_checkin(_dbapi_conn: Any, record: Any) -> None:

@@ -51,3 +51,17 @@ def test_an_id_list_travels_as_one_parameter_and_arrives_intact(db: Database, id
     finally:
         with db.write() as conn:
             table.drop(conn)
+
+
+def test_a_connection_in_use_while_the_pool_is_emptied_is_closed_when_it_comes_back(db: Database) -> None:
+    """``dispose()`` (before a restore, or a handle's close) empties the pool while a background
+    thread (the gate's audit, a sweep) may hold a connection. When that one comes back it is
+    closed, not parked in the discarded pool until the garbage collector deletes it still open
+    (psycopg then warns, against whichever test runs at that moment: CI saw it)."""
+    conn = db.engine.connect()
+    conn.exec_driver_sql("SELECT 1")
+    driver = conn.connection.dbapi_connection
+    db.dispose()
+    conn.close()
+    with pytest.raises(Exception, match=r"(?i)closed"):
+        driver.cursor().execute("SELECT 1")
