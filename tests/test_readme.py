@@ -49,16 +49,23 @@ def test_the_readme_starts_with_the_two_set_up_commands() -> None:
     assert (first.language, commands) == ("sh", ["make run", "make test"])
 
 
-def test_the_quickstart_runs_as_written_against_purgectl_serve(tmp_path: Path) -> None:
+@pytest.mark.parametrize("data_dir", ["default", "PURGEKEEPER_DATA_DIR"])
+def test_the_quickstart_runs_as_written_against_purgectl_serve(tmp_path: Path, data_dir: str) -> None:
+    """Tried: the default data directory, and one named by ``PURGEKEEPER_DATA_DIR`` (the curl
+    block reads its token file there, as ``make run`` serves it)."""
     tested = [block for block in blocks(README.read_text()) if block.tested]
     assert [block.language for block in tested] == ["python", "bash"], "the quickstart's blocks moved"
     home = tmp_path / "home"
     home.mkdir()
     env = served.clean_environment(HOME=str(home))
     env.pop("XDG_DATA_HOME", None)
+    token_file = home / ".local/share/purgekeeper/api-token"
+    if data_dir == "PURGEKEEPER_DATA_DIR":
+        env["PURGEKEEPER_DATA_DIR"] = str(tmp_path / "elsewhere")
+        token_file = tmp_path / "elsewhere" / "api-token"
     served.run([str(served.BIN / "purgectl"), "init"], env, tmp_path)
     with served.serving(env, tmp_path) as server:
-        assert (home / ".local/share/purgekeeper/api-token").is_file(), server.output()
+        assert token_file.is_file(), server.output()
         env["PURGEKEEPER_API_URL"] = f"{server.url}/v1"
         outputs = [served.run([*RUNNERS[block.language], block.code], env, tmp_path) for block in tested]
     python, curl = outputs
@@ -84,3 +91,97 @@ def test_the_quickstart_runs_as_written_against_purgectl_serve(tmp_path: Path) -
 )
 def test_the_marker_convention(text: str, expected: list[Block]) -> None:
     assert blocks(text) == expected
+
+
+# -- the README's own shape: tables, code blocks and inline code that a renderer shows whole --
+
+
+def table_cells(line: str) -> list[str]:
+    """A table row's cells: split on ``|`` outside inline code and not escaped."""
+    cells, current, in_code = [], "", False
+    body = line.strip()
+    body = body[1:] if body.startswith("|") else body
+    body = body[:-1] if body.endswith("|") and not body.endswith("\\|") else body
+    for index, char in enumerate(body):
+        if char == "`":
+            in_code = not in_code
+        if char == "|" and not in_code and (index == 0 or body[index - 1] != "\\"):
+            cells.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return [*cells, current.strip()]
+
+
+def shape_problems(text: str) -> list[str]:
+    """What would render broken: a code fence left open, a table row with another number of
+    cells than its header or with an empty first cell, a paragraph or table row with an odd
+    number of backticks (inline code that swallows what follows)."""
+    problems: list[str] = []
+    lines = text.splitlines()
+    fence: int | None = None
+    header: int | None = None
+    paragraph: list[tuple[int, str]] = []
+
+    def close_paragraph() -> None:
+        ticks = sum(line.count("`") for _, line in paragraph)
+        if ticks % 2:
+            problems.append(f"line {paragraph[0][0]}: a paragraph with an odd number of backticks")
+        paragraph.clear()
+
+    for number, line in enumerate(lines, 1):
+        if line.startswith("```"):
+            close_paragraph()
+            fence = None if fence is not None else number
+            continue
+        if fence is not None:
+            continue
+        if line.startswith("|"):
+            close_paragraph()
+            cells = table_cells(line)
+            if line.count("`") % 2:
+                problems.append(f"line {number}: a table row with an odd number of backticks")
+            if header is None:
+                header = len(cells)
+            elif set(line.replace("|", "").strip()) <= {"-", ":", " "}:
+                pass  # the separator row
+            elif len(cells) != header:
+                problems.append(f"line {number}: {len(cells)} cells in a table of {header}")
+            elif not cells[0]:
+                problems.append(f"line {number}: a table row with an empty first cell")
+            continue
+        header = None
+        if line.strip():
+            paragraph.append((number, line))
+        else:
+            close_paragraph()
+    close_paragraph()
+    if fence is not None:
+        problems.append(f"line {fence}: a code block that is never closed")
+    return problems
+
+
+def test_the_readme_renders_whole() -> None:
+    """Issue 26: a garbled line (a table row missing its cell, inline code left open) is found
+    here, not by a reader."""
+    assert shape_problems(README.read_text(encoding="utf-8")) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("| a | b |\n| --- | --- |\n| 1 | 2 |\n", []),
+        ("| a | b |\n| --- | --- |\n| 1 |\n", ["line 3: 1 cells in a table of 2"]),
+        ("| a | b |\n| --- | --- |\n| `x|y` | 2 |\n", []),
+        ("| a | b |\n| --- | --- |\n|  | 2 |\n", ["line 3: a table row with an empty first cell"]),
+        (
+            'Errors come back as `{"error": CODE\nwith the statuses.\n',
+            ["line 1: a paragraph with an odd number of backticks"],
+        ),
+        ("```python\nprint(1)\n", ["line 1: a code block that is never closed"]),
+        ("```\n`odd\n```\n", []),
+    ],
+    ids=["sound", "short-row", "pipe-in-code", "empty-first-cell", "open-inline-code", "open-fence", "code-in-fence"],
+)
+def test_the_shape_check_finds_what_a_renderer_would_break(text: str, found: list[str]) -> None:
+    assert shape_problems(text) == found
