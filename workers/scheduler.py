@@ -93,14 +93,19 @@ class Scheduler:
         return sent
 
     def _send_unless_recent(self, step_ids: Sequence[str]) -> None:
-        """A step still due is sent again only once ``resend_after`` has passed, so wake-ups do
-        not pile up in the queue while no worker runs; a lost one is re-sent after that. When
-        the broker can say which steps have a wake-up queued (Redis), a step that is due and
-        has none is sent at once: its wake-up was taken and came to nothing."""
+        """Wake-ups never pile up in the queue while no worker runs. When the broker can say
+        which steps have a wake-up queued (Redis: waiting, delayed, or taken and not yet
+        acknowledged), a due step is sent only when it has none, at once (its wake-up was
+        taken and came to nothing) and never while one waits: at most one queued wake-up per
+        due step. When it cannot say (the in-process broker), a step still due is sent again
+        once ``resend_after`` has passed."""
         now = time.monotonic()
         self._sent = {k: t for k, t in self._sent.items() if now - t < self.resend_after.total_seconds()}
-        waiting = self.queued() if self.queued is not None and self._sent else None
-        fresh = [s for s in step_ids if s not in self._sent or (waiting is not None and s not in waiting)]
+        waiting = self.queued() if self.queued is not None else None
+        if waiting is not None:
+            fresh = [s for s in step_ids if s not in waiting]
+        else:
+            fresh = [s for s in step_ids if s not in self._sent]
         if fresh:
             self.enqueue(fresh)
             self._sent.update(dict.fromkeys(fresh, now))

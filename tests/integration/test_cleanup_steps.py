@@ -1145,6 +1145,24 @@ def test_the_scheduler_does_not_pile_up_wake_ups_for_a_step_still_due(pk: Pk) ->
     assert pk.resume() == 1  # the operator's resume always sends
 
 
+def test_a_due_step_whose_wake_up_waits_in_the_broker_is_never_sent_again(pk: Pk) -> None:
+    """Issue 26: while no worker runs, the Redis queue grew by a wake-up per resend interval
+    (6, 8, 10 in a minute with one purge pending). When the broker can say what it holds, a
+    step with a wake-up waiting is not sent again, however long it waits: at most one queued
+    wake-up per due step. Tried: ten sweeps with the resend interval over at each."""
+    pk.create_conversation("c-due")
+    event = pk.ingest_event("c-due", author="ada", body="x")
+    purge_events(pk, event.id)
+    sent: list[str] = []
+    in_broker: set[str] = set()
+    loop = Scheduler(pk.db, sent.extend, resend_after=dt.timedelta(0), queued=lambda: set(in_broker))
+    loop.tick()
+    in_broker.update(sent)
+    for _ in range(10):
+        loop.tick()
+    assert len(sent) == 1
+
+
 def test_the_scheduler_resends_a_due_step_whose_wake_up_is_gone(pk: Pk) -> None:
     """Issue 11, case 8: within ``resend_after``, a due step is sent again when the broker
     says no wake-up for it is queued any more (a worker took it and could not claim the step,
