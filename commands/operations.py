@@ -76,7 +76,8 @@ class OperatorCommands:
         return scheduler.sweep(self.db, self.enqueuer.wake)
 
     def retry(self, purge_id: str, *, actor: str, reason: str) -> PurgeStatus:
-        """Re-arm the purge's incomplete steps with fresh attempts, and record who and why.
+        """Re-arm the purge's incomplete and retrying steps, due now with fresh attempts, and
+        record who and why.
         It never re-reads or re-creates content: the steps only ever remove."""
         validation.check_id(purge_id, "purge_id")
         validation.check_text(actor, "actor", max_length=MAX_ACTOR_LENGTH)
@@ -85,9 +86,9 @@ class OperatorCommands:
         def work(conn: Connection) -> list[str]:
             if ledger.entry_by_purge_id(conn, purge_id) is None:
                 raise NotFound(f"no purge {purge_id}")
-            step_ids = steps.rearm_incomplete(conn, purge_id)
+            step_ids = steps.rearm_for_retry(conn, purge_id)
             if not step_ids:
-                raise ValidationError(f"purge {purge_id} has no incomplete step to retry")
+                raise ValidationError(f"purge {purge_id} has no incomplete or retrying step to retry")
             purges.record_audit(conn, purge_id, action="retry", actor=actor, reason=reason, step_ids=step_ids)
             return step_ids
 

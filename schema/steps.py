@@ -347,13 +347,15 @@ def due_steps(conn: Connection, *, limit: int) -> list[str]:
     return [row.id for row in sorted(rows, key=lambda row: row.since)][:limit]
 
 
-def rearm_incomplete(conn: Connection, purge_id: str) -> list[str]:
-    """Make the purge's incomplete steps pending again with fresh attempts."""
+def rearm_for_retry(conn: Connection, purge_id: str) -> list[str]:
+    """An operator's retry: the purge's incomplete steps, and its retrying ones (an operator
+    who fixed the cause need not wait for the next attempt), pending again, due now, with
+    fresh attempts. A running step is left to its lease."""
     now = database_now(conn)
     c = cleanup_steps.c
     rows = conn.execute(
         update(cleanup_steps)
-        .where(c.purge_id == purge_id, c.status == StepStatus.INCOMPLETE.value)
+        .where(c.purge_id == purge_id, c.status.in_([StepStatus.INCOMPLETE.value, StepStatus.RETRYING.value]))
         .values(status=StepStatus.PENDING.value, attempts=0, next_attempt_at=now, updated_at=now)
         .returning(c.id)
     )

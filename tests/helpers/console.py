@@ -21,7 +21,9 @@ from commands.web import status as status_page
 from commands.web.auth import SessionSigner, Tokens
 from schema import steps
 from schema.tables import UtcDateTime
+from tests.helpers import POLICY
 from tests.helpers.steps import FailingStore, settle
+from workers import runner
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
@@ -183,6 +185,22 @@ def incomplete_purge(pk: Pk, conversation_id: str, message: str = HOSTILE) -> st
     store = FailingStore(pk.blobs.blob_root, pk.blobs.file_root, message=message)
     status = settle(pk, purge_id, dataclasses.replace(pk.step_context(), blobs=store))
     assert status.status == "incomplete"
+    return purge_id
+
+
+def retrying_purge(pk: Pk, conversation_id: str, message: str = HOSTILE) -> str:
+    """A purge whose attachments step failed its first attempt with ``message`` and waits,
+    ``retrying``, for its next one an hour away."""
+    purge_id = purge_new_event(pk, conversation_id, attachment=True)
+    [step] = [s for s in pk.status(purge_id).steps if s.kind == "attachments"]
+    store = FailingStore(pk.blobs.blob_root, pk.blobs.file_root, message=message)
+    context = dataclasses.replace(pk.step_context(), blobs=store)
+    assert runner.run_step(context, step.id, policy=POLICY).status == "retrying"
+    later = text("UPDATE cleanup_steps SET next_attempt_at = :later WHERE id = :s").bindparams(
+        bindparam("later", type_=UtcDateTime())
+    )
+    with pk.db.write() as conn:
+        conn.execute(later, {"later": dt.datetime.now(dt.UTC) + dt.timedelta(hours=1), "s": step.id})
     return purge_id
 
 

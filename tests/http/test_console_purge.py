@@ -7,6 +7,7 @@ nothing. A worker holding a step is a real claim (``schema.steps.claim``) that n
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -35,6 +36,7 @@ from tests.helpers.console import (
     page,
     parse,
     purge_new_event,
+    retrying_purge,
     sign_in,
 )
 
@@ -113,6 +115,21 @@ def test_an_incomplete_purge_shows_its_steps_attempts_and_the_retry_form(pk: Pk,
     assert 'http-equiv="refresh"' not in html  # a reason being typed is never wiped
     for hidden in (SECRET, WHO["actor"], WHO["reason"], "doc.txt"):
         assert hidden not in html, hidden
+
+
+def test_a_retrying_purge_offers_retry_now_and_the_retry_makes_its_step_due(pk: Pk, client: TestClient) -> None:
+    """Issue 26: an operator who fixed the cause hurries a ``retrying`` step from the console
+    too (its next attempt was an hour away); the retry is audited under the operator."""
+    purge_id = retrying_purge(pk, "c1")
+    shown = purge_page(client, purge_id)
+    assert shown.by_id("retry-submit").text == "Retry now"
+    response = retry(client, purge_id, csrf=csrf_of(client, purge_id), reason=REASON)
+    assert response.status_code == 303, response.text
+    [step] = [s for s in pk.status(purge_id).steps if s.kind == "attachments"]
+    assert (step.status, step.attempts) == ("pending", 0)
+    assert step.next_attempt_at is not None and step.next_attempt_at <= dt.datetime.now(dt.UTC)
+    [audit] = pk.purge_detail(purge_id).audit
+    assert (audit.action, audit.actor, audit.reason) == ("retry", OPERATOR_NAME, REASON)
 
 
 def test_a_step_a_worker_holds_shows_its_lease_and_the_page_refreshes(pk: Pk, client: TestClient) -> None:
@@ -235,7 +252,10 @@ def test_retrying_a_purge_with_nothing_incomplete_is_refused(pk: Pk, client: Tes
     csrf = csrf_of(client, incomplete_purge(pk, "c2", message="the disk said no"))
     response = retry(client, purge_id, reason=REASON, csrf=csrf)
     assert response.status_code == 400
-    assert parse(response.text).by_id("retry-error").text == f"purge {purge_id} has no incomplete step to retry"
+    assert (
+        parse(response.text).by_id("retry-error").text
+        == f"purge {purge_id} has no incomplete or retrying step to retry"
+    )
     assert pk.purge_detail(purge_id).audit == ()
 
 

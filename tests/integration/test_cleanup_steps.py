@@ -813,6 +813,37 @@ def test_a_worker_that_dies_during_its_last_attempt_leaves_the_step_incomplete(p
     assert pk.read_conversation("c1") == []
 
 
+def test_retry_hurries_a_retrying_step_and_says_who_and_why(pk: Pk, roots: Roots) -> None:
+    """Issue 26: after fixing a cause, an operator could not hurry a ``retrying`` step (retry
+    said "no incomplete step" and the next attempt stayed far away). Retry re-arms it too:
+    due now, fresh attempts, in the audit with its actor and reason. Tried: a step retrying
+    with its next attempt pushed an hour away; then a purge with no step left to retry."""
+    seed = seed_content(pk)
+    broken = break_blob_file(pk, seed.exclusive_cas)
+    purge_id = purge_events(pk, "e-doomed")
+    step_id = step_of(pk, purge_id, "attachments").id
+    assert run(pk, step_id).status == "retrying"
+    pk.db.transact(
+        lambda conn: conn.execute(
+            text("UPDATE cleanup_steps SET next_attempt_at = :later WHERE id = :s"),
+            {"later": dt.datetime.now(dt.UTC) + dt.timedelta(hours=1), "s": step_id},
+        )
+    )
+    assert run(pk, step_id).status == "skipped"  # not due for an hour
+    shutil.rmtree(broken)
+    rearmed = pk.retry(purge_id, actor="oncall@example.org", reason="freed the blob path")
+    assert [(s.status, s.attempts) for s in rearmed.steps if s.kind == "attachments"] == [("pending", 0)]
+    audit = rows(pk, "SELECT action, actor, reason, step_ids FROM purge_audit WHERE purge_id = :p", p=purge_id)
+    assert [(a.action, a.actor, a.reason, json.loads(a.step_ids)) for a in audit] == [
+        ("retry", "oncall@example.org", "freed the blob path", [step_id])
+    ]
+    assert run(pk, step_id).status == "done"  # due now
+    clean(pk, purge_id)
+    with pytest.raises(commands.ValidationError, match="no incomplete or retrying step"):
+        pk.retry(purge_id, actor="oncall@example.org", reason="again")
+    assert_purges_leave_nothing(pk, roots)
+
+
 def test_an_actor_that_always_fails_ends_incomplete_and_retry_rearms_it(pk: Pk, roots: Roots) -> None:
     seed = seed_content(pk)
     broken = break_blob_file(pk, seed.exclusive_cas)
