@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -163,36 +162,29 @@ def _refs(db: Database | None, step_ids: Sequence[str]) -> dict[str, steps.StepR
 
 
 def queued_steps(broker_url: str | None, database_key: str) -> set[str] | None:
-    """The steps of ``database_key`` with a wake-up in the broker (waiting, delayed, or taken
-    by a live worker and not yet acknowledged: a worker whose heartbeat is older than
-    dramatiq's timeout holds none), or None when the broker cannot say (the
-    in-process StubBroker). One read of the queue's message hashes: its cost follows the
-    queue, which holds at most about one wake-up per due step."""
+    """The steps of ``database_key`` with a wake-up waiting in the broker for a worker to take
+    it (queued or delayed, not yet taken), or None when the broker cannot say (the in-process
+    StubBroker). A wake-up a worker took and has not acknowledged is not counted: its worker
+    is starting it (a second wake-up then finds the step claimed, and does nothing) or died or
+    froze with it, which dramatiq notices only after its heartbeat timeout and gives back at
+    a 1-in-1,000 chance per command; the step's lease says which. One read of the queue's
+    ids and their messages: its cost follows the queue, which holds at most about one
+    wake-up per due step."""
     the_broker = _bus(broker_url).broker
     client = getattr(the_broker, "client", None)
     if client is None:
         return None
     prefix = f"{getattr(the_broker, 'namespace', 'dramatiq')}:"
-    timeout_ms = int(getattr(the_broker, "heartbeat_timeout", 60_000))
-    dead = client.zrangebyscore(f"{prefix}__heartbeats__", 0, int(time.time() * 1000) - timeout_ms)
     queued: set[str] = set()
     for queue in (q_name(QUEUE), dq_name(QUEUE)):
-        # a wake-up a dead worker took stays unacknowledged until dramatiq's maintenance (a
-        # 1-in-1,000 chance per command) gives it back: not one a worker will run soon
-        held_by_dead = {
-            member for worker in dead for member in client.smembers(f"{prefix}__acks__.{_text(worker)}.{queue}")
-        }
-        for message_id, raw in client.hgetall(f"{prefix}{queue}.msgs").items():
-            if message_id in held_by_dead:
+        waiting = client.lrange(f"{prefix}{queue}", 0, -1)
+        for raw in client.hmget(f"{prefix}{queue}.msgs", waiting) if waiting else []:
+            if raw is None:
                 continue
             args = Message.decode(raw).args
             if len(args) == 2 and args[0] == database_key:
                 queued.add(str(args[1]))
     return queued
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def forget(broker_url: str) -> None:

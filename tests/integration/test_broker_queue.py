@@ -21,23 +21,27 @@ def take_one(url: str) -> RedisBroker:
     return worker
 
 
-def test_a_wake_up_waiting_or_held_by_a_live_worker_is_queued(
+def test_a_wake_up_waiting_is_queued_and_one_a_worker_took_is_not(
     redis_server: RedisServer, redis_broker: dramatiq.Broker
 ) -> None:
-    broker.enqueue(redis_server.url, KEY, ["s-waiting", "s-taken"])
-    assert broker.queued_steps(redis_server.url, KEY) == {"s-waiting", "s-taken"}
-    take_one(redis_server.url)  # one of the two, prefetched by a live worker
-    assert broker.queued_steps(redis_server.url, KEY) == {"s-waiting", "s-taken"}
-
-
-def test_a_wake_up_a_dead_worker_took_is_not_counted_as_queued(
-    redis_server: RedisServer, redis_broker: dramatiq.Broker
-) -> None:
-    """Issue 26: the scheduler never sends a step again while its wake-up is queued. A wake-up
-    a worker took and died with stays unacknowledged in Redis until dramatiq's maintenance
-    (run by a 1-in-1,000 chance per command) gives it back: counted as queued, its step
-    would wait for that. Tried: the taking worker's heartbeat older than dramatiq's timeout."""
-    broker.enqueue(redis_server.url, KEY, ["s-only"])
+    """Issue 26: the scheduler never sends a step again while its wake-up waits in the queue.
+    A wake-up a worker took and has not acknowledged does not count: that worker may have
+    died or frozen with it (dramatiq gives it back only after its 60 s heartbeat timeout, at a
+    1-in-1,000 chance per command), and a second wake-up for a live one finds the step
+    claimed. Tried: two waiting, then one taken by a live worker, then one taken by a worker
+    whose heartbeat stopped long ago."""
+    broker.enqueue(redis_server.url, KEY, ["s-first", "s-second"])
+    assert broker.queued_steps(redis_server.url, KEY) == {"s-first", "s-second"}
+    take_one(redis_server.url)  # the first, prefetched by a worker
+    assert broker.queued_steps(redis_server.url, KEY) == {"s-second"}
     dead = take_one(redis_server.url)
     dead.client.zadd(f"{dead.namespace}:__heartbeats__", {dead.broker_id: 0})  # it stopped beating long ago
     assert broker.queued_steps(redis_server.url, KEY) == set()
+
+
+def test_another_database_s_wake_ups_are_not_this_one_s(
+    redis_server: RedisServer, redis_broker: dramatiq.Broker
+) -> None:
+    broker.enqueue(redis_server.url, "another-db", ["s-theirs"])
+    broker.enqueue(redis_server.url, KEY, ["s-ours"])
+    assert broker.queued_steps(redis_server.url, KEY) == {"s-ours"}
