@@ -11,8 +11,8 @@ from typing import Any
 import click
 
 from commands import surface
-from commands.cli.options import Timestamp, who_options
-from commands.cli.render import render_page, render_status
+from commands.cli.options import DURATION_SYNTAX, Duration, Timestamp, who_options
+from commands.cli.render import counted, render_page, render_status
 from commands.cli.shared import DEFAULT_PAGE, DEFAULT_WAIT_S, FINISHED, json_command, main, run_with_handle
 from commands.handle import Purgekeeper
 from commands.operations import MAX_PAGE, PURGE_KINDS, PURGE_STATUSES
@@ -91,9 +91,9 @@ def resume(as_json: bool) -> None:
 
     def render(result: dict[str, Any]) -> str:
         if result["sent"]:
-            return f"re-sent {result['due_steps']} due step(s) to the broker"
+            return f"re-sent {counted(result['due_steps'], 'due step')} to the broker"
         return (
-            f"{result['due_steps']} step(s) due; no PURGEKEEPER_BROKER_URL is set (embedded mode), so the "
+            f"{counted(result['due_steps'], 'step')} due; no PURGEKEEPER_BROKER_URL is set (embedded mode), so the "
             "scheduler inside `purgectl serve` sends them at its next sweep"
         )
 
@@ -104,18 +104,17 @@ def resume(as_json: bool) -> None:
 @click.argument("purge_id")
 @click.option(
     "--timeout",
-    default=DEFAULT_WAIT_S,
+    default=f"{DEFAULT_WAIT_S:g}s",
     show_default=True,
-    type=click.FloatRange(min=0),
-    metavar="SECONDS",
-    help="Give up after this long and print the status.",
+    type=Duration(),
+    help=f"Give up after this long and print the status: {DURATION_SYNTAX}.",
 )
 @click.option(
     "--fail-on-incomplete",
     is_flag=True,
     help=f"Exit {EXIT_INCOMPLETE} (after printing the status) when the purge ends incomplete; for scripts.",
 )
-def wait(purge_id: str, timeout: float, fail_on_incomplete: bool, as_json: bool) -> None:
+def wait(purge_id: str, timeout: dt.timedelta, fail_on_incomplete: bool, as_json: bool) -> None:
     """Wait until the purge is complete or incomplete, showing steps done and rows removed,
     then print its status. A timeout is not an error: the status is printed with
     "timed_out": true, and the exit code is 0. An incomplete purge exits 0 too, unless
@@ -123,12 +122,13 @@ def wait(purge_id: str, timeout: float, fail_on_incomplete: bool, as_json: bool)
     && next-step` stops there (retry it with `purgectl retry`). This command does no cleanup
     itself: the worker processes (or `purgectl serve`) do."""
     ended: list[PurgeStatus] = []
+    seconds = timeout.total_seconds()
 
     def action(pk: Purgekeeper) -> tuple[PurgeStatus, bool]:
         if as_json:
-            outcome = poll_until_finished(pk, purge_id, timeout, on_status=lambda _: None)
+            outcome = poll_until_finished(pk, purge_id, seconds, on_status=lambda _: None)
         else:
-            outcome = wait_with_progress(pk, purge_id, timeout)
+            outcome = wait_with_progress(pk, purge_id, seconds)
         ended.append(outcome[0])
         return outcome
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import re
 import shlex
 from collections.abc import Callable, Sequence
@@ -36,28 +37,43 @@ class Timestamp(click.ParamType):
         return parsed
 
 
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-DURATION = re.compile(r"([0-9]{1,12})([smhdw]?)")
-DURATION_SYNTAX = "an integer with a unit s, m, h, d or w (30d, 12h, 90m); a plain integer is seconds"
+DURATION_UNITS = {"w": 604_800, "d": 86_400, "h": 3600, "m": 60, "s": 1}
+NUMBER = r"[0-9]{1,12}(?:\.[0-9]{1,6})?"
+DURATION = re.compile(rf"({NUMBER})|(?:{NUMBER}[wdhms])+")
+DURATION_PART = re.compile(rf"({NUMBER})([wdhms])")
+DURATION_SYNTAX = (
+    "a number of seconds (90, 0.5), or numbers with a unit s, m, h, d or w, largest first (90s, 5m, 12h, 30d, 1h30m)"
+)
 
 
 class Duration(click.ParamType):
-    """A whole number of seconds, minutes, hours, days or weeks (``90m``, ``12h``, ``30d``,
-    ``2w``); a plain integer is seconds."""
+    """A duration: a plain number is seconds (``90``, ``0.5``); otherwise numbers each with
+    a unit s, m, h, d or w, largest unit first, each unit once (``90s``, ``5m``, ``12h``,
+    ``30d``, ``2w``, ``1h30m``). Every purgectl option that takes a duration takes this."""
 
     name = "DURATION"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> dt.timedelta:
         if isinstance(value, dt.timedelta):
             return value
-        match = DURATION.fullmatch(str(value))
-        if match is None:
-            self.fail(f"{value!r} is not a duration: {DURATION_SYNTAX}", param, ctx)
-        number, unit = match.groups()
         try:
-            return dt.timedelta(seconds=int(number) * DURATION_UNITS[unit or "s"])
-        except OverflowError:
-            self.fail(f"{value!r} is too long a duration", param, ctx)
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(f"{value!r} {exc}", param, ctx)
+
+
+def parse_duration(text: str) -> dt.timedelta:
+    """``text`` as ``Duration`` reads it; ValueError (saying why) if it is not one."""
+    match = DURATION.fullmatch(text)
+    parts = [(text, "s")] if match and match.group(1) else DURATION_PART.findall(text)
+    units = [unit for _, unit in parts]
+    if match is None or units != sorted(set(units), key=list(DURATION_UNITS).index):
+        raise ValueError(f"is not a duration: {DURATION_SYNTAX}")
+    microseconds = sum(decimal.Decimal(number) * DURATION_UNITS[unit] * 1_000_000 for number, unit in parts)
+    try:
+        return dt.timedelta(microseconds=int(microseconds))
+    except OverflowError:
+        raise ValueError("is too long a duration") from None
 
 
 def duration_text(duration: dt.timedelta) -> str:

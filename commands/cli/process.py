@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from commands import processes
+from commands.cli.render import counted
 from commands.cli.shared import fail, json_command, main, run_command, settings
 from commands.processes import Health, Initialised
 from schema.errors import PurgekeeperError
@@ -69,6 +70,6 @@ def health(quick: bool, as_json: bool) -> None:
 
     def render(result: Health) -> str:
         walked = "verified" if result.verified else "(head checked against its copy)"
-        return f"ok: schema {result.revision}, ledger {result.ledger_rows} rows {walked}"
+        return f"ok: schema {result.revision}, ledger {counted(result.ledger_rows, 'row')} {walked}"
 
     run_command(as_json, lambda: processes.check_health(settings(), quick=quick), render)

@@ -20,6 +20,7 @@ from commands.records import (
     RepositoryIdentity,
     RetentionPolicy,
     RetentionPreview,
+    StepState,
 )
 from commands.scope import PurgePreview
 from storage import checkpoint
@@ -34,7 +35,21 @@ def cell(value: Any) -> str:
         return "yes" if value else "no"
     if isinstance(value, dt.datetime):
         return str(surface.plain(value))
+    if isinstance(value, dict):
+        return "; ".join(f"{label(k)}: {cell(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(cell(v) for v in value) or "-"
     return str(value)
+
+
+def label(name: Any) -> str:
+    """A field's name as text: ``head_rebuilt`` is ``head rebuilt``."""
+    return str(name).replace("_", " ")
+
+
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 row``, ``2 rows``, ``0 rows``: the noun in the plural unless there is exactly one."""
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -103,11 +118,18 @@ def render_status(status: PurgeStatus) -> str:
             s.progress.held,
             s.progress.remaining,
             s.next_attempt_at if s.status in ("pending", "retrying") else None,
-            s.last_error,
+            step_error(s),
         )
         for s in status.steps
     ]
     return summary + "\n\n" + table(headers, rows)
+
+
+def step_error(step: StepState) -> str | None:
+    """The step's last error; once the step is done, marked as history (as the console marks it)."""
+    if step.last_error and step.status == "done":
+        return f"before it was done: {step.last_error}"
+    return step.last_error
 
 
 def render_page(page: PurgePage, *, next_command: Callable[[int], str]) -> str:
@@ -216,15 +238,21 @@ def erase_hint(bot_id: str, identity: RepositoryIdentity) -> str:
 def render_retention_preview(preview: RetentionPreview) -> str:
     conversation = f" --conversation {shlex.quote(preview.conversation_id)}" if preview.conversation_id else ""
     more = preview.conversations - len(preview.by_conversation)
-    touched = f"{preview.conversations} conversations"
+    touched = counted(preview.conversations, "conversation")
     elsewhere = list(preview.governed_elsewhere)
     pairs: list[tuple[str, Any]] = [
         ("scope", scope_text(preview.conversation_id)),
         ("max age", f"{duration_text(preview.max_age)} ({int(preview.max_age.total_seconds())} s)"),
         ("cutoff", preview.cutoff),
-        ("expires now", f"{preview.events} events, from {preview.placements} placements in {touched}"),
+        (
+            "expires now",
+            f"{counted(preview.events, 'event')}, from {counted(preview.placements, 'placement')} in {touched}",
+        ),
         ("kept elsewhere", f"{preview.kept_elsewhere} of them stay live in a conversation the policy leaves alone"),
-        ("held", f"{preview.held} events" + (f" (holds {', '.join(preview.hold_ids)})" if preview.hold_ids else "")),
+        (
+            "held",
+            counted(preview.held, "event") + (f" (holds {', '.join(preview.hold_ids)})" if preview.hold_ids else ""),
+        ),
         ("replaces", f"policy {preview.replaces}" if preview.replaces else None),
     ]
     lines = [
@@ -291,15 +319,23 @@ def few(ids: Sequence[str], limit: int = 3) -> str:
 
 
 def render_report(report: LedgerReport) -> str:
-    return f"ledger verifies: {report.rows} rows, head hash {report.head_hash}"
+    return f"ledger verifies: {counted(report.rows, 'row')}, head hash {report.head_hash}"
 
 
 def render_checkpoint(written: checkpoint.Checkpoint) -> str:
-    return f"wrote {written.path}: database {written.database_id}, {written.seq} rows, head hash {written.head_hash}"
+    rows = counted(written.seq, "row")
+    return f"wrote {written.path}: database {written.database_id}, {rows}, head hash {written.head_hash}"
 
 
 def render_mapping(result: Any) -> str:
+    """A record as aligned fields; a nested record (a merge's gate) as its own indented block."""
     value = surface.plain(result)
-    if isinstance(value, dict) and value:
-        return fields(list(value.items()))
-    return cell(value)
+    if not (isinstance(value, dict) and value):
+        return cell(value)
+    flat = [(label(k), v) for k, v in value.items() if not (isinstance(v, dict) and v)]
+    lines = [fields(flat)] if flat else []
+    for name, nested in value.items():
+        if isinstance(nested, dict) and nested:
+            block = render_mapping(nested).splitlines()
+            lines += [f"{label(name)}:", *(f"  {line}" for line in block)]
+    return "\n".join(lines)

@@ -11,6 +11,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from commands import logs, processes, surface
+from commands.cli.render import cell
 from commands.handle import Purgekeeper
 from commands.settings import Settings
 from schema.errors import (
@@ -76,7 +77,7 @@ def fail(error: PurgekeeperError, *, as_json: bool) -> NoReturn:
         click.echo(f"error: {error.detail} ({error.code})", err=True)
         for key, value in body.items():
             if key not in ("error", "detail"):
-                click.echo(f"  {key}: {value}", err=True)
+                click.echo(f"  {key}: {cell(value)}", err=True)
     sys.exit(surface.exit_code(error))
 
 

@@ -59,7 +59,7 @@ def test_a_policy_is_previewed_set_listed_run_and_removed(pk: Pk, purgectl: Purg
     for fact in (
         r"scope +conversation c1\n",
         r"max age +30d \(2592000 s\)\n",
-        r"expires now +1 events, from 1 placements",
+        r"expires now +1 event, from 1 placement in 1 conversation\n",
     ):
         assert re.search(fact, shown), (fact, shown)
     assert (
@@ -158,7 +158,7 @@ def test_a_bad_duration_or_input_exits_2_and_writes_nothing(pk: Pk, purgectl: Pu
 
     usage = purgectl.text("retention", "preview", "--max-age", "soon", code=2)
     assert usage.stdout == "" and "Usage:" in usage.stderr
-    assert "'soon' is not a duration: an integer with a unit s, m, h, d or w" in usage.stderr
+    assert "'soon' is not a duration: a number of seconds (90, 0.5), or numbers with a unit" in usage.stderr
 
 
 DURATIONS = [
@@ -181,7 +181,7 @@ def test_durations_read_and_print_back(given: str, seconds: int, shown: str) -> 
     assert options.Duration().convert(shown, None, None) == duration
 
 
-@pytest.mark.parametrize("given", ["", "d", "30 d", "30D", "1.5h", "+3d", "3d4h", "\u0663d", "9" * 13, "P30D"])
+@pytest.mark.parametrize("given", ["", "d", "30 d", "30D", "1,5h", "+3d", "4h3d", "\u0663d", "9" * 13, "P30D"])
 def test_anything_else_is_not_a_duration(given: str) -> None:
     with pytest.raises(click.BadParameter, match="is not a duration"):
         options.Duration().convert(given, None, None)
@@ -217,7 +217,7 @@ def test_a_hold_is_placed_refuses_a_purge_is_listed_and_released(pk: Pk, purgect
         lambda: purgectl.text("hold", "list").stdout,
     )
     assert refused["hold_ids"] == ["h1"]
-    assert "(legal_hold)" in refused_text.stderr and "hold_ids: ['h1']" in refused_text.stderr
+    assert "(legal_hold)" in refused_text.stderr and "hold_ids: h1\n" in refused_text.stderr
     assert [(h["hold_id"], h["conversation_ids"], h["authors"]) for h in listed["holds"]] == [
         ("h1", ["c1", "c2"], ["bob"]),
         ("h2", [], ["cy"]),
