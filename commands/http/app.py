@@ -1,6 +1,9 @@
 """The HTTP API: a thin layer over the same ``commands`` methods, everything under ``/v1``.
 
-The OpenAPI document is at ``/openapi.json`` (and ``/docs``). Every operation has an
+The OpenAPI document is at ``/openapi.json``, and readable at ``/docs`` (Swagger UI) and
+``/redoc`` (ReDoc), which work without internet: their scripts, styles and icon are the files
+the ``fastapi-offline`` package installs (MIT; Swagger UI is Apache-2.0, ReDoc MIT), served
+under ``/docs/assets`` (no operation of the document; see ``_serve_docs``). Every operation has an
 explicit ``operationId`` (the command's name) and a typed response (``commands.http.models``;
 the JSON is ``commands.surface.plain`` of the record). A request that does not match the
 document is a ``400 validation_error``: the document says so, and lists no 422. A repeated
@@ -32,11 +35,16 @@ the configured Memory roots.
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import logging
+from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+from fastapi.responses import HTMLResponse
 from fastapi.routing import APIRoute
+from fastapi.staticfiles import StaticFiles
 
 from commands import validation
 from commands.handle import Purgekeeper
@@ -65,6 +73,7 @@ DEFAULT_MAX_UPLOAD_BYTES = 64 * 1_048_576
 UPLOAD_ALLOWANCE_BYTES = 1_048_576  # an upload's fields and multipart framing, beside its attachments
 WEB_ROUTER_MODULES = ("commands.web.status", "commands.web.metrics")
 VALIDATION_SCHEMAS = ("HTTPValidationError", "ValidationError")
+DOCS_ASSETS = "/docs/assets"
 
 
 def create_app(
@@ -80,8 +89,10 @@ def create_app(
         title="purgekeeper",
         version="1",
         summary="Confirmed content purges for chat and agent hosts.",
+        docs_url=None,
         redoc_url=None,
     )
+    _serve_docs(app)
     operator = routes.operator_routers(pk)
     routers = (*routes.host_routers(pk, max_attachment_bytes), *operator)
     for router in routers:
@@ -100,6 +111,42 @@ def create_app(
         streamed=[(route, streamed[route.name]) for route in _api_routes(*routers) if route.name in streamed],
     )
     return app
+
+
+def _serve_docs(app: FastAPI) -> None:
+    """``/docs`` and ``/redoc`` as FastAPI would serve them, but with every script, style and
+    icon from ``DOCS_ASSETS`` (``fastapi_offline/static``: swagger-ui-bundle.js, swagger-ui.css,
+    redoc.standalone.js, favicon.png) instead of a CDN, no Google Fonts for ReDoc, and no
+    Swagger validator badge (an image from validator.swagger.io)."""
+    static = Path(str(importlib.resources.files("fastapi_offline") / "static"))
+    app.mount(DOCS_ASSETS, StaticFiles(directory=static), name="docs-assets")
+    title = f"{app.title} API"
+
+    def prefix(request: Request) -> str:  # behind a --root-path, the URLs carry it
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui(request: Request) -> HTMLResponse:
+        root = prefix(request)
+        return get_swagger_ui_html(
+            openapi_url=root + app.openapi_url if app.openapi_url else "",
+            title=title,
+            swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
+            swagger_ui_parameters={"validatorUrl": None},
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc(request: Request) -> HTMLResponse:
+        root = prefix(request)
+        return get_redoc_html(
+            openapi_url=root + app.openapi_url if app.openapi_url else "",
+            title=title,
+            redoc_js_url=f"{root}{DOCS_ASSETS}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
+            with_google_fonts=False,
+        )
 
 
 def _api_routes(*routers: APIRouter) -> list[APIRoute]:

@@ -8,13 +8,19 @@
   is for this machine. The token itself is never printed, only where it is.
 - ``--demo`` seeds a small world (``commands.http.demo.seed_demo``), idempotently: an
   operator's day, with one complete purge, one retrying and one incomplete.
+- The port is bound before anything is seeded, opened or announced: a port in use (or one
+  that cannot be bound) is an ``InfrastructureError`` naming the port and how to pick
+  another (``--port``; ``make run SERVE_FLAGS="--port N"``), exit 4 as documented, and
+  "serving on" is printed only once the socket is bound. uvicorn serves on that socket.
 - SIGTERM and SIGINT stop uvicorn gracefully (in-flight requests finish), then purgekeeper
   is closed and ``serve`` returns.
 """
 
 from __future__ import annotations
 
+import errno
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +35,7 @@ from commands.http import create_app
 from commands.http.demo import DEMO_BOT, DEMO_PURGED_EVENT, no_wakeup, purges_text, seed_demo
 from commands.settings import Settings
 from commands.web.auth import Tokens, load_or_create_token
+from schema.errors import InfrastructureError
 from workers import runner
 
 __all__ = [  # DEMO_BOT, DEMO_PURGED_EVENT and seed_demo live in commands.http.demo
@@ -38,6 +45,7 @@ __all__ = [  # DEMO_BOT, DEMO_PURGED_EVENT and seed_demo live in commands.http.d
     "LOOPBACK",
     "LOOPBACK_NAMES",
     "Echo",
+    "bind_listener",
     "open_for_serving",
     "resolve_access",
     "seed_demo",
@@ -64,20 +72,69 @@ def serve(
     first, on a handle of its own that wakes no worker, so the seeding's attempts are the
     only ones until the server starts."""
     tokens, bind = resolve_access(settings, host, echo)
-    if demo:
-        with commands.open(settings=settings, workers="none", enqueue=no_wakeup) as seeding:
-            summary = seed_demo(seeding, settings)
-        echo(f"demo data ready: {summary['conversations']} conversations; {purges_text(summary['purges'])}")
-    pk = open_for_serving(settings)
+    with bind_listener(bind, port) as listener:
+        if demo:
+            with commands.open(settings=settings, workers="none", enqueue=no_wakeup) as seeding:
+                summary = seed_demo(seeding, settings)
+            echo(f"demo data ready: {summary['conversations']} conversations; {purges_text(summary['purges'])}")
+        pk = open_for_serving(settings)
+        try:
+            server = _BoundServer(
+                uvicorn.Config(create_app(pk, tokens=tokens), host=bind, port=port, **logs.uvicorn_options())
+            )
+            echo(f"purgekeeper serving on {_url(bind, port)} (API under /v1, /status, /metrics, /openapi.json)")
+            with _quiet_signals():
+                server.run(sockets=[listener])
+        finally:
+            pk.close()
+
+
+class _BoundServer(uvicorn.Server):
+    """uvicorn on a socket bound beforehand logs no "Uvicorn running on" (it expects a
+    supervisor to have done so); this one logs it as uvicorn does when it binds itself, so the
+    readiness line that logs and process supervisors wait for is the same either way."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if sockets is not None and self.started:
+            self._log_started_message(sockets)
+
+
+@contextmanager
+def bind_listener(host: str, port: int) -> Iterator[socket.socket]:
+    """The listening socket on ``host:port``, closed when the block ends; a port that cannot be
+    bound is an ``InfrastructureError`` (exit 4) that says which and what to do. SO_REUSEADDR
+    (as uvicorn sets it) lets a restart reuse a port left in TIME_WAIT, never one in use."""
     try:
-        server = uvicorn.Server(
-            uvicorn.Config(create_app(pk, tokens=tokens), host=bind, port=port, **logs.uvicorn_options())
-        )
-        echo(f"purgekeeper serving on {_url(bind, port)} (API under /v1, /status, /metrics, /openapi.json)")
-        with _quiet_signals():
-            server.run()
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise InfrastructureError(f"cannot listen on {host}: the host name does not resolve ({exc.strerror})") from None
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        raise InfrastructureError(_bind_failure(host, port, exc)) from None
+    try:
+        yield listener
     finally:
-        pk.close()
+        listener.close()
+
+
+def _bind_failure(host: str, port: int, exc: OSError) -> str:
+    other = port + 1 if port < 65535 else port - 1
+    fix = f'serve on another port: purgectl serve --port {other}, or make run SERVE_FLAGS="--port {other}"'
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is already in use (another process listens on it); {fix}"
+    if exc.errno == errno.EACCES:
+        return f"port {port} on {host} needs privileges this process lacks; {fix}"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {host}: it is not an address of this machine; choose another with --host"
+    return f"cannot listen on port {port} on {host} ({exc.strerror or type(exc).__name__}); {fix}"
 
 
 def resolve_access(settings: Settings, host: str | None, echo: Echo) -> tuple[Tokens, str]:
