@@ -170,6 +170,7 @@ class Purgekeeper:
     remove_retention = delegate("retention", RetentionCommands.remove_retention)
     list_retention = delegate("retention", RetentionCommands.list_retention)
     run_retention = delegate("retention", RetentionCommands.run_retention)
+    run_retention_policy = delegate("retention", RetentionCommands.run_retention_policy)
 
     # -- legal holds (commands.hold_commands) ---------------------------------------------------------
 

@@ -39,7 +39,7 @@ from commands.purge_commands import check_digest
 from commands.records import Acceptance, RetentionPolicy, RetentionPreview, RetentionRunOutcome
 from schema import ledger, retention_queries
 from schema.db import Database
-from schema.errors import PurgekeeperError
+from schema.errors import NotFound, PurgekeeperError
 from schema.ledger import utc_text
 from storage import failpoints
 
@@ -132,6 +132,16 @@ class RetentionCommands:
             functools.partial(retention_queries.quiet_turns, policy_ids=due, interval=self.retention_interval)
         )
         return [RetentionRunOutcome(p, None, None) if p in quiet else self._turn(p) for p in due]
+
+    def run_retention_policy(self, policy_id: str) -> RetentionRunOutcome:
+        """Take one standing policy's turn now, whenever its next one was due (an operator
+        after a hold's release, rather than wait ``retention_interval``): exactly what the
+        scheduler's turn does, so a run is accepted once per cutoff and a second call at once
+        finds nothing new. NotFound for a policy that does not stand."""
+        validation.check_id(policy_id, "policy_id")
+        if not self.db.transact(functools.partial(retention_queries.due_now, policy_id=policy_id)):
+            raise NotFound(f"no standing retention policy {policy_id}")
+        return self._turn(policy_id)
 
     def _turn(self, policy_id: str) -> RetentionRunOutcome:
         """Plan, accept, schedule (see the module docstring); a failure is logged and left for

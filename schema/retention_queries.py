@@ -165,6 +165,19 @@ def due_policies(conn: Connection, *, limit: int) -> list[str]:
     return list(conn.scalars(query))
 
 
+def due_now(conn: Connection, *, policy_id: str) -> bool:
+    """A standing policy's next turn moved to now (an operator's "run now"); False when no
+    such policy stands."""
+    now = ledger.database_now(conn)
+    moved = conn.execute(
+        update(retention_policies)
+        .where(_POLICY.policy_id == policy_id, _STANDING)
+        .values(next_run_at=now)
+        .returning(_POLICY.policy_id)
+    ).first()
+    return moved is not None
+
+
 def plan_run(conn: Connection, policy_id: str, cutoff: dt.datetime) -> None:
     """Remember the run's cutoff before accepting it: a leader that dies between the two
     leaves it for the next one, which accepts exactly this cutoff."""

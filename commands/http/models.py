@@ -359,6 +359,15 @@ class RetentionPolicyOut(_Model):
     next_run: Utc | None
 
 
+class RetentionRunOutcomeOut(_Model):
+    policy_id: str
+    cutoff: Utc | None
+    purge_id: str | None = Field(description="the run accepted; null when nothing new had expired")
+    error: str | None
+    deferred_events: int
+    deferred_run_ids: list[str]
+
+
 class PolicyListOut(_Model):
     policies: list[RetentionPolicyOut]
 
@@ -470,5 +479,6 @@ MIRRORS: dict[type[BaseModel], type[Any]] = {
     MergeReportOut: restore_commands.MergeReport,
     RetentionPreviewOut: records.RetentionPreview,
     RetentionPolicyOut: records.RetentionPolicy,
+    RetentionRunOutcomeOut: records.RetentionRunOutcome,
     HoldOut: records.Hold,
 }

@@ -78,6 +78,7 @@ ENDPOINTS = {
     ("PUT", "/v1/retention/{policy_id}"): "operator",
     ("POST", "/v1/retention/{policy_id}/remove"): "operator",
     ("GET", "/v1/retention"): "operator",
+    ("POST", "/v1/retention/{policy_id}/run"): "operator",
     ("PUT", "/v1/holds/{hold_id}"): "operator",
     ("POST", "/v1/holds/{hold_id}/release"): "operator",
     ("GET", "/v1/holds"): "operator",

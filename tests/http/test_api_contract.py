@@ -55,6 +55,7 @@ OPERATION_IDS = {
     ("PUT", "/v1/retention/{policy_id}"): "set_retention",
     ("POST", "/v1/retention/{policy_id}/remove"): "remove_retention",
     ("GET", "/v1/retention"): "list_retention",
+    ("POST", "/v1/retention/{policy_id}/run"): "run_retention_policy",
     ("PUT", "/v1/holds/{hold_id}"): "place_hold",
     ("POST", "/v1/holds/{hold_id}/release"): "release_hold",
     ("GET", "/v1/holds"): "list_holds",

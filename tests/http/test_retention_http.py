@@ -23,6 +23,7 @@ ROUTES = {
     ("PUT", "/v1/retention/{policy_id}"): "set_retention",
     ("POST", "/v1/retention/{policy_id}/remove"): "remove_retention",
     ("GET", "/v1/retention"): "list_retention",
+    ("POST", "/v1/retention/{policy_id}/run"): "run_retention_policy",
     ("PUT", "/v1/holds/{hold_id}"): "place_hold",
     ("POST", "/v1/holds/{hold_id}/release"): "release_hold",
     ("GET", "/v1/holds"): "list_holds",
@@ -109,6 +110,9 @@ def test_a_policy_is_previewed_set_listed_run_and_removed(operator: TestClient, 
     assert ok(operator.get("/v1/retention"))["policies"][0]["last_purge_id"] == run.purge_id
     assert [e["id"] for e in ok(operator.get("/v1/conversations/c1/events"))["events"]] == ["fresh"]
 
+    again = ok(operator.post("/v1/retention/p-all/run"))  # run now: nothing new since its cutoff
+    assert (again["policy_id"], again["purge_id"], again["error"]) == ("p-all", None, None)
+
     removed = accepted(operator.post("/v1/retention/p-all/remove", json=WHO))
     assert removed["outcome"] == "accepted"
     assert ok(operator.get("/v1/retention")) == {"policies": []}
@@ -149,6 +153,7 @@ def test_a_hold_is_placed_refuses_a_purge_with_its_ids_is_listed_and_released(op
 def test_unknown_policies_and_holds_are_404(operator: TestClient) -> None:
     assert "p-none" in refused(operator.post("/v1/retention/p-none/remove", json=WHO), 404, "not_found")["detail"]
     assert "h-none" in refused(operator.post("/v1/holds/h-none/release", json=WHO), 404, "not_found")["detail"]
+    assert "p-none" in refused(operator.post("/v1/retention/p-none/run"), 404, "not_found")["detail"]
     definition = {"max_age_seconds": DAY, "conversation_id": "c-none"}
     refused(operator.post("/v1/retention/preview", json=definition), 404, "not_found")
 

@@ -381,3 +381,26 @@ def test_a_lengthened_policy_runs_again_with_its_new_cutoff(
     assert texts(pk, "c2") == [] and body_of(pk, "old2") is None
     [third] = pk.run_retention()
     assert (third.purge_id, third.error) == (None, None)
+
+
+def test_an_operator_runs_a_policy_now_exactly_once_per_cutoff(pk: Pk, world: dict[str, Any]) -> None:
+    """Issue 26: a released hold's policy waited ``retention_interval`` (an hour) for its next
+    turn. ``run_retention_policy`` takes the turn now, as the scheduler would. Tried: a
+    policy an hour from its next turn with held content just released; the same call again
+    at once (nothing new since that cutoff: no second run); an unknown id; a bad id."""
+    pk.place_hold("case-1", conversation_ids=["c2"], actor="counsel", reason="litigation")
+    set_policy(pk, "all", 30)
+    [first] = turn(pk)
+    assert first.purge_id is not None and texts(pk, "c2") == ["shared", "old2"]  # held
+    pk.release_hold("case-1", actor="counsel", reason="settled")
+    assert pk.run_retention() == []  # not due for an hour
+    now = pk.run_retention_policy("all")
+    assert now.policy_id == "all" and now.purge_id not in (None, first.purge_id) and now.error is None
+    assert texts(pk, "c2") == []
+    again = pk.run_retention_policy("all")
+    assert (again.purge_id, again.error) == (None, None)  # nothing new since that cutoff
+    assert ledger_rows(pk, "retention_run") == 2
+    with pytest.raises(commands.NotFound):
+        pk.run_retention_policy("nowhere")
+    with pytest.raises(commands.ValidationError):
+        pk.run_retention_policy("bad id!")

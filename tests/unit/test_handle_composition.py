@@ -217,6 +217,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "resume": ("self", "-> 'int'"),
     "retry": ("self", "purge_id: 'str'", "*", "actor: 'str'", "reason: 'str'", "-> 'PurgeStatus'"),
     "run_retention": ("self", "-> 'list[RetentionRunOutcome]'"),
+    "run_retention_policy": ("self", "policy_id: 'str'", "-> 'RetentionRunOutcome'"),
     "scheduler_duties": ("self", "-> 'None'"),
     "set_retention": (
         "self",

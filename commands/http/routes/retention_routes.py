@@ -53,6 +53,20 @@ def retention_routes(pk: Purgekeeper) -> APIRouter:
         )
         return accepted(acceptance)
 
+    @router.post(
+        "/retention/{policy_id}/run",
+        operation_id="run_retention_policy",
+        response_model=models.RetentionRunOutcomeOut,
+        summary="Take a standing policy's turn now",
+        description=(
+            "What the scheduler's turn does, now rather than at the policy's next run (after a "
+            "hold's release, say): a run is accepted once per cutoff; `purge_id` is null when "
+            "nothing new had expired. 404 for a policy that does not stand."
+        ),
+    )
+    def run_retention_policy(policy_id: IdPath) -> JSONResponse:
+        return as_json(pk.run_retention_policy(policy_id))
+
     @router.get("/retention", operation_id="list_retention", response_model=models.PolicyListOut)
     def list_retention() -> JSONResponse:
         return as_json({"policies": pk.list_retention()})
