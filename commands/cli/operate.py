@@ -75,8 +75,9 @@ def _argument(value: str | dt.datetime) -> str:
 @click.argument("purge_id")
 @who_options
 def retry(purge_id: str, actor: str, reason: str, as_json: bool) -> None:
-    """Re-arm a purge's incomplete steps with fresh attempts; the actor and reason are audited.
-    A purge with no incomplete step is refused (validation_error, exit 2)."""
+    """Re-arm a purge's incomplete and retrying steps: due now, with fresh attempts (after
+    fixing a cause, rather than wait for the next attempt); the actor and reason are audited.
+    A purge with neither is refused (validation_error, exit 2)."""
     run_with_handle(as_json, lambda pk: pk.retry(purge_id, actor=actor, reason=reason), render_status)
 
 

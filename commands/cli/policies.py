@@ -9,7 +9,13 @@ import click
 
 from commands import surface
 from commands.cli.options import DURATION_SYNTAX, Duration, idempotency_option, who_options
-from commands.cli.render import render_holds, render_ledger_change, render_policies, render_retention_preview
+from commands.cli.render import (
+    render_holds,
+    render_ledger_change,
+    render_policies,
+    render_retention_preview,
+    render_run_outcome,
+)
 from commands.cli.shared import ORIGIN, json_command, main, run_with_handle
 from commands.handle import Purgekeeper
 from commands.records import (
@@ -114,6 +120,15 @@ def retention_list(as_json: bool) -> None:
         render_policies,
         lambda policies: {"policies": surface.plain(policies)},
     )
+
+
+@json_command(retention_group, "run")
+@click.argument("policy_id")
+def retention_run(policy_id: str, as_json: bool) -> None:
+    """Take retention policy POLICY_ID's turn now, rather than at its next run (after a hold's
+    release, say): what the scheduler's turn does, so a run is accepted once per cutoff, and
+    run again at once it finds nothing new. An unknown policy is not_found (exit 1)."""
+    run_with_handle(as_json, lambda pk: pk.run_retention_policy(policy_id), render_run_outcome)
 
 
 @main.group("hold")

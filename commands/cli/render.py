@@ -20,6 +20,7 @@ from commands.records import (
     RepositoryIdentity,
     RetentionPolicy,
     RetentionPreview,
+    RetentionRunOutcome,
     StepState,
 )
 from commands.scope import PurgePreview
@@ -272,6 +273,23 @@ def render_retention_preview(preview: RetentionPreview) -> str:
         f"--digest {preview.scope_digest} --actor WHO --reason WHY",
     ]
     return "\n".join(lines)
+
+
+def render_run_outcome(outcome: RetentionRunOutcome) -> str:
+    """One policy's turn: the run it accepted, or why there was none."""
+    if outcome.error is not None:
+        return f"retention policy {outcome.policy_id}: its turn failed ({outcome.error}); the next turn tries again"
+    if outcome.purge_id is None:
+        said = f"retention policy {outcome.policy_id}: nothing new to expire since its last cutoff; no run accepted"
+    else:
+        cutoff = outcome.cutoff.strftime("%Y-%m-%dT%H:%M:%SZ") if outcome.cutoff else "-"
+        said = (
+            f"retention policy {outcome.policy_id}: run {outcome.purge_id} accepted (cutoff {cutoff})\n"
+            f"follow it: purgectl wait {outcome.purge_id}"
+        )
+    if outcome.deferred_events:
+        said += f"\n{counted(outcome.deferred_events, 'event')} admitted by agent runs wait for a later run"
+    return said
 
 
 def render_policies(policies: Sequence[RetentionPolicy]) -> str:

@@ -265,3 +265,23 @@ def test_a_retention_run_keeps_what_a_hold_covers_and_status_shows_it_held(pk: P
     assert header.split()[:6] == ["step", "status", "attempts", "removed", "retained", "held"]
     assert bodies.split()[:6] == ["bodies", "done", "1/5", "1", "0", "1"]
     assert [e.body for e in pk.read_conversation("c2")] == ["old2"]
+
+
+def test_retention_run_takes_a_policy_s_turn_now_once_per_cutoff(pk: Pk, purgectl: Purgectl) -> None:
+    """Issue 26: after a hold's release, ``purgectl retention run POLICY`` takes the policy's
+    turn now rather than in an hour. Tried: the turn that expires what the hold kept, the
+    same command again (nothing new), and an unknown policy (not_found, exit 1)."""
+    seed(pk)
+    pk.place_hold("h-bob", authors=["bob"], actor="counsel@example.com", reason="litigation")
+    set_policy(pk, "p-all", days=30)
+    [first] = pk.run_retention()
+    assert first.purge_id is not None and [e.body for e in pk.read_conversation("c2")] == ["old2"]
+    pk.release_hold("h-bob", actor="counsel@example.com", reason="settled")
+    ran = purgectl.text("retention", "run", "p-all").stdout
+    run_id = re.search(r"run (\w+) accepted", ran)
+    assert run_id is not None, ran
+    assert f"purgectl wait {run_id.group(1)}" in ran and pk.read_conversation("c2") == []
+    again = purgectl.json("retention", "run", "p-all")
+    assert (again["policy_id"], again["purge_id"], again["error"]) == ("p-all", None, None)
+    unknown = purgectl.run("retention", "run", "p-none")
+    assert unknown.returncode == 1 and "not_found" in unknown.stderr
