@@ -13,13 +13,7 @@ A missing ``redis-server`` or ``initdb`` fails the run on CI (``CI`` set) and sk
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +22,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import commands
-from tests.helpers.databases import REDIS_URL, postgres_url, service_missing
-from tests.helpers.processes import Cluster, free_port
+from tests.helpers.databases import REDIS_URL, postgres_url
+from tests.helpers.processes import Cluster, throwaway_cluster
 
 
 @pytest.fixture
@@ -41,42 +35,11 @@ def pk(open_handle: Callable[..., commands.Purgekeeper]) -> commands.Purgekeeper
 # -- a throw-away PostgreSQL cluster -------------------------------------------------------------
 
 
-def _postgres_bin() -> Path | None:
-    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
-        if (candidate / "initdb").exists():
-            return candidate
-    found = shutil.which("initdb")
-    return Path(found).parent if found else None
-
-
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
-    binaries = _postgres_bin()
-    if binaries is None:
-        service_missing("initdb", FileNotFoundError("no PostgreSQL server binaries"))
-    assert binaries is not None
-    # not under pytest's tmp_path: its parents are private to root, and the server runs as postgres
-    directory = Path(tempfile.mkdtemp(prefix="purgekeeper-cluster-"))
-    if os.geteuid() == 0:
-        shutil.chown(directory, "postgres", "postgres")
-    made = Cluster(binaries, directory, free_port())
-    data = directory / "data"
-    try:
-        made._as_postgres(str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
-    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-        service_missing("a throw-away PostgreSQL cluster", exc)
-    with (data / "postgresql.conf").open("a") as conf:
-        conf.write(
-            f"port = {made.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{directory}'\n"
-            "fsync = off\nfull_page_writes = off\nshared_buffers = 32MB\nmax_connections = 60\n"
-        )
-    made.ctl("start")
-    try:
+    conf = "fsync = off\nfull_page_writes = off\nshared_buffers = 32MB\nmax_connections = 60\n"
+    with throwaway_cluster("purgekeeper-cluster-", conf) as made:
         yield made
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            made.ctl("stop", "-m", "immediate")
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 # -- the machine's shared servers ----------------------------------------------------------------

@@ -5,13 +5,16 @@ in the database. The fixtures that make these are in tests/faults/conftest.py.""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -283,6 +286,53 @@ class Cluster:
                 "WHERE datname = %s AND pid <> pg_backend_pid()"
             )
             return int(conn.execute(sql, (database,)).fetchone()[0])  # type: ignore[index]
+
+
+def postgres_bin() -> Path | None:
+    """The directory of the PostgreSQL server binaries (``initdb``, ``pg_ctl``), if any."""
+    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (candidate / "initdb").exists():
+            return candidate
+    found = shutil.which("initdb")
+    return Path(found).parent if found else None
+
+
+@contextlib.contextmanager
+def throwaway_cluster(prefix: str, conf: str, *, hba: str | None = None) -> Iterator[Cluster]:
+    """A PostgreSQL cluster of the test's own on a free port, started (``initdb`` as the
+    postgres user, ``pg_ctl``), then stopped and deleted: a test that stops, restarts or
+    reconfigures a server does it to this one, never the machine's. ``conf`` is appended to
+    postgresql.conf (port, addresses and socket directory are set here); ``hba`` replaces
+    pg_hba.conf. A missing ``initdb`` fails the run on CI and skips locally."""
+    from tests.helpers.databases import service_missing
+
+    binaries = postgres_bin()
+    if binaries is None:
+        service_missing("initdb", FileNotFoundError("no PostgreSQL server binaries"))
+    assert binaries is not None
+    # not under pytest's tmp_path: its parents are private to root, and the server runs as postgres
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    if os.geteuid() == 0:
+        shutil.chown(directory, "postgres", "postgres")
+    made = Cluster(binaries, directory, free_port())
+    data = directory / "data"
+    try:
+        made._as_postgres(str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        service_missing("a throw-away PostgreSQL cluster", exc)
+    with (data / "postgresql.conf").open("a") as settings:
+        settings.write(
+            f"port = {made.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{directory}'\n{conf}"
+        )
+    if hba is not None:
+        (data / "pg_hba.conf").write_text(hba)
+    made.ctl("start")
+    try:
+        yield made
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            made.ctl("stop", "-m", "immediate")
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def open_transactions(pk: commands.Purgekeeper) -> int:

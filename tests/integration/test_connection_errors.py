@@ -11,11 +11,8 @@ touched."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import subprocess
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +22,8 @@ from sqlalchemy.engine import make_url
 
 from schema.db import Database
 from schema.errors import InfrastructureError
-from tests.helpers.databases import POSTGRES_ADMIN_URL, service_missing
-from tests.helpers.processes import Cluster, free_port
+from tests.helpers.databases import POSTGRES_ADMIN_URL
+from tests.helpers.processes import Cluster, free_port, throwaway_cluster
 
 PASSWORD = "s3cret-pw"
 # what the driver says, which no message repeats
@@ -97,53 +94,23 @@ def test_a_role_the_server_does_not_know_is_a_failed_authentication() -> None:
 # -- a cluster that asks for a password -----------------------------------------------------------
 
 
-def _postgres_bin() -> Path | None:
-    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
-        if (candidate / "initdb").exists():
-            return candidate
-    found = shutil.which("initdb")
-    return Path(found).parent if found else None
-
-
 @pytest.fixture(scope="module")
 def guarded() -> Iterator[Cluster]:
     """A throw-away cluster on a free port: ``postgres`` is trusted; the role ``keeper``
     (password ``PASSWORD``) must give its password, and only for the database ``postgres``."""
-    binaries = _postgres_bin()
-    if binaries is None:
-        service_missing("initdb", FileNotFoundError("no PostgreSQL server binaries"))
-    assert binaries is not None
-    directory = Path(tempfile.mkdtemp(prefix="purgekeeper-auth-"))
-    if os.geteuid() == 0:
-        shutil.chown(directory, "postgres", "postgres")
-    made = Cluster(binaries, directory, free_port())
-    data = directory / "data"
-    try:
-        made._as_postgres(str(binaries / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync")
-    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-        service_missing("a throw-away PostgreSQL cluster", exc)
-    with (data / "postgresql.conf").open("a") as conf:
-        conf.write(
-            f"port = {made.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{directory}'\n"
-            "fsync = off\nshared_buffers = 16MB\nmax_connections = 20\npassword_encryption = 'scram-sha-256'\n"
-        )
-    (data / "pg_hba.conf").write_text(
+    conf = "fsync = off\nshared_buffers = 16MB\nmax_connections = 20\npassword_encryption = 'scram-sha-256'\n"
+    hba = (
         "local all postgres trust\n"
         "host all postgres 127.0.0.1/32 trust\n"
         "host postgres keeper 127.0.0.1/32 scram-sha-256\n"
     )
-    made.ctl("start")
-    try:
+    with throwaway_cluster("purgekeeper-auth-", conf, hba=hba) as made:
         import psycopg
 
         with psycopg.connect(made.url(), autocommit=True) as conn:
             conn.execute(f"CREATE ROLE keeper LOGIN PASSWORD '{PASSWORD}'")
             conn.execute("CREATE DATABASE elsewhere")
         yield made
-    finally:
-        with contextlib.suppress(subprocess.CalledProcessError):
-            made.ctl("stop", "-m", "immediate")
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_the_right_password_opens_the_guarded_cluster(guarded: Cluster) -> None:
