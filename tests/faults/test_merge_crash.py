@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 import commands
 from commands import EventScope, NewAttachment
 from tests.helpers import rows, scalar
-from tests.helpers.databases import create_database, drop_database
+from tests.helpers.databases import copy_database, drop_database
 from workers import runner
 
 Pk = commands.Purgekeeper
@@ -88,12 +88,12 @@ def back_up(database_url: str, directory: Path, copies: list[str]) -> Callable[[
 
         return restore_sqlite
     copy = f"pk_bak_{uuid.uuid4().hex[:12]}"
-    create_database(copy, template=name)
+    copy_database(copy, template=name)
     copies.append(copy)
 
     def restore_postgres() -> None:
         drop_database(name)
-        create_database(name, template=copy)
+        copy_database(name, template=copy)
 
     return restore_postgres
 

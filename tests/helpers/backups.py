@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psycopg
 from sqlalchemy.engine import make_url
 
 import commands
-from tests.helpers.databases import create_database, drop_database, terminate_sessions
+from tests.helpers.databases import copy_database, drop_database
 
 Pk = commands.Purgekeeper
 
@@ -68,25 +66,9 @@ class Backups:
             handle.db.dispose()
 
     def _copy(self, name: str, *, template: str) -> None:
-        """A template copy. A handle's background thread (its scheduler's sweep, the gate's
-        audit, an in-process worker) may still hold a session of the template: the pool is
-        emptied, but a connection in use goes back to it only when its work is done, and the
-        server waits 5 s for it at each try. After one such try, the template's other
-        sessions are ended (a handle reconnects, as a running process does after a
-        restore)."""
-        try:
-            create_database(name, template=template)
-            return
-        except psycopg.errors.ObjectInUse:
-            self._release()
-        for _ in range(3):
-            terminate_sessions(template)
-            try:
-                create_database(name, template=template)
-                return
-            except psycopg.errors.ObjectInUse:
-                time.sleep(0.1)
-        create_database(name, template=template)
+        """A template copy (``copy_database``), the handles' pools emptied first."""
+        self._release()
+        copy_database(name, template=template)
 
     def drop_copies(self) -> None:
         for label in self.copies:

@@ -5,6 +5,7 @@ fixtures are built on these; a test that needs a database of its own uses them d
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -66,6 +67,22 @@ def terminate_sessions(name: str) -> None:
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
             (name,),
         )
+
+
+def copy_database(name: str, *, template: str) -> None:
+    """``name`` as a template copy of ``template`` (a test's own database). A copy needs the
+    template to have no other session, and a handle's background thread (the gate's audit,
+    a sweep) may hold or open one at any moment, the server waiting 5 s for it at each try:
+    after one such try, the template's other sessions are ended (a handle reconnects, as a
+    running process does after a restore)."""
+    for _ in range(4):
+        try:
+            create_database(name, template=template)
+            return
+        except psycopg.errors.ObjectInUse:
+            terminate_sessions(template)
+            time.sleep(0.1)
+    create_database(name, template=template)
 
 
 def drop_database(name: str) -> None:
