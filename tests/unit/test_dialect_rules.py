@@ -14,15 +14,10 @@ import pytest
 from schema import fences, rules
 
 
-def defined(dialect: str) -> dict[str, frozenset[str]]:
-    """{"trigger": names, "function": names, "view": names} of ``dialect``'s current.sql."""
-    return fences.defined(dialect)
-
-
 @pytest.mark.parametrize("dialect", rules.DIALECTS)
 def test_current_sql_only_defines(dialect: str) -> None:
     """current.sql creates triggers, functions and views, nothing else (no DROP, no data)."""
-    found = defined(dialect)
+    found = fences.defined(dialect)
     assert found["trigger"]
     if dialect == "sqlite":
         assert not found["function"]
@@ -30,13 +25,13 @@ def test_current_sql_only_defines(dialect: str) -> None:
 
 @pytest.mark.parametrize("dialect", rules.DIALECTS)
 def test_every_trigger_in_current_sql_has_a_rule(dialect: str) -> None:
-    without = sorted(defined(dialect)["trigger"] - rules.names(dialect))
+    without = sorted(fences.defined(dialect)["trigger"] - rules.names(dialect))
     assert without == [], f"{dialect} triggers that no rule in schema/rules.py names: {without}"
 
 
 @pytest.mark.parametrize("dialect", rules.DIALECTS)
 def test_every_name_in_the_rule_table_is_defined(dialect: str) -> None:
-    found = defined(dialect)
+    found = fences.defined(dialect)
     unknown = sorted(rules.names(dialect) - found["trigger"] - found["function"])
     assert unknown == [], f"schema/rules.py names {dialect} triggers or functions current.sql lacks: {unknown}"
 
