@@ -54,6 +54,15 @@ def expire_lease(pk: Pk, step_id: str) -> None:
         assert conn.execute(statement, {"past": LONG_AGO, "id": step_id}).rowcount == 1
 
 
+def postpone(pk: Pk, step_id: str, by: dt.timedelta = dt.timedelta(hours=1)) -> None:
+    """Raw SQL: the step's next attempt is ``by`` from now (a retrying step waiting long)."""
+    later = text("UPDATE cleanup_steps SET next_attempt_at = :later WHERE id = :s").bindparams(
+        bindparam("later", type_=UtcDateTime())
+    )
+    with pk.db.write() as conn:
+        conn.execute(later, {"later": dt.datetime.now(dt.UTC) + by, "s": step_id})
+
+
 def set_max_attempts(pk: Pk, purge_id: str, attempts: int) -> None:
     with pk.db.write() as conn:
         sql = text("UPDATE cleanup_steps SET max_attempts = :n WHERE purge_id = :p")

@@ -22,6 +22,7 @@ from commands.web.auth import SessionSigner, Tokens
 from schema import steps
 from schema.tables import UtcDateTime
 from tests.helpers import POLICY
+from tests.helpers.cleanup import postpone
 from tests.helpers.steps import FailingStore, settle
 from workers import runner
 
@@ -196,11 +197,7 @@ def retrying_purge(pk: Pk, conversation_id: str, message: str = HOSTILE) -> str:
     store = FailingStore(pk.blobs.blob_root, pk.blobs.file_root, message=message)
     context = dataclasses.replace(pk.step_context(), blobs=store)
     assert runner.run_step(context, step.id, policy=POLICY).status == "retrying"
-    later = text("UPDATE cleanup_steps SET next_attempt_at = :later WHERE id = :s").bindparams(
-        bindparam("later", type_=UtcDateTime())
-    )
-    with pk.db.write() as conn:
-        conn.execute(later, {"later": dt.datetime.now(dt.UTC) + dt.timedelta(hours=1), "s": step.id})
+    postpone(pk, step.id)
     return purge_id
 
 

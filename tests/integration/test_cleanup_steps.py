@@ -51,6 +51,7 @@ from tests.helpers.cleanup import (
     clean,
     expire_lease,
     lease_of,
+    postpone,
     run,
     run_when_due,
     seed_content,
@@ -823,12 +824,7 @@ def test_retry_hurries_a_retrying_step_and_says_who_and_why(pk: Pk, roots: Roots
     purge_id = purge_events(pk, "e-doomed")
     step_id = step_of(pk, purge_id, "attachments").id
     assert run(pk, step_id).status == "retrying"
-    pk.db.transact(
-        lambda conn: conn.execute(
-            text("UPDATE cleanup_steps SET next_attempt_at = :later WHERE id = :s"),
-            {"later": dt.datetime.now(dt.UTC) + dt.timedelta(hours=1), "s": step_id},
-        )
-    )
+    postpone(pk, step_id)
     assert run(pk, step_id).status == "skipped"  # not due for an hour
     shutil.rmtree(broken)
     rearmed = pk.retry(purge_id, actor="oncall@example.org", reason="freed the blob path")
