@@ -56,7 +56,7 @@ from commands.operations import PURGE_KINDS, PURGE_STATUSES
 from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
 from commands.records import HoldCount, PurgeStatus, RetentionPolicy
 from commands.surface import error_body, http_status
-from commands.web import pages
+from commands.web import pages, workers_page
 from commands.web.auth import COOKIE_NAME, SESSION_TTL, Operator, Session, SessionSigner, Tokens, bearer, same_origin
 from schema.errors import NotFound, PurgekeeperError, ValidationError
 from schema.states import StepStatus
@@ -419,12 +419,11 @@ class Console:
 
     def workers(self, request: Request, who: Operator) -> Response:
         try:
-            leases = self.pk.worker_leases()
-            now = self.pk.database_now()
+            view = workers_page.gather(self.pk)
         except PurgekeeperError as exc:
             return self.problem(request, who, exc)
-        frame = _frame(request, who, now, _base(request) + "/workers", live=True)
-        return pages.respond("workers.html", frame=frame, workers=leases)
+        frame = _frame(request, who, view.now, _base(request) + "/workers", live=True)
+        return pages.respond(workers_page.TEMPLATE, frame=frame, **view.context())
 
     def problem(self, request: Request, who: Operator, error: PurgekeeperError) -> Response:
         """A bad request (400), an unknown purge (404), or the database unavailable (503, and
