@@ -18,6 +18,7 @@ from commands.records import PurgeStatus
 from commands.restore_commands import RestoreCommands
 from commands.retention_commands import RetentionCommands
 from commands.settings import Settings
+from commands.touched import TouchedCommands
 from schema.db import Database
 from workers import runner
 from workers.cleanup import StepContext
@@ -36,7 +37,8 @@ class Purgekeeper:
     to one of them: ``acceptance`` (``commands.acceptance.Acceptor``: the skeleton every
     kind's preview and confirmation go through, and the ledger row's copy out), the
     ``enqueuer`` (waking the workers), ``content``, ``purges``, ``retention``, ``holds``,
-    ``operations``, ``restore`` and ``receipts``. A command that only forwards is declared in
+    ``operations``, ``restore``, ``receipts`` and ``touched`` (the console's reads of one
+    purge and its search). A command that only forwards is declared in
     one line with ``commands.delegation.delegate``: its docstring, the API reference, is on
     the service's method it names."""
 
@@ -82,6 +84,7 @@ class Purgekeeper:
         self.holds = services.holds
         self.operations = services.operations
         self.restore = services.restore
+        self.touched = services.touched
         self._closed = False
         self._scheduler: Scheduler | None = None
         if workers == "auto" and settings.broker_url is None:
@@ -156,7 +159,9 @@ class Purgekeeper:
 
     preview_purge = delegate("purges", PurgeCommands.preview_purge)
     confirm_purge = delegate("purges", PurgeCommands.confirm_purge)
+    preview_conversation_purge = delegate("purges", PurgeCommands.preview_conversation_purge)
     purge_conversation = delegate("purges", PurgeCommands.purge_conversation)
+    preview_channel_deletion = delegate("purges", PurgeCommands.preview_channel_deletion)
     delete_channel = delegate("purges", PurgeCommands.delete_channel)
     preview_bot_deletion = delegate("purges", PurgeCommands.preview_bot_deletion)
     delete_bot = delegate("purges", PurgeCommands.delete_bot)
@@ -199,6 +204,8 @@ class Purgekeeper:
     database_now = delegate("operations", OperatorCommands.database_now)
     verify_ledger = delegate("operations", OperatorCommands.verify_ledger)
     checkpoint_ledger = delegate("operations", OperatorCommands.checkpoint_ledger)
+    purge_touched = delegate("touched", TouchedCommands.purge_touched)
+    find_purges = delegate("touched", TouchedCommands.find_purges)
 
     # -- restore (commands.restore_commands) -----------------------------------------------------------
 

@@ -17,7 +17,13 @@ from commands.acceptance import Acceptor
 from commands.kinds import author as author_kind
 from commands.kinds import bot, content, conversation
 from commands.kinds.skeleton import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH, Causal
-from commands.records import Acceptance, AuthorErasurePreview, BotDeletionPreview, RepositoryIdentity
+from commands.records import (
+    Acceptance,
+    AuthorErasurePreview,
+    BotDeletionPreview,
+    ConversationPreview,
+    RepositoryIdentity,
+)
 from commands.scope import EventScope, PurgePreview, aware
 from schema.errors import ValidationError
 
@@ -78,6 +84,20 @@ class PurgeCommands:
         causal = Causal.check(actor, reason, idempotency_key, request_id, origin)
         args = conversation.ConversationPurgeRequest(conversation_id, expected_version)
         return self.acceptance.accept(kinds.CONVERSATION, args, {"conversation_id": conversation_id}, causal)
+
+    def preview_conversation_purge(self, conversation_id: str) -> ConversationPreview:
+        """What purging the whole conversation would remove, in counts, and what stays: events
+        also placed in a live conversation, and, for an id that does not exist, that the purge
+        reserves it. ``holds`` names the legal holds that would refuse it. Confirm with
+        ``purge_conversation(..., expected_version=preview.version)``."""
+        validation.check_id(conversation_id, "conversation_id")
+        return self.acceptance.preview(kinds.CONVERSATION, conversation_id)
+
+    def preview_channel_deletion(self, channel_id: str) -> ConversationPreview:
+        """What the channel holds; its deletion removes none of it (``removes_content`` is
+        false). An unknown id is ``NotFound``, a conversation's a ``ValidationError``."""
+        validation.check_id(channel_id, "channel_id")
+        return self.acceptance.preview(kinds.CHANNEL, channel_id)
 
     def delete_channel(
         self,

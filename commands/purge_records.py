@@ -25,6 +25,7 @@ class Acceptance:
     ledger_seq: int
     outcome: str
     disclosures: tuple[str, ...] = ()
+    reserved_absent: bool = False  # a conversation purge of an id that did not exist: it is reserved
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,30 @@ class MemoryPreview:
     reason: str | None
     detail: str | None
     identity: RepositoryIdentity | None
+
+
+@dataclass(frozen=True)
+class ConversationPreview:
+    """What purging a whole conversation (``removes_content``), or deleting a channel (which
+    removes nothing), would touch, in counts. ``exists`` is false for an id never created
+    (its purge reserves it) and for one already purged (``purged_by`` names that purge).
+    ``holds``: the legal holds that refuse the purge. ``version`` is what a confirmation
+    passes as ``expected_version``, so that a conversation that changed is refused."""
+
+    conversation_id: str
+    kind: str | None  # conversation | channel; None when it does not exist
+    exists: bool
+    version: int | None
+    purged_by: str | None
+    removes_content: bool
+    events: int
+    events_placed_elsewhere: int
+    attachments: int
+    runs: int
+    active_runs: tuple[str, ...]
+    derivatives: int
+    holds: tuple[str, ...]
+    disclosures: tuple[str, ...]
 
 
 @dataclass(frozen=True)

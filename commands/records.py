@@ -26,6 +26,7 @@ from commands.purge_records import (
 )
 from commands.purge_records import (
     BotDeletionPreview as BotDeletionPreview,
+    ConversationPreview as ConversationPreview,
 )
 from commands.purge_records import (
     ConversationCount as ConversationCount,

@@ -8,9 +8,10 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import selector_fields, skeleton
+from commands.kinds import conversation, selector_fields, skeleton
 from commands.kinds.kind import Already, Decision, Env, Kind
-from schema import ledger, purges
+from commands.records import ConversationPreview
+from schema import content_queries, ledger, purges
 from schema.errors import NotFound, ValidationError
 from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
 
@@ -19,8 +20,12 @@ class ChannelKind(Kind[str, Row[Any]]):
     label = "channel deletion"
     name = PurgeKind.CHANNEL
     head_first = True
-    preview = None  # confirmed by its id: it removes no content
     bodies = None  # it removes no content, so it has no cleanup at all
+
+    def preview(self, conn: Connection, env: Env, channel_id: str) -> tuple[ConversationPreview, None]:
+        """What the channel holds, which stays (it is confirmed by its id alone)."""
+        _channel(content_queries.conversation_row(conn, channel_id), channel_id)  # refused as a confirmation is
+        return conversation.preview_of(conn, channel_id, removes_content=False), None
 
     def conversations(self, conn: Connection, selectors: Mapping[str, Any]) -> list[str]:
         return [str(selectors["channel_id"])]
@@ -29,12 +34,7 @@ class ChannelKind(Kind[str, Row[Any]]):
         selector_fields.require_id(selectors, "channel_id")
 
     def lock(self, conn: Connection, env: Env, args: str) -> Row[Any]:
-        row = purges.lock_conversation(conn, args)
-        if row is None:
-            raise NotFound(f"no channel {args}")
-        if row.kind != ConversationKind.CHANNEL:
-            raise ValidationError(f"{args} is a conversation, not a channel; purge it instead")
-        return row
+        return _channel(purges.lock_conversation(conn, args), args)
 
     def decide(self, conn: Connection, env: Env, args: str, locked: Row[Any]) -> Decision | Already:
         done = purges.tombstone_of(conn, TombstoneKind.CHANNEL, args) or purges.tombstone_of(
@@ -47,3 +47,12 @@ class ChannelKind(Kind[str, Row[Any]]):
 
     def left_after_restore(self, conn: Connection, entry: ledger.LedgerEntry) -> list[tuple[StepKind, bool]]:
         return []  # nothing was removed, so nothing can come back
+
+
+def _channel(row: Row[Any] | None, channel_id: str) -> Row[Any]:
+    """The channel's row; an unknown id or a conversation's is refused."""
+    if row is None:
+        raise NotFound(f"no channel {channel_id}")
+    if row.kind != ConversationKind.CHANNEL:
+        raise ValidationError(f"{channel_id} is a conversation, not a channel; purge it instead")
+    return row

@@ -12,7 +12,8 @@ from sqlalchemy import Connection, Row
 
 from commands.kinds import selector_fields, skeleton
 from commands.kinds.kind import Already, Decision, Env, Kind
-from schema import cleanup_queries, holds, ledger, purges, restore, steps
+from commands.records import ConversationPreview
+from schema import cleanup_queries, content_queries, conversation_preview, holds, ledger, purges, restore, steps
 from schema.errors import VersionConflict
 from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
 from workers import cleanup
@@ -76,6 +77,50 @@ def _delete_rows(conn: Connection, *, purge_id: str, conversation_id: str, limit
     return {"removed": runs + derived, "more": more, "wake": wake}
 
 
+# -- the preview ------------------------------------------------------------------------------
+
+ABSENT = "no conversation has this id: a purge reserves it, so that it is never used again"
+STAYS_ELSEWHERE = (
+    "{n} of its events are placed in another conversation too; each stays there if it is still live "
+    "there when the cleanup runs"
+)
+NOT_ERASED = "what was copied out of purgekeeper (exports, logs, a provider's own history) is not erased"
+HISTORY_STAYS = "nothing is removed: the history stays readable (purge the conversation to remove it)"
+
+
+def preview_of(conn: Connection, conversation_id: str, *, removes_content: bool) -> ConversationPreview:
+    """The counts, holds and what stays, read in the preview's transaction."""
+    row = content_queries.conversation_row(conn, conversation_id)
+    purged = purges.tombstone_of(conn, TombstoneKind.CONVERSATION, conversation_id)
+    exists = row is not None and purged is None
+    counted = conversation_preview.counts(conn, conversation_id) if exists else conversation_preview.NONE
+    held = tuple(sorted(holds.holds_of_conversation(conn, conversation_id))) if exists else ()
+    active = tuple(purges.active_run_ids(conn, conversation_ids=[conversation_id])) if exists else ()
+    disclosures = [HISTORY_STAYS] if not removes_content else []
+    if row is None and purged is None:
+        disclosures.append(ABSENT)
+    if removes_content and counted.events_placed_elsewhere:
+        disclosures.append(STAYS_ELSEWHERE.format(n=counted.events_placed_elsewhere))
+    if removes_content:
+        disclosures.append(NOT_ERASED)
+    return ConversationPreview(
+        conversation_id=conversation_id,
+        kind=row.kind if row is not None else None,
+        exists=exists,
+        version=row.version if exists and row is not None else None,
+        purged_by=purged.purge_id if purged is not None else None,
+        removes_content=removes_content,
+        events=counted.events,
+        events_placed_elsewhere=counted.events_placed_elsewhere,
+        attachments=counted.attachments,
+        runs=counted.runs,
+        active_runs=active,
+        derivatives=counted.derivatives,
+        holds=held,
+        disclosures=tuple(disclosures),
+    )
+
+
 # -- the kind ---------------------------------------------------------------------------------
 
 
@@ -84,8 +129,12 @@ class ConversationPurgeKind(Kind[ConversationPurgeRequest, Row[Any] | None]):
     name = PurgeKind.CONVERSATION
     head_first = True  # an absent id has no row to lock: the head serialises its reservation
     policy_lock = "shared"
-    preview = None  # confirmed by its id and, optionally, the version the host last saw
     bodies = staticmethod(empty_conversation)
+
+    def preview(self, conn: Connection, env: Env, conversation_id: str) -> tuple[ConversationPreview, None]:
+        """Counts, holds and what stays. Confirmed by its id and, optionally, the version the
+        preview showed (``expected_version``): nothing to remember."""
+        return preview_of(conn, conversation_id, removes_content=True), None
 
     def check_selectors(self, selectors: Mapping[str, Any]) -> None:
         selector_fields.require_id(selectors, "conversation_id")

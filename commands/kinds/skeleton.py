@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,7 +94,7 @@ def accept(
         entry = _append(conn, env, head, kind, purge_id, decision, request, causal)
     purges.record_conversations(conn, entry.purge_id, kind.conversations(conn, entry.selectors))
     appended.entry = entry  # this thread's acceptance copies it out once committed
-    return Acceptance(entry.purge_id, entry.seq, "accepted", decision.disclosures), steps
+    return Acceptance(entry.purge_id, entry.seq, "accepted", decision.disclosures, _reserved(entry.selectors)), steps
 
 
 def _append(
@@ -160,4 +160,9 @@ def _replayed(conn: Connection, causal: Causal, kind: Kind, request: dict[str, A
     asked = (kind.name.value, json.loads(ledger.canonical_json(request)), causal.actor, causal.reason)
     if (entry.kind, entry.selectors.get("request"), entry.actor, entry.reason) != asked:
         raise IdempotencyConflict(f"idempotency key {causal.idempotency_key} was used for another request")
-    return Acceptance(entry.purge_id, entry.seq, "accepted")
+    return Acceptance(entry.purge_id, entry.seq, "accepted", reserved_absent=_reserved(entry.selectors))
+
+
+def _reserved(selectors: Mapping[str, Any]) -> bool:
+    """Whether the row reserved an id that did not exist (a conversation purge's flag)."""
+    return selectors.get("reserved_absent_id") is True

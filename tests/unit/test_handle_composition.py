@@ -98,6 +98,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "origin: 'str | None' = None",
         "-> 'Acceptance'",
     ),
+    "find_purges": ("self", "query: 'str'", "*", "limit: 'int' = 20", "-> 'PurgeSearch'"),
     "finish_run": ("self", "run_id: 'str'", "*", "status: 'str'", "output: 'Any' = None", "-> 'Run'"),
     "get_conversation": ("self", "conversation_id: 'str'", "-> 'Conversation | None'"),
     "ingest_event": (
@@ -168,6 +169,8 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "conversation_id: 'str | None' = None",
         "-> 'RetentionPreview'",
     ),
+    "preview_channel_deletion": ("self", "channel_id: 'str'", "-> 'ConversationPreview'"),
+    "preview_conversation_purge": ("self", "conversation_id: 'str'", "-> 'ConversationPreview'"),
     "purge_conversation": (
         "self",
         "conversation_id: 'str'",
@@ -181,6 +184,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "-> 'Acceptance'",
     ),
     "purge_detail": ("self", "purge_id: 'str'", "-> 'PurgeDetail'"),
+    "purge_touched": ("self", "purge_id: 'str'", "-> 'PurgeTouched'"),
     "read_conversation": ("self", "conversation_id: 'str'", "-> 'list[Event]'"),
     "receipt": ("self", "purge_id: 'str'", "-> 'dict[str, Any]'"),
     "register_bot": (
