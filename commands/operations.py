@@ -29,7 +29,7 @@ from commands.records import (
 from commands.retention_commands import RetentionCommands
 from schema import ledger, lifecycle, overview, purges, states, steps
 from schema.db import Database
-from schema.errors import InfrastructureError, NotFound, ValidationError
+from schema.errors import Conflict, InfrastructureError, NotFound, ValidationError
 from schema.states import FINISHED_PURGE_STATUSES, PurgeKind, values
 from storage import checkpoint, ledger_copy
 from workers import scheduler
@@ -88,7 +88,7 @@ class OperatorCommands:
                 raise NotFound(f"no purge {purge_id}")
             step_ids = steps.rearm_for_retry(conn, purge_id)
             if not step_ids:
-                raise ValidationError(f"purge {purge_id} has no incomplete or retrying step to retry")
+                raise Conflict(f"purge {purge_id} has no incomplete or retrying step to retry")
             purges.record_audit(conn, purge_id, action="retry", actor=actor, reason=reason, step_ids=step_ids)
             return step_ids
 

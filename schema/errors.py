@@ -188,7 +188,7 @@ TRIGGER_ERRORS: dict[str, type[PurgekeeperError]] = {
 CONSTRAINT_ERRORS: dict[str, tuple[type[PurgekeeperError], str]] = {
     "pk_conversations": (ValidationError, "a conversation with this id already exists"),
     "pk_bots": (ValidationError, "a bot with this id already exists"),
-    "pk_events": (ValidationError, "an event with this id already exists"),
+    "pk_events": (Conflict, "an event with this id already exists"),
     "pk_runs": (ValidationError, "a run with this id already exists"),
     "pk_placements": (ValidationError, "the event is already placed in this conversation"),
     "uq_events_provider_event_id": (ValidationError, "provider_event_id is already used"),

@@ -254,7 +254,7 @@ def test_retry_rearms_an_incomplete_purge_and_resume_reports_what_is_due(pk: Pk,
         audit = conn.execute(text("SELECT action, actor, reason FROM purge_audit")).all()
     assert [tuple(a) for a in audit] == [("retry", "oncall@example.org", "disk freed")]
     _, resumed = concurrently(
-        lambda: purgectl.error(2, "validation_error", "retry", purge_id, *WHO),  # nothing is incomplete now
+        lambda: purgectl.error(3, "conflict", "retry", purge_id, *WHO),  # nothing is incomplete now
         lambda: purgectl.json("resume"),
     )
     assert resumed == {"due_steps": 1, "sent": False}  # only the re-armed step is due

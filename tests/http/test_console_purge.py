@@ -251,7 +251,7 @@ def test_retrying_a_purge_with_nothing_incomplete_is_refused(pk: Pk, client: Tes
     purge_id = purge_new_event(pk, "c1")
     csrf = csrf_of(client, incomplete_purge(pk, "c2", message="the disk said no"))
     response = retry(client, purge_id, reason=REASON, csrf=csrf)
-    assert response.status_code == 400
+    assert response.status_code == 409
     assert (
         parse(response.text).by_id("retry-error").text
         == f"purge {purge_id} has no incomplete or retrying step to retry"

@@ -254,10 +254,10 @@ CASES: list[Any] = [
         commands.ValidationError,
         id="conversation-kind-change",
     ),
-    pytest.param(ingest(event_id="e1"), commands.ValidationError, id="event-id-taken"),
+    pytest.param(ingest(event_id="e1"), commands.Conflict, id="event-id-taken"),
     pytest.param(
         ingest(event_id="e1", provider_event_id="p-new"),
-        commands.ValidationError,
+        commands.Conflict,
         id="event-id-taken-with-new-provider-id",
     ),
     pytest.param(

@@ -835,7 +835,7 @@ def test_retry_hurries_a_retrying_step_and_says_who_and_why(pk: Pk, roots: Roots
     ]
     assert run(pk, step_id).status == "done"  # due now
     clean(pk, purge_id)
-    with pytest.raises(commands.ValidationError, match="no incomplete or retrying step"):
+    with pytest.raises(commands.Conflict, match="no incomplete or retrying step"):
         pk.retry(purge_id, actor="oncall@example.org", reason="again")
     assert_purges_leave_nothing(pk, roots)
 
@@ -870,7 +870,7 @@ def test_an_actor_that_always_fails_ends_incomplete_and_retry_rearms_it(pk: Pk, 
     ]
     assert run(pk, step_id).status == "done"
     assert pk.status(purge_id).status == "complete"
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(commands.Conflict):
         pk.retry(purge_id, actor="oncall@example.org", reason="again")  # nothing incomplete now
     assert len(rows(pk, "SELECT id FROM purge_audit")) == 1
     assert_purges_leave_nothing(pk, roots)

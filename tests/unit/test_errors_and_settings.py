@@ -209,7 +209,7 @@ def test_a_non_dbapi_exception_is_not_translated(exc: BaseException) -> None:
 
 def test_named_constraints_map_to_domain_errors() -> None:
     duplicate = translate_db_error(dbapi_error("duplicate key", constraint="pk_events", sqlstate="23505"))
-    assert type(duplicate) is ValidationError
+    assert type(duplicate) is errors.Conflict  # an id that exists is a conflict with the state (409)
     missing_bot = translate_db_error(dbapi_error("violates foreign key", constraint="fk_runs_bot_id_bots"))
     assert type(missing_bot) is NotFound
     assert translate_db_error(dbapi_error("check failed", constraint="some_other_constraint")) is None
