@@ -220,6 +220,11 @@ class ConversationPreview:
     holds: tuple[str, ...]
     disclosures: tuple[str, ...]
 
+    @property
+    def unknown(self) -> bool:
+        """No conversation has the id, and no purge has reserved it: most often a typo."""
+        return not self.exists and self.purged_by is None
+
 
 @dataclass(frozen=True)
 class BotDeletionPreview:

@@ -8,15 +8,23 @@ from collections.abc import Sequence
 import click
 
 from commands.cli.options import Timestamp, build_scope, idempotency_option, scope_arguments, scope_options, who_options
-from commands.cli.render import render_acceptance, render_author_preview, render_bot_preview, render_preview
+from commands.cli.render import (
+    render_acceptance,
+    render_author_preview,
+    render_bot_preview,
+    render_conversation_preview,
+    render_preview,
+)
 from commands.cli.shared import ORIGIN, json_command, main, run_with_handle
 from commands.handle import Purgekeeper
 from commands.records import (
     Acceptance,
+    ConversationPreview,
     RepositoryIdentity,
 )
 from commands.scope import PurgePreview
 from schema.errors import (
+    NotFound,
     ValidationError,
 )
 
@@ -72,23 +80,40 @@ def confirm(
     run_with_handle(as_json, action, render_acceptance)
 
 
+@json_command(main, "preview-conversation")
+@click.argument("conversation_id")
+def preview_conversation(conversation_id: str, as_json: bool) -> None:
+    """Show what purging a whole conversation would remove, in counts, the legal holds that
+    would refuse it, what stays, and the command that confirms it."""
+    run_with_handle(as_json, lambda pk: pk.preview_conversation_purge(conversation_id), render_conversation_preview)
+
+
 @json_command(main, "purge-conversation")
 @click.argument("conversation_id")
 @who_options
 @click.option("--expected-version", type=int, help="Refuse (version_conflict) if the conversation moved on.")
+@click.option(
+    "--reserve-absent",
+    is_flag=True,
+    help="Purge the id even if no conversation has it: the id is then reserved forever. Without it an "
+    "unknown id is refused (not_found, exit 1), since it is most often a typo.",
+)
 @idempotency_option
 def purge_conversation(
     conversation_id: str,
     actor: str,
     reason: str,
     expected_version: int | None,
+    reserve_absent: bool,
     idempotency_key: str | None,
     as_json: bool,
 ) -> None:
-    """Purge a whole conversation or channel. A repeat reports already_purged; an unknown id
-    is reserved so it is never reused."""
+    """Purge a whole conversation or channel (preview-conversation shows what it removes). A
+    repeat reports already_purged. An unknown id is refused unless --reserve-absent is given."""
 
     def action(pk: Purgekeeper) -> Acceptance:
+        if not reserve_absent:
+            refuse_unknown(pk.preview_conversation_purge(conversation_id))
         return pk.purge_conversation(
             conversation_id,
             actor=actor,
@@ -99,6 +124,23 @@ def purge_conversation(
         )
 
     run_with_handle(as_json, action, render_acceptance)
+
+
+def refuse_unknown(preview: ConversationPreview) -> None:
+    """An id that no conversation has, and that no purge has reserved yet."""
+    if preview.unknown:
+        raise NotFound(
+            f"no conversation {preview.conversation_id}: purging an unknown id reserves it forever, so it is "
+            "refused here; check the id, or pass --reserve-absent to reserve it"
+        )
+
+
+@json_command(main, "preview-channel-deletion")
+@click.argument("channel_id")
+def preview_channel_deletion(channel_id: str, as_json: bool) -> None:
+    """Show what the channel holds (its deletion removes none of it) and the command that
+    deletes it."""
+    run_with_handle(as_json, lambda pk: pk.preview_channel_deletion(channel_id), render_conversation_preview)
 
 
 @json_command(main, "delete-channel")

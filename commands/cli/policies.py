@@ -22,6 +22,7 @@ from commands.records import (
     Acceptance,
     RetentionPreview,
 )
+from schema.errors import NotFound
 
 # -- retention policies and legal holds
 
@@ -141,21 +142,35 @@ def hold_group() -> None:
 @click.argument("hold_id")
 @click.option("--conversation", "conversations", multiple=True, metavar="ID", help="Hold a conversation (repeatable).")
 @click.option("--author", "authors", multiple=True, help="Hold everything this author wrote (repeatable).")
+@click.option(
+    "--allow-unknown",
+    is_flag=True,
+    help="Hold a conversation id that no conversation has yet (it holds whatever is created under it). "
+    "Without it an unknown id is refused (not_found, exit 1), since it is most often a typo.",
+)
 @who_options
 @idempotency_option
 def hold_place(
     hold_id: str,
     conversations: Sequence[str],
     authors: Sequence[str],
+    allow_unknown: bool,
     actor: str,
     reason: str,
     idempotency_key: str | None,
     as_json: bool,
 ) -> None:
     """Place legal hold HOLD_ID on conversations and authors (at least one). It does not undo
-    purges accepted before it: the disclosures name what they already removed in its scope."""
+    purges accepted before it: the disclosures name what they already removed in its scope.
+    A conversation id that no conversation has is refused unless --allow-unknown is given."""
 
     def action(pk: Purgekeeper) -> Acceptance:
+        unknown = [] if allow_unknown else [c for c in conversations if pk.preview_conversation_purge(c).unknown]
+        if unknown:
+            raise NotFound(
+                f"no conversation {', '.join(unknown)}: a hold on an id nobody uses holds nothing now; check the id, "
+                "or pass --allow-unknown to hold it for content created under it later"
+            )
         return pk.place_hold(
             hold_id,
             conversation_ids=conversations,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from commands import surface
@@ -13,6 +13,7 @@ from commands.records import (
     Acceptance,
     AuthorErasurePreview,
     BotDeletionPreview,
+    ConversationPreview,
     Hold,
     LedgerReport,
     PurgePage,
@@ -77,6 +78,8 @@ def render_acceptance(acceptance: Acceptance) -> str:
             f"accepted: purge {acceptance.purge_id} (ledger seq {acceptance.ledger_seq})\n"
             f"follow it with: purgectl wait {acceptance.purge_id}"
         )
+    if acceptance.reserved_absent:
+        text += "\nreserved: no conversation had this id; it is now reserved and can never be used"
     return text + render_disclosures(acceptance.disclosures)
 
 
@@ -178,13 +181,77 @@ def render_preview(preview: PurgePreview, *, scope_args: str) -> str:
         listed("attachments deleted", [a.id for a in preview.exclusive_attachments]),
         listed("attachments shared", shared),
         listed("blocking runs, refusing confirmation until they end", [r.id for r in preview.blocking_runs]),
+        *held_lines({hold for h in preview.held for hold in h.hold_ids}, [h.event_id for h in preview.held], "events"),
         "",
         "not erased:",
         *(f"  - {d}" for d in preview.disclosures),
         "",
-        f"to confirm: purgectl confirm {scope_args} --digest {preview.scope_digest} --actor WHO --reason WHY",
+        confirm_line(
+            f"purgectl confirm {scope_args} --digest {preview.scope_digest} --actor WHO --reason WHY",
+            holds={hold for h in preview.held for hold in h.hold_ids},
+            blocking=[r.id for r in preview.blocking_runs],
+        ),
     ]
     return "\n".join(lines)
+
+
+def held_lines(holds: Iterable[str], held: Sequence[str], what: str) -> list[str]:
+    """What legal holds keep: the holds, and the ids they cover (empty when none does)."""
+    names = sorted(holds)
+    if not names:
+        return []
+    return [listed(f"held by legal hold {', '.join(names)}, refusing confirmation: {what}", list(held))]
+
+
+def confirm_line(command: str, *, holds: Iterable[str] = (), blocking: Sequence[str] = ()) -> str:
+    """The command that confirms, or, when it cannot succeed now, why not and what to do."""
+    names = sorted(holds)
+    if names:
+        releases = "; ".join(f"purgectl hold release {shlex.quote(h)} --actor WHO --reason WHY" for h in names)
+        return (
+            f"no confirm command: legal hold {', '.join(names)} refuses it (legal_hold). "
+            f"Once released ({releases}), preview again."
+        )
+    if blocking:
+        return f"no confirm command: runs {', '.join(blocking)} have not ended (active_runs); preview again then."
+    return f"to confirm: {command}"
+
+
+def render_conversation_preview(preview: ConversationPreview) -> str:
+    what = preview.kind or "unknown id"
+    pairs: list[tuple[str, Any]] = [
+        ("conversation", f"{preview.conversation_id} ({what})"),
+        ("version", preview.version),
+        ("purged by", preview.purged_by),
+        ("events", preview.events),
+        ("placed elsewhere too", preview.events_placed_elsewhere),
+        ("attachments", preview.attachments),
+        ("runs", preview.runs),
+        ("derivatives", preview.derivatives),
+    ]
+    lines = [
+        fields(pairs),
+        *([listed("runs not ended, refusing the purge", list(preview.active_runs))] if preview.active_runs else []),
+        *held_lines(preview.holds, [preview.conversation_id], "conversation"),
+        "",
+        "what stays:",
+        *(f"  - {d}" for d in preview.disclosures),
+        "",
+        _conversation_confirm(preview),
+    ]
+    return "\n".join(lines)
+
+
+def _conversation_confirm(preview: ConversationPreview) -> str:
+    name = shlex.quote(preview.conversation_id)
+    if preview.purged_by is not None:
+        return f"nothing to confirm: purge {preview.purged_by} already purged it"
+    if not preview.removes_content:
+        return confirm_line(f"purgectl delete-channel {name} --actor WHO --reason WHY")
+    if not preview.exists:
+        return f"to reserve the id: purgectl purge-conversation {name} --reserve-absent --actor WHO --reason WHY"
+    command = f"purgectl purge-conversation {name} --expected-version {preview.version} --actor WHO --reason WHY"
+    return confirm_line(command, holds=preview.holds, blocking=preview.active_runs)
 
 
 def render_bot_preview(preview: BotDeletionPreview) -> str:
@@ -195,8 +262,14 @@ def render_bot_preview(preview: BotDeletionPreview) -> str:
         ("memory", memory.path),
         ("erasable", memory.erasable if memory.erasable else f"no: {memory.reason} ({memory.detail})"),
     ]
-    lines = [fields(pairs), "", "not erased:", *(f"  - {d}" for d in preview.disclosures)]
-    if memory.erasable and memory.identity is not None:
+    lines = [
+        fields(pairs),
+        *held_lines(preview.held_by, [preview.bot_id], "the Memory erasure (a deletion without it removes nothing)"),
+        "",
+        "not erased:",
+        *(f"  - {d}" for d in preview.disclosures),
+    ]
+    if memory.erasable and memory.identity is not None and not preview.held_by:
         lines += ["", "to delete it and erase its Memory:", erase_hint(preview.bot_id, memory.identity)]
     return "\n".join(lines)
 
@@ -219,12 +292,17 @@ def render_author_preview(preview: AuthorErasurePreview) -> str:
             [f"{a.attachment_id}@{a.event_id} (+{a.other_references} other)" for a in preview.shared_attachments],
         ),
         listed("blocking runs, refusing the erasure until they end", list(preview.blocking_runs)),
+        *held_lines(preview.held_by, [preview.author], "author"),
         "",
         "not erased:",
         *(f"  - {d}" for d in preview.disclosures),
         "",
-        f"to confirm: purgectl erase-author {shlex.quote(preview.author)}{before} --digest {preview.scope_digest} "
-        "--actor WHO --reason WHY",
+        confirm_line(
+            f"purgectl erase-author {shlex.quote(preview.author)}{before} --digest {preview.scope_digest} "
+            "--actor WHO --reason WHY",
+            holds=preview.held_by,
+            blocking=preview.blocking_runs,
+        ),
     ]
     return "\n".join(lines)
 

@@ -62,12 +62,13 @@ def test_a_preview_of_an_absent_id_says_a_purge_would_reserve_it(seeded: Pk) -> 
     preview = seeded.preview_conversation_purge("c9")
     assert (preview.exists, preview.kind, preview.version, preview.events) == (False, None, None, 0)
     assert any("reserve" in d for d in preview.disclosures), preview.disclosures
+    assert preview.unknown and not seeded.preview_conversation_purge("c1").unknown
 
 
 def test_a_preview_after_the_purge_names_the_purge(seeded: Pk) -> None:
     done = seeded.purge_conversation("c1", **WHO)
     preview = seeded.preview_conversation_purge("c1")
-    assert (preview.purged_by, preview.exists) == (done.purge_id, False)
+    assert (preview.purged_by, preview.exists, preview.unknown) == (done.purge_id, False, False)
 
 
 def test_a_channel_preview_removes_nothing_and_keeps_the_history(seeded: Pk) -> None:
