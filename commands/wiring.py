@@ -22,6 +22,7 @@ from commands.purge_commands import PurgeCommands
 from commands.restore_commands import RestoreCommands
 from commands.retention_commands import RetentionCommands
 from commands.settings import Settings
+from commands.touched import TouchedCommands
 from schema import ledger
 from schema.db import Database
 from storage.blobstore import BlobStore
@@ -48,6 +49,7 @@ class Services:
     holds: HoldCommands
     operations: OperatorCommands
     restore: RestoreCommands
+    touched: TouchedCommands
 
 
 def wire(
@@ -89,6 +91,7 @@ def wire(
         holds=HoldCommands(db, acceptance),
         operations=OperatorCommands(db, stall_after, enqueuer, retention),
         restore=RestoreCommands(db, gate, blobs, database_key, copy, enqueuer),
+        touched=TouchedCommands(db, settings),
     )
 
 

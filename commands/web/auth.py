@@ -10,6 +10,9 @@ The console's session (``SessionSigner``) is an itsdangerous ``URLSafeTimedSeria
 the signed-in operator's name, a CSRF token and the time it was signed, HMAC-SHA256 under a key
 derived from the operator token. It holds no token, it dies after its time to live, and rotating
 the token ends every session at once.
+
+The sign-in page says where the token is (``token_hint``): a variable's name, or the host
+token's file; never the token.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from itsdangerous import BadData, TimestampSigner, URLSafeTimedSerializer
+
+from commands.settings import Settings
 
 TOKEN_FILE_NAME = "api-token"
 COOKIE_NAME = "purgekeeper_session"
@@ -85,6 +90,38 @@ def load_or_create_token(data_dir: Path) -> tuple[str, Path, bool]:
         handle.write(token + "\n")
     os.chmod(path, 0o600)
     return token, path, True
+
+
+@dataclass(frozen=True)
+class TokenHint:
+    """Where the token the console takes is kept, for the sign-in page: which token it is
+    (``operator`` or ``host``), where it is, and a command that prints it. Never the token."""
+
+    token: str
+    where: str
+    command: str | None = None
+
+
+def token_hint(tokens: Tokens, settings: Settings) -> TokenHint:
+    """Where to find the token ``tokens.operator_allows``: the operator token's variable, the
+    host token's variable, or the host token's file (``serve`` creates it when no host token
+    is set, and then listens on loopback only, so the file is on the machine in front of you)."""
+    if tokens.operator is not None:
+        return TokenHint("operator", "PURGEKEEPER_OPERATOR_TOKEN in the server's environment")
+    if settings.api_token is not None and settings.api_token == tokens.api:
+        return TokenHint("host", "PURGEKEEPER_API_TOKEN in the server's environment (no operator token is set)")
+    path = settings.data_dir / TOKEN_FILE_NAME
+    if _token_in(path) == tokens.api:
+        where = f"the file {path} on the server (no operator token is set), created by the first serve"
+        return TokenHint("host", where, f'cat "${{PURGEKEEPER_DATA_DIR:-{settings.data_dir}}}/{TOKEN_FILE_NAME}"')
+    return TokenHint("host", "the host token the server was started with (no operator token is set)")
+
+
+def _token_in(path: Path) -> str | None:
+    try:
+        return path.read_text("utf-8").strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 # -- the console's session -------------------------------------------------------------------------

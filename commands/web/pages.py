@@ -60,7 +60,12 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters |= {"utc": times.utc, "span": times.span, "policy_age": policy_age, "retained": retained_count}
-    env.globals |= {"relative": times.relative, "style": Markup(STYLE), "refresh_seconds": REFRESH_SECONDS}
+    env.globals |= {
+        "relative": times.relative,
+        "due": times.due,
+        "style": Markup(STYLE),
+        "refresh_seconds": REFRESH_SECONDS,
+    }
     return env
 
 

@@ -3,28 +3,35 @@
 ===========================================  =============================================
 ``GET /status``                              the purges, newest first, filtered by ``status``
                                              and ``kind``, one page at a time (``after``)
-``GET /status/purges/{id}``                  one purge: steps, leases, attempts, audit rows
+``GET /status/purges/{id}``                  one purge: what it touched, steps, leases, attempts
+                                             by round, where a failure is, audit rows
+``GET /status/search?q=``                    a purge id (or its start) or a conversation id
 ``POST /status/purges/{id}/retry``           re-arm its incomplete steps (form: ``reason``)
 ``GET /status/workers``                      live lease owners and the steps each one holds
 ``POST /status/login``, ``/status/logout``   the session (form: ``name``, ``token``)
 ===========================================  =============================================
 
-What the pages show. The overview shows ids, statuses, counts, labels and the steps' error
-texts, never content (no bodies, no payloads, no purge's own actor or reason). Purges that need
-attention (incomplete, or stalled) come first on the unfiltered first page, marked with a CSS
-class and a word; then the newest purges, each named by its label ("retention purge (policy
-p1)", never who was erased). Then retention and legal holds: the first 100 standing policies
-and holds in force (how many conversations and authors each hold covers: never an author's
-name, nor who placed it). A purge's page adds each attempt (owner, start, finish, outcome,
-error) and its audit rows: the operators' own names and reasons for a retry. Times are told
-relative to the database clock ("3 min ago", "in 40 s"), the UTC time in a ``title``.
+What the pages show. The overview (``overview_page``) is one table row per purge: its id,
+status, kind and label ("retention purge (policy p1)", never who was erased), age, steps done
+of total and the error of a step not done; never content (no bodies, no payloads, no purge's
+own actor or reason). Purges that need attention (incomplete, or stalled) come first on the
+unfiltered first page, in a table of their own, marked with a CSS class and a word. Then
+retention and legal holds: the first 100 standing policies and holds in force (how many
+conversations and authors each hold covers: never an author's name, nor who placed it). A
+purge's page (``purge_page``) adds what it touched (ids and counts; the erased author, the
+deleted bot and a hold's subjects are named there, to a signed-in operator), each attempt
+(round, number, owner, start, finish, outcome, error), where a failed unlink is (the root and
+the path below it, ``commands.touched``) and its audit rows: the operators' own names and
+reasons for a retry. Times are told relative to the database clock ("3 min ago", "in 40 s",
+a due time passed as "overdue by 27 s"), the UTC time in a ``title``.
 
 Refreshing. The overview, the workers view and the page of a purge still cleaning reload every
 few seconds (``<meta http-equiv="refresh">``); ``?refresh=off`` (the "Pause refresh" link)
 renders the same page without it. The sign-in form and the retry form never reload under a
 person typing.
 
-Signing in takes the operator's name and the operator token (``Tokens.operator_allows``). The
+Signing in takes the operator's name and the operator token (``Tokens.operator_allows``); the
+form says where that token is kept (``auth.token_hint``). The
 session cookie (``auth.SessionSigner``: itsdangerous, keyed by the token) carries the name and
 a CSRF token; it is HttpOnly, SameSite=Strict, limited to ``/status``, Secure over https, and
 expires after ``session_ttl``. It stays valid across restarts and API processes, and dies when
@@ -40,12 +47,9 @@ another host); a bearer request needs neither (no browser sends the header on it
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
-from urllib.parse import urlencode
+from typing import Annotated
 
 from fastapi import APIRouter, Form, Header, Request
 from fastapi.responses import RedirectResponse, Response
@@ -54,71 +58,34 @@ from commands import status_overview, validation
 from commands.handle import Purgekeeper
 from commands.operations import PURGE_KINDS, PURGE_STATUSES
 from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
-from commands.records import HoldCount, PurgeStatus, RetentionPolicy
 from commands.surface import error_body, http_status
-from commands.web import pages, workers_page
-from commands.web.auth import COOKIE_NAME, SESSION_TTL, Operator, Session, SessionSigner, Tokens, bearer, same_origin
-from schema.errors import NotFound, PurgekeeperError, ValidationError
+from commands.web import overview_page, pages, purge_page, search_page, workers_page
+from commands.web.auth import (
+    COOKIE_NAME,
+    SESSION_TTL,
+    Operator,
+    Session,
+    SessionSigner,
+    Tokens,
+    bearer,
+    same_origin,
+    token_hint,
+)
+from commands.web.overview_page import STEP_HELPERS, Filters, with_query
+from schema.errors import PurgekeeperError, ValidationError
 from schema.states import StepStatus
-from schema.steps import PARKED_UNTIL
 
 RECENT_PURGES = 50
-LISTED = 100  # policies and holds listed; the summary counts them all
-ATTENTION = ("incomplete", "stalled")
 FINISHED = ("complete", "incomplete")
 OPERATOR_HEADER = "X-Purgekeeper-Operator"
 BEARER_OPERATOR = "operator"
-MAX_CURSOR_DIGITS = 19
 BAD_TOKEN = "That token is not valid."
 FORGED_FORM = "This form did not come from your console session: reload the page and try again. Nothing was changed."
 FORGED_SIGN_OUT = "This sign-out did not come from the console: you are still signed in."
 RETRIED = "Retry recorded: the incomplete steps are re-armed."
 
 
-# -- the overview's filters and pages ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Filters:
-    """The overview's query: ``status``, ``kind``, the ``after`` cursor, ``refresh=off``."""
-
-    status: str | None = None
-    kind: str | None = None
-    after: int | None = None
-    paused: bool = False
-
-    @classmethod
-    def parse(cls, query: Mapping[str, str]) -> Filters:
-        """Empty fields mean any; a bad status or kind is ``list_purges``' to refuse."""
-        after = query.get("after") or None
-        if after is not None and not (after.isascii() and after.isdigit() and len(after) <= MAX_CURSOR_DIGITS):
-            raise ValidationError("after must be a positive ledger seq (the link to older purges)")
-        return cls(
-            status=query.get("status") or None,
-            kind=query.get("kind") or None,
-            after=None if after is None else int(after),
-            paused=query.get("refresh") == "off",
-        )
-
-    @property
-    def narrowed(self) -> bool:
-        return self.status is not None or self.kind is not None or self.after is not None
-
-    def href(self, base: str, **changes: Any) -> str:
-        """The overview with these filters, changed as given."""
-        changed = dataclasses.replace(self, **changes)
-        query = {
-            "status": changed.status,
-            "kind": changed.kind,
-            "after": changed.after,
-            "refresh": "off" if changed.paused else None,
-        }
-        return _with_query(base, query)
-
-
-def _with_query(path: str, query: Mapping[str, object]) -> str:
-    given = {name: value for name, value in query.items() if value is not None}
-    return path + ("?" + urlencode(given) if given else "")
+# -- every page's frame ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -132,72 +99,11 @@ class Frame:
     refresh: bool = False
     paused: bool = False
     toggle: str | None = None
+    query: str = ""  # what the search box holds
 
     @property
     def csrf(self) -> str | None:
         return None if self.operator is None or self.operator.session is None else self.operator.session.csrf
-
-
-# -- what the overview shows --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Overview:
-    snapshot: status_overview.Snapshot
-    attention: tuple[PurgeStatus, ...] | None  # incomplete and stalled, newest first; None when filtered
-    purges: tuple[PurgeStatus, ...]  # this page of the list, without those above
-    next_after: int | None  # the cursor of the next, older page
-    policies: tuple[RetentionPolicy, ...]  # the standing retention policies, the first LISTED of them
-    holds: tuple[HoldCount, ...]  # the legal holds in force, the first LISTED of them, in counts
-
-
-def marks(purge: PurgeStatus) -> list[str]:
-    """Why a purge needs attention: "incomplete", "stalled", both or neither."""
-    return [mark for mark, on in zip(ATTENTION, (purge.status == "incomplete", purge.stalled), strict=True) if on]
-
-
-def gather(pk: Purgekeeper, check: status_overview.LedgerCheck, filters: Filters, *, page_size: int) -> Overview:
-    """Bounded reads only: the aggregates, one page of the list, and at most ``page_size``
-    purges needing attention."""
-    snapshot = status_overview.snapshot(pk, check)
-    page = pk.list_purges(filters.status, kind=filters.kind, limit=page_size, after=filters.after)
-    attention = None if filters.narrowed else needing_attention(pk, snapshot, page.purges, limit=page_size)
-    shown = {purge.purge_id for purge in attention or ()}
-    return Overview(
-        snapshot=snapshot,
-        attention=attention,
-        purges=tuple(purge for purge in page.purges if purge.purge_id not in shown),
-        next_after=page.next_after,
-        policies=tuple(pk.list_retention()[:LISTED]),
-        holds=tuple(pk.count_holds(limit=LISTED)),
-    )
-
-
-def needing_attention(
-    pk: Purgekeeper, snapshot: status_overview.Snapshot, newest: tuple[PurgeStatus, ...], *, limit: int
-) -> tuple[PurgeStatus, ...]:
-    incomplete = pk.list_purges("incomplete", limit=limit).purges
-    stalled_ids = pk.stalled_purge_ids(limit=limit)
-    known = {p.purge_id: p for p in (*newest, *incomplete)}
-    stalled = [known.get(purge_id) or _status_or_none(pk, purge_id) for purge_id in stalled_ids]
-    flagged = {p.purge_id: p for p in (*incomplete, *stalled, *newest) if p is not None and marks(p)}
-    return tuple(sorted(flagged.values(), key=lambda p: p.ledger_seq, reverse=True))
-
-
-# What the templates' purge and step macros call on.
-STEP_HELPERS: dict[str, Any] = {
-    "marks": marks,
-    "parked_until": PARKED_UNTIL,
-    "finished_steps": (StepStatus.DONE, StepStatus.INCOMPLETE),
-}
-
-
-def _status_or_none(pk: Purgekeeper, purge_id: str) -> PurgeStatus | None:
-    """A step whose ledger row is missing (a damaged database) is the ledger check's to report."""
-    try:
-        return pk.status(purge_id)
-    except NotFound:
-        return None
 
 
 # -- the routes -----------------------------------------------------------------------------------
@@ -241,6 +147,11 @@ def router(
             return console.sign_in(request, next_path=console.purge_path(request, purge_id))
         return console.retry(request, who, purge_id, reason=reason, csrf=csrf)
 
+    @api.get("/status/search", include_in_schema=False)
+    def search(request: Request, authorization: Authorization = None) -> Response:
+        who = console.operator(request, authorization, None)
+        return console.search(request, who) if who else console.sign_in(request)
+
     @api.get("/status/workers", include_in_schema=False)
     def workers_page(request: Request, authorization: Authorization = None) -> Response:
         who = console.operator(request, authorization, None)
@@ -271,6 +182,7 @@ class Console:
         self.page_size = page_size
         self.signer = signer
         self.check = status_overview.LedgerCheck(pk)
+        self.token_hint = token_hint(tokens, pk.settings)
 
     # -- signing in
 
@@ -302,6 +214,7 @@ class Console:
             name=name,
             next_path=self.safe_next(request, wanted),
             max_name=MAX_ACTOR_LENGTH,
+            hint=self.token_hint,
         )
 
     def login(self, request: Request, *, token: str, name: str, next_path: str) -> Response:
@@ -349,7 +262,7 @@ class Console:
     def overview(self, request: Request, who: Operator) -> Response:
         try:
             filters = Filters.parse(request.query_params)
-            view = gather(self.pk, self.check, filters, page_size=self.page_size)
+            view = overview_page.gather(self.pk, self.check, filters, page_size=self.page_size)
         except PurgekeeperError as exc:
             return self.problem(request, who, exc)
         base = _base(request)
@@ -362,7 +275,7 @@ class Console:
             toggle=filters.href(base, paused=not filters.paused),
         )
         return pages.respond(
-            "overview.html",
+            overview_page.TEMPLATE,
             frame=frame,
             view=view,
             filters=filters,
@@ -387,18 +300,16 @@ class Console:
         code: int = 200,
     ) -> Response:
         try:
-            detail = self.pk.purge_detail(purge_id)
-            now = self.pk.database_now()
+            view = purge_page.gather(self.pk, purge_id)
         except PurgekeeperError as exc:
             return self.problem(request, who, exc)
         path = self.purge_path(request, purge_id)
-        live = detail.status.status not in FINISHED and error is None
+        live = view.detail.status.status not in FINISHED and error is None
         return pages.respond(
-            "purge.html",
+            purge_page.TEMPLATE,
             code,
-            frame=_frame(request, who, now, path, live=live),
-            detail=detail,
-            purge=detail.status,
+            frame=_frame(request, who, view.now, path, live=live),
+            **view.context(),
             error=error,
             notice=RETRIED if request.query_params.get("retried") and error is None else None,
             reason=reason,
@@ -417,6 +328,20 @@ class Console:
             return self.purge(request, who, purge_id, error=_detail(exc), reason=reason, code=http_status(exc))
         return RedirectResponse(self.purge_path(request, purge_id) + "?retried=1", 303, headers=pages.SECURITY_HEADERS)
 
+    def search(self, request: Request, who: Operator) -> Response:
+        """One purge found opens its page; several are listed; none says so."""
+        query = request.query_params.get("q", "").strip()
+        if not query:
+            return RedirectResponse(_base(request), 303, headers=pages.SECURITY_HEADERS)
+        try:
+            view = search_page.gather(self.pk, query)
+        except PurgekeeperError as exc:
+            return self.problem(request, who, exc, query=query)
+        if view.only is not None:
+            return RedirectResponse(self.purge_path(request, view.only.purge_id), 303, headers=pages.SECURITY_HEADERS)
+        frame = Frame(base=_base(request), operator=who, now=view.now, query=query)
+        return pages.respond(search_page.TEMPLATE, frame=frame, **view.context(), **STEP_HELPERS)
+
     def workers(self, request: Request, who: Operator) -> Response:
         try:
             view = workers_page.gather(self.pk)
@@ -425,12 +350,12 @@ class Console:
         frame = _frame(request, who, view.now, _base(request) + "/workers", live=True)
         return pages.respond(workers_page.TEMPLATE, frame=frame, **view.context())
 
-    def problem(self, request: Request, who: Operator, error: PurgekeeperError) -> Response:
+    def problem(self, request: Request, who: Operator, error: PurgekeeperError, *, query: str = "") -> Response:
         """A bad request (400), an unknown purge (404), or the database unavailable (503, and
         the page tries again by itself)."""
         code = http_status(error)
         body = error_body(error)
-        frame = Frame(base=_base(request), operator=who, refresh=code >= 500)
+        frame = Frame(base=_base(request), operator=who, refresh=code >= 500, query=query)
         return pages.respond("problem.html", code, frame=frame, code=body["error"], detail=body["detail"])
 
     @staticmethod
@@ -448,7 +373,7 @@ def _frame(request: Request, who: Operator, now: dt.datetime, path: str, *, live
         now=now,
         refresh=live and not paused,
         paused=paused,
-        toggle=_with_query(path, {"refresh": None if paused else "off"}) if live else None,
+        toggle=with_query(path, {"refresh": None if paused else "off"}) if live else None,
     )
 
 

@@ -1,5 +1,6 @@
 """Times as the console shows them: relative to the database's now ("3 min ago", "in 40 s"),
-with the absolute UTC time alongside, and spans ("1.4 s", "2 h 5 min").
+a due time that has passed as "overdue by 27 s", with the absolute UTC time alongside, and
+spans ("1.4 s", "2 h 5 min").
 
 The console takes ``now`` from the database clock, the clock every stored time comes from, so
 a web server whose own clock drifts still says how long ago a step ran.
@@ -26,6 +27,16 @@ def relative(moment: dt.datetime, now: dt.datetime) -> str:
         return "now"
     told = _largest_unit(abs(delta))
     return f"in {told}" if delta > dt.timedelta(0) else f"{told} ago"
+
+
+def due(moment: dt.datetime, now: dt.datetime) -> str:
+    """When something is due, seen from ``now``: "in 40 s", "now", or, once its time has
+    passed and nobody has taken it, "overdue by 27 s" (never "27 s ago", which reads as done)."""
+    delta = moment - now
+    if abs(delta) < JUST_NOW:
+        return "now"
+    told = _largest_unit(abs(delta))
+    return f"in {told}" if delta > dt.timedelta(0) else f"overdue by {told}"
 
 
 def span(delta: dt.timedelta) -> str:

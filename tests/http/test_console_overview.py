@@ -5,6 +5,7 @@ database clock."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,7 @@ from commands.web import times
 from schema.tables import UtcDateTime
 from tests.helpers.console import (
     WHO,
+    Element,
     TestClient,
     app_of,
     incomplete_purge,
@@ -36,9 +38,9 @@ def client(pk: Pk) -> Iterator[TestClient]:
         yield test_client
 
 
-def listed(html: str) -> list[str]:
-    """The purge ids of the list section, in order."""
-    return [card.attrs["id"].removeprefix("purge-") for card in section(html, "recent").find_all("article")]
+def listed(html: str, name: str = "recent") -> list[str]:
+    """The purge ids of a section's table, in order."""
+    return [row.attrs["id"].removeprefix("purge-") for row in section(html, name).find_all("tr", cls="purge")]
 
 
 def test_filters_narrow_the_list_by_status_and_kind_and_drop_the_attention_section(pk: Pk, client: TestClient) -> None:
@@ -88,7 +90,7 @@ def test_the_unfiltered_first_page_pages_on_past_what_needs_attention(pk: Pk, cl
     failed = incomplete_purge(pk, "c-failed", message="the disk said no")
     rest = [purge_new_event(pk, f"c-{n}") for n in range(3)]
     first = page(client)
-    assert [card.attrs["id"] for card in section(first, "attention").find_all("article")] == [f"purge-{failed}"]
+    assert listed(first, "attention") == [failed]
     assert listed(first) == rest[::-1][:2]
     second = client.get(parse(first).by_id("older").attrs["href"]).text
     assert listed(second) == [rest[0], failed]  # a later page lists everything, marked
@@ -132,12 +134,12 @@ def test_times_are_relative_to_the_database_clock_with_the_utc_time_in_the_title
     purge_id = purge_new_event(pk, "c1")
     stall(pk, purge_id)
     accepted_at = pk.status(purge_id).accepted_at
-    card = parse(page(client)).by_id(f"purge-{purge_id}")
-    accepted = card.find("p").find("time")
+    row = parse(page(client)).by_id(f"purge-{purge_id}")
+    accepted = row.find("td", cls="age").find("time")
     assert accepted.attrs["title"] == accepted_at.strftime("%Y-%m-%dT%H:%M:%SZ") == accepted.attrs["datetime"]
     assert accepted.text == "now" or accepted.text.endswith(" s ago")
-    due = card.find("tr", data_kind="bodies").find("td", cls="next-attempt").find("time")
-    assert due.attrs["title"] == "2000-01-01T00:00:00Z" and due.text.endswith(" d ago")
+    due = next_attempt(client, purge_id)
+    assert due.attrs["title"] == "2000-01-01T00:00:00Z" and re.fullmatch(r"overdue by \d+ d", due.text), due.text
 
     later = pk.database_now() + dt.timedelta(minutes=90)
     statement = text("UPDATE cleanup_steps SET next_attempt_at = :later").bindparams(
@@ -145,6 +147,33 @@ def test_times_are_relative_to_the_database_clock_with_the_utc_time_in_the_title
     )
     with pk.db.write() as conn:
         conn.execute(statement, {"later": later})
-    card = parse(page(client)).by_id(f"purge-{purge_id}")
-    ahead = card.find("tr", data_kind="bodies").find("td", cls="next-attempt").find("time")
+    ahead = next_attempt(client, purge_id)
     assert ahead.text == "in 1 h" and ahead.attrs["title"] == times.utc(later)
+
+
+def next_attempt(client: TestClient, purge_id: str) -> Element:
+    """The bodies step's next attempt, on the purge's page."""
+    step = parse(page(client, f"/status/purges/{purge_id}")).find("tr", cls="step", data_kind="bodies")
+    return step.find("td", cls="next-attempt").find("time")
+
+
+def test_the_search_box_opens_one_purge_lists_several_and_says_when_none(pk: Pk, client: TestClient) -> None:
+    """Issue 26: a purge id, its first characters, or a conversation id."""
+    first = purge_new_event(pk, "c-found")
+    pk.place_hold("h-1", conversation_ids=["c-found"], **WHO)
+    hold = pk.list_holds()[0].purge_id
+    form = parse(page(client)).find("form", id="search")
+    assert form.attrs["method"] == "get" and form.attrs["action"] == "/status/search"
+
+    for typed in (first, first[:6], f"  {first[:6]} "):
+        opened = client.get("/status/search", params={"q": typed}, follow_redirects=False)
+        assert (opened.status_code, opened.headers["location"]) == (303, f"/status/purges/{first}"), typed
+    several = page(client, "/status/search", q="c-found")
+    assert listed(several, "results") == [hold, first]  # newest first
+    assert parse(several).by_id("search-query").attrs["value"] == "c-found"
+    none = parse(page(client, "/status/search", q="zz-nothing")).by_id("nothing-found").text
+    assert none == "No purge id begins with zz-nothing, and no purge names a conversation zz-nothing."
+    bad = client.get("/status/search", params={"q": "<b>x"})
+    assert bad.status_code == 400 and "<b>" not in bad.text
+    assert parse(bad.text).by_id("problem").text.startswith("validation_error: search may hold only")
+    assert client.get("/status/search", params={"q": ""}, follow_redirects=False).headers["location"] == "/status"

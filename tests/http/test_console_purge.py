@@ -7,6 +7,7 @@ nothing. A worker holding a step is a real claim (``schema.steps.claim``) that n
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ from tests.helpers.console import (
     retrying_purge,
     sign_in,
 )
+from tests.helpers.steps import FailingStore
 
 Pk = commands.Purgekeeper
 REASON = "freed the blob path; see ticket OPS-42"
@@ -98,13 +100,21 @@ def test_an_incomplete_purge_shows_its_steps_attempts_and_the_retry_form(pk: Pk,
     failed = shown.find("tr", cls="step", data_kind="attachments").cells()
     assert failed[:3] == ["attachments", "incomplete", "1/1"] and failed[7:9] == ["", ""]  # no lease held
     assert failed[-1].startswith("OSError: could not unlink the file of blob ")
+    with pk.db.read() as conn:
+        [blob_id] = conn.execute(text("SELECT blob_id FROM attachments")).scalars().all()
+    where = shown.find("tr", cls="step", data_kind="attachments").find("div", cls="where")
+    assert where.text == (
+        f"Where to act: the file root (PURGEKEEPER_FILE_ROOT), {pk.settings.file_root.name}/"
+        f"{blob_id[:2]}/{blob_id[2:4]}/{blob_id}"
+    )  # issue 26: the root by name and the path below it, which holds no attachment name
+    assert str(pk.settings.file_root) not in html
     attempts = {
         row.attrs["data-step"]: row.cells() for row in shown.by_id("attempt-rows").find_all("tr", cls="attempt")
     }
     [failed_attempt] = [cells for cells in attempts.values() if cells[0] == "attachments"]
-    assert failed_attempt[1] == "1" and failed_attempt[6] == "incomplete"
-    assert re.fullmatch(r"[\d.]+ s", failed_attempt[5]) and failed_attempt[2]  # a duration, an owner
-    assert failed_attempt[7] == failed[-1]  # the attempt's own error
+    assert failed_attempt[1:3] == ["1", "1"] and failed_attempt[7] == "incomplete"  # round 1, attempt 1
+    assert re.fullmatch(r"[\d.]+ s", failed_attempt[6]) and failed_attempt[3]  # a duration, an owner
+    assert failed_attempt[8] == failed[-1]  # the attempt's own error
     assert "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in html and "<script" not in html
     assert "No operator has acted on this purge." in shown.by_id("audit").text
 
@@ -132,6 +142,38 @@ def test_a_retrying_purge_offers_retry_now_and_the_retry_makes_its_step_due(pk: 
     assert (audit.action, audit.actor, audit.reason) == ("retry", OPERATOR_NAME, REASON)
 
 
+def test_what_each_kind_touched_is_shown_in_ids_and_counts_never_content(pk: Pk, client: TestClient) -> None:
+    """Issue 26: a purge's page names its conversations and counts the events and attachments
+    it fenced; an erasure names its author, a bot deletion its bot, a hold its subjects."""
+    content = purge_new_event(pk, "c1", attachment=True)
+    pk.create_conversation("c-ada")
+    pk.ingest_event("c-ada", author="ada-lovelace", body=f"{SECRET} body")
+    erasure = pk.preview_author_erasure("ada-lovelace")
+    erased = pk.erase_author("ada-lovelace", scope_digest=erasure.scope_digest, **WHO).purge_id
+    assert settle(pk, erased).status == "complete"
+    pk.register_bot("bot-7", name="Helper")
+    deleted = pk.delete_bot("bot-7", **WHO).purge_id
+    hold = pk.place_hold("h-case", conversation_ids=["c-ada", "c-none"], authors=["grace"], **WHO).purge_id
+
+    def touched(purge_id: str) -> dict[str, str]:
+        html = page(client, f"/status/purges/{purge_id}")
+        for hidden in (SECRET, "doc.txt", WHO["actor"], WHO["reason"]):
+            assert hidden not in html, hidden
+        shown = parse(html).by_id("touched").find("dl")
+        return {dt_.text: dd.text for dt_, dd in zip(shown.find_all("dt"), shown.find_all("dd"), strict=True)}
+
+    assert touched(content) == {"Conversations": "c1", "Events": "1 fenced so far", "Attachments": "1 on those events"}
+    assert touched(erased) == {
+        "Conversations": "c-ada",
+        "Events": "1 fenced",
+        "Attachments": "0 on those events",
+        "Author": "ada-lovelace",
+    }
+    assert touched(deleted) == {"Bot": "bot-7, its Memory kept"}
+    assert touched(hold) == {"Conversations": "c-ada, c-none", "Authors": "grace", "Legal hold": "h-case"}
+    assert "Nothing to clean up" in page(client, f"/status/purges/{hold}")
+
+
 def test_a_step_a_worker_holds_shows_its_lease_and_the_page_refreshes(pk: Pk, client: TestClient) -> None:
     purge_id = purge_new_event(pk, "c1", attachment=True)
     bodies = next(step.id for step in pk.status(purge_id).steps if step.kind == "bodies")
@@ -145,7 +187,7 @@ def test_a_step_a_worker_holds_shows_its_lease_and_the_page_refreshes(pk: Pk, cl
     assert row.find("td", cls="next-attempt").text == f"running, lease ends {expires}"
     running = shown.find("tr", cls="attempt", data_step=bodies)
     assert running.classes == {"attempt", "running"}
-    assert running.cells()[2] == "worker-a:7:f00d" and running.cells()[6] == "running"
+    assert running.cells()[3] == "worker-a:7:f00d" and running.cells()[7] == "running"
     assert not shown.find_all("form", cls="retry")  # nothing is incomplete
     assert '<meta http-equiv="refresh" content="5">' in html
     toggle = shown.by_id("refresh-toggle")
@@ -163,7 +205,7 @@ def test_a_complete_purge_shows_when_it_finished_and_how_long_it_took(pk: Pk, cl
         "%Y-%m-%dT%H:%M:%SZ"
     )
     assert re.fullmatch(r"[\d.]+ s", shown.by_id("purge-duration").text)
-    assert [row.cells()[6] for row in shown.find_all("tr", cls="attempt")] == ["done", "done"]
+    assert [row.cells()[7] for row in shown.find_all("tr", cls="attempt")] == ["done", "done"]
     assert not shown.find_all("form", cls="retry") and 'http-equiv="refresh"' not in html
 
 
@@ -204,6 +246,14 @@ def test_a_retry_with_a_reason_is_recorded_under_the_operator_and_shown(pk: Pk, 
     assert shown.find("tr", cls="step", data_kind="attachments").cells()[1] in ("pending", "retrying")
     assert not shown.find_all("form", cls="retry")  # nothing incomplete now
     assert '<meta http-equiv="refresh" content="5">' in after  # cleaning again: the page follows it
+
+    # issue 26: the step fails again; its attempts are told by round, never "1" twice
+    store = FailingStore(pk.blobs.blob_root, pk.blobs.file_root, message=HOSTILE)
+    assert settle(pk, purge_id, dataclasses.replace(pk.step_context(), blobs=store)).status == "incomplete"
+    again = purge_page(client, purge_id)
+    told = [row.cells()[:3] for row in again.by_id("attempt-rows").find_all("tr", cls="attempt")]
+    assert ["attachments", "1", "1"] in told and ["attachments", "2", "1"] in told, told
+    assert again.find("tr", cls="step", data_kind="attachments").find("td", cls="attempts").text == "1/1, round 2"
 
 
 REFUSALS = [

@@ -4,15 +4,31 @@ templates' autoescaping of every text a purge's page shows."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import errno
+from pathlib import Path
 
 import pytest
 
+from commands import touched
 from commands.records import Attempt, AuditEntry, PurgeDetail, PurgeStatus, StepProgress, StepState
-from commands.web import pages, times
-from commands.web.auth import Operator, Session, SessionSigner, same_origin
+from commands.settings import Settings
+from commands.touched import PurgeTouched
+from commands.web import overview_page, pages, purge_page, times
+from commands.web.auth import (
+    Operator,
+    Session,
+    SessionSigner,
+    TokenHint,
+    Tokens,
+    load_or_create_token,
+    same_origin,
+    token_hint,
+)
 from commands.web.status import STEP_HELPERS, Filters, Frame
 from schema.errors import ValidationError
+from storage import blobstore
 
 NOW = dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.UTC)
 
@@ -168,11 +184,18 @@ def test_every_text_a_page_shows_is_escaped_and_the_purges_own_actor_and_reason_
     detail = hostile_detail()
     operator = Operator(HOSTILE, Session(HOSTILE, HOSTILE))
     frame = Frame(base="/status", operator=operator, now=NOW, refresh=True, toggle="/status?x=<y>")
+    touched = PurgeTouched(
+        "p1", HOSTILE, conversations=(HOSTILE,), authors=(HOSTILE,), bot_id=HOSTILE, hold_id=HOSTILE, events=1,
+        attachments=1,
+    )  # fmt: skip
     page = pages.render(
         "purge.html",
         frame=frame,
         detail=detail,
         purge=detail.status,
+        touched=touched,
+        attempts=purge_page.numbered(detail.attempts),
+        rounds={"s1": 2},
         error=HOSTILE,
         notice=HOSTILE,
         reason=HOSTILE,
@@ -181,9 +204,90 @@ def test_every_text_a_page_shows_is_escaped_and_the_purges_own_actor_and_reason_
         **STEP_HELPERS,
     )
     card = pages.ENVIRONMENT.from_string(
-        '{% from "_macros.html" import purge_card with context %}{{ purge_card(purge, frame) }}'
+        '{% from "_macros.html" import purge_rows with context %}{{ purge_rows([purge], frame, "t") }}'
     ).render(purge=detail.status, frame=frame, **STEP_HELPERS)
     for html in (page, card):
         assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;&#34;&#39;&amp;" in html
         assert "actor-never-shown" not in html and "reason-never-shown" not in html
-    assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= 12  # every field above, and the form
+    assert page.count("&lt;img src=x onerror=alert(1)&gt;") >= 16  # every field above, and the form
+    sign_in = pages.render(
+        "login.html", frame=Frame(base="/status"), action="/status/login", error=HOSTILE, name=HOSTILE,
+        next_path=HOSTILE, max_name=200, hint=TokenHint(HOSTILE, HOSTILE, HOSTILE),
+    )  # fmt: skip
+    assert "<img" not in sign_in and sign_in.count("&lt;img src=x onerror=alert(1)&gt;") >= 5
+
+
+# -- issue 26: due times, rounds, rows, failure places, the token's whereabouts -------------------------
+
+
+@pytest.mark.parametrize(
+    ("offset", "told"),
+    [
+        (dt.timedelta(seconds=40), "in 40 s"),
+        (dt.timedelta(milliseconds=-300), "now"),
+        (dt.timedelta(seconds=-27), "overdue by 27 s"),
+        (-dt.timedelta(minutes=34, seconds=5), "overdue by 34 min"),
+    ],
+)
+def test_a_due_time_that_passed_is_overdue_not_ago(offset: dt.timedelta, told: str) -> None:
+    assert times.due(NOW + offset, NOW) == told
+
+
+def attempt(step: str, number: int, minute: int) -> Attempt:
+    return Attempt(step, "attachments", number, "w", NOW + dt.timedelta(minutes=minute), None, None, None)
+
+
+def test_attempts_are_numbered_by_round_across_retries() -> None:
+    history = [attempt("a", 1, 0), attempt("b", 1, 1), attempt("a", 2, 2), attempt("a", 1, 3), attempt("a", 1, 4)]
+    told = [(n.attempt.step_id, n.round, n.attempt.attempt) for n in purge_page.numbered(history)]
+    assert told == [("a", 1, 1), ("b", 1, 1), ("a", 1, 2), ("a", 2, 1), ("a", 3, 1)]
+    retry = AuditEntry("retry", "Grace", "fixed", ("a",), NOW)
+    assert purge_page.step_round("a", [retry, retry]) == 3 and purge_page.step_round("b", [retry]) == 1
+
+
+def test_a_row_counts_done_steps_and_shows_the_error_of_a_step_not_done() -> None:
+    detail = hostile_detail()
+    done = dataclasses.replace(detail.status.steps[0], id="s0", kind="bodies", status="done", last_error="old")
+    purge = dataclasses.replace(detail.status, steps=(done, detail.status.steps[0]))
+    assert overview_page.steps_done(purge) == "1/2" and overview_page.failing_step(purge) is purge.steps[1]
+    assert overview_page.failing_step(dataclasses.replace(purge, steps=(done,))) is None  # history, not trouble
+    assert overview_page.steps_done(dataclasses.replace(purge, steps=())) == ""
+
+
+def test_a_failed_unlink_is_placed_by_root_and_relative_path_never_by_name() -> None:
+    blob_id = "057b9e0d1c2f4a3b8e6d5c4b3a291807"
+    error = str(blobstore.discard_failed(blob_id, IsADirectoryError(errno.EISDIR, "Is a directory", "/x/n.txt")))
+    assert touched.FAILED_BLOB.findall(error) == [blob_id]  # the origin's text and the reader agree
+    reads = touched.TouchedCommands(None, Settings.from_env({"PURGEKEEPER_DATA_DIR": "/srv/pk"}))  # type: ignore[arg-type]
+    canonical = reads.place(Row(blob_id, "file", "e3" * 32, blobstore.file_path(blob_id)))
+    assert (canonical.root, canonical.setting, canonical.shown) == (
+        "file root",
+        "PURGEKEEPER_FILE_ROOT",
+        f"files/05/7b/{blob_id}",
+    )
+    cas = reads.place(Row(blob_id, "cas", "ab" * 32, blobstore.cas_path("ab" * 32, blob_id)))
+    assert cas.shown == f"blobs/ab/ab/{'ab' * 32}-{blob_id}" and cas.setting == "PURGEKEEPER_BLOB_ROOT"
+    older = reads.place(Row(blob_id, "file", "e3" * 32, f"05/{blob_id}/secret-name.txt"))
+    assert older.shown == f"files/05/{blob_id}/" and not older.complete  # the name stays out
+    found = touched.PurgeTouched("p", "content", failures={blob_id: canonical})
+    assert found.places_in(f"OSError: {error}; again: {error}") == [canonical] and found.places_in(None) == []
+
+
+@dataclasses.dataclass
+class Row:
+    id: str
+    kind: str
+    sha256: str
+    path: str
+
+
+def test_the_sign_in_page_says_where_the_token_is_never_the_token(tmp_path: Path) -> None:
+    settings = Settings.from_env({"PURGEKEEPER_DATA_DIR": str(tmp_path)})
+    assert token_hint(Tokens(api="h", operator="o"), settings).where.startswith("PURGEKEEPER_OPERATOR_TOKEN")
+    by_variable = Settings.from_env({"PURGEKEEPER_DATA_DIR": str(tmp_path), "PURGEKEEPER_API_TOKEN": "h"})
+    assert token_hint(Tokens(api="h"), by_variable).where.startswith("PURGEKEEPER_API_TOKEN")
+    token, path, _created = load_or_create_token(tmp_path)
+    in_file = token_hint(Tokens(api=token), settings)
+    assert str(path) in in_file.where and in_file.command == f'cat "${{PURGEKEEPER_DATA_DIR:-{tmp_path}}}/api-token"'
+    assert token not in repr(in_file)
+    assert token_hint(Tokens(api="another"), settings).where.startswith("the host token the server was started")

@@ -1,0 +1,214 @@
+"""What a purge touched and where its failures are, and finding purges: the operator's reads
+behind the console's page of one purge and its search box.
+
+- **What it touched** (:class:`PurgeTouched`) comes from its ledger row's selectors (the
+  conversations, the erased author, the deleted bot, a hold's subjects, a policy) and from its
+  own event tombstones (how many events it fenced so far, how many attachments those carry,
+  and where an author erasure reached). Ids and counts only: never a body, a payload or an
+  attachment's name.
+- **Where a failure is** (:class:`FailurePlace`): a step's error names a blob by id
+  (``storage.blobstore.discard_failed``); the place is the root it lives under, by its setting
+  and the root directory's own name, and its path relative to that root. A canonical path
+  holds no attachment name; a path of the layout before 0005 does, so only its directory is
+  given.
+- **Finding** (:class:`PurgeSearch`): the purges whose id begins with what was typed, and the
+  purges that name a conversation of that id.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+
+from commands import kinds, validation
+from commands.kinds.selector_fields import RowInvalid
+from commands.settings import Settings
+from schema import ledger, purge_touched, purges
+from schema.db import Database
+from schema.errors import NotFound
+from schema.states import BlobKind
+from storage import blobstore
+
+COUNT_CAP = 10_000  # counts stop here ("10000+"): a page of one purge reads a bounded number of rows
+LISTED_CONVERSATIONS = 50
+SEARCH_LIMIT = 20
+# The text ``storage.blobstore.discard_failed`` gives a failed unlink: its blob, by id.
+FAILED_BLOB = re.compile(r"could not unlink the file of blob ([0-9A-Za-z_-]{4,64})")
+ROOTS = {
+    BlobKind.FILE: ("file root", "PURGEKEEPER_FILE_ROOT"),
+    BlobKind.CAS: ("blob root", "PURGEKEEPER_BLOB_ROOT"),
+}
+
+
+@dataclass(frozen=True)
+class FailurePlace:
+    """Where to act on a failed unlink: ``root`` ("file root") set by ``setting``, whose
+    directory is called ``directory``, and ``path`` below it (``05/7b/<blob id>``; ``complete``
+    False: only the directory of an older layout's file, whose name is the attachment's)."""
+
+    blob_id: str
+    root: str
+    setting: str
+    directory: str
+    path: str
+    complete: bool = True
+
+    @property
+    def shown(self) -> str:
+        """``files/05/7b/<blob id>``: the root directory's name and the path below it."""
+        return f"{self.directory}/{self.path}"
+
+
+@dataclass(frozen=True)
+class PurgeTouched:
+    """What a purge touched, in ids and counts. ``events`` and ``attachments`` count what it
+    fenced so far (up to ``cap``; None for a kind that fences no events), ``already_fenced`` the
+    events an earlier purge had fenced. ``conversations``: those its row names, or where its
+    fenced events are placed (``more_conversations``: the list is cut)."""
+
+    purge_id: str
+    kind: str
+    conversations: tuple[str, ...] = ()
+    more_conversations: bool = False
+    authors: tuple[str, ...] = ()
+    bot_id: str | None = None
+    erase_memory: bool = False
+    hold_id: str | None = None
+    policy_id: str | None = None
+    events: int | None = None
+    attachments: int | None = None
+    already_fenced: int = 0
+    cap: int = COUNT_CAP
+    failures: Mapping[str, FailurePlace] = field(default_factory=dict)  # by blob id
+
+    def places_in(self, error: str | None) -> list[FailurePlace]:
+        """The places an error text names (its failed blobs), in the order it names them."""
+        found = FAILED_BLOB.findall(error or "")
+        return [self.failures[blob_id] for blob_id in dict.fromkeys(found) if blob_id in self.failures]
+
+
+@dataclass(frozen=True)
+class PurgeSearch:
+    """What a search found: purges whose id begins with ``query`` (``by_id``), and purges that
+    name the conversation ``query`` (``by_conversation``), newest first; ``more``: either list
+    was cut at the limit."""
+
+    query: str
+    by_id: tuple[str, ...]
+    by_conversation: tuple[str, ...]
+    more: bool
+
+    @property
+    def purge_ids(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys((*self.by_id, *self.by_conversation)))
+
+
+class TouchedCommands:
+    """The reads of :class:`commands.Purgekeeper` behind the console's purge page and search
+    (each documented there): on ``db``, with the roots ``settings`` name."""
+
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db = db
+        self.settings = settings
+
+    def purge_touched(self, purge_id: str) -> PurgeTouched:
+        """What the purge touched, in ids and counts (its conversations, events and attachments
+        fenced so far, the erased author, the deleted bot, a hold's subjects), and where each
+        failed unlink its steps report is (the root and the path below it). Never content."""
+        validation.check_id(purge_id, "purge_id")
+        with self.db.read() as conn:
+            entry = ledger.entry_by_purge_id(conn, purge_id)
+            if entry is None:
+                raise NotFound(f"no purge {purge_id}")
+            return PurgeTouched(
+                purge_id=purge_id,
+                kind=entry.kind,
+                **_subjects(conn, entry),
+                **_fenced(conn, entry),
+                failures=self._failures(conn, purge_id),
+            )
+
+    def find_purges(self, query: str, *, limit: int = SEARCH_LIMIT) -> PurgeSearch:
+        """The purges whose id begins with ``query``, and those that name the conversation
+        ``query``, newest first, at most ``limit`` of each."""
+        wanted = validation.check_id(query.strip() if isinstance(query, str) else query, "search")
+        where = purges.LedgerFilter(conversation_id=wanted)
+        with self.db.read() as conn:
+            by_id = purge_touched.purge_ids_starting(conn, wanted, limit=limit + 1)
+            named = [row.purge_id for row in purges.list_ledger(conn, where=where, limit=limit + 1, before_seq=None)]
+        more = len(by_id) > limit or len(named) > limit
+        return PurgeSearch(wanted, tuple(by_id[:limit]), tuple(named[:limit]), more)
+
+    def _failures(self, conn: Connection, purge_id: str) -> dict[str, FailurePlace]:
+        errors = [row.last_error for row in purges.steps_of(conn, [purge_id])]
+        errors += [row.error for row in purges.attempts_of(conn, purge_id)]
+        blob_ids = {blob_id for error in errors if error for blob_id in FAILED_BLOB.findall(error)}
+        if not blob_ids:
+            return {}
+        return {row.id: self.place(row) for row in purge_touched.blob_places(conn, sorted(blob_ids))}
+
+    def place(self, row: Any) -> FailurePlace:
+        """Where a blob's file is: its root and the path below it, never an attachment name."""
+        kind = BlobKind(row.kind)
+        root, setting = ROOTS[kind]
+        directory = (self.settings.file_root if kind is BlobKind.FILE else self.settings.blob_root).name
+        canonical = blobstore.file_path(row.id) if kind is BlobKind.FILE else blobstore.cas_path(row.sha256, row.id)
+        if row.path == canonical:
+            return FailurePlace(row.id, root, setting, directory, canonical)
+        return FailurePlace(row.id, root, setting, directory, "/".join(row.path.split("/")[:2]) + "/", complete=False)
+
+
+def _subjects(conn: Connection, entry: ledger.LedgerEntry) -> dict[str, Any]:
+    """Who and what the row names: conversations, authors (an erasure's ``author``, a hold's
+    ``authors``; a retention run's ``held_authors`` are the holds' to show), a bot, a hold, a
+    policy."""
+    selectors = entry.selectors
+    named = _conversations_named(conn, entry)
+    authors = [str(selectors["author"])] if "author" in selectors else _texts(selectors.get("authors"))
+    return {
+        "conversations": tuple(named[:LISTED_CONVERSATIONS]),
+        "more_conversations": len(named) > LISTED_CONVERSATIONS,
+        "authors": tuple(authors),
+        "bot_id": str(selectors["bot_id"]) if "bot_id" in selectors else None,
+        "erase_memory": bool(selectors.get("erase_memory")),
+        "hold_id": str(selectors["hold_id"]) if "hold_id" in selectors else None,
+        "policy_id": str(selectors["policy_id"]) if "policy_id" in selectors else None,
+    }
+
+
+def _conversations_named(conn: Connection, entry: ledger.LedgerEntry) -> list[str]:
+    try:
+        named = kinds.kind_of(entry.kind).conversations(conn, entry.selectors)
+    except RowInvalid:
+        named = []
+    if not named and _cleans(entry):
+        named = purge_touched.conversations_of_fenced(conn, entry.purge_id, limit=LISTED_CONVERSATIONS + 1)
+    return sorted(set(named))
+
+
+def _fenced(conn: Connection, entry: ledger.LedgerEntry) -> dict[str, Any]:
+    """How many events the purge fenced so far and how many attachments they carry."""
+    if not _cleans(entry):
+        return {}
+    return {
+        "events": purge_touched.fenced_event_count(conn, entry.purge_id, cap=COUNT_CAP),
+        "attachments": purge_touched.attachment_count(conn, entry.purge_id, cap=COUNT_CAP),
+        "already_fenced": len(entry.selectors.get("already_fenced") or []),
+    }
+
+
+def _cleans(entry: ledger.LedgerEntry) -> bool:
+    """Whether the row's kind has a bodies step: those fence events as they clean (tombstones
+    by this purge), the others fence no event."""
+    try:
+        return kinds.kind_of(entry.kind).bodies is not None
+    except RowInvalid:
+        return False
+
+
+def _texts(values: Iterable[Any] | None) -> list[str]:
+    return [str(value) for value in values or []]

@@ -1,0 +1,41 @@
+"""The console's search box (``GET /status/search?q=``): a purge id, or the first characters
+of one, or a conversation id. One purge found opens its page; several are listed in the
+overview's table; none found says so.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from commands.handle import Purgekeeper
+from commands.records import PurgeStatus
+from commands.touched import PurgeSearch
+from commands.web.overview_page import status_or_none
+
+TEMPLATE = "search.html"
+
+
+@dataclass(frozen=True)
+class SearchView:
+    now: dt.datetime  # the database's clock, which every time on the page is relative to
+    search: PurgeSearch
+    purges: tuple[PurgeStatus, ...]  # what it found, newest first
+
+    @property
+    def only(self) -> PurgeStatus | None:
+        """The one purge found, when it is one (the page to open)."""
+        return self.purges[0] if len(self.purges) == 1 and not self.search.more else None
+
+    def context(self) -> dict[str, Any]:
+        """What the template is given besides the frame."""
+        return {"search": self.search, "purges": self.purges}
+
+
+def gather(pk: Purgekeeper, query: str) -> SearchView:
+    """Raises ``ValidationError`` for a query no purge id or conversation id could begin with."""
+    search = pk.find_purges(query)
+    found = (status_or_none(pk, purge_id) for purge_id in search.purge_ids)
+    purges = sorted((p for p in found if p is not None), key=lambda p: p.ledger_seq, reverse=True)
+    return SearchView(now=pk.database_now(), search=search, purges=tuple(purges))
