@@ -47,6 +47,7 @@ from commands.records import (
 )
 from commands.scope import EventScope, HeldEvent, PurgePreview
 from commands.settings import Settings
+from commands.worker_records import WorkerProcess
 from schema.errors import (
     ActiveRuns,
     AuthorErased,
@@ -149,5 +150,6 @@ __all__ = [
     "ValidationError",
     "VersionConflict",
     "WorkerLeases",
+    "WorkerProcess",
     "open",
 ]

@@ -200,6 +200,7 @@ class Purgekeeper:
     list_purges = delegate("operations", OperatorCommands.list_purges)
     purge_detail = delegate("operations", OperatorCommands.purge_detail)
     worker_leases = delegate("operations", OperatorCommands.worker_leases)
+    list_workers = delegate("operations", OperatorCommands.list_workers)
     stalled_purge_ids = delegate("operations", OperatorCommands.stalled_purge_ids)
     database_now = delegate("operations", OperatorCommands.database_now)
     verify_ledger = delegate("operations", OperatorCommands.verify_ledger)

@@ -1,4 +1,10 @@
-"""The operator's read commands: purge status, the paginated purge list, ledger verification."""
+"""The operator's read commands: purge status, the paginated purge list, the worker
+processes, ledger verification.
+
+A purge is stalled when a step of it has been due for longer than ``stall_after`` (10
+minutes), or at once when nobody is there to do the work: processes that run steps have sent
+heartbeats, and none of them is alive now (:func:`stall_bound`, the one place that says so).
+"""
 
 from __future__ import annotations
 
@@ -27,7 +33,8 @@ from commands.records import (
     WorkerLeases,
 )
 from commands.retention_commands import RetentionCommands
-from schema import ledger, lifecycle, overview, purges, states, steps
+from commands.worker_records import WorkerProcess
+from schema import heartbeats, ledger, lifecycle, overview, purges, states, steps
 from schema.db import Database
 from schema.errors import Conflict, InfrastructureError, NotFound, ValidationError
 from schema.states import FINISHED_PURGE_STATUSES, PurgeKind, values
@@ -36,7 +43,7 @@ from workers import scheduler
 
 STALL_AFTER = dt.timedelta(minutes=10)
 WAIT_POLL_S = 0.05
-MAX_PAGE = 1000
+MAX_PAGE = states.MAX_PAGE
 PURGE_STATUSES = values(states.PurgeStatus)
 FINISHED = FINISHED_PURGE_STATUSES
 PURGE_KINDS = tuple(kind.value for kind in PurgeKind)
@@ -47,6 +54,12 @@ OPERATOR_KINDS, POLICY_KINDS, label_of = kinds.OPERATOR_KINDS, kinds.POLICY_KIND
 def derive_status(steps: Sequence[StepState]) -> str:
     """The purge's status from its steps (``schema.lifecycle``, the one rule)."""
     return lifecycle.derive_status(steps).value
+
+
+def stall_bound(presence: heartbeats.Presence, stall_after: dt.timedelta) -> dt.timedelta:
+    """How long a step may be due before its purge is stalled: ``stall_after``, or nothing
+    when nobody is there to do the work (``heartbeats.Presence.nobody_to_work``)."""
+    return dt.timedelta(0) if presence.nobody_to_work else stall_after
 
 
 def completed_at(entry: ledger.LedgerEntry, steps: Sequence[StepState]) -> dt.datetime:
@@ -179,22 +192,31 @@ class OperatorCommands:
 
     def worker_leases(self, *, limit: int = MAX_PAGE) -> list[WorkerLeases]:
         """The live lease owners (a worker's attempt each), and the steps each one holds now."""
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
-            raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
+        _check_limit(limit)
         with self.db.read() as conn:
-            rows = purges.live_leases(conn, limit=limit)
-        held: dict[str, list[HeldStep]] = defaultdict(list)
-        for row in rows:
-            held[row.lease_owner].append(
-                HeldStep(row.id, row.purge_id, row.kind, int(row.attempts), row.lease_expires_at)
-            )
+            held = _held_by_owner(purges.live_leases(conn, limit=limit))
         return [WorkerLeases(owner, tuple(steps)) for owner, steps in held.items()]
 
-    def stalled_purge_ids(self, *, limit: int = MAX_PAGE) -> list[str]:
-        """Purges with a step due (or whose lease expired) for longer than ``stall_after``,
-        newest first, at most ``limit``."""
+    def list_workers(self, *, limit: int = MAX_PAGE) -> list[WorkerProcess]:
+        """The worker, scheduler and embedded processes that sent heartbeats, the alive first,
+        then the most recently seen (a dead or stopped one is kept for a day), each with the
+        steps it holds now. A process is dead once 3 of its heartbeat intervals pass without
+        one."""
+        _check_limit(limit)
         with self.db.read() as conn:
-            return overview.stalled_purge_ids(conn, ledger.database_now(conn), self.stall_after, limit=limit)
+            now = ledger.database_now(conn)
+            rows = heartbeats.processes(conn, limit=limit)
+            held = _held_by_owner(purges.live_leases(conn, limit=MAX_PAGE))
+        return [WorkerProcess.from_row(row, now=now, held=held) for row in rows]
+
+    def stalled_purge_ids(self, *, limit: int = MAX_PAGE) -> list[str]:
+        """Purges with a step due (or whose lease expired) for longer than ``stall_after``, or
+        due at all while no worker is alive (:func:`stall_bound`), longest due first, at most
+        ``limit``."""
+        with self.db.read() as conn:
+            now = ledger.database_now(conn)
+            bound = stall_bound(heartbeats.presence(conn, now), self.stall_after)
+            return overview.stalled_purge_ids(conn, now, bound, limit=limit)
 
     def database_now(self) -> dt.datetime:
         """The database clock, which every stored time comes from (for telling times relative
@@ -225,16 +247,19 @@ class OperatorCommands:
         for row in purges.steps_of(conn, [e.purge_id for e in entries]):
             by_purge[row.purge_id].append(row)
         now = ledger.database_now(conn)
-        return [self._status(entry, by_purge[entry.purge_id], now) for entry in entries]
+        bound = stall_bound(heartbeats.presence(conn, now), self.stall_after)
+        return [self._status(entry, by_purge[entry.purge_id], now, bound) for entry in entries]
 
-    def _status(self, entry: ledger.LedgerEntry, rows: Sequence[Any], now: dt.datetime) -> PurgeStatus:
+    def _status(
+        self, entry: ledger.LedgerEntry, rows: Sequence[Any], now: dt.datetime, stall_after: dt.timedelta
+    ) -> PurgeStatus:
         steps = tuple(StepState.from_row(row) for row in rows)
         status = derive_status(steps)
         return PurgeStatus(
             purge_id=entry.purge_id,
             kind=entry.kind,
             status=status,
-            stalled=lifecycle.is_stalled(rows, now=now, stall_after=self.stall_after),
+            stalled=lifecycle.is_stalled(rows, now=now, stall_after=stall_after),
             ledger_seq=entry.seq,
             accepted_at=entry.accepted_at,
             actor=entry.actor,
@@ -244,3 +269,16 @@ class OperatorCommands:
             policy_id=str(entry.selectors["policy_id"]) if entry.kind in POLICY_KINDS else None,
             completed_at=completed_at(entry, steps) if status == "complete" else None,
         )
+
+
+def _check_limit(limit: int) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+        raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
+
+
+def _held_by_owner(rows: Sequence[Any]) -> dict[str, list[HeldStep]]:
+    """Live leases' rows (``purges.live_leases``) as the steps each lease owner holds."""
+    held: dict[str, list[HeldStep]] = defaultdict(list)
+    for row in rows:
+        held[row.lease_owner].append(HeldStep(row.id, row.purge_id, row.kind, int(row.attempts), row.lease_expires_at))
+    return held

@@ -3,7 +3,8 @@ show, read by :func:`snapshot` in one read transaction on the database clock.
 
 The reads are aggregates (``schema.overview``): the cleanup steps by status and kind, the
 oldest due step, the incomplete and stalled purges, retention, and the counters the step
-protocol keeps (attempts, failures, attempt durations, acceptance to complete). Their cost
+protocol keeps (attempts, failures, attempt durations, acceptance to complete), and the
+live worker processes by role (their heartbeats). Their cost
 does not grow with the ledger, the attempts' history, or one purge's size. The ledger's
 verification is the read gate's background audit (``commands.gate``): a snapshot never walks
 the chain. The surfaces render a snapshot; they open no transaction of their own.
@@ -16,13 +17,14 @@ import functools
 import importlib.metadata
 import platform
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
 from commands.handle import Purgekeeper
+from commands.operations import stall_bound
 from commands.records import LedgerReport
-from schema import ledger, migrate, overview, retention_queries
+from schema import heartbeats, ledger, migrate, overview, retention_queries
 from schema.errors import MessagingUnavailable
 from schema.overview import Counters, StepTotals
 from schema.states import StepKind
@@ -47,6 +49,7 @@ class Snapshot:
     retention_summary: retention_queries.Summary  # policies, runs, expired, held, holds, fences
     counters: Counters  # attempts, failures and durations, kept by the step protocol
     checkpoint_problem: str | None = None  # why the checkpoint directory cannot be written
+    workers_alive: Mapping[str, int] = field(default_factory=dict)  # live processes by role, every role
 
     @property
     def messaging_available(self) -> bool:
@@ -80,7 +83,8 @@ def snapshot(pk: Purgekeeper, check: LedgerCheck | None = None) -> Snapshot:
         head = ledger.read_head(conn)
         totals = overview.step_totals(conn)
         due_since = overview.oldest_due_since(conn, head.now)
-        incomplete, stalled = overview.purge_counts(conn, head.now, pk.stall_after)
+        present = heartbeats.presence(conn, head.now)
+        incomplete, stalled = overview.purge_counts(conn, head.now, stall_bound(present, pk.stall_after))
         gate_problems = probe_gate(pk, conn)
         retained = retention_queries.summary(conn)
         counted = overview.counters(conn)
@@ -97,6 +101,7 @@ def snapshot(pk: Purgekeeper, check: LedgerCheck | None = None) -> Snapshot:
         retention_summary=retained,
         counters=counted,
         checkpoint_problem=checkpoint.unwritable(pk.settings.checkpoint_dir),
+        workers_alive=present.alive,
     )
 
 

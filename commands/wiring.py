@@ -25,9 +25,11 @@ from commands.settings import Settings
 from commands.touched import TouchedCommands
 from schema import ledger
 from schema.db import Database
+from schema.states import WorkerRole
 from storage.blobstore import BlobStore
 from workers import broker, runner
 from workers.cleanup import StepContext
+from workers.heartbeat import Heartbeat, this_process
 from workers.scheduler import Scheduler
 
 
@@ -110,7 +112,11 @@ def start_in_process(
     waking the steps due with ``wake``, then runs ``after_sweep`` when it leads."""
     broker.register(database_key, broker.Runtime(ctx, policy))
     broker.start_embedded_worker()
-    scheduler = Scheduler(db, wake, interval=interval, resend_after=policy.lease, after_sweep=after_sweep)
+    process = this_process(WorkerRole.EMBEDDED, queues=(broker.QUEUE,), threads=broker.EMBEDDED_WORKER_THREADS)
+    beats = Heartbeat(db, process, interval=interval)  # the worker's and the scheduler's, as one process
+    scheduler = Scheduler(
+        db, wake, interval=interval, resend_after=policy.lease, after_sweep=after_sweep, heartbeat=beats
+    )
     scheduler.start()
     return scheduler
 

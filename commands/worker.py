@@ -6,7 +6,9 @@
 Each worker process imports this module: it reads the settings (``PURGEKEEPER_DATABASE_URL``,
 ``PURGEKEEPER_BROKER_URL``, the roots, the step knobs), logs in purgekeeper's format
 (``commands.logs``), sets up the Redis broker and the actor, serves the configured database,
-warns when Redis could evict queued messages, and on SIGTERM releases its leases. With
+warns when Redis could evict queued messages, beats as a ``worker`` process from its boot
+(``workers.heartbeat``, every ``PURGEKEEPER_SWEEP_INTERVAL``), and on SIGTERM releases its
+leases, then marks itself stopped once its threads are done. With
 ``PURGEKEEPER_WORKER_METRICS_PORT`` set, dramatiq's Prometheus middleware serves the worker's
 own metrics on that port.
 
@@ -21,6 +23,7 @@ then in purgekeeper's format.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import logging
 import os
@@ -35,10 +38,12 @@ from commands.settings import Settings
 from schema import ledger, migrate, steps
 from schema.db import Database
 from schema.errors import PurgekeeperError
+from schema.states import WorkerRole
 from storage import failpoints
 from storage.blobstore import BlobStore
 from workers import broker, runner
 from workers.cleanup import StepContext
+from workers.heartbeat import Heartbeat, this_process
 
 log = logging.getLogger("purgekeeper.worker")
 SAFE_EVICTION_POLICIES = ("noeviction",)
@@ -57,6 +62,26 @@ class ReleaseLeasesOnShutdown(Middleware):
         for owner in runner.active_owners():
             released += self.db.transact(functools.partial(steps.release, owner=owner))
         log.info("released %d lease(s) on shutdown", released)
+
+
+class BeatWhileRunning(Middleware):
+    """The worker process's heartbeat, every ``interval`` from its boot (with the queues and
+    threads dramatiq gave it) to the end of its shutdown, which marks it stopped."""
+
+    def __init__(self, db: Database, interval: dt.timedelta) -> None:
+        self.db = db
+        self.interval = interval
+        self.heartbeat: Heartbeat | None = None
+
+    def after_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        queues = sorted(worker.consumer_whitelist or broker.get_declared_queues())
+        process = this_process(WorkerRole.WORKER, queues=queues, threads=worker.worker_threads)
+        self.heartbeat = Heartbeat(self.db, process, interval=self.interval)
+        self.heartbeat.start()
+
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
 
 
 def warn_if_redis_may_evict(client: object) -> None:
@@ -114,6 +139,7 @@ def configure() -> Database:
         key, broker.Runtime(ctx, runner.Policy(lease=settings.step_lease, backoff_base=settings.backoff_base))
     )
     the_broker.add_middleware(ReleaseLeasesOnShutdown(db))
+    the_broker.add_middleware(BeatWhileRunning(db, settings.sweep_interval))
     if settings.worker_metrics_port is not None:
         add_prometheus(the_broker, settings.worker_metrics_port)
     warn_if_redis_may_evict(getattr(the_broker, "client", None))

@@ -22,6 +22,7 @@ from sqlalchemy import (
     text,
 )
 
+from schema import states
 from schema.table_base import (
     EXEMPTIONS,
     HOLD_SUBJECTS,
@@ -338,6 +339,28 @@ purge_previews = Table(
     Index("ix_purge_previews_created_at", "created_at"),
 )
 
+# One row per start of a worker, scheduler or embedded process, which its heartbeat renews
+# (0013, ``schema.heartbeats``): the Workers view lists them, and "no live worker" is read
+# from them. ``alive_until`` is the last beat plus the dead bound the process itself gave;
+# ``queues`` and ``holding`` (its attempts' lease owners) are JSON lists.
+worker_processes = Table(
+    "worker_processes",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("role", String(16), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("queues", Text, nullable=False),
+    Column("threads", Integer, nullable=False),
+    Column("started_at", UtcDateTime(), nullable=False),
+    Column("last_seen_at", UtcDateTime(), nullable=False),
+    Column("alive_until", UtcDateTime(), nullable=False),
+    Column("stopped_at", UtcDateTime()),
+    Column("holding", Text, nullable=False),
+    Index("ix_worker_processes_alive_until", "alive_until"),
+    enum_check("role", states.values(states.WorkerRole), "role"),
+)
+
 
 PURGE_TABLES = (
     purge_ledger,
@@ -358,4 +381,5 @@ PURGE_TABLES = (
     purge_completions,
     purge_conversations,
     leader_leases,
+    worker_processes,
 )

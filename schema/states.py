@@ -130,7 +130,22 @@ class PurgeStatus(StrEnum):
     INCOMPLETE = "incomplete"
 
 
+class WorkerRole(StrEnum):
+    """What a process that sends heartbeats (``worker_processes``, ``schema.heartbeats``) does:
+    a ``worker`` runs cleanup steps (``commands.worker``), a ``scheduler`` re-sends due ones
+    (``purgectl scheduler``), and ``embedded`` is both, inside a handle opened with
+    ``workers="auto"`` and no broker URL."""
+
+    WORKER = "worker"
+    SCHEDULER = "scheduler"
+    EMBEDDED = "embedded"
+
+
+RUNS_STEPS = (WorkerRole.WORKER.value, WorkerRole.EMBEDDED.value)  # the roles that clean up
+
+
 FINISHED_PURGE_STATUSES = (PurgeStatus.COMPLETE.value, PurgeStatus.INCOMPLETE.value)
+MAX_PAGE = 1000  # the most purges one page of the purge list holds (the API, the CLI and the console)
 
 
 def values(enum: type[StrEnum]) -> tuple[str, ...]:

@@ -46,6 +46,7 @@ from schema.purge_tables import (
     retention_policies,
     step_attempts,
     tombstones,
+    worker_processes,
 )
 from schema.table_base import (
     ACTIVE_RUNS_PREDICATE,
@@ -123,4 +124,5 @@ __all__ = [
     "runs",
     "step_attempts",
     "tombstones",
+    "worker_processes",
 ]

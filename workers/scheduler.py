@@ -2,6 +2,10 @@
 steps whose lease expired, at start-up and every few seconds. A sweep by a process that is
 not the leader is harmless: a duplicate wake-up finds the step claimed and does nothing.
 
+While its loop runs, leader or not, it beats (``workers.heartbeat``) every sweep interval:
+as a ``scheduler`` process by default, as ``embedded`` when a handle runs it beside its
+in-process worker.
+
 It logs when it becomes or stops being the leader (INFO), and a failed round (WARNING); the
 wake-ups it sends are logged where they are sent (``workers.broker``).
 """
@@ -16,6 +20,8 @@ from collections.abc import Callable, Sequence
 
 from schema import steps
 from schema.db import Database
+from schema.states import WorkerRole
+from workers.heartbeat import Heartbeat, this_process
 from workers.runner import worker_identity
 
 log = logging.getLogger(__name__)
@@ -50,6 +56,7 @@ class Scheduler:
         resend_after: dt.timedelta = DEFAULT_RESEND_AFTER,
         after_sweep: Callable[[], object] | None = None,
         queued: Queued | None = None,
+        heartbeat: Heartbeat | None = None,
     ) -> None:
         self.db = db
         self.enqueue = enqueue
@@ -60,6 +67,7 @@ class Scheduler:
         self._sent: dict[str, float] = {}
         self._leading = False
         self.owner = worker_identity()
+        self.heartbeat = heartbeat or Heartbeat(db, this_process(WorkerRole.SCHEDULER), interval=interval)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -111,15 +119,23 @@ class Scheduler:
             self._sent.update(dict.fromkeys(fresh, now))
 
     def run(self) -> None:
-        while not self._stop.is_set():
-            self.tick()
-            self._stop.wait(self.interval.total_seconds())
+        """Sweep every ``interval`` until asked to stop, beating meanwhile; a clean end marks
+        the process stopped."""
+        self.heartbeat.start()
+        try:
+            while not self._stop.is_set():
+                self.tick()
+                self._stop.wait(self.interval.total_seconds())
+        finally:
+            self.heartbeat.stop()
 
     def stop_soon(self) -> None:
         """Ask the loop to end after the current tick (from a signal handler)."""
         self._stop.set()
 
     def start(self) -> None:
+        """Run the loop in a thread, its first beat written before this returns."""
+        self.heartbeat.start()
         self._thread = threading.Thread(target=self.run, name="purgekeeper-scheduler", daemon=True)
         self._thread.start()
 

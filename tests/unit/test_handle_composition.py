@@ -252,6 +252,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     ),
     "why_unreadable": ("self", "conversation_id: 'str'", "-> 'PurgekeeperError'"),
     "worker_leases": ("self", "*", "limit: 'int' = 1000", "-> 'list[WorkerLeases]'"),
+    "list_workers": ("self", "*", "limit: 'int' = 1000", "-> 'list[WorkerProcess]'"),
 }
 
 

@@ -1,0 +1,101 @@
+"""A process's heartbeat: a daemon thread that renews the process's row in
+``worker_processes`` (``schema.heartbeats``) every ``interval``, with the lease owners of the
+attempts it runs now, and marks it stopped when the process stops cleanly.
+
+The worker process (``commands.worker``) beats from its boot to its shutdown, and the
+scheduler (``workers.scheduler``: ``purgectl scheduler``, and the embedded worker and
+scheduler of a handle) while its loop runs. A beat that fails (the database is down) is
+logged and tried again at the next interval: the row runs out meanwhile, which is what an
+operator should see of a process that cannot reach its database.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+
+from schema import heartbeats
+from schema.db import Database
+from schema.heartbeats import ProcessIdentity
+from schema.states import WorkerRole
+from workers import runner
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL = dt.timedelta(seconds=5)
+
+
+def this_process(role: WorkerRole, *, queues: Sequence[str] = (), threads: int = 0) -> ProcessIdentity:
+    """This process, under a new random id: host, pid, role, and the queues and threads it
+    runs steps from (none for a scheduler)."""
+    return ProcessIdentity(uuid.uuid4().hex, role.value, socket.gethostname(), os.getpid(), tuple(queues), threads)
+
+
+class Heartbeat:
+    """Beats for ``process`` on ``db`` every ``interval`` once started; ``holding`` says the
+    lease owners of the attempts the process runs now (``workers.runner``'s, by default)."""
+
+    def __init__(
+        self,
+        db: Database,
+        process: ProcessIdentity,
+        *,
+        interval: dt.timedelta = DEFAULT_INTERVAL,
+        holding: Callable[[], Sequence[str]] = runner.active_owners,
+    ) -> None:
+        self.db = db
+        self.process = process
+        self.interval = interval
+        self.holding = holding
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failing = False
+
+    def start(self) -> None:
+        """Beat once now, then every ``interval`` in a thread (once: a second call does nothing)."""
+        if self._thread is not None:
+            return
+        self.beat()
+        self._thread = threading.Thread(target=self._run, name="purgekeeper-heartbeat", daemon=True)
+        self._thread.start()
+        log.info("%s process %s beats every %gs", self.process.role, self.process.id, self.interval.total_seconds())
+
+    def beat(self) -> bool:
+        """One beat; a failure is logged (once until a beat succeeds again) and returns False."""
+        write = functools.partial(
+            heartbeats.beat,
+            process=self.process,
+            holding=self.holding(),
+            dead_after=heartbeats.dead_after(self.interval),
+        )
+        try:
+            self.db.transact(write)
+        except Exception as exc:  # the next beat tries again; meanwhile the row runs out
+            if not self._failing:
+                log.warning("heartbeat of %s process %s failed (%s)", self.process.role, self.process.id, exc)
+            self._failing = True
+            return False
+        self._failing = False
+        return True
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval.total_seconds()):
+            self.beat()
+
+    def stop(self) -> None:
+        """End the beats and mark the row stopped (best effort: unmarked, it runs out)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        try:
+            self.db.transact(functools.partial(heartbeats.stop, process_id=self.process.id))
+        except Exception as exc:
+            log.warning(
+                "could not mark %s process %s stopped (%s); its row runs out", self.process.role, self.process.id, exc
+            )
