@@ -9,7 +9,10 @@ purge's size (the histograms and counters are rows the step protocol keeps up to
     steps{status,kind}                   gauge      cleanup steps by status and kind
     oldest_due_step_age_seconds          gauge      how long the oldest due (or lease-expired) step waits
     incomplete_purges                    gauge      purges with an incomplete step
-    stalled_purges                       gauge      purges with a step due for longer than STALL_AFTER
+    stalled_purges                       gauge      purges with a step due for longer than STALL_AFTER,
+                                                    or due at all while no worker is alive
+    workers_alive{role}                  gauge      processes whose heartbeat is not overdue, by role
+                                                    (worker, scheduler, embedded; 0 included)
     rows_removed_total                   counter    rows the bodies steps removed or NULLed
     blobs_deleted_total                  counter    blobs the attachments steps deleted
     blobs_retained_shared                gauge      blobs kept because a live event still shares them
@@ -93,6 +96,12 @@ class PurgekeeperCollector(Collector):
         yield _gauge(
             "stalled_purges", "Purges with a step due for longer than the stall threshold.", snap.stalled_purges
         )
+        alive = GaugeMetricFamily(
+            PREFIX + "workers_alive", "Processes whose heartbeat is not overdue, by role.", labels=["role"]
+        )
+        for role, count in sorted(snap.workers_alive.items()):
+            alive.add_metric([role], count)
+        yield alive
         yield from self._work(snap)
         yield from self._attempts(snap)
         yield from self._retention(snap.retention_summary)

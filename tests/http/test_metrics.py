@@ -22,8 +22,10 @@ from commands import EventScope, NewAttachment
 from commands.web import metrics
 from commands.web.auth import Tokens
 from schema import ledger, overview
+from schema.states import WorkerRole
 from schema.tables import UtcDateTime
 from tests.helpers import FailingStore, scalar, settle
+from tests.helpers.heartbeats import heartbeat
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
@@ -318,6 +320,26 @@ def test_a_scrape_runs_the_same_few_statements_however_many_purges_exist(pk: Pk,
     # no statement reads one purge's steps (a join on the column, as retention's summary makes, is one statement)
     assert not any(re.search(r"cleanup_steps\.purge_id = (\?|%\()", s) or "purge_id IN" in s for s in statements)
     assert not any("step_attempts" in s for s in statements)  # the histograms read metric_counters, not history
+
+
+def alive(samples: Samples) -> dict[str, float]:
+    return {role.value: value(samples, "workers_alive", role=role.value) for role in WorkerRole}
+
+
+def test_live_processes_are_counted_by_role_and_with_no_live_worker_due_steps_stall_at_once(
+    pk: Pk, client: TestClient
+) -> None:
+    assert alive(scrape(client)) == {"worker": 0.0, "scheduler": 0.0, "embedded": 0.0}
+    worker, scheduler = heartbeat(pk), heartbeat(pk, WorkerRole.SCHEDULER)
+    assert worker.beat() and scheduler.beat()
+    purge_new_event(pk, "c-due")
+    samples = scrape(client)
+    assert alive(samples) == {"worker": 1.0, "scheduler": 1.0, "embedded": 0.0}
+    assert value(samples, "stalled_purges") == 0  # due, and a worker is there to do it
+    worker.stop()
+    samples = scrape(client)
+    assert alive(samples) == {"worker": 0.0, "scheduler": 1.0, "embedded": 0.0}
+    assert value(samples, "stalled_purges") == 1  # nobody to do it: stalled at once
 
 
 def test_a_database_fault_is_a_503_with_the_error_body(

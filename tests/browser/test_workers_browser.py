@@ -1,0 +1,196 @@
+"""The console's Workers view in a real browser: headless Chromium (selenium) against
+``purgectl serve``, whose embedded worker and scheduler beat as one ``embedded`` process.
+
+Before the server starts, the SQLite database gets the heartbeats of processes a deployment
+would show (beaten from this test process, with a 30 s interval, so they stay alive through
+the test): a worker running a purge's bodies step, an idle worker, a worker that stopped
+beating ten minutes ago (dead) and a scheduler that stopped cleanly.
+
+The browser signs in, opens the Workers view and finds every process with its host, pid, role,
+queues, threads, times and held step, the dead one flagged, and the lease linked to the worker
+process that holds it. The screenshot goes to ``$PK_TEST_ARTIFACTS`` (default
+``<repo>/test-artifacts/``) as ``workers.png``. Without Chromium or chromedriver the test fails
+on CI (``CI`` set) and skips locally.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import commands
+from commands.settings import Settings
+from schema.states import WorkerRole
+from tests.helpers import served
+from tests.helpers.console import claim, purge_new_event
+from tests.helpers.databases import ON_CI
+from tests.helpers.heartbeats import heartbeat, seen_ago
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+ARTIFACTS = Path(os.environ.get("PK_TEST_ARTIFACTS") or REPO / "test-artifacts")
+OPERATOR_TOKEN = "workers-operator-token-3e8a"
+OWNER = "worker-host:4242:c0ffee"  # the lease owner of the busy worker's attempt
+WAIT_S = 15.0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    purge_id: str
+    busy: str
+    idle: str
+    dead: str
+    stopped: str
+
+
+def prepare(settings: Settings) -> Prepared:
+    with commands.open(
+        settings.database_url,
+        blob_root=settings.blob_root,
+        file_root=settings.file_root,
+        memory_roots=settings.memory_roots,
+        checkpoint_dir=settings.checkpoint_dir,
+        workers="none",
+    ) as pk:
+        purge_id = purge_new_event(pk, "c-busy")
+        [bodies] = [step.id for step in pk.status(purge_id).steps]
+        claim(pk, bodies, OWNER)
+        busy, idle = heartbeat(pk, holding=[OWNER]), heartbeat(pk, threads=8)
+        dead, stopped = heartbeat(pk, threads=2), heartbeat(pk, WorkerRole.SCHEDULER)
+        for beats in (busy, idle, dead, stopped):
+            assert beats.beat()
+        seen_ago(pk, dead.process.id, dt.timedelta(minutes=10))
+        stopped.stop()
+    return Prepared(purge_id, busy.process.id, idle.process.id, dead.process.id, stopped.process.id)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def prepared(data_dir: Path) -> Prepared:
+    return prepare(Settings.from_env({"PURGEKEEPER_DATA_DIR": str(data_dir)}))
+
+
+@pytest.fixture
+def server(prepared: Prepared, data_dir: Path, tmp_path: Path) -> Iterator[served.Served]:
+    env = served.clean_environment(
+        PURGEKEEPER_DATA_DIR=str(data_dir),
+        PURGEKEEPER_OPERATOR_TOKEN=OPERATOR_TOKEN,
+        PURGEKEEPER_SWEEP_INTERVAL="1",
+    )
+    with served.serving(env, tmp_path, "--host", "127.0.0.1") as running:
+        yield running
+
+
+@pytest.fixture
+def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
+    if missing:
+        message = (
+            f"no headless browser: {', '.join(missing)} missing (Debian: apt-get install chromium chromium-driver)"
+        )
+        if ON_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    monkeypatch.setenv("SE_AVOID_STATS", "true")  # Selenium Manager stays offline
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.add_argument("--window-size=1280,900")
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    driver = webdriver.Chrome(
+        service=Service(str(CHROMEDRIVER), log_output=str(tmp_path / "chromedriver.log")), options=options
+    )
+    driver.set_page_load_timeout(WAIT_S)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for(condition: Any, what: str) -> Any:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            found = condition()
+        except Exception:  # the page is loading under us: look again
+            found = None
+        if found:
+            return found
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def save_screenshot(driver: Any, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    page = {"width": 1280, "height": max(int(height), 600), "deviceScaleFactor": 1, "mobile": False}
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", page)  # the whole page, not the window
+    try:
+        assert driver.save_screenshot(str(path)), path
+    finally:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+    assert path.stat().st_size > 10_000
+    return path
+
+
+def cells(row: Any) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [cell.text for cell in row.find_elements(By.TAG_NAME, "td")]
+
+
+def test_the_workers_view_lists_every_process_and_flags_the_dead_one(
+    browser: Any, server: served.Served, prepared: Prepared
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{server.url}/status/workers?refresh=off")
+    for field, value in (("name", "Ada Oncall"), ("token", OPERATOR_TOKEN)):
+        browser.find_element(By.ID, field).send_keys(value)
+    browser.find_element(By.CSS_SELECTOR, "#sign-in button[type=submit]").click()
+    wait_for(lambda: browser.find_element(By.ID, "nav-workers"), "the overview")
+    browser.find_element(By.ID, "nav-workers").click()
+    rows = wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#processes tr.process"), "the processes")
+
+    shown = {row.get_attribute("data-process"): row for row in rows}
+    [embedded] = [row for row in rows if row.get_attribute("data-role") == "embedded"]
+    here, pid = socket.gethostname(), str(os.getpid())
+    assert cells(embedded)[:6] == ["alive", "embedded", here, str(server.process.pid), "purgekeeper-cleanup", "2"]
+    busy = cells(shown[prepared.busy])
+    assert busy[:6] == ["alive", "worker", here, pid, "purgekeeper-cleanup", "4"]
+    assert busy[8] == f"{prepared.purge_id} bodies, attempt 1"
+    idle = cells(shown[prepared.idle])
+    assert (idle[0], idle[5], idle[8]) == ("alive", "8", "idle")
+    dead = shown[prepared.dead]
+    assert dead.get_attribute("data-state") == "dead"
+    assert dead.find_element(By.CSS_SELECTOR, "td.state .bad").text == "DEAD"
+    assert cells(dead)[7].startswith("10 min ago, dead since ")
+    assert cells(shown[prepared.stopped])[:2] == ["stopped", "scheduler"]
+    counts = browser.find_element(By.ID, "alive-counts").text
+    assert counts == "Alive now: 2 workers, 0 schedulers, 1 embedded."
+    assert browser.find_elements(By.ID, "nobody-to-work") == []
+    lease = browser.find_element(By.CSS_SELECTOR, f"article.worker[data-owner='{OWNER}'] .lease-process")
+    assert lease.text == f"Run by the worker process {here} pid {pid}."
+    save_screenshot(browser, "workers.png")
+
+    shown[prepared.busy].find_element(By.CSS_SELECTOR, ".holds a").click()
+    wait_for(lambda: browser.find_element(By.ID, "purge-title"), "the held purge's page")
+    assert browser.current_url == f"{server.url}/status/purges/{prepared.purge_id}"
