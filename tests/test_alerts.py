@@ -70,6 +70,8 @@ def test_every_alert_waits_has_a_severity_and_says_what_to_do() -> None:
     assert {rule["alert"] for rule in rules} == {
         "PurgekeeperPurgeIncomplete",
         "PurgekeeperPurgeStalled",
+        "PurgekeeperNoLiveWorker",
+        "PurgekeeperNoScheduler",
         "PurgekeeperLedgerCopyUnwritable",
         "PurgekeeperLedgerDamaged",
         "PurgekeeperMessagingUnavailable",
