@@ -10,15 +10,19 @@ uses:
 - a purge whose bodies step a "frozen" worker holds under a long lease (a real claim that
   never finishes), so the workers view has someone to show.
 
-The browser signs in with a name and the token, checks the session cookie's flags, filters the
-list to incomplete content purges, opens the purge, finds its hostile error shown as text, clears
-the fault, retries with a reason and sees the audit row with its name and reason and the purge
-complete; then opens the workers view, pauses and resumes the refresh, and signs out.
+The browser reads the sign-in page (it says where the token is), signs in with a name and the
+token, checks the session cookie's flags, finds the purge in the overview's table, filters the
+list to incomplete content purges, finds the purge again by the first characters of its id in
+the search box, reads what it touched and where its failure is (the file root and the path
+below it, never the attachment's name), finds its hostile error shown as text, clears the
+fault, retries with a reason and sees the audit row with its name and reason, the purge
+complete and its attempts numbered by round; then opens the workers view, pauses and resumes
+the refresh, and signs out.
 
 Screenshots go to ``$PK_TEST_ARTIFACTS`` (default ``<repo>/test-artifacts/``):
-``console-overview.png``, ``console-filtered.png``, ``console-purge.png``,
-``console-retried.png`` and ``console-workers.png``. Without Chromium or chromedriver the test
-fails on CI (``CI`` set) and skips locally.
+``console-sign-in.png``, ``console-overview.png``, ``console-filtered.png``,
+``console-purge.png``, ``console-retried.png`` and ``console-workers.png``. Without Chromium
+or chromedriver the test fails on CI (``CI`` set) and skips locally.
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ WAIT_S = 15.0
 @dataclass(frozen=True)
 class Prepared:
     incomplete: str
+    blob_id: str  # the incomplete purge's blob, whose file could not be unlinked
     complete: str
     conversation: str
     held: str
@@ -132,7 +137,8 @@ def prepare(settings: Settings) -> Prepared:
     # the error names the blob, never the file's path: that holds the purged attachment's name
     assert failed.last_error is not None and HOSTILE_NAME not in failed.last_error
     assert "could not unlink the file of blob" in failed.last_error
-    return Prepared(incomplete, complete, conversation, held, failed.last_error, obstacle)
+    blob_id = event.attachments[0].blob_id
+    return Prepared(incomplete, blob_id, complete, conversation, held, failed.last_error, obstacle)
 
 
 # -- the server ----------------------------------------------------------------------------------------
@@ -262,8 +268,8 @@ def reloads_by_itself(driver: Any, ready: str) -> None:
 def listed(driver: Any) -> list[str]:
     from selenium.webdriver.common.by import By
 
-    cards = by_id(driver, "recent").find_elements(By.CSS_SELECTOR, "article.purge")
-    return [card.get_attribute("id").removeprefix("purge-") for card in cards]
+    rows = by_id(driver, "recent").find_elements(By.CSS_SELECTOR, "tr.purge")
+    return [row.get_attribute("id").removeprefix("purge-") for row in rows]
 
 
 # -- the walk-through -----------------------------------------------------------------------------------
@@ -277,6 +283,10 @@ def test_an_operator_signs_in_filters_opens_retries_and_sees_the_audit_row(
 
     browser.get(f"{server.url}/status")
     assert "sign in" in browser.title
+    assert by_id(browser, "token-hint").text == (
+        "The console takes the operator token: it is PURGEKEEPER_OPERATOR_TOKEN in the server's environment."
+    )
+    save_screenshot(browser, "console-sign-in.png")
     sign_in(browser, HOST_TOKEN)  # the host token does not operate when an operator token is set
     alert = wait_for(lambda: browser.find_element(By.CSS_SELECTOR, ".login-error"), "the sign-in error")
     assert alert.text == "That token is not valid."
@@ -292,14 +302,17 @@ def test_an_operator_signs_in_filters_opens_retries_and_sees_the_audit_row(
     assert browser.execute_script("return document.cookie") == ""  # HttpOnly: no script can read it
 
     failed = by_id(browser, "attention").find_element(By.ID, f"purge-{prepared.incomplete}")
-    assert "incomplete" in failed.get_attribute("class").split()
+    assert failed.tag_name == "tr" and "incomplete" in failed.get_attribute("class").split()
     assert failed.find_element(By.CSS_SELECTOR, ".badge.incomplete").text == "INCOMPLETE"
-    error = failed.find_element(By.CSS_SELECTOR, "tr.step.incomplete .error-text")
-    assert error.text == prepared.error_text  # the whole text, shown as text
-    assert HOSTILE_NAME not in error.text and error.text.startswith("IsADirectoryError: ")
+    assert failed.find_element(By.CSS_SELECTOR, "td.steps-done").text == "1/2"
+    error = failed.find_element(By.CSS_SELECTOR, "td.last-error .error-text")
+    assert error.get_attribute("textContent") == error.get_attribute("title") == prepared.error_text  # as text
+    assert HOSTILE_NAME not in error.get_attribute("textContent") and error.text.startswith("IsADirectoryError: ")
+    row_height = failed.size["height"]
+    assert row_height < 60, row_height  # one line: a long error is cut with an ellipsis, whole in its title
     assert browser.find_elements(By.TAG_NAME, "img") == []  # the name injected nothing
     assert browser.find_elements(By.TAG_NAME, "script") == []
-    accepted = failed.find_element(By.CSS_SELECTOR, "p time")
+    accepted = failed.find_element(By.CSS_SELECTOR, "td.age time")
     assert accepted.text == "now" or accepted.text.endswith(" ago")
     assert accepted.get_attribute("title").endswith("Z")
     assert by_id(browser, "incomplete-count").text == "1"
@@ -318,10 +331,21 @@ def test_an_operator_signs_in_filters_opens_retries_and_sees_the_audit_row(
     assert browser.find_elements(By.ID, "attention") == []
     save_screenshot(browser, "console-filtered.png")
 
-    # Open the purge.
-    by_id(browser, f"purge-{prepared.incomplete}").find_element(By.CSS_SELECTOR, "a.purge-link").click()
+    # Find the purge by the start of its id: the one match opens its page.
+    search = by_id(browser, "search-query")
+    search.send_keys(prepared.incomplete[:8])
+    by_id(browser, "search-submit").click()
     wait_for(lambda: by_id(browser, "purge-title"), "the purge's page")
     assert browser.current_url == f"{server.url}/status/purges/{prepared.incomplete}"
+    touched = {
+        term.text: term.find_element(By.XPATH, "following-sibling::dd[1]").text
+        for term in by_id(browser, "touched").find_elements(By.TAG_NAME, "dt")
+    }
+    assert touched == {"Conversations": "c-broken", "Events": "1 fenced so far", "Attachments": "1 on those events"}
+    where = browser.find_element(By.CSS_SELECTOR, "tr.step.incomplete .where")
+    blob = prepared.blob_id
+    assert where.text == f"Where to act: the file root (PURGEKEEPER_FILE_ROOT), files/{blob[:2]}/{blob[2:4]}/{blob}"
+    assert "onerror" not in browser.page_source  # the attachment's name is nowhere on the page
     assert by_id(browser, "purge-status").text == "incomplete"
     attempt = browser.find_element(By.CSS_SELECTOR, "#attempt-rows tr.attempt.incomplete")
     assert attempt.find_element(By.CSS_SELECTOR, ".error-text").text == prepared.error_text
@@ -345,6 +369,12 @@ def test_an_operator_signs_in_filters_opens_retries_and_sees_the_audit_row(
         "the retried purge to complete",
     )
     assert browser.find_elements(By.CSS_SELECTOR, "#attempt-rows tr.attempt.done")
+    rounds = {
+        (row.get_attribute("data-round"), row.get_attribute("data-attempt"), row.get_attribute("class"))
+        for row in browser.find_elements(By.CSS_SELECTOR, "#attempt-rows tr.attempt[data-step]")
+        if row.find_element(By.TAG_NAME, "td").text == "attachments"
+    }
+    assert rounds == {("1", "1", "attempt incomplete"), ("2", "1", "attempt done")}  # never "attempt 1" twice
     save_screenshot(browser, "console-retried.png")
 
     # The workers view: the frozen worker and the step it holds.
