@@ -8,79 +8,88 @@
 The CLI (``purgectl``) and the HTTP app are thin layers over the same methods.
 """
 
-from commands.attachments import NewAttachment
-from commands.handle import Purgekeeper
-from commands.opening import open
-from commands.records import (
-    Acceptance,
-    Admission,
-    Attachment,
-    Attempt,
-    AuditEntry,
-    AuthorErasurePreview,
-    Bot,
-    BotDeletionPreview,
-    ConversationPreview,
-    Conversation,
-    ConversationCount,
-    Derivative,
-    ErasureTotals,
-    Event,
-    HeldStep,
-    Hold,
-    HoldCount,
-    LedgerReport,
-    MemoryPreview,
-    Placement,
-    PurgeDetail,
-    PurgePage,
-    PurgeStatus,
-    RepositoryIdentity,
-    RetentionPolicy,
-    RetentionPreview,
-    RetentionRunOutcome,
-    Run,
-    SharedAttachment,
-    StepProgress,
-    StepState,
-    WorkerLeases,
-)
-from commands.scope import EventScope, HeldEvent, PurgePreview
-from commands.settings import Settings
-from commands.worker_records import WorkerProcess
-from schema.errors import (
-    ActiveRuns,
-    AuthorErased,
-    BotDeleted,
-    CleanupNotComplete,
-    Conflict,
-    ContentPurged,
-    ConversationDeleted,
-    ConversationPurged,
-    Fenced,
-    IdempotencyConflict,
-    IdReserved,
-    InfrastructureError,
-    LedgerNotCopied,
-    LegalHold,
-    MemoryErasureUnavailable,
-    MessagingUnavailable,
-    NotFound,
-    PolicyConflict,
-    PurgekeeperError,
-    SchemaMismatch,
-    StaleConfirmation,
-    ValidationError,
-    VersionConflict,
-)
-from schema.states import (
-    Binding,
-    BlobState,
-    BotState,
-    ConversationKind,
-    ConversationState,
-    RunStatus,
-)
+from typing import TYPE_CHECKING
+
+from commands import lazy
+
+# The public names, imported when first used (commands/lazy.py): `import commands` and
+# `purgectl --help` load no database or HTTP stack.
+if TYPE_CHECKING:
+    from commands.attachments import NewAttachment
+    from commands.handle import Purgekeeper
+    from commands.opening import open
+    from commands.records import (
+        Acceptance,
+        Admission,
+        Attachment,
+        Attempt,
+        AuditEntry,
+        AuthorErasurePreview,
+        Bot,
+        BotDeletionPreview,
+        Conversation,
+        ConversationCount,
+        ConversationPreview,
+        Derivative,
+        ErasureTotals,
+        Event,
+        HeldStep,
+        Hold,
+        HoldCount,
+        LedgerReport,
+        MemoryPreview,
+        Placement,
+        PurgeDetail,
+        PurgePage,
+        PurgeStatus,
+        RepositoryIdentity,
+        RetentionPolicy,
+        RetentionPreview,
+        RetentionRunOutcome,
+        Run,
+        SharedAttachment,
+        StepProgress,
+        StepState,
+        WorkerLeases,
+    )
+    from commands.scope import EventScope, HeldEvent, PurgePreview
+    from commands.settings import Settings
+    from commands.worker_records import WorkerProcess
+    from schema.errors import (
+        ActiveRuns,
+        AuthorErased,
+        BotDeleted,
+        CleanupNotComplete,
+        Conflict,
+        ContentPurged,
+        ConversationDeleted,
+        ConversationPurged,
+        Fenced,
+        IdempotencyConflict,
+        IdReserved,
+        InfrastructureError,
+        LedgerNotCopied,
+        LegalHold,
+        MemoryErasureUnavailable,
+        MessagingUnavailable,
+        NotFound,
+        PolicyConflict,
+        PurgekeeperError,
+        SchemaMismatch,
+        StaleConfirmation,
+        ValidationError,
+        VersionConflict,
+    )
+    from schema.states import (
+        Binding,
+        BlobState,
+        BotState,
+        ConversationKind,
+        ConversationState,
+        RunStatus,
+    )
+else:
+    __getattr__, __dir__ = lazy.exports(__name__, __file__)
 
 __all__ = [
     "Acceptance",
@@ -96,7 +105,6 @@ __all__ = [
     "Bot",
     "BotDeleted",
     "BotDeletionPreview",
-    "ConversationPreview",
     "BotState",
     "CleanupNotComplete",
     "Conflict",
@@ -105,6 +113,7 @@ __all__ = [
     "ConversationCount",
     "ConversationDeleted",
     "ConversationKind",
+    "ConversationPreview",
     "ConversationPurged",
     "ConversationState",
     "Derivative",

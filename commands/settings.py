@@ -44,9 +44,13 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from schema.db import IDLE_IN_TRANSACTION_TIMEOUT, Database, redacted_or_raw
 from schema.errors import ValidationError
+from schema.session_defaults import IDLE_IN_TRANSACTION_TIMEOUT
+
+if TYPE_CHECKING:
+    from schema.db import Database
 
 ENV_PREFIX = "PURGEKEEPER_"
 RETENTION_INTERVAL = dt.timedelta(hours=1)  # between two runs of a retention policy
@@ -118,6 +122,8 @@ class Settings:
 
     def open_database(self, *, role: str = "handle") -> Database:
         """The configured database, its PostgreSQL sessions named ``purgekeeper-<role>``."""
+        from schema.db import Database  # here: reading the settings must not load SQLAlchemy
+
         return Database(
             self.database_url,
             idle_in_transaction_timeout=self.idle_in_transaction_timeout,
@@ -127,6 +133,8 @@ class Settings:
     @property
     def database_name(self) -> str:
         """The database URL with its password masked: what messages name."""
+        from schema.db import redacted_or_raw  # here: reading the settings must not load SQLAlchemy
+
         return redacted_or_raw(self.database_url)
 
     @property

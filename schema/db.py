@@ -39,6 +39,7 @@ from tenacity import (
 from schema.driver import DriverRead, Reader, run_on_driver
 from schema.errors import InfrastructureError, ValidationError, is_retryable, translate_db_error
 from schema.retry_policy import TRANSACTION_WAIT_MAX_S, WRITE_ATTEMPTS
+from schema.session_defaults import IDLE_IN_TRANSACTION_TIMEOUT
 from schema.unavailable import why_unavailable
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,6 @@ APPLICATION_NAME = "purgekeeper"
 #   gone in about TCP_KEEPALIVE_IDLE_S + TCP_KEEPALIVE_INTERVAL_S * TCP_KEEPALIVE_COUNT.
 # - The server checks every CLIENT_CHECK_INTERVAL_MS that the client of a running query is
 #   still there; connecting gives up after CONNECT_TIMEOUT_S.
-IDLE_IN_TRANSACTION_TIMEOUT = dt.timedelta(seconds=10)
 TCP_KEEPALIVE_IDLE_S = 10
 TCP_KEEPALIVE_INTERVAL_S = 5
 TCP_KEEPALIVE_COUNT = 3

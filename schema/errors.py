@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import exc as sa_exc
+if TYPE_CHECKING:
+    from sqlalchemy import exc as sa_exc
 
 
 class PurgekeeperError(Exception):
@@ -222,6 +224,7 @@ LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout expired
 
 def translate_db_error(exc: BaseException) -> PurgekeeperError | None:
     """Map a driver error to the domain error it stands for, or None if it is not ours."""
+    sa_exc = _driver_errors()
     if not isinstance(exc, sa_exc.DBAPIError):
         return None
     message = str(exc.orig)
@@ -248,6 +251,7 @@ CONNECTION_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
 def connection_lost(exc: BaseException) -> bool:
     """The error (or one it was raised from) is a lost or refused database connection: a
     restart or a failover, worth waiting out; not an error the server will give again."""
+    sa_exc = _driver_errors()
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, sa_exc.DBAPIError):
@@ -264,6 +268,7 @@ def connection_lost(exc: BaseException) -> bool:
 
 def is_retryable(exc: BaseException) -> bool:
     """Deadlocks, serialization failures and a locked SQLite database are worth a rerun."""
+    sa_exc = _driver_errors()
     if not isinstance(exc, sa_exc.DBAPIError):
         return False
     sqlstate = getattr(exc.orig, "sqlstate", None)
@@ -271,6 +276,14 @@ def is_retryable(exc: BaseException) -> bool:
         return True
     text = str(exc.orig).lower()
     return "database is locked" in text or "database table is locked" in text
+
+
+def _driver_errors() -> Any:
+    """``sqlalchemy.exc``, imported on first use rather than with this module: purgectl's
+    ``--help`` imports the errors, and must not load SQLAlchemy to print its usage."""
+    from sqlalchemy import exc
+
+    return exc
 
 
 def _constraint_name(exc: sa_exc.DBAPIError) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,17 +17,19 @@ from commands.cli.render import (
     render_preview,
 )
 from commands.cli.shared import ORIGIN, json_command, main, run_with_handle
-from commands.handle import Purgekeeper
-from commands.records import (
-    Acceptance,
-    ConversationPreview,
-    RepositoryIdentity,
-)
-from commands.scope import PurgePreview
 from schema.errors import (
     NotFound,
     ValidationError,
 )
+
+if TYPE_CHECKING:
+    from commands.handle import Purgekeeper
+    from commands.records import (
+        Acceptance,
+        ConversationPreview,
+        RepositoryIdentity,
+    )
+    from commands.scope import PurgePreview
 
 # -- content purges
 
@@ -259,4 +262,6 @@ def reviewed_repository(erase: bool, path: str | None, marker: str | None) -> Re
         return None
     if path is None or marker is None:
         raise ValidationError("--erase-memory needs --reviewed-path and --reviewed-marker from preview-bot-deletion")
+    from commands.records import RepositoryIdentity
+
     return RepositoryIdentity(path, marker)

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from commands.cli.render import render_checkpoint, render_mapping, render_report
 from commands.cli.shared import json_command, main, run_with_handle
-from commands.handle import Purgekeeper
-from commands.records import (
-    LedgerReport,
-)
 from schema.errors import (
     MessagingUnavailable,
 )
-from storage import checkpoint
+
+if TYPE_CHECKING:
+    from commands.handle import Purgekeeper
+    from commands.records import (
+        LedgerReport,
+    )
+    from storage import checkpoint
 
 # -- the ledger
 
@@ -64,6 +67,8 @@ def ledger_checkpoint(out: Path | None, as_json: bool) -> None:
             return pk.checkpoint_ledger(out)
         seq = pk.copy_ledger()
         head = pk.copy.head()
+        from storage import checkpoint  # lazy: see commands/cli/__init__.py
+
         return checkpoint.Checkpoint(pk.copy.directory, pk.database_key, seq, head.row_hash if head else "")
 
     run_with_handle(as_json, action, render_checkpoint)

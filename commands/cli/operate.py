@@ -6,7 +6,7 @@ import datetime as dt
 import shlex
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,11 +14,14 @@ from commands import surface
 from commands.cli.options import DURATION_SYNTAX, Duration, Timestamp, who_options
 from commands.cli.render import counted, render_page, render_status
 from commands.cli.shared import DEFAULT_PAGE, DEFAULT_WAIT_S, FINISHED, json_command, main, run_with_handle
-from commands.handle import Purgekeeper
-from commands.operations import MAX_PAGE, PURGE_KINDS, PURGE_STATUSES
-from commands.records import (
-    PurgeStatus,
-)
+from schema.states import MAX_PAGE, PurgeKind, values
+from schema.states import PurgeStatus as Statuses
+
+if TYPE_CHECKING:
+    from commands.handle import Purgekeeper
+    from commands.records import (
+        PurgeStatus,
+    )
 
 EXIT_INCOMPLETE = 5  # `wait --fail-on-incomplete`: the purge ended incomplete
 
@@ -33,8 +36,8 @@ def status(purge_id: str, as_json: bool) -> None:
 
 
 @json_command(main, "list")
-@click.option("--status", "status_filter", type=click.Choice(PURGE_STATUSES), help="Only purges in this status.")
-@click.option("--kind", type=click.Choice(PURGE_KINDS), help="Only ledger rows of this kind.")
+@click.option("--status", "status_filter", type=click.Choice(values(Statuses)), help="Only purges in this status.")
+@click.option("--kind", type=click.Choice(values(PurgeKind)), help="Only ledger rows of this kind.")
 @click.option("--conversation", metavar="ID", help="Only purges that concern this conversation or channel.")
 @click.option("--since", type=Timestamp(), help="Only purges accepted at or after TIME.")
 @click.option("--until", type=Timestamp(), help="Only purges accepted before TIME.")

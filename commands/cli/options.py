@@ -7,15 +7,17 @@ import decimal
 import re
 import shlex
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from commands import surface
-from commands.scope import EventScope
 from schema.errors import (
     ValidationError,
 )
+
+if TYPE_CHECKING:
+    from commands.scope import EventScope
 
 # -- options --------------------------------------------------------------------------------------
 
@@ -78,6 +80,7 @@ def parse_duration(text: str) -> dt.timedelta:
 
 def duration_text(duration: dt.timedelta) -> str:
     """The duration in its largest whole unit, as ``Duration`` reads it back (``30d``)."""
+
     seconds = int(duration.total_seconds())
     unit = next(u for u in "wdhms" if seconds % DURATION_UNITS[u] == 0)
     return f"{seconds // DURATION_UNITS[unit]}{unit}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,12 +18,18 @@ from commands.cli.render import (
     render_run_outcome,
 )
 from commands.cli.shared import ORIGIN, json_command, main, run_with_handle
-from commands.handle import Purgekeeper
-from commands.records import (
-    Acceptance,
-    RetentionPreview,
-)
 from schema.errors import NotFound
+
+if TYPE_CHECKING:
+    from commands.handle import Purgekeeper
+    from commands.records import (
+        Acceptance,
+        RetentionPreview,
+    )
+
+    """Place legal hold HOLD_ID on conversations and authors (at least one). It does not undo
+    purges accepted before it: the disclosures name what they already removed in its scope.
+    A conversation id that no conversation has is refused unless --allow-unknown is given."""
 
 # -- retention policies and legal holds
 
@@ -160,9 +167,6 @@ def hold_place(
     idempotency_key: str | None,
     as_json: bool,
 ) -> None:
-    """Place legal hold HOLD_ID on conversations and authors (at least one). It does not undo
-    purges accepted before it: the disclosures name what they already removed in its scope.
-    A conversation id that no conversation has is refused unless --allow-unknown is given."""
 
     def action(pk: Purgekeeper) -> Acceptance:
         unknown = [] if allow_unknown else [c for c in conversations if pk.preview_conversation_purge(c).unknown]

@@ -3,13 +3,16 @@ function (or ``commands.http.server.serve``) with this process's settings."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from commands import processes
 from commands.cli.render import counted
 from commands.cli.shared import fail, json_command, main, run_command, settings
-from commands.processes import Health, Initialised
 from schema.errors import PurgekeeperError
+
+if TYPE_CHECKING:
+    from commands.processes import Health, Initialised
 
 
 @json_command(main)
@@ -20,6 +23,8 @@ def init(as_json: bool) -> None:
     def render(result: Initialised) -> str:
         verb = "migrated to" if result.migrated else "already at"
         return f"database {result.database_url} {verb} revision {result.revision}\ndata directory {result.data_dir}"
+
+    from commands import processes  # lazy: see commands/cli/__init__.py
 
     run_command(as_json, lambda: processes.initialise(settings()), render)
 
@@ -51,6 +56,8 @@ def scheduler() -> None:
     due, re-sends due and lease-expired cleanup steps, and copies the ledger out. Needs
     PURGEKEEPER_BROKER_URL (embedded mode runs the scheduler in-process). Stops on SIGTERM."""
     try:
+        from commands import processes  # lazy: see commands/cli/__init__.py
+
         processes.run_scheduler(settings())
     except PurgekeeperError as error:
         fail(error, as_json=False)
@@ -71,5 +78,7 @@ def health(quick: bool, as_json: bool) -> None:
     def render(result: Health) -> str:
         walked = "verified" if result.verified else "(head checked against its copy)"
         return f"ok: schema {result.revision}, ledger {counted(result.ledger_rows, 'row')} {walked}"
+
+    from commands import processes  # lazy: see commands/cli/__init__.py
 
     run_command(as_json, lambda: processes.check_health(settings(), quick=quick), render)

@@ -5,27 +5,29 @@ from __future__ import annotations
 import datetime as dt
 import shlex
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from commands import surface
 from commands.cli.options import duration_text
-from commands.records import (
-    Acceptance,
-    AuthorErasurePreview,
-    BotDeletionPreview,
-    ConversationPreview,
-    Hold,
-    LedgerReport,
-    PurgePage,
-    PurgeStatus,
-    RepositoryIdentity,
-    RetentionPolicy,
-    RetentionPreview,
-    RetentionRunOutcome,
-    StepState,
-)
-from commands.scope import PurgePreview
-from storage import checkpoint
+
+if TYPE_CHECKING:
+    from commands.records import (
+        Acceptance,
+        AuthorErasurePreview,
+        BotDeletionPreview,
+        ConversationPreview,
+        Hold,
+        LedgerReport,
+        PurgePage,
+        PurgeStatus,
+        RepositoryIdentity,
+        RetentionPolicy,
+        RetentionPreview,
+        RetentionRunOutcome,
+        StepState,
+    )
+    from commands.scope import PurgePreview
+    from storage import checkpoint
 
 # -- text output ------------------------------------------------------------------------------------
 

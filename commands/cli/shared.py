@@ -6,20 +6,22 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from commands import logs, processes, surface
+from commands import surface
 from commands.cli.render import cell
-from commands.handle import Purgekeeper
-from commands.settings import Settings
 from schema.errors import (
     InfrastructureError,
     NotFound,
     PurgekeeperError,
     ValidationError,
 )
+
+if TYPE_CHECKING:
+    from commands.handle import Purgekeeper
+    from commands.settings import Settings
 
 T = TypeVar("T")
 
@@ -111,6 +113,8 @@ def settings() -> Settings:
     """This process's settings, read from the environment once (at the first command that
     needs them, so a bad variable is reported like any error) and kept on the click context."""
     root = click.get_current_context().find_root()
+    from commands.settings import Settings  # lazy: see commands/cli/__init__.py
+
     if not isinstance(root.obj, Settings):
         root.obj = Settings.from_env()
     return root.obj
@@ -119,6 +123,8 @@ def settings() -> Settings:
 @contextlib.contextmanager
 def opened(*, role: str = "cli") -> Iterator[Purgekeeper]:
     """A handle on the initialised database (``processes.opened``), from this process's settings."""
+    from commands import processes  # lazy: see commands/cli/__init__.py
+
     with processes.opened(settings(), role=role) as pk:
         yield pk
 
@@ -169,4 +175,6 @@ def json_command(group: click.Group, name: str | None = None) -> Callable[[Calla
 def main() -> None:
     # Log lines go to stderr in the one format (commands.logs): stdout
     # carries the result, and under --json nothing but the one document.
+    from commands import logs  # lazy: see commands/cli/__init__.py
+
     logs.configure_purgectl(settings, click.get_current_context().invoked_subcommand)

@@ -1,0 +1,54 @@
+"""Issue 26, item 7: a CLI that answers at once. ``purgectl --help`` imported the whole system
+(SQLAlchemy, the kinds, the workers) before printing a line. The ``commands`` package now
+imports what a name needs when the name is first used, and purgectl's modules import the
+database and the HTTP stack only inside the commands that use them.
+
+What was tried: importing the CLI in a fresh interpreter and listing the heavy packages it
+loaded; every public name of ``commands`` resolving to the object its home module defines;
+an unknown name raising AttributeError as a module's would."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+import commands
+
+HEAVY = ("sqlalchemy", "fastapi", "dramatiq", "redis", "psycopg", "alembic", "jinja2", "uvicorn", "pydantic")
+
+
+def _loaded_after(statement: str) -> list[str]:
+    probe = f"import sys\n{statement}\nprint(__import__('json').dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    modules = json.loads(done.stdout.splitlines()[-1])
+    return sorted({m.split(".")[0] for m in modules if m.split(".")[0] in HEAVY})
+
+
+def test_the_cli_s_help_loads_no_database_or_http_stack() -> None:
+    assert _loaded_after("import commands.cli") == []
+    assert _loaded_after("import commands") == []
+
+
+def test_a_command_s_help_loads_none_either() -> None:
+    assert _loaded_after(
+        "from click.testing import CliRunner\nfrom commands import cli\n"
+        "assert CliRunner().invoke(cli.main, ['status', '--help']).exit_code == 0"
+    ) == []
+
+
+@pytest.mark.parametrize("name", commands.__all__)
+def test_every_public_name_resolves_to_its_home_module_s_object(name: str) -> None:
+    value = getattr(commands, name)
+    home = getattr(value, "__module__", None)
+    if home is not None and home.startswith(("commands.", "schema.")):
+        assert getattr(importlib.import_module(home), getattr(value, "__name__", name)) is value
+    assert name in dir(commands)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no_such_name"):
+        commands.no_such_name  # noqa: B018
