@@ -26,10 +26,12 @@ from commands.purge_records import (
 )
 from commands.purge_records import (
     BotDeletionPreview as BotDeletionPreview,
-    ConversationPreview as ConversationPreview,
 )
 from commands.purge_records import (
     ConversationCount as ConversationCount,
+)
+from commands.purge_records import (
+    ConversationPreview as ConversationPreview,
 )
 from commands.purge_records import (
     ErasureTotals as ErasureTotals,

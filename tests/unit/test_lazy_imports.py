@@ -34,10 +34,13 @@ def test_the_cli_s_help_loads_no_database_or_http_stack() -> None:
 
 
 def test_a_command_s_help_loads_none_either() -> None:
-    assert _loaded_after(
-        "from click.testing import CliRunner\nfrom commands import cli\n"
-        "assert CliRunner().invoke(cli.main, ['status', '--help']).exit_code == 0"
-    ) == []
+    assert (
+        _loaded_after(
+            "from click.testing import CliRunner\nfrom commands import cli\n"
+            "assert CliRunner().invoke(cli.main, ['status', '--help']).exit_code == 0"
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize("name", commands.__all__)
