@@ -8,6 +8,7 @@ is parsed with PyYAML. The Makefile is run for real, as ``make -n`` (print, do n
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -144,3 +145,21 @@ def test_make_run_installs_the_program_only_and_make_test_the_dev_tools(tmp_path
     assert "purgectl init" in run and "purgectl serve" in run
     assert "PURGEKEEPER_DATA_DIR" not in run  # purgectl's default: the same database as purgectl's
     assert "pip install --quiet -e '.[dev]'" in test and "pytest" in test
+
+
+def _procfile_command(process: str, **env: str) -> str:
+    """The Procfile line of ``process`` as a shell expands it with ``env`` (honcho and foreman
+    run each line through the shell, and set ``PORT`` for each process: 5000 for the first)."""
+    lines = dict(line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines() if ": " in line)
+    expanded = subprocess.run(
+        ["sh", "-c", f"echo {lines[process]}"], env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True
+    )
+    return expanded.stdout.strip()
+
+
+def test_the_procfile_serves_the_api_on_8080_even_under_honcho_s_port() -> None:
+    """Issue 26, item 9: under honcho the API moved to $PORT (5000), away from the README's
+    curl quickstart. The port is pinned, and moved only by PURGEKEEPER_API_PORT."""
+    assert "--port 8080" in _procfile_command("api", PORT="5000")
+    assert "--port 8080" in _procfile_command("api")
+    assert "--port 9000" in _procfile_command("api", PORT="5000", PURGEKEEPER_API_PORT="9000")
