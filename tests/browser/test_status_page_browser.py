@@ -12,7 +12,8 @@ uses:
 
 The browser reads the sign-in page (it says where the token is), signs in with a name and the
 token, checks the session cookie's flags, finds the purge in the overview's table, filters the
-list to incomplete content purges, finds the purge again by the first characters of its id in
+list to incomplete content purges, finds the two purges that name a conversation (a content
+purge and a legal hold, whose page shows its subjects), finds the purge again by the first characters of its id in
 the search box, reads what it touched and where its failure is (the file root and the path
 below it, never the attachment's name), finds its hostile error shown as text, clears the
 fault, retries with a reason and sees the audit row with its name and reason, the purge
@@ -21,7 +22,8 @@ the refresh, and signs out.
 
 Screenshots go to ``$PK_TEST_ARTIFACTS`` (default ``<repo>/test-artifacts/``):
 ``console-sign-in.png``, ``console-overview.png``, ``console-filtered.png``,
-``console-purge.png``, ``console-retried.png`` and ``console-workers.png``. Without Chromium
+``console-search.png``, ``console-hold.png``, ``console-purge.png``, ``console-retried.png`` and
+``console-workers.png``. Without Chromium
 or chromedriver the test fails on CI (``CI`` set) and skips locally.
 """
 
@@ -76,6 +78,7 @@ class Prepared:
     complete: str
     conversation: str
     held: str
+    hold: str  # a legal hold on c-fine and c-kept, placed last: it cleans nothing
     error_text: str
     obstacle: Path  # the directory standing where the incomplete purge's blob file was
 
@@ -132,13 +135,14 @@ def prepare(settings: Settings) -> Prepared:
         with pk.db.write() as conn:
             conn.execute(text("UPDATE cleanup_steps SET max_attempts = 1 WHERE purge_id = :p"), {"p": incomplete})
         status = settle(pk, incomplete)
+        hold = pk.place_hold("h-case", conversation_ids=["c-fine", "c-kept"], authors=["grace"], **WHO).purge_id
     failed = next(step for step in status.steps if step.kind == "attachments")
     assert (status.status, failed.status) == ("incomplete", "incomplete")
     # the error names the blob, never the file's path: that holds the purged attachment's name
     assert failed.last_error is not None and HOSTILE_NAME not in failed.last_error
     assert "could not unlink the file of blob" in failed.last_error
     blob_id = event.attachments[0].blob_id
-    return Prepared(incomplete, blob_id, complete, conversation, held, failed.last_error, obstacle)
+    return Prepared(incomplete, blob_id, complete, conversation, held, hold, failed.last_error, obstacle)
 
 
 # -- the server ----------------------------------------------------------------------------------------
@@ -330,6 +334,22 @@ def test_an_operator_signs_in_filters_opens_retries_and_sees_the_audit_row(
     assert listed(browser) == [prepared.incomplete]
     assert browser.find_elements(By.ID, "attention") == []
     save_screenshot(browser, "console-filtered.png")
+
+    # Find by a conversation: two purges name c-fine; open the hold's page from the list.
+    by_id(browser, "search-query").send_keys("c-fine")
+    by_id(browser, "search-submit").click()
+    wait_for(lambda: by_id(browser, "results"), "the search results")
+    found = browser.find_elements(By.CSS_SELECTOR, "#found-purges tr.purge")
+    assert [row.get_attribute("id") for row in found] == [f"purge-{prepared.hold}", f"purge-{prepared.complete}"]
+    assert found[0].find_element(By.CSS_SELECTOR, "td.steps-done").text == "no cleanup"
+    save_screenshot(browser, "console-search.png")
+    found[0].find_element(By.CSS_SELECTOR, "a.purge-link").click()
+    wait_for(lambda: by_id(browser, "purge-title"), "the hold's page")
+    assert by_id(browser, "touched-conversations").text == "c-fine, c-kept"
+    assert (by_id(browser, "touched-authors").text, by_id(browser, "touched-hold").text) == ("grace", "h-case")
+    said = by_id(browser, "no-steps").text
+    assert said == "Nothing to clean up: this row (legal hold h-case placed) removes nothing itself."
+    save_screenshot(browser, "console-hold.png")
 
     # Find the purge by the start of its id: the one match opens its page.
     search = by_id(browser, "search-query")
