@@ -99,7 +99,7 @@ def create_app(
         app.include_router(router)
     app.include_router(routes.log_routes(pk))
     _include_web_routers(app, pk, tokens)
-    install_error_handlers(app)
+    install_error_handlers(app, _api_routes(*routers))
     _document_400_not_422(app)
     uploads.sweep_stale(pk.settings.blob_root)
     streamed = {"merge_ledger": max_upload_bytes, "upload_event": max_attachment_bytes + UPLOAD_ALLOWANCE_BYTES}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, Tag
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Tag
 from pydantic import ValidationError as PydanticValidationError
 
 from commands import validation
@@ -22,15 +22,22 @@ from commands.http.field_types import (
     ID_PATTERN,
     MAX_PATH_LENGTH,
     MAX_SEQ,
+    NUL,
+    PROVIDER_ID_PATTERN,
+    TEXT_PATTERN,
     Actor,
     AttachmentName,
     Author,
     Base64Data,
+    EventBody,
     Id,
-    Json,
+    Output,
+    Payload,
     ProviderId,
     Reason,
     UtcTime,
+    text,
+    whole,
 )
 from commands.kinds.retention import MAX_AGE_LIMIT
 from commands.scope import MAX_SCOPE_EVENTS, EventScope
@@ -52,10 +59,15 @@ class NewConversationIn(_Body):
 
 class NewBotIn(_Body):
     bot_id: Id
-    name: Annotated[str, Field(min_length=1, max_length=validation.MAX_BOT_NAME_LENGTH)]
+    name: Annotated[str, text(validation.MAX_BOT_NAME_LENGTH)]
     memory_path: Annotated[
         str | None,
-        Field(min_length=1, max_length=MAX_PATH_LENGTH, description="a Git working tree inside a Memory root"),
+        Field(
+            min_length=2,
+            max_length=MAX_PATH_LENGTH,
+            pattern=r"^/[^\x00]*$",
+            description="an absolute path: a Git working tree inside one of the server's Memory roots",
+        ),
     ] = None
 
 
@@ -83,7 +95,7 @@ AttachmentIn = Annotated[CasAttachmentIn | FileAttachmentIn | ReuseAttachmentIn,
 
 class NewEventIn(_Body):
     author: Author
-    body: Annotated[str | None, Field(min_length=1, max_length=validation.MAX_BODY_BYTES)] = None
+    body: EventBody | None = None
     provider_event_id: ProviderId | None = None
     event_id: Id | None = None
     occurred_at: UtcTime | None = None
@@ -102,17 +114,17 @@ class NewRunIn(_Body):
 
 class RunFinishIn(_Body):
     status: Literal["succeeded", "failed", "cancelled", "abandoned"]
-    output: Json = None
+    output: Output = None
 
 
 class NewAdmissionIn(_Body):
     event_id: Id
-    payload: Json
+    payload: Payload
 
 
 class NewDerivativeIn(_Body):
-    kind: Annotated[str, Field(min_length=1, max_length=validation.MAX_DERIVATIVE_KIND_LENGTH)]
-    payload: Json
+    kind: Annotated[str, text(validation.MAX_DERIVATIVE_KIND_LENGTH)]
+    payload: Payload
     source_event_ids: Annotated[list[Id], Field(max_length=validation.MAX_DERIVATIVE_SOURCES)] = []
 
 
@@ -155,7 +167,7 @@ class ConfirmationIn(Accepting):
 
 
 class ConversationPurgeIn(Accepting):
-    expected_version: Annotated[int | None, Field(ge=1, le=MAX_SEQ)] = None
+    expected_version: Annotated[int, Field(ge=1, le=MAX_SEQ), BeforeValidator(whole)] | None = None
 
 
 class ChannelDeletionIn(Accepting):
@@ -188,7 +200,9 @@ class RetryRequestIn(_Body):
 
 
 MaxAgeSeconds = Annotated[
-    int, Field(ge=1, le=int(MAX_AGE_LIMIT.total_seconds()), description="whole seconds, at most 100 years")
+    int,
+    Field(ge=1, le=int(MAX_AGE_LIMIT.total_seconds()), description="whole seconds, at most 100 years"),
+    BeforeValidator(whole),
 ]
 Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
 
@@ -207,6 +221,17 @@ class RetentionRemovalIn(Accepting):
 
 
 class HoldPlacingIn(Accepting):
+    """A hold covers at least one conversation or author."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"required": [subjects], "properties": {subjects: {"minItems": 1}}}
+                for subjects in ("conversation_ids", "authors")
+            ]
+        }
+    )
+
     conversation_ids: Annotated[list[Id], Field(max_length=MAX_HOLD_SUBJECTS)] = []
     authors: Annotated[list[Author], Field(max_length=MAX_HOLD_SUBJECTS)] = []
 
@@ -219,7 +244,7 @@ class UploadedEventIn(_Body):
     """The text parts of an ``upload_event`` request (its files are the attachments)."""
 
     author: Author
-    body: Annotated[str | None, Field(min_length=1, max_length=validation.MAX_BODY_BYTES)] = None
+    body: EventBody | None = None
     provider_event_id: ProviderId | None = None
     event_id: Id | None = None
     occurred_at: UtcTime | None = None
@@ -230,20 +255,36 @@ def upload_schema() -> dict[str, Any]:
     ``UploadedEventIn`` has them, then the attachments by how they are bound."""
     assert uploads.FIELDS == tuple(UploadedEventIn.model_fields)
     required = [name for name, field in UploadedEventIn.model_fields.items() if field.is_required()]
-    text: dict[str, Any] = {"type": "string"}
-    ids = {**text, "minLength": 1, "maxLength": validation.MAX_ID_LENGTH, "pattern": ID_PATTERN}
-    files = {"type": "array", "items": {"type": "string", "format": "binary"}}
+    string: dict[str, Any] = {"type": "string"}
+    ids = {**string, "minLength": 1, "maxLength": validation.MAX_ID_LENGTH, "pattern": ID_PATTERN}
+    files = {"type": "array", "items": {"type": "string", "format": "binary", "minLength": 1}}
     limit = validation.MAX_ATTACHMENTS_PER_EVENT
     properties = {
-        "author": {**text, "minLength": 1, "maxLength": validation.MAX_AUTHOR_LENGTH},
-        "body": {**text, "minLength": 1, "description": f"at most {validation.MAX_BODY_BYTES} bytes of UTF-8"},
-        "provider_event_id": {**text, "minLength": 1, "maxLength": validation.MAX_PROVIDER_ID_LENGTH},
+        "author": {**string, "minLength": 1, "maxLength": validation.MAX_AUTHOR_LENGTH, "pattern": TEXT_PATTERN},
+        "body": {
+            **string,
+            "minLength": 1,
+            "not": {"pattern": NUL},
+            "description": f"at most {validation.MAX_BODY_BYTES} bytes of UTF-8",
+        },
+        "provider_event_id": {
+            **string,
+            "minLength": 1,
+            "maxLength": validation.MAX_PROVIDER_ID_LENGTH,
+            "pattern": PROVIDER_ID_PATTERN,
+        },
         "event_id": ids,
-        "occurred_at": {**text, "format": "date-time", "description": "ISO 8601 with an offset"},
+        "occurred_at": {**string, "format": "date-time", "description": "ISO 8601 with an offset"},
         "file": {**files, "maxItems": limit, "description": "attachments stored as real files; filename = name"},
         "cas": {**files, "maxItems": limit, "description": "attachments stored content-addressed; filename = name"},
     }
-    schema = {"type": "object", "title": "EventUpload", "required": required, "properties": properties}
+    schema = {
+        "type": "object",
+        "title": "EventUpload",
+        "required": required,
+        "properties": properties,
+        "additionalProperties": False,  # any other part is refused
+    }
     return {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
 
 

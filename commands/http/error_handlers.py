@@ -8,8 +8,9 @@
   ``"2592000"`` not a number); a time is ISO 8601 text with an offset, within
   ``validation``'s range of times; a form or query flag is ``true`` or ``false``;
 - ``401 unauthorized``, ``404 not_found`` (no such endpoint, or an unknown id),
-  ``405 method_not_allowed``, ``415 unsupported_media_type`` (an upload that is not
-  ``multipart/form-data``);
+  ``405 method_not_allowed`` (its ``Allow`` header lists every method of the path),
+  ``415 unsupported_media_type`` (a JSON body not sent as ``application/json``, an upload
+  that is not ``multipart/form-data``: ``media_types``);
 - ``410 conversation_purged`` when reading a purged conversation (the Python API returns
   ``None`` or ``[]``);
 - ``413 payload_too_large`` for a body over its cap, refused before the request reaches a
@@ -27,8 +28,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
 
 from commands import surface
+from commands.http import media_types
 from schema.errors import PurgekeeperError
 
 log = logging.getLogger("commands.http.app")  # the logger the API's internal errors have always gone to
@@ -44,10 +47,19 @@ HTTP_ERROR_CODES = {
 }
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, routes: Sequence[Route]) -> None:
+    """The handlers of ``app``; a 405's ``Allow`` lists the methods ``routes`` take at its path."""
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = media_types.allowed_methods(routes, request) or headers.get("Allow", "")
+        return _http_error(exc, headers)
+
     app.add_exception_handler(PurgekeeperError, _domain_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, _internal_error)
 
 
@@ -61,11 +73,10 @@ async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"error": "validation_error", "detail": _short(exc.errors())}, status_code=400)
 
 
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
+def _http_error(exc: StarletteHTTPException, headers: dict[str, str]) -> JSONResponse:
     code = HTTP_ERROR_CODES.get(exc.status_code, "http_error")
     detail = exc.detail if isinstance(exc.detail, str) else code.replace("_", " ")
-    return JSONResponse({"error": code, "detail": detail}, status_code=exc.status_code, headers=exc.headers)
+    return JSONResponse({"error": code, "detail": detail}, status_code=exc.status_code, headers=headers)
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

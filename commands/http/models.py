@@ -156,7 +156,7 @@ class PreviewAttachmentOut(_Model):
     event_id: str
     blob_id: str
     binding: str
-    name: str
+    name: str | None = Field(description="null once the purge's cleanup has cleared it (a name is content)")
     size: int
     other_references: list[ReferenceOut] = Field(description="bindings outside the scope that keep the bytes")
 

@@ -14,6 +14,7 @@ from commands import surface
 from commands.http import models
 from commands.http.bodies import Accepting
 from commands.http.guard import API_PREFIX, OPERATOR_STATE
+from commands.http.media_types import JsonBodyRoute
 from commands.operations import OPERATOR_KINDS
 from commands.records import Acceptance, PurgeStatus
 from schema.errors import NotFound
@@ -54,10 +55,12 @@ BINARY = {"schema": {"type": "string", "format": "binary"}}
 
 def v1(tag: str) -> APIRouter:
     """One group of ``/v1`` routes; the bearer scheme is declared for the OpenAPI document (the
-    ``RequestGuard`` middleware checks the token)."""
+    ``RequestGuard`` middleware checks the token), and a JSON body must come as JSON
+    (``JsonBodyRoute``)."""
     return APIRouter(
         prefix=API_PREFIX,
         tags=[tag],
+        route_class=JsonBodyRoute,
         dependencies=[Security(HTTPBearer(auto_error=False))],
         responses=ERROR_RESPONSES,
     )

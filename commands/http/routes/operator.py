@@ -71,7 +71,10 @@ def _ledger_file_routes(router: APIRouter, pk: Purgekeeper) -> None:
 
     @router.post("/ledger/merge", operation_id="merge_ledger", response_model=models.MergeReportOut)
     def merge_ledger(
-        files: Annotated[list[UploadFile], File(description="checkpoint files to merge (restore)")],
+        files: Annotated[
+            list[UploadFile],
+            File(min_length=1, max_length=MAX_MERGE_FILES, description="checkpoint files to merge (restore)"),
+        ],
         from_other_database: Annotated[
             bool,
             Form(description="also merge files written by another database; refused otherwise"),
