@@ -94,7 +94,9 @@ class PurgekeeperCollector(Collector):
         )
         yield _gauge("incomplete_purges", "Purges with an incomplete cleanup step.", snap.incomplete_purges)
         yield _gauge(
-            "stalled_purges", "Purges with a step due for longer than the stall threshold.", snap.stalled_purges
+            "stalled_purges",
+            "Purges with a step due for longer than the stall threshold, or due at all while no worker is alive.",
+            snap.stalled_purges,
         )
         alive = GaugeMetricFamily(
             PREFIX + "workers_alive", "Processes whose heartbeat is not overdue, by role.", labels=["role"]
