@@ -106,6 +106,16 @@ def failing_step(purge: PurgeStatus) -> StepState | None:
     return None
 
 
+def waiting_step(purge: PurgeStatus) -> StepState | None:
+    """A stalled purge's step that has waited longest for a worker (not parked, not running)."""
+    waiting = [
+        step
+        for step in purge.steps
+        if step.status in (StepStatus.PENDING, StepStatus.RETRYING) and step.next_attempt_at < PARKED_UNTIL
+    ]
+    return min(waiting, key=lambda step: step.next_attempt_at, default=None) if purge.stalled else None
+
+
 def gather(pk: Purgekeeper, check: status_overview.LedgerCheck, filters: Filters, *, page_size: int) -> Overview:
     """Bounded reads only: the aggregates, one page of the list, and at most ``page_size``
     purges needing attention."""
@@ -146,6 +156,7 @@ STEP_HELPERS: dict[str, Any] = {
     "steps_done": steps_done,
     "steps_told": steps_told,
     "failing_step": failing_step,
+    "waiting_step": waiting_step,
     "parked_until": PARKED_UNTIL,
     "finished_steps": (StepStatus.DONE, StepStatus.INCOMPLETE),
 }

@@ -334,7 +334,10 @@ def test_incomplete_and_stalled_purges_come_first_marked_with_their_errors(pk: P
 
     stalled_row = article(html, stalled)
     assert stalled_row.classes == {"purge", "stalled"} and stalled_row.find("span", cls="badge").text == "STALLED"
-    assert "INCOMPLETE" not in stalled_row.text and stalled_row.find("td", cls="last-error").text == ""
+    assert "INCOMPLETE" not in stalled_row.text
+    due_cell = stalled_row.find("td", cls="last-error")  # issue 26: overdue, not "ago"
+    assert re.fullmatch(r"bodies: due, overdue by \d+ d, no worker has taken it", due_cell.text), due_cell.text
+    assert due_cell.find("time").attrs["title"] == "2000-01-01T00:00:00Z"
     assert article(html, done).attrs["data-status"] == "complete" and article(html, done).classes == {"purge"}
     assert article(html, waiting).attrs["data-status"] == "accepted"
     shown = parse(html)
