@@ -280,7 +280,8 @@ def test_a_bearer_operator_token_shows_the_page_and_the_host_token_does_not(pk: 
 def test_responses_forbid_scripts_framing_and_caching(pk: Pk, client: TestClient) -> None:
     purge_id = purge_new_event(pk, "c1")
     responses = [client.get("/status"), sign_in(client), client.get("/status")]
-    responses += [client.get(path) for path in (f"/status/purges/{purge_id}", "/status/workers", "/status/purges/nope")]
+    shown = (f"/status/purges/{purge_id}", "/status/workers", "/status/purges/nope", "/status/search?q=c")
+    responses += [client.get(path) for path in shown]
     for response in responses:
         assert response.headers["cache-control"] == "no-store"
         csp = response.headers["content-security-policy"]
