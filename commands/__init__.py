@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     )
     from commands.scope import EventScope, HeldEvent, PurgePreview
     from commands.settings import Settings
+    from commands.touched import FailurePlace, PurgeSearch, PurgeTouched
     from commands.worker_records import WorkerProcess
     from schema.errors import (
         ActiveRuns,
@@ -120,6 +121,7 @@ __all__ = [
     "ErasureTotals",
     "Event",
     "EventScope",
+    "FailurePlace",
     "Fenced",
     "HeldEvent",
     "HeldStep",
@@ -141,7 +143,9 @@ __all__ = [
     "PurgeDetail",
     "PurgePage",
     "PurgePreview",
+    "PurgeSearch",
     "PurgeStatus",
+    "PurgeTouched",
     "Purgekeeper",
     "PurgekeeperError",
     "RepositoryIdentity",
