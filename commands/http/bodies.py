@@ -51,13 +51,26 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+WHO = {"actor": "ops@example.org", "reason": "the user asked us to (ticket 1234)"}
+DIGEST = "9f2c" * 16  # a preview's scope_digest
+
+
+def example(**fields: Any) -> ConfigDict:
+    """A body's example in the document (``examples``, JSON Schema's), which Schemathesis sends too."""
+    return ConfigDict(json_schema_extra={"examples": [fields]})
+
+
 class NewConversationIn(_Body):
+    model_config = example(conversation_id="c-1042", kind="conversation")
+
     conversation_id: Id
     kind: Literal["conversation", "channel"] = "conversation"
     bot_id: Id | None = None
 
 
 class NewBotIn(_Body):
+    model_config = example(bot_id="b-7", name="Support bot")
+
     bot_id: Id
     name: Annotated[str, text(validation.MAX_BOT_NAME_LENGTH)]
     memory_path: Annotated[
@@ -72,18 +85,24 @@ class NewBotIn(_Body):
 
 
 class CasAttachmentIn(_Body):
+    model_config = example(kind="cas", name="notes.txt", data_base64="aGVsbG8=")
+
     kind: Literal["cas"]
     name: AttachmentName
     data_base64: Base64Data
 
 
 class FileAttachmentIn(_Body):
+    model_config = example(kind="file", name="contract.pdf", data_base64="JVBERi0=")
+
     kind: Literal["file"]
     name: AttachmentName
     data_base64: Base64Data
 
 
 class ReuseAttachmentIn(_Body):
+    model_config = example(kind="reuse", name="logo.png", blob_id="0f4e1b", binding="real_file")
+
     kind: Literal["reuse"]
     name: AttachmentName
     blob_id: Id
@@ -94,6 +113,14 @@ AttachmentIn = Annotated[CasAttachmentIn | FileAttachmentIn | ReuseAttachmentIn,
 
 
 class NewEventIn(_Body):
+    model_config = example(
+        author="ada",
+        body="Here are my notes",
+        provider_event_id="slack:T1/C1/1700000000.000100",
+        occurred_at="2026-01-05T09:30:00Z",
+        attachments=[{"kind": "cas", "name": "notes.txt", "data_base64": "aGVsbG8="}],
+    )
+
     author: Author
     body: EventBody | None = None
     provider_event_id: ProviderId | None = None
@@ -103,32 +130,44 @@ class NewEventIn(_Body):
 
 
 class NewPlacementIn(_Body):
+    model_config = example(event_id="e-1")
+
     event_id: Id
 
 
 class NewRunIn(_Body):
+    model_config = example(conversation_id="c-1042", bot_id="b-7", run_id="r-1")
+
     conversation_id: Id
     bot_id: Id
     run_id: Id | None = None
 
 
 class RunFinishIn(_Body):
+    model_config = example(status="succeeded", output={"answer": "Done."})
+
     status: Literal["succeeded", "failed", "cancelled", "abandoned"]
     output: Output = None
 
 
 class NewAdmissionIn(_Body):
+    model_config = example(event_id="e-1", payload={"prompt": "Summarise the thread"})
+
     event_id: Id
     payload: Payload
 
 
 class NewDerivativeIn(_Body):
+    model_config = example(kind="summary", payload={"text": "Ada sent notes"}, source_event_ids=["e-1"])
+
     kind: Annotated[str, text(validation.MAX_DERIVATIVE_KIND_LENGTH)]
     payload: Payload
     source_event_ids: Annotated[list[Id], Field(max_length=validation.MAX_DERIVATIVE_SOURCES)] = []
 
 
 class ScopeByEventsIn(_Body):
+    model_config = example(event_ids=["e-1", "e-2"])
+
     event_ids: Annotated[list[Id], Field(min_length=1, max_length=MAX_SCOPE_EVENTS)]
 
     def scope(self) -> EventScope:
@@ -136,6 +175,10 @@ class ScopeByEventsIn(_Body):
 
 
 class ScopeByConversationIn(_Body):
+    model_config = example(
+        conversation_id="c-1042", after="2026-01-01T00:00:00Z", before="2026-02-01T00:00:00Z", author="ada"
+    )
+
     conversation_id: Id
     after: UtcTime | None = None
     before: UtcTime | None = None
@@ -162,16 +205,22 @@ class Accepting(_Body):
 
 
 class ConfirmationIn(Accepting):
+    model_config = example(scope={"event_ids": ["e-1"]}, scope_digest=DIGEST, **WHO, idempotency_key="t-1234")
+
     scope: ScopeIn
     scope_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
 
 
 class ConversationPurgeIn(Accepting):
+    model_config = example(expected_version=12, **WHO)
+
     expected_version: Annotated[int, Field(ge=1, le=MAX_SEQ), BeforeValidator(whole)] | None = None
 
 
 class ChannelDeletionIn(Accepting):
     """A channel deletion asks for nothing more than who and why."""
+
+    model_config = example(**WHO)
 
 
 class ReviewedRepositoryIn(_Body):
@@ -180,21 +229,29 @@ class ReviewedRepositoryIn(_Body):
 
 
 class BotDeletionIn(Accepting):
+    model_config = example(erase_memory=False, **WHO)
+
     erase_memory: bool = False
     reviewed_repository: ReviewedRepositoryIn | None = None
 
 
 class AuthorWindowIn(_Body):
+    model_config = example(author="ada", before="2026-02-01T00:00:00Z")
+
     author: Author
     before: UtcTime | None = None
 
 
 class AuthorErasureIn(AuthorWindowIn, Accepting):
+    model_config = example(author="ada", scope_digest=DIGEST, close_author=True, **WHO)
+
     scope_digest: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the preview")]
     close_author: bool = True
 
 
 class RetryRequestIn(_Body):
+    model_config = example(actor="oncall@example.org", reason="freed the blob path")
+
     actor: Actor
     reason: Reason
 
@@ -208,16 +265,22 @@ Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="from the p
 
 
 class RetentionDefinitionIn(_Body):
+    model_config = example(max_age_seconds=2592000, conversation_id="c-1042")
+
     max_age_seconds: MaxAgeSeconds
     conversation_id: Annotated[Id | None, Field(description="null: every conversation and channel")] = None
 
 
 class RetentionSettingIn(RetentionDefinitionIn, Accepting):
+    model_config = example(max_age_seconds=2592000, conversation_id="c-1042", scope_digest=DIGEST, **WHO)
+
     scope_digest: Digest
 
 
 class RetentionRemovalIn(Accepting):
     """The policy is named by the path."""
+
+    model_config = example(**WHO)
 
 
 class HoldPlacingIn(Accepting):
@@ -228,7 +291,10 @@ class HoldPlacingIn(Accepting):
             "anyOf": [
                 {"required": [subjects], "properties": {subjects: {"minItems": 1}}}
                 for subjects in ("conversation_ids", "authors")
-            ]
+            ],
+            "examples": [
+                {"conversation_ids": ["c-1042"], "authors": ["ada"], **WHO, "reason": "litigation Doe v. Roe"}
+            ],
         }
     )
 
@@ -238,6 +304,8 @@ class HoldPlacingIn(Accepting):
 
 class HoldReleaseIn(Accepting):
     """The hold is named by the path."""
+
+    model_config = example(**WHO)
 
 
 class UploadedEventIn(_Body):
@@ -281,6 +349,7 @@ def upload_schema() -> dict[str, Any]:
     schema = {
         "type": "object",
         "title": "EventUpload",
+        "examples": [{"author": "ada", "body": "The signed contract", "occurred_at": "2026-01-05T09:30:00Z"}],
         "required": required,
         "properties": properties,
         "additionalProperties": False,  # any other part is refused

@@ -94,6 +94,8 @@ def test_filters_hold_across_pages(client: TestClient, purges: dict[str, Any]) -
         {"until": "2024-05-01"},  # a date, no time or offset
         {"since": "yesterday"},
         {"until": "0001-01-01T00:00:00+01:00"},  # before year 1 once in UTC
+        {"until": "0.5"},  # a number: Schemathesis found it taken as a Unix time (issue 26)
+        {"since": "1700000000"},  # digits, the same
         {"kind": "everything"},
         {"status": "done"},
         {"conversation_id": "c 1"},

@@ -39,7 +39,8 @@ from tests.helpers.http import ENDPOINTS
 TOKEN = "fuzz-host-token"
 SEED_IDS = ("0", "00", "A", "a")
 SEED = 26
-MAX_EXAMPLES = 5
+MAX_EXAMPLES = 5  # per operation and generation mode
+STATEFUL = 25  # the state machine's scenarios, each a chain of calls along the links
 # Each run is one engine run over a fresh database; the stateful phase follows the fuzzing
 # phase, whose Location headers it learns links from.
 RUNS = {"examples-and-coverage": ("examples", "coverage"), "fuzzing-and-stateful": ("fuzzing", "stateful")}
@@ -126,14 +127,16 @@ def fuzzed_pk(sqlite_template: Path, tmp_path: Path) -> Iterator[commands.Purgek
 
 
 def _config(phases: tuple[str, ...]) -> schemathesis.Config:
+    generation = {"mode": "all", "max-examples": MAX_EXAMPLES, "deterministic": True, "database": "none"}
     return schemathesis.Config.from_dict(
         {
             "seed": SEED,
             "headers": {"Authorization": f"Bearer {TOKEN}"},
             "continue-on-failure": True,
-            "generation": {"mode": "all", "max-examples": MAX_EXAMPLES, "deterministic": True, "database": "none"},
+            "generation": generation,
             "phases": {
-                **{name: {"enabled": name in phases} for name in ("examples", "fuzzing", "stateful")},
+                **{name: {"enabled": name in phases} for name in ("examples", "fuzzing")},
+                "stateful": {"enabled": "stateful" in phases, "generation": {**generation, "max-examples": STATEFUL}},
                 "coverage": {"enabled": "coverage" in phases, "unexpected-methods": UNEXPECTED_METHODS},
             },
             "checks": {

@@ -48,34 +48,65 @@ def content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
 
 
 def _conversation_routes(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int) -> None:
-    @router.post("/conversations", operation_id="create_conversation", response_model=models.ConversationOut)
+    @router.post(
+        "/conversations",
+        operation_id="create_conversation",
+        summary="Create a conversation or a channel",
+        response_model=models.ConversationOut,
+    )
     def create_conversation(new: NewConversationIn) -> JSONResponse:
+        """A conversation (or, with `kind: channel`, a channel), owned by a bot if `bot_id` names one. Creating it again
+        as it is returns it; a purged or deleted id is reserved for ever (409 `id_reserved`)."""
         return as_json(pk.create_conversation(new.conversation_id, kind=new.kind, bot_id=new.bot_id))
 
-    @router.get("/conversations", operation_id="list_conversations", response_model=models.ConversationListOut)
+    @router.get(
+        "/conversations",
+        operation_id="list_conversations",
+        summary="List the conversations",
+        response_model=models.ConversationListOut,
+    )
     def list_conversations() -> JSONResponse:
+        """Every conversation and channel that is not purged, with its state and version."""
         return as_json({"conversations": pk.list_conversations()})
 
     @router.get(
-        "/conversations/{conversation_id}", operation_id="get_conversation", response_model=models.ConversationOut
+        "/conversations/{conversation_id}",
+        operation_id="get_conversation",
+        summary="Read a conversation",
+        response_model=models.ConversationOut,
     )
     def get_conversation(conversation_id: IdPath) -> JSONResponse:
+        """Its kind, state, version and bot. 404 for an unknown id, 410 `conversation_purged` once it is purged."""
         found = pk.get_conversation(conversation_id)
         if found is None:
             raise pk.why_unreadable(conversation_id)
         return as_json(found)
 
     @router.get(
-        "/conversations/{conversation_id}/events", operation_id="read_conversation", response_model=models.EventListOut
+        "/conversations/{conversation_id}/events",
+        operation_id="read_conversation",
+        summary="Read a conversation's events",
+        response_model=models.EventListOut,
     )
     def read_conversation(conversation_id: IdPath) -> JSONResponse:
+        """The events no purge fences, oldest first, with their attachments (the bytes are at
+        `/v1/attachments/{attachment_id}`). 410 `conversation_purged` once the conversation is purged."""
         events = pk.read_conversation(conversation_id)
         if not events and pk.get_conversation(conversation_id) is None:
             raise pk.why_unreadable(conversation_id)
         return as_json({"events": events})
 
-    @router.post("/conversations/{conversation_id}/events", operation_id="ingest_event", response_model=models.EventOut)
+    @router.post(
+        "/conversations/{conversation_id}/events",
+        operation_id="ingest_event",
+        summary="Add an event",
+        response_model=models.EventOut,
+    )
     def ingest_event(conversation_id: IdPath, new: NewEventIn) -> JSONResponse:
+        """One event (a message) in the conversation, with small attachments as base64 inside the JSON body
+        (`upload_event` takes large ones). Idempotent on `provider_event_id`: the same delivery returns the first
+        event. 409 when `event_id` already exists; 410 when the conversation, the author or the provider id is
+        fenced."""
         attachments = [_attachment(a, i, max_attachment_bytes) for i, a in enumerate(new.attachments)]
         event = pk.ingest_event(
             conversation_id,
@@ -95,6 +126,7 @@ def _upload_route(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int)
     @router.post(
         "/conversations/{conversation_id}/events/upload",
         operation_id="upload_event",
+        summary="Add an event with attachments (multipart)",
         response_model=models.EventOut,
         responses=UPLOAD_RESPONSES,
         openapi_extra={"requestBody": upload_schema()},
@@ -126,46 +158,68 @@ def _derived_routes(router: APIRouter, pk: Purgekeeper) -> None:
     and an attachment's bytes."""
 
     @router.post(
-        "/conversations/{conversation_id}/placements", operation_id="place_event", response_model=models.PlacementOut
+        "/conversations/{conversation_id}/placements",
+        operation_id="place_event",
+        summary="Place an event in another conversation",
+        response_model=models.PlacementOut,
     )
     def place_event(conversation_id: IdPath, new: NewPlacementIn) -> JSONResponse:
+        """A forward: the same event, placed in one more conversation. 410 when the event is no longer live."""
         return as_json(pk.place_event(new.event_id, conversation_id))
 
     @router.post(
         "/conversations/{conversation_id}/derivatives",
         operation_id="add_derivative",
+        summary="Record a derivative",
         response_model=models.DerivativeOut,
     )
     def add_derivative(conversation_id: IdPath, new: NewDerivativeIn) -> JSONResponse:
+        """Data made from events (a summary, an index entry), linked to the events it came from: a purge of any of them
+        clears its payload."""
         derivative = pk.add_derivative(
             conversation_id, kind=new.kind, payload=new.payload, source_event_ids=new.source_event_ids
         )
         return as_json(derivative)
 
-    @router.post("/bots", operation_id="register_bot", response_model=models.BotOut)
+    @router.post("/bots", operation_id="register_bot", summary="Register a bot", response_model=models.BotOut)
     def register_bot(new: NewBotIn) -> JSONResponse:
+        """A bot, and its Memory repository if it has one (a Git working tree inside one of the server's Memory roots),
+        in which an ownership marker is written so that an erasure can prove the repository is the bot's."""
         memory_path = _inside_memory_roots(new.memory_path, pk.settings.memory_roots)
         return as_json(pk.register_bot(new.bot_id, name=new.name, memory_path=memory_path))
 
-    @router.post("/runs", operation_id="start_run", response_model=models.RunOut)
+    @router.post("/runs", operation_id="start_run", summary="Start an agent run", response_model=models.RunOut)
     def start_run(new: NewRunIn) -> JSONResponse:
+        """A run of the bot in the conversation. 410 for a deleted bot or a purged or deleted conversation."""
         return as_json(pk.start_run(new.conversation_id, bot_id=new.bot_id, run_id=new.run_id))
 
-    @router.post("/runs/{run_id}/finish", operation_id="finish_run", response_model=models.RunOut)
+    @router.post(
+        "/runs/{run_id}/finish", operation_id="finish_run", summary="Finish a run", response_model=models.RunOut
+    )
     def finish_run(run_id: IdPath, finish: RunFinishIn) -> JSONResponse:
+        """The run's terminal status and its output (JSON). A finished run is not finished again."""
         return as_json(pk.finish_run(run_id, status=finish.status, output=finish.output))
 
-    @router.post("/runs/{run_id}/admissions", operation_id="admit", response_model=models.AdmissionOut)
+    @router.post(
+        "/runs/{run_id}/admissions",
+        operation_id="admit",
+        summary="Admit an event to a run",
+        response_model=models.AdmissionOut,
+    )
     def admit(run_id: IdPath, new: NewAdmissionIn) -> JSONResponse:
+        """Records that the event was given to the run, with its input payload; a purge of the event
+        clears the payload."""
         return as_json(pk.admit(new.event_id, run_id, payload=new.payload))
 
     @router.get(
         "/attachments/{attachment_id}",
         operation_id="open_attachment",
+        summary="Download an attachment",
         response_class=StreamingResponse,
         responses={200: {"content": {"application/octet-stream": BINARY}, "description": "the bytes"}},
     )
     def open_attachment(attachment_id: IdPath) -> StreamingResponse:
+        """The bytes of a live attachment, streamed. 410 `content_purged` once its event is purged."""
         stream = pk.open_attachment(attachment_id)
         return StreamingResponse(
             _chunks(stream), media_type="application/octet-stream", background=BackgroundTask(stream.close)

@@ -20,22 +20,40 @@ def proof_routes(router: APIRouter, pk: Purgekeeper) -> None:
     """Added to the group of the purges' status (``purges.status_routes``): the same tag and
     the same callers, and one router as before the routes were split into modules."""
 
-    @router.get("/purges/{purge_id}/receipt", operation_id="receipt", response_model=models.ReceiptOut)
+    @router.get(
+        "/purges/{purge_id}/receipt",
+        operation_id="receipt",
+        summary="Read a purge's receipt",
+        response_model=models.ReceiptOut,
+    )
     def receipt(purge_id: IdPath, request: Request) -> JSONResponse:
+        """Its ledger row's leaf, the inclusion proof and the signed checkpoint: proof of acceptance, which
+        `tlog/verify.py` checks offline."""
         visible(pk.status(purge_id), request)
         return as_json(pk.receipt(purge_id))
 
     @router.get(
-        "/purges/{purge_id}/completion", operation_id="completion", response_model=models.CompletionStatementOut
+        "/purges/{purge_id}/completion",
+        operation_id="completion",
+        summary="Read a purge's completion statement",
+        response_model=models.CompletionStatementOut,
     )
     def completion(purge_id: IdPath, request: Request) -> JSONResponse:
+        """A signed statement that every cleanup step of the purge finished. 409 `cleanup_not_complete` before then."""
         visible(pk.status(purge_id), request)
         return as_json(pk.completion(purge_id))
 
-    @router.get("/ledger/consistency", operation_id="consistency", response_model=models.ConsistencyProofOut)
+    @router.get(
+        "/ledger/consistency",
+        operation_id="consistency",
+        summary="Prove the ledger consistent",
+        response_model=models.ConsistencyProofOut,
+    )
     def consistency(
         from_size: Annotated[int, Query(alias="from", ge=1, le=MAX_SEQ, description="the older tree's size")],
     ) -> JSONResponse:
+        """A consistency proof from the tree of size `from` to the newest signed checkpoint: the older ledger is a
+        prefix of today's."""
         return as_json(pk.consistency(from_size))
 
 

@@ -24,21 +24,38 @@ from commands.http.routes.common import BINARY, OPERATOR_TAG, as_json, v1
 from schema.errors import ValidationError
 
 MAX_MERGE_FILES = 64
+MERGE_EXAMPLE = {"files": ["(the bytes of a file from GET /v1/ledger/checkpoint)"], "from_other_database": False}
 
 
 def operator_routes(pk: Purgekeeper) -> APIRouter:
     router = v1(OPERATOR_TAG)
 
-    @router.post("/purges/{purge_id}/retry", operation_id="retry", response_model=models.PurgeStatusOut)
+    @router.post(
+        "/purges/{purge_id}/retry",
+        operation_id="retry",
+        summary="Retry a purge's cleanup now",
+        response_model=models.PurgeStatusOut,
+    )
     def retry(purge_id: IdPath, request: RetryRequestIn) -> JSONResponse:
+        """Re-arms the purge's incomplete and retrying steps: due now, with fresh attempts, recorded in the audit with
+        the actor and reason. 409 when no step is incomplete or retrying."""
         return as_json(pk.retry(purge_id, actor=request.actor, reason=request.reason))
 
-    @router.post("/resume", operation_id="resume", response_model=models.ResumedOut)
+    @router.post(
+        "/resume", operation_id="resume", summary="Re-send the due cleanup steps", response_model=models.ResumedOut
+    )
     def resume() -> JSONResponse:
+        """Runs the due retention policies and one scheduler sweep now; answers how many steps were sent."""
         return as_json({"resent": pk.resume()})
 
-    @router.get("/ledger/verify", operation_id="verify_ledger", response_model=models.LedgerReportOut)
+    @router.get(
+        "/ledger/verify",
+        operation_id="verify_ledger",
+        summary="Verify the ledger",
+        response_model=models.LedgerReportOut,
+    )
     def verify_ledger() -> JSONResponse:
+        """Walks the ledger's hash chain and compares it with its copy outside the database."""
         return as_json(pk.verify_ledger())
 
     _ledger_file_routes(router, pk)
@@ -52,10 +69,12 @@ def _ledger_file_routes(router: APIRouter, pk: Purgekeeper) -> None:
     @router.get(
         "/ledger/checkpoint",
         operation_id="checkpoint_ledger",
+        summary="Download a ledger checkpoint",
         response_class=Response,
         responses={200: {"content": {"application/x-ndjson": BINARY}, "description": "a ledger export (version 2)"}},
     )
     def checkpoint_ledger() -> Response:
+        """The ledger's export (version 2) as a file, to merge into a database restored from an older backup."""
         directory = tempfile.mkdtemp(prefix="purgekeeper-checkpoint-")  # removed once it is sent
         try:
             written = pk.checkpoint_ledger(Path(directory) / "checkpoint.jsonl")
@@ -69,7 +88,13 @@ def _ledger_file_routes(router: APIRouter, pk: Purgekeeper) -> None:
             background=BackgroundTask(shutil.rmtree, directory, ignore_errors=True),
         )
 
-    @router.post("/ledger/merge", operation_id="merge_ledger", response_model=models.MergeReportOut)
+    @router.post(
+        "/ledger/merge",
+        operation_id="merge_ledger",
+        summary="Merge checkpoint files (restore)",
+        response_model=models.MergeReportOut,
+        openapi_extra={"requestBody": {"content": {"multipart/form-data": {"example": MERGE_EXAMPLE}}}},
+    )
     def merge_ledger(
         files: Annotated[
             list[UploadFile],
@@ -81,6 +106,8 @@ def _ledger_file_routes(router: APIRouter, pk: Purgekeeper) -> None:
             BeforeValidator(flag),
         ] = False,
     ) -> JSONResponse:
+        """Re-applies the purges a restored database lacks, from uploaded checkpoint files. A damaged file, or one of
+        another database (unless `from_other_database`), is refused and nothing changes."""
         return as_json(_merge(pk, files, allow_other_database=from_other_database))
 
 

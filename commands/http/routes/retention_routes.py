@@ -27,13 +27,22 @@ from commands.http.routes.common import ACCEPTED, OPERATOR_TAG, accepted, as_jso
 def retention_routes(pk: Purgekeeper) -> APIRouter:
     router = v1(OPERATOR_TAG)
 
-    @router.post("/retention/preview", operation_id="preview_retention", response_model=models.RetentionPreviewOut)
+    @router.post(
+        "/retention/preview",
+        operation_id="preview_retention",
+        summary="Preview a retention policy",
+        response_model=models.RetentionPreviewOut,
+    )
     def preview_retention(definition: RetentionDefinitionIn) -> JSONResponse:
+        """What a policy of `max_age_seconds` over one conversation (or all) would expire now, what holds keep, and the
+        `scope_digest` to set it with."""
         max_age = dt.timedelta(seconds=definition.max_age_seconds)
         return as_json(pk.preview_retention(max_age=max_age, conversation_id=definition.conversation_id))
 
-    @router.put("/retention/{policy_id}", operation_id="set_retention", **ACCEPTED)
+    @router.put("/retention/{policy_id}", operation_id="set_retention", summary="Set a retention policy", **ACCEPTED)
     def set_retention(policy_id: IdPath, setting: RetentionSettingIn, x_request_id: RequestId = None) -> JSONResponse:
+        """Accepts the previewed policy (202); the scheduler runs it. 409 `policy_conflict` when another policy governs
+        the scope."""
         acceptance = pk.set_retention(
             policy_id,
             max_age=dt.timedelta(seconds=setting.max_age_seconds),
@@ -43,10 +52,16 @@ def retention_routes(pk: Purgekeeper) -> APIRouter:
         )
         return accepted(acceptance)
 
-    @router.post("/retention/{policy_id}/remove", operation_id="remove_retention", **ACCEPTED)
+    @router.post(
+        "/retention/{policy_id}/remove",
+        operation_id="remove_retention",
+        summary="Remove a retention policy",
+        **ACCEPTED,
+    )
     def remove_retention(
         policy_id: IdPath, removal: RetentionRemovalIn, x_request_id: RequestId = None
     ) -> JSONResponse:
+        """Runs already accepted finish their cleanup."""
         acceptance = pk.remove_retention(
             policy_id,
             **causal(removal, x_request_id),
@@ -67,8 +82,14 @@ def retention_routes(pk: Purgekeeper) -> APIRouter:
     def run_retention_policy(policy_id: IdPath) -> JSONResponse:
         return as_json(pk.run_retention_policy(policy_id))
 
-    @router.get("/retention", operation_id="list_retention", response_model=models.PolicyListOut)
+    @router.get(
+        "/retention",
+        operation_id="list_retention",
+        summary="List the retention policies",
+        response_model=models.PolicyListOut,
+    )
     def list_retention() -> JSONResponse:
+        """Each standing policy, with its last and next runs."""
         return as_json({"policies": pk.list_retention()})
 
     return router
@@ -77,8 +98,10 @@ def retention_routes(pk: Purgekeeper) -> APIRouter:
 def hold_routes(pk: Purgekeeper) -> APIRouter:
     router = v1(OPERATOR_TAG)
 
-    @router.put("/holds/{hold_id}", operation_id="place_hold", **ACCEPTED)
+    @router.put("/holds/{hold_id}", operation_id="place_hold", summary="Place a legal hold", **ACCEPTED)
     def place_hold(hold_id: IdPath, placing: HoldPlacingIn, x_request_id: RequestId = None) -> JSONResponse:
+        """On conversations and authors: while it stands, a purge that would remove what it covers is refused (409
+        `legal_hold`), and retention keeps that content."""
         acceptance = pk.place_hold(
             hold_id,
             conversation_ids=placing.conversation_ids,
@@ -87,18 +110,20 @@ def hold_routes(pk: Purgekeeper) -> APIRouter:
         )
         return accepted(acceptance)
 
-    @router.post("/holds/{hold_id}/release", operation_id="release_hold", **ACCEPTED)
+    @router.post("/holds/{hold_id}/release", operation_id="release_hold", summary="Release a legal hold", **ACCEPTED)
     def release_hold(hold_id: IdPath, release: HoldReleaseIn, x_request_id: RequestId = None) -> JSONResponse:
+        """The next run of every retention policy walks its whole scope again. A released hold's id is never reused."""
         acceptance = pk.release_hold(
             hold_id,
             **causal(release, x_request_id),
         )
         return accepted(acceptance)
 
-    @router.get("/holds", operation_id="list_holds", response_model=models.HoldListOut)
+    @router.get("/holds", operation_id="list_holds", summary="List the legal holds", response_model=models.HoldListOut)
     def list_holds(
         include_released: Annotated[bool, Query(description="also the released holds"), BeforeValidator(flag)] = False,
     ) -> JSONResponse:
+        """The standing holds; with `include_released`, the released ones too."""
         return as_json({"holds": pk.list_holds(include_released=include_released)})
 
     return router
