@@ -41,13 +41,16 @@ from schema.errors import ValidationError
 
 def content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
     router = v1("content")
-    _conversation_routes(router, pk, max_attachment_bytes)
+    _conversation_routes(router, pk)
+    _event_route(router, pk, max_attachment_bytes)
     _upload_route(router, pk, max_attachment_bytes)
     _derived_routes(router, pk)
+    _bot_and_run_routes(router, pk)
+    _attachment_route(router, pk)
     return router
 
 
-def _conversation_routes(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int) -> None:
+def _conversation_routes(router: APIRouter, pk: Purgekeeper) -> None:
     @router.post(
         "/conversations",
         operation_id="create_conversation",
@@ -95,6 +98,10 @@ def _conversation_routes(router: APIRouter, pk: Purgekeeper, max_attachment_byte
         if not events and pk.get_conversation(conversation_id) is None:
             raise pk.why_unreadable(conversation_id)
         return as_json({"events": events})
+
+
+def _event_route(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int) -> None:
+    """An event as JSON, its attachments base64 inside it."""
 
     @router.post(
         "/conversations/{conversation_id}/events",
@@ -154,8 +161,7 @@ def _upload_route(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int)
 
 
 def _derived_routes(router: APIRouter, pk: Purgekeeper) -> None:
-    """What hangs off the events: placements, derivatives, bots, runs and their admissions,
-    and an attachment's bytes."""
+    """What hangs off the events: placements and derivatives."""
 
     @router.post(
         "/conversations/{conversation_id}/placements",
@@ -180,6 +186,10 @@ def _derived_routes(router: APIRouter, pk: Purgekeeper) -> None:
             conversation_id, kind=new.kind, payload=new.payload, source_event_ids=new.source_event_ids
         )
         return as_json(derivative)
+
+
+def _bot_and_run_routes(router: APIRouter, pk: Purgekeeper) -> None:
+    """Bots, their runs, and what the runs were given."""
 
     @router.post("/bots", operation_id="register_bot", summary="Register a bot", response_model=models.BotOut)
     def register_bot(new: NewBotIn) -> JSONResponse:
@@ -211,6 +221,8 @@ def _derived_routes(router: APIRouter, pk: Purgekeeper) -> None:
         clears the payload."""
         return as_json(pk.admit(new.event_id, run_id, payload=new.payload))
 
+
+def _attachment_route(router: APIRouter, pk: Purgekeeper) -> None:
     @router.get(
         "/attachments/{attachment_id}",
         operation_id="open_attachment",

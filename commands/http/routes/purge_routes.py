@@ -144,7 +144,12 @@ def status_routes(pk: Purgekeeper) -> APIRouter:
     """Hosts poll status, so these are host routes; a policy's or a hold's row is the
     operator's (``visible``)."""
     router = v1("purges")
+    _list_route(router, pk)
+    _one_purge_routes(router, pk)
+    return router
 
+
+def _list_route(router: APIRouter, pk: Purgekeeper) -> None:
     @router.get("/purges", operation_id="list_purges", summary="List purges", response_model=models.PurgePageOut)
     def list_purges(
         request: Request,
@@ -178,6 +183,8 @@ def status_routes(pk: Purgekeeper) -> APIRouter:
         )
         return as_json(page)
 
+
+def _one_purge_routes(router: APIRouter, pk: Purgekeeper) -> None:
     @router.get(
         "/purges/{purge_id}",
         operation_id="status",
@@ -206,5 +213,3 @@ def status_routes(pk: Purgekeeper) -> APIRouter:
         status."""
         visible(pk.status(purge_id), request)
         return as_json(pk.wait(purge_id, min(timeout, MAX_WAIT_SECONDS)))
-
-    return router

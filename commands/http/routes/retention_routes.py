@@ -26,6 +26,13 @@ from commands.http.routes.common import ACCEPTED, OPERATOR_TAG, accepted, as_jso
 
 def retention_routes(pk: Purgekeeper) -> APIRouter:
     router = v1(OPERATOR_TAG)
+    _policy_changes(router, pk)
+    _policy_runs(router, pk)
+    return router
+
+
+def _policy_changes(router: APIRouter, pk: Purgekeeper) -> None:
+    """A policy's preview, and the acceptances that set or remove it."""
 
     @router.post(
         "/retention/preview",
@@ -68,6 +75,10 @@ def retention_routes(pk: Purgekeeper) -> APIRouter:
         )
         return accepted(acceptance)
 
+
+def _policy_runs(router: APIRouter, pk: Purgekeeper) -> None:
+    """A policy's turn now, and the standing policies."""
+
     @router.post(
         "/retention/{policy_id}/run",
         operation_id="run_retention_policy",
@@ -91,8 +102,6 @@ def retention_routes(pk: Purgekeeper) -> APIRouter:
     def list_retention() -> JSONResponse:
         """Each standing policy, with its last and next runs."""
         return as_json({"policies": pk.list_retention()})
-
-    return router
 
 
 def hold_routes(pk: Purgekeeper) -> APIRouter:
