@@ -5,14 +5,18 @@ The OpenAPI document is at ``/openapi.json``, and readable at ``/docs`` (Swagger
 the ``fastapi-offline`` package installs (MIT; Swagger UI is Apache-2.0, ReDoc MIT), served
 under ``/docs/assets`` (no operation of the document; see ``_serve_docs``). Every operation has an
 explicit ``operationId`` (the command's name) and a typed response (``commands.http.models``;
-the JSON is ``commands.surface.plain`` of the record). A request that does not match the
-document is a ``400 validation_error``: the document says so, and lists no 422. A repeated
-idempotent write returns the same record, so a creation is not told apart from a replay.
+the JSON is ``commands.surface.plain`` of the record), a summary and a description, and each
+request body an example. A request that does not match the document is a ``400
+validation_error``: the document says so, and lists no 422. A JSON body sent as anything but
+``application/json`` is a ``415`` (``media_types``), and a 405's ``Allow`` names the methods of
+its path. ``tests/http/test_openapi_fuzz.py`` holds the document to the truth with Schemathesis.
+A repeated idempotent write returns the same record, so a creation is not told apart from a
+replay.
 
 The parts: ``create_app`` here assembles the routes (``commands.http.routes``, one module per
 area, with the route table and who may call what), the request bodies (``bodies``, of the
-field types of ``fields``), the response bodies (``models``), the error handlers (``errors``)
-and the token and body guard (``guard``).
+field types of ``field_types``), the response bodies (``models``), the error handlers
+(``error_handlers``), the media types (``media_types``) and the token and body guard (``guard``).
 
 Caps (``RequestGuard``): a JSON body is at most ``max_body_bytes`` (1 MiB). Attachments
 sent in it are base64 (4 bytes for every 3), so together they stay under 768 KiB, less the
