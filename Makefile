@@ -56,8 +56,8 @@ lint: $(DEV)
 
 bench: $(DEV)
 	@set -e; found=0; for script in bench/acceptance.py bench/cleanup.py bench/scale.py bench/erasure.py bench/retention.py bench/receipts.py; do \
-		[ -e "$$script" ] || continue; found=1; echo "== $$script"; $(BIN)/python "$$script"; \
-	done; [ $$found = 1 ] || echo "no benchmarks in bench/ yet"
+		[ -e "$$script" ] || continue; found=1; echo "== $$script"; $(BIN)/python bench/record.py "$${script#bench/}"; \
+	done; [ $$found = 1 ] || echo "no benchmarks in bench/ yet"; $(BIN)/python bench/compare.py || true
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
