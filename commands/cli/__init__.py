@@ -4,6 +4,12 @@ The group and what every command shares are in ``base``; the commands are in ``p
 (init, serve, scheduler, health), ``content_purges``, ``operate`` (status, list, retry,
 resume, wait), ``policies`` (retention and holds), ``ledger`` and ``receipts``; their text output is
 ``render`` and their option types ``options``. Importing this package registers them all.
+
+Lazy imports: ``purgectl --help`` (and any command's ``--help``) must not load SQLAlchemy, the
+kinds or the HTTP stack, so these modules import the handle and the records for type checking
+only (``if TYPE_CHECKING:``), and what a command runs (the handle, the processes, the
+settings) inside the command; ``tests/unit/test_lazy_imports.py`` holds them to it, and
+``bench/cli_startup.py`` measures it.
 """
 
 from commands.cli import content_purges, ledger_commands, operate, policies, process, receipt_commands  # noqa: F401 (they register)

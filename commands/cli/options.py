@@ -106,6 +106,8 @@ def build_scope(
     before: dt.datetime | None,
     author: str | None,
 ) -> EventScope:
+    from commands.scope import EventScope  # lazy: see commands/cli/__init__.py
+
     if events and any(v is not None for v in (conversation, after, before, author)):
         raise ValidationError("name events with --event, or a conversation with --conversation, not both")
     if events:
