@@ -12,7 +12,7 @@ import click
 
 from commands import surface
 from commands.cli.options import DURATION_SYNTAX, Duration, Timestamp, who_options
-from commands.cli.render import counted, render_page, render_status
+from commands.cli.render import counted, render_page, render_status, render_workers
 from commands.cli.shared import DEFAULT_PAGE, DEFAULT_WAIT_S, FINISHED, json_command, main, run_with_handle
 from schema.states import MAX_PAGE, PurgeKind, values
 from schema.states import PurgeStatus as Statuses
@@ -187,3 +187,13 @@ def wait_with_progress(pk: Purgekeeper, purge_id: str, timeout: float) -> tuple[
             )
 
         return poll_until_finished(pk, purge_id, timeout, on_status=show)
+
+
+@json_command(main)
+def workers(as_json: bool) -> None:
+    """List the worker, scheduler and embedded processes that sent a heartbeat in the last day,
+    idle ones included: alive, dead (3 missed heartbeats) or stopped, with the steps each one
+    runs now (the console's Workers view, /status/workers)."""
+    run_with_handle(
+        as_json, lambda pk: pk.list_workers(), render_workers, lambda found: {"workers": surface.plain(found)}
+    )

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         StepState,
     )
     from commands.scope import PurgePreview
+    from commands.worker_records import WorkerProcess
     from storage import checkpoint
 
 # -- text output ------------------------------------------------------------------------------------
@@ -437,3 +438,24 @@ def render_mapping(result: Any) -> str:
             block = render_mapping(nested).splitlines()
             lines += [f"{label(name)}:", *(f"  {line}" for line in block)]
     return "\n".join(lines)
+
+
+def render_workers(processes: Sequence[WorkerProcess]) -> str:
+    if not processes:
+        return "no worker, scheduler or embedded process has sent a heartbeat in the last day"
+    rows = [
+        (
+            p.state,
+            p.role,
+            p.host,
+            p.pid,
+            ", ".join(p.queues) or "-",
+            p.threads or "-",
+            p.started_at,
+            p.last_seen_at,
+            ", ".join(f"{h.purge_id} {h.kind} (attempt {h.attempt})" for h in p.holding) or "-",
+        )
+        for p in processes
+    ]
+    headers = ("state", "role", "host", "pid", "queues", "threads", "started", "last seen", "holding")
+    return table(headers, rows)

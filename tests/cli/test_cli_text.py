@@ -208,3 +208,26 @@ def test_status_marks_a_done_step_s_old_error_as_history() -> None:
     attachments = next(line for line in shown.splitlines() if line.startswith("attachments"))
     assert "before it was done: OSError: disk full" in bodies, shown
     assert attachments.endswith("OSError: busy") and "before it was done" not in attachments, shown
+
+
+def test_workers_lists_every_process_with_its_state(pk: Pk, purgectl: Purgectl) -> None:
+    """``purgectl workers``: the Workers view's processes in a table, dead and stopped ones
+    flagged, and the same list under --json (issue 26, item 5)."""
+    from schema import heartbeats
+
+    alive = heartbeats.ProcessIdentity("p-alive", "worker", "host-a", 101, ("purgekeeper-cleanup",), 4)
+    gone = heartbeats.ProcessIdentity("p-stopped", "scheduler", "host-b", 202)
+    for process in (alive, gone):
+        pk.db.transact(lambda conn, p=process: heartbeats.beat(conn, p, holding=(), dead_after=dt.timedelta(minutes=5)))
+    pk.db.transact(lambda conn: heartbeats.stop(conn, "p-stopped"))
+    shown = purgectl.text("workers").stdout
+    rows = {line.split()[1]: line for line in shown.splitlines()[1:] if line.strip()}
+    assert (
+        rows["worker"].split()[:2] == ["alive", "worker"]
+        and "host-a" in rows["worker"]
+        and "purgekeeper-cleanup" in rows["worker"]
+    )
+    assert rows["scheduler"].split()[:2] == ["stopped", "scheduler"]
+    assert REPR.search(shown) is None, shown
+    listed = purgectl.json("workers")
+    assert {(w["host"], w["alive"]) for w in listed["workers"]} == {("host-a", True), ("host-b", False)}
