@@ -191,7 +191,7 @@ CONSTRAINT_ERRORS: dict[str, tuple[type[PurgekeeperError], str]] = {
     "pk_conversations": (ValidationError, "a conversation with this id already exists"),
     "pk_bots": (ValidationError, "a bot with this id already exists"),
     "pk_events": (Conflict, "an event with this id already exists"),
-    "pk_runs": (ValidationError, "a run with this id already exists"),
+    "pk_runs": (Conflict, "a run with this id already exists"),
     "pk_placements": (ValidationError, "the event is already placed in this conversation"),
     "uq_events_provider_event_id": (ValidationError, "provider_event_id is already used"),
     "fk_conversations_bot_id_bots": (NotFound, "no such bot"),

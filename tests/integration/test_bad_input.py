@@ -261,7 +261,7 @@ CASES: list[Any] = [
         id="event-id-taken-with-new-provider-id",
     ),
     pytest.param(
-        lambda w: w.pk.start_run("c1", bot_id="b1", run_id="r-live"), commands.ValidationError, id="run-id-taken"
+        lambda w: w.pk.start_run("c1", bot_id="b1", run_id="r-live"), commands.Conflict, id="run-id-taken"
     ),
 ]
 
