@@ -236,6 +236,9 @@ class _Parts:
     def finish(self) -> None:
         if not self.ended:
             raise ValidationError("body: the multipart body ends before its closing boundary")
+        for number, spooled in enumerate(self.upload.files):
+            if spooled.size == 0:  # refused here too, so that a replay of a delivery is no way past it
+                raise ValidationError(f"attachment {number} is empty")
         for spooled in self.upload.files:
             spooled.handle.close()
 

@@ -156,6 +156,18 @@ def test_refusals_of_the_command_keep_nothing_either(uploader: TestClient, world
     assert spooled(world.pk) == []
 
 
+def test_an_empty_attachment_is_refused_even_in_a_replayed_delivery(uploader: TestClient, world: World) -> None:
+    """Schemathesis found it: a delivery again (the same provider id) answered the first event,
+    so an attachment the document refuses (an empty file) got a 200 then."""
+    fields = {"author": "ada", "provider_event_id": "slack:1"}
+    ok(upload(uploader, "c1", fields, [("cas", ("a.txt", b"bytes", "text/plain"))]))
+    before = snapshot(world)
+    for attempt in ({"author": "ada"}, fields):
+        empty = upload(uploader, "c1", attempt, [("cas", ("b.txt", b"", "text/plain"))])
+        assert refused(empty, 400, "validation_error")["detail"] == "attachment 0 is empty"
+    assert snapshot(world) == before and spooled(world.pk) == []
+
+
 def test_a_crashed_upload_s_spool_file_is_swept_once_stale(pk: Pk) -> None:
     spool = uploads.spool_directory(pk.settings.blob_root)
     stale, fresh = spool / f"{uploads.SPOOL_PREFIX}old", spool / f"{uploads.SPOOL_PREFIX}new"
