@@ -229,7 +229,15 @@ class ReviewedRepositoryIn(_Body):
 
 
 class BotDeletionIn(Accepting):
-    model_config = example(erase_memory=False, **WHO)
+    """``erase_memory`` needs the ``reviewed_repository`` its preview showed."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"erase_memory": {"const": True}}, "required": ["erase_memory"]},
+            "then": {"properties": {"reviewed_repository": {"type": "object"}}, "required": ["reviewed_repository"]},
+            "examples": [{"erase_memory": False, **WHO}],
+        }
+    )
 
     erase_memory: bool = False
     reviewed_repository: ReviewedRepositoryIn | None = None

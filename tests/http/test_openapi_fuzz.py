@@ -54,7 +54,6 @@ POSITIVE_ANSWERED = ["2xx", "401", "404", "409", "410", "413"]
 # is not in the schema. A new finding is fixed, or judged one of these and added.
 SEMANTIC_RULES: dict[str, str] = {
     r"after must be earlier than before": "a window's two ends compare (after < before)",
-    r"erase_memory needs the reviewed_repository": "erase_memory=true needs the reviewed repository beside it",
     r"is a conversation, not a channel": "a channel deletion names a channel: the kind of a stored row",
     r"conversation .* already exists as a": "a stored conversation's id and kind (400 by content_commands)",
     r"run .* is already \w+": "a run finishes once, and a finished run admits nothing (its stored status, a 400)",
