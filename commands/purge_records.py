@@ -208,6 +208,7 @@ class ConversationPreview:
     conversation_id: str
     kind: str | None  # conversation | channel; None when it does not exist
     exists: bool
+    unknown: bool  # no conversation has the id and no purge reserved it: most often a typo
     version: int | None
     purged_by: str | None
     removes_content: bool
@@ -219,11 +220,6 @@ class ConversationPreview:
     derivatives: int
     holds: tuple[str, ...]
     disclosures: tuple[str, ...]
-
-    @property
-    def unknown(self) -> bool:
-        """No conversation has the id, and no purge has reserved it: most often a typo."""
-        return not self.exists and self.purged_by is None
 
 
 @dataclass(frozen=True)

@@ -193,6 +193,24 @@ class MemoryPreviewOut(_Model):
     identity: RepositoryIdentityOut | None = Field(description="send it back as reviewed_repository")
 
 
+class ConversationPreviewOut(_Model):
+    conversation_id: str
+    kind: Literal["conversation", "channel"] | None = Field(description="null when no conversation has the id")
+    exists: bool
+    unknown: bool = Field(description="no conversation has the id and no purge reserved it: most often a typo")
+    version: int | None = Field(description="send it as `expected_version` to refuse a conversation that changed")
+    purged_by: str | None = Field(description="the purge that already purged it")
+    removes_content: bool = Field(description="false for a channel's deletion, which removes nothing")
+    events: int
+    events_placed_elsewhere: int
+    attachments: int
+    runs: int
+    active_runs: list[str] = Field(description="runs not ended, which refuse the purge (409 `active_runs`)")
+    derivatives: int
+    holds: list[str] = Field(description="legal holds that refuse the purge (409 `legal_hold`)")
+    disclosures: list[str]
+
+
 class BotDeletionPreviewOut(_Model):
     bot_id: str
     name: str
@@ -247,6 +265,9 @@ class AcceptanceOut(_Model):
     ledger_seq: int
     outcome: Literal["accepted", "already_purged"]
     disclosures: list[str]
+    reserved_absent: bool = Field(
+        description="true when a conversation purge named an id no conversation had: the id is now reserved for ever"
+    )
 
 
 class StepProgressOut(_Model):
@@ -465,6 +486,7 @@ MIRRORS: dict[type[BaseModel], type[Any]] = {
     RepositoryIdentityOut: records.RepositoryIdentity,
     MemoryPreviewOut: records.MemoryPreview,
     BotDeletionPreviewOut: records.BotDeletionPreview,
+    ConversationPreviewOut: records.ConversationPreview,
     ErasureTotalsOut: records.ErasureTotals,
     ConversationCountOut: records.ConversationCount,
     SharedAttachmentOut: records.SharedAttachment,

@@ -107,6 +107,7 @@ def preview_of(conn: Connection, conversation_id: str, *, removes_content: bool)
         conversation_id=conversation_id,
         kind=row.kind if row is not None else None,
         exists=exists,
+        unknown=row is None and purged is None,
         version=row.version if exists and row is not None else None,
         purged_by=purged.purge_id if purged is not None else None,
         removes_content=removes_content,

@@ -31,6 +31,8 @@ OPERATION_IDS = {
     ("POST", "/v1/channels/{channel_id}/delete"): "delete_channel",
     ("POST", "/v1/bots"): "register_bot",
     ("GET", "/v1/bots/{bot_id}/deletion-preview"): "preview_bot_deletion",
+    ("GET", "/v1/conversations/{conversation_id}/purge-preview"): "preview_conversation_purge",
+    ("GET", "/v1/channels/{channel_id}/deletion-preview"): "preview_channel_deletion",
     ("POST", "/v1/bots/{bot_id}/delete"): "delete_bot",
     ("POST", "/v1/authors/erasure-preview"): "preview_author_erasure",
     ("POST", "/v1/authors/erase"): "erase_author",

@@ -61,6 +61,30 @@ def _content_purges(router: APIRouter, pk: Purgekeeper) -> None:
         )
         return accepted(acceptance)
 
+    @router.get(
+        "/conversations/{conversation_id}/purge-preview",
+        operation_id="preview_conversation_purge",
+        summary="Preview a conversation's purge",
+        response_model=models.ConversationPreviewOut,
+    )
+    def preview_conversation_purge(conversation_id: IdPath) -> JSONResponse:
+        """What purging the whole conversation would remove, in counts (events, those also placed elsewhere,
+        attachments, runs, derivatives), the runs and legal holds that would refuse it, what stays, and its `version`
+        to send as `expected_version`. An id no conversation has is no error: `unknown` says so (a purge reserves it).
+        """
+        return as_json(pk.preview_conversation_purge(conversation_id))
+
+    @router.get(
+        "/channels/{channel_id}/deletion-preview",
+        operation_id="preview_channel_deletion",
+        summary="Preview a channel's deletion",
+        response_model=models.ConversationPreviewOut,
+    )
+    def preview_channel_deletion(channel_id: IdPath) -> JSONResponse:
+        """What the channel holds, in counts; its deletion removes none of it (`removes_content` is false). 404 for an
+        unknown id, 400 for a conversation that is not a channel."""
+        return as_json(pk.preview_channel_deletion(channel_id))
+
     @router.post(
         "/conversations/{conversation_id}/purge",
         operation_id="purge_conversation",
@@ -71,7 +95,8 @@ def _content_purges(router: APIRouter, pk: Purgekeeper) -> None:
         conversation_id: IdPath, purge: ConversationPurgeIn, x_request_id: RequestId = None
     ) -> JSONResponse:
         """Accepts the purge of the whole conversation in O(1), whatever its size, optionally only at `expected_version`
-        (409 `version_conflict`). An absent id is reserved for ever; a repeat answers `already_purged`."""
+        (409 `version_conflict`). An absent id is reserved for ever, and the answer says `"reserved_absent": true`; a
+        repeat answers `already_purged`."""
         acceptance = pk.purge_conversation(
             conversation_id,
             expected_version=purge.expected_version,
