@@ -50,12 +50,16 @@ NEGATIVE_REJECTED = ["400", "401", "403", "404", "405", "406", "409", "413", "41
 POSITIVE_ANSWERED = ["2xx", "401", "404", "409", "410", "413"]
 
 # Schema-valid requests that a 400 refuses by a rule the document cannot state (between two
-# fields, or about what is stored), as this seed finds them: the error's detail, and why it
-# is not in the schema. A new finding is fixed, or judged one of these and added.
+# fields, or about what is stored): the error's detail, and why it is not in the schema. The
+# ids the server makes (uuid4) steer the stateful phase a little, so a rule of what is stored
+# can show in one run and not the next. A new finding is fixed, or judged one of these and added.
 SEMANTIC_RULES: dict[str, str] = {
     r"after must be earlier than before": "a window's two ends compare (after < before)",
     r"is a conversation, not a channel": "a channel deletion names a channel: the kind of a stored row",
-    r"conversation .* already exists as a": "a stored conversation's id and kind (400 by content_commands)",
+    r"conversation .* already exists as a": "a stored conversation's id and kind (a conflict, still a 400)",
+    r"a bot with id .* already exists": "a stored bot's id (a conflict, still a 400)",
+    r"the event is already placed in this conversation": "a stored placement (a conflict, still a 400)",
+    r"provider_event_id is already used": "a stored event's provider id, with other content (still a 400)",
     r"run .* is already \w+": "a run finishes once, and a finished run admits nothing (its stored status, a 400)",
     r"the scope selects no events": "a preview's scope must select stored events",
     r"must be a tree size from 1 to": "a consistency proof's size is at most the ledger's current size",
