@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from sqlalchemy import select
 
 import commands
-from commands.http import models
+from commands.http import models, receipt_models
 from commands.http.app import create_app
 from commands.validation import MAX_ATTACHMENT_BYTES
 from commands.web.auth import Tokens
@@ -128,7 +128,7 @@ def _declared_successes(app: FastAPI) -> Declared:
             for status, response in operation["responses"].items():
                 ref = response.get("content", {}).get("application/json", {}).get("schema", {}).get("$ref", "")
                 if status.startswith("2") and ref:
-                    _declared.append((method.upper(), pattern, status, getattr(models, ref.rsplit("/", 1)[-1])))
+                    _declared.append((method.upper(), pattern, status, _model(ref.rsplit("/", 1)[-1])))
     return _declared
 
 
@@ -194,3 +194,9 @@ def snapshot(world: World) -> dict[str, Any]:
     for root in (settings.blob_root, settings.file_root, world.memory_root):
         state[str(root)] = sorted((str(p.relative_to(root)), p.read_bytes()) for p in root.rglob("*") if p.is_file())
     return state
+
+
+def _model(name: str) -> type[BaseModel]:
+    """A response model by its name in the document: a record's mirror, or a receipt document."""
+    found: type[BaseModel] = getattr(models, name, None) or getattr(receipt_models, name)
+    return found

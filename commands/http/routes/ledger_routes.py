@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from commands.handle import Purgekeeper
-from commands.http import models
+from commands.http import receipt_models
 from commands.http.field_types import MAX_SEQ, IdPath
 from commands.http.routes.common import as_json, visible
 
@@ -24,7 +24,7 @@ def proof_routes(router: APIRouter, pk: Purgekeeper) -> None:
         "/purges/{purge_id}/receipt",
         operation_id="receipt",
         summary="Read a purge's receipt",
-        response_model=models.ReceiptOut,
+        response_model=receipt_models.ReceiptOut,
     )
     def receipt(purge_id: IdPath, request: Request) -> JSONResponse:
         """Its ledger row's leaf, the inclusion proof and the signed checkpoint: proof of acceptance, which
@@ -36,7 +36,7 @@ def proof_routes(router: APIRouter, pk: Purgekeeper) -> None:
         "/purges/{purge_id}/completion",
         operation_id="completion",
         summary="Read a purge's completion statement",
-        response_model=models.CompletionStatementOut,
+        response_model=receipt_models.CompletionStatementOut,
     )
     def completion(purge_id: IdPath, request: Request) -> JSONResponse:
         """A signed statement that every cleanup step of the purge finished. 409 `cleanup_not_complete` before then."""
@@ -47,7 +47,7 @@ def proof_routes(router: APIRouter, pk: Purgekeeper) -> None:
         "/ledger/consistency",
         operation_id="consistency",
         summary="Prove the ledger consistent",
-        response_model=models.ConsistencyProofOut,
+        response_model=receipt_models.ConsistencyProofOut,
     )
     def consistency(
         from_size: Annotated[int, Query(alias="from", ge=1, le=MAX_SEQ, description="the older tree's size")],

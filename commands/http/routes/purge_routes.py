@@ -33,6 +33,7 @@ MAX_WAIT_SECONDS = 30.0
 def purge_routes(pk: Purgekeeper) -> APIRouter:
     router = v1("purges")
     _content_purges(router, pk)
+    _conversations_and_channels(router, pk)
     _bot_and_author_purges(router, pk)
     return router
 
@@ -61,6 +62,8 @@ def _content_purges(router: APIRouter, pk: Purgekeeper) -> None:
         )
         return accepted(acceptance)
 
+
+def _conversations_and_channels(router: APIRouter, pk: Purgekeeper) -> None:
     @router.get(
         "/conversations/{conversation_id}/purge-preview",
         operation_id="preview_conversation_purge",

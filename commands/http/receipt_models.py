@@ -1,0 +1,48 @@
+"""The HTTP API's receipt documents: ``tlog.receipt``'s receipt, signed completion statement
+and consistency proof, as the OpenAPI document declares them (checked offline by
+``tlog.verify``). They mirror no record of ``commands``: the documents are the contract."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class _Model(BaseModel):
+    pass
+
+
+class ReceiptOut(_Model):
+    format: Literal["purgekeeper-receipt"]
+    version: Literal[1]
+    purge_id: str
+    ledger_seq: int
+    leaf_index: int = Field(description="ledger_seq - 1")
+    leaf: str = Field(description="base64 of the row's canonical JSON without prev_hash and row_hash")
+    inclusion_proof: list[str] = Field(description="base64 hashes from the leaf up (RFC 9162 §2.1.3)")
+    checkpoint: str = Field(description="the signed checkpoint (C2SP signed note) the proof is for")
+
+
+class CompletionStepCountsOut(_Model):
+    kind: str
+    removed: int
+    retained_shared: int
+    held: int
+
+
+class CompletionStatementOut(_Model):
+    purge_id: str
+    ledger_seq: int
+    completed_at: str = Field(description="when the last step finished (database clock), as in the statement")
+    attempts: int = Field(description="the cleanup attempts recorded for the purge, as in the statement")
+    steps: list[CompletionStepCountsOut]
+    statement: str = Field(
+        description="the signed statement (C2SP signed note, the log's key) bound to the purge's leaf; "
+        "the fields above repeat it unsigned"
+    )
+
+
+class ConsistencyProofOut(_Model):
+    proof: list[str] = Field(description="base64 hashes (RFC 9162 §2.1.4) from the tree of size `from`")
+    checkpoint: str = Field(description="the newest signed checkpoint")
