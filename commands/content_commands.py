@@ -30,6 +30,7 @@ from commands.records import (
 from schema import content_queries
 from schema.db import Database
 from schema.errors import (
+    Conflict,
     ContentPurged,
     ConversationPurged,
     IdReserved,
@@ -398,9 +399,7 @@ def _require(row: Any, message: str) -> Any:
 
 def _same_conversation(existing: Any, kind: str, bot_id: str | None) -> Conversation:
     if existing.kind != kind or existing.bot_id != bot_id:
-        raise ValidationError(
-            f"conversation {existing.id} already exists as a {existing.kind} with bot {existing.bot_id}"
-        )
+        raise Conflict(f"conversation {existing.id} already exists as a {existing.kind} with bot {existing.bot_id}")
     return Conversation.from_row(existing)
 
 
@@ -416,7 +415,7 @@ def _require_new_bot(conn: Connection, bot_id: str) -> None:
     if content_queries.is_tombstoned(conn, [TombstoneKind.BOT], bot_id):
         raise IdReserved(f"bot id {bot_id} belongs to a deleted bot")
     if content_queries.bot_row(conn, bot_id) is not None:
-        raise ValidationError(f"a bot with id {bot_id} already exists")
+        raise Conflict(f"a bot with id {bot_id} already exists")
 
 
 def _require_live_event(conn: Connection, event_id: str) -> None:

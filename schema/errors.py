@@ -188,8 +188,8 @@ TRIGGER_ERRORS: dict[str, type[PurgekeeperError]] = {
 
 # Named constraints (schema/tables.py) whose violation is a caller's mistake.
 CONSTRAINT_ERRORS: dict[str, tuple[type[PurgekeeperError], str]] = {
-    "pk_conversations": (ValidationError, "a conversation with this id already exists"),
-    "pk_bots": (ValidationError, "a bot with this id already exists"),
+    "pk_conversations": (Conflict, "a conversation with this id already exists"),
+    "pk_bots": (Conflict, "a bot with this id already exists"),
     "pk_events": (Conflict, "an event with this id already exists"),
     "pk_runs": (Conflict, "a run with this id already exists"),
     "pk_placements": (ValidationError, "the event is already placed in this conversation"),

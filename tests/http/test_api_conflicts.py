@@ -38,3 +38,13 @@ def test_a_retry_with_nothing_to_retry_is_a_409(pk: Pk, client: TestClient) -> N
     clean(pk, purge_id)
     body = refused(client.post(f"/v1/purges/{purge_id}/retry", json=WHO), 409, "conflict")
     assert body["detail"] == f"purge {purge_id} has no incomplete or retrying step to retry"
+
+
+def test_a_bot_or_conversation_id_that_exists_is_a_409(pk: Pk, client: TestClient) -> None:
+    pk.register_bot("b1", name="Bot")
+    bot = refused(client.post("/v1/bots", json={"bot_id": "b1", "name": "Other"}), 409, "conflict")
+    assert bot["detail"] == "a bot with id b1 already exists"
+    other_kind = {"conversation_id": "c1", "kind": "channel"}
+    conversation = refused(client.post("/v1/conversations", json=other_kind), 409, "conflict")
+    assert "conversation c1 already exists as a conversation" in conversation["detail"]
+    assert pk.get_conversation("c1").kind == "conversation"  # type: ignore[union-attr]

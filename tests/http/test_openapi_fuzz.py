@@ -56,8 +56,6 @@ POSITIVE_ANSWERED = ["2xx", "401", "404", "409", "410", "413"]
 SEMANTIC_RULES: dict[str, str] = {
     r"after must be earlier than before": "a window's two ends compare (after < before)",
     r"is a conversation, not a channel": "a channel deletion names a channel: the kind of a stored row",
-    r"conversation .* already exists as a": "a stored conversation's id and kind (a conflict, still a 400)",
-    r"a bot with id .* already exists": "a stored bot's id (a conflict, still a 400)",
     r"the event is already placed in this conversation": "a stored placement (a conflict, still a 400)",
     r"provider_event_id is already used": "a stored event's provider id, with other content (still a 400)",
     r"run .* is already \w+": "a run finishes once, and a finished run admits nothing (its stored status, a 400)",

@@ -248,10 +248,10 @@ CASES: list[Any] = [
         lambda w: w.pk.admit("e1", "r-done", payload={"a": 1}), commands.ValidationError, id="admit-to-finished-run"
     ),
     # identities that already exist
-    pytest.param(lambda w: w.pk.register_bot("b1", name="Again"), commands.ValidationError, id="bot-id-taken"),
+    pytest.param(lambda w: w.pk.register_bot("b1", name="Again"), commands.Conflict, id="bot-id-taken"),
     pytest.param(
         lambda w: w.pk.create_conversation("c1", kind="channel"),
-        commands.ValidationError,
+        commands.Conflict,
         id="conversation-kind-change",
     ),
     pytest.param(ingest(event_id="e1"), commands.Conflict, id="event-id-taken"),
@@ -260,9 +260,7 @@ CASES: list[Any] = [
         commands.Conflict,
         id="event-id-taken-with-new-provider-id",
     ),
-    pytest.param(
-        lambda w: w.pk.start_run("c1", bot_id="b1", run_id="r-live"), commands.Conflict, id="run-id-taken"
-    ),
+    pytest.param(lambda w: w.pk.start_run("c1", bot_id="b1", run_id="r-live"), commands.Conflict, id="run-id-taken"),
 ]
 
 

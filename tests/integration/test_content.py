@@ -103,7 +103,7 @@ def test_create_conversation_is_idempotent(pk: Pk) -> None:
 
 def test_create_conversation_with_another_kind_is_refused(pk: Pk) -> None:
     pk.create_conversation("c1")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(commands.Conflict):  # the id exists, as something else: a conflict with the state (409)
         pk.create_conversation("c1", kind="channel")
     with pytest.raises(commands.ValidationError):
         pk.create_conversation("c1", kind="thread")
@@ -113,7 +113,7 @@ def test_create_conversation_with_another_kind_is_refused(pk: Pk) -> None:
 def test_create_conversation_with_another_bot_is_refused(pk: Pk) -> None:
     pk.register_bot("b1", name="One")
     pk.create_conversation("c1", bot_id="b1")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(commands.Conflict):
         pk.create_conversation("c1")
 
 
@@ -167,9 +167,9 @@ def test_reregistering_a_bot_id_is_refused_and_keeps_the_marker(pk: Pk, tmp_path
     repository = git_repository(tmp_path / "repo")
     pk.register_bot("b1", name="One", memory_path=repository)
     before = marker_file(repository).read_bytes()
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(commands.Conflict):
         pk.register_bot("b1", name="One", memory_path=repository)
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(commands.Conflict):
         pk.register_bot("b1", name="One again")
     assert marker_file(repository).read_bytes() == before
     assert count(pk, "bots") == 1
@@ -178,7 +178,7 @@ def test_reregistering_a_bot_id_is_refused_and_keeps_the_marker(pk: Pk, tmp_path
 def test_reregistering_a_bot_id_on_another_repository_leaves_no_marker_there(pk: Pk, tmp_path: Path) -> None:
     pk.register_bot("b1", name="One", memory_path=git_repository(tmp_path / "repo"))
     other = git_repository(tmp_path / "other")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(commands.Conflict):
         pk.register_bot("b1", name="One", memory_path=other)
     assert not marker_file(other).exists()
 

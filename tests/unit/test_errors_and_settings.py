@@ -219,7 +219,7 @@ def test_sqlite_unique_messages_map_by_column() -> None:
     domain = translate_db_error(dbapi_error("UNIQUE constraint failed: events.provider_event_id"))
     assert type(domain) is ValidationError
     assert "provider_event_id" in domain.detail
-    assert type(translate_db_error(dbapi_error("UNIQUE constraint failed: conversations.id"))) is ValidationError
+    assert type(translate_db_error(dbapi_error("UNIQUE constraint failed: conversations.id"))) is errors.Conflict
     assert translate_db_error(dbapi_error("UNIQUE constraint failed: blobs.path")) is None
 
 
