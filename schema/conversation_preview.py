@@ -51,6 +51,7 @@ NONE = ConversationCounts(0, 0, 0, 0, 0)
 
 def counts(conn: Connection, conversation_id: str) -> ConversationCounts:
     """What the conversation holds now (zeros for an absent id)."""
+
     def count(query: Select[Any]) -> int:
         return int(conn.scalar(query, {"conversation_id": conversation_id}) or 0)
 
