@@ -120,6 +120,7 @@ class Gate:
         self._audit_problems: tuple[str, ...] = ()
         self._damage: tuple[str, ...] = ()  # what is wrong with the ledger's own chain, as walk_chain says
         self._audited = (0, ledger.GENESIS_HASH)  # the prefix the audit verified
+        self._checks = 0  # full checks so far: an audit step that one overtook keeps none of its verdict
         self._audit_started_at = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -258,6 +259,7 @@ class Gate:
         )
         self._legacy_checked = False
         with self._lock:
+            self._checks += 1
             self._verified_copy = None
             if lift_sticky:
                 self._audit_problems, self._damage = found[:MAX_PROBLEMS], damage[:MAX_PROBLEMS]
@@ -332,6 +334,7 @@ class Gate:
         to, the problems found so far)."""
         with self._lock:
             seq, prev = self._audited
+            checks = self._checks
             if seq and time.monotonic() - self._audit_started_at >= self.audit_cycle:
                 seq, prev = self._audited = (0, ledger.GENESIS_HASH)  # a new round from the first row
                 self._audit_started_at = time.monotonic()
@@ -340,6 +343,8 @@ class Gate:
         count, last, damage = ledger.walk_chain(rows, start=seq + 1, prev_hash=prev)
         problems = [f"the ledger does not verify: {problem}" for problem in damage] + self._copy_mismatches(rows)
         with self._lock:
+            if checks != self._checks:  # a full check (a merge's) came meanwhile: its verdict replaces ours
+                return self._audited[0], self._audit_problems
             if problems:
                 self._audit_problems = tuple(dict.fromkeys([*self._audit_problems, *problems]))[:MAX_PROBLEMS]
                 self._damage = tuple(dict.fromkeys([*self._damage, *damage]))[:MAX_PROBLEMS]

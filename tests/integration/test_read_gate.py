@@ -469,3 +469,27 @@ def test_sqlite_batches_search_the_index_for_an_id_list(pk: Pk) -> None:
         ).all()
     details = " ".join(str(row[-1]) for row in plan)
     assert "SEARCH events USING" in details and "SCAN events" not in details, details
+
+
+def test_an_audit_step_that_a_full_check_overtakes_does_not_leave_its_stale_verdict(
+    gated: Pk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What CI saw once under load: the background audit read the ledger's rows, then the copy
+    as it was before a merge wrote it again; the merge's full check ran in between and found
+    everything sound, and the audit then stored "differs from its copy at seq 2", which closed
+    the gate for good. Here the full check runs inside the audit's read of the copy, and the
+    copy the audit reads is wrong: its verdict belongs to a state the full check replaced."""
+    seed(gated)
+    purge_events(gated, "e-doomed")
+    gated.purge_conversation("c-whole", actor="ops@example.org", reason="the user asked")
+    read_copy = gated.gate.copy.row_hashes
+
+    def overtaken(**bounds: Any) -> dict[int, str]:
+        assert gated.gate.evaluate().open  # the merge's full check, done while the audit reads
+        return {seq: "0" * 64 for seq in read_copy(**bounds)}  # the copy as it was before
+
+    monkeypatch.setattr(gated.gate.copy, "row_hashes", overtaken)
+    gated.gate.audit_step()
+    monkeypatch.undo()
+    assert gated.gate.evaluate(lift_sticky=False).open  # nothing stale stuck
+    assert [event.id for event in gated.read_conversation("c-kept")] == ["e-kept"]
