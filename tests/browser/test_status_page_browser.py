@@ -49,12 +49,9 @@ from commands.web.auth import COOKIE_NAME
 from schema import steps
 from tests import helpers
 from tests.helpers import served
-from tests.helpers.databases import ON_CI
 from workers import runner
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(os.environ.get("PK_TEST_ARTIFACTS") or REPO / "test-artifacts")
 
 HOST_TOKEN = "browser-host-token-5b1e"
@@ -149,11 +146,6 @@ def prepare(settings: Settings) -> Prepared:
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
 def prepared(data_dir: Path) -> Prepared:
     return prepare(Settings.from_env({"PURGEKEEPER_DATA_DIR": str(data_dir)}))
 
@@ -168,48 +160,6 @@ def server(prepared: Prepared, data_dir: Path, tmp_path: Path) -> Iterator[serve
     )
     with served.serving(env, tmp_path, "--host", "127.0.0.1") as running:
         yield running
-
-
-# -- the browser ----------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
-    if missing:
-        message = (
-            f"no headless browser: {', '.join(missing)} missing (Debian: apt-get install chromium chromium-driver)"
-        )
-        if ON_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    monkeypatch.setenv("SE_AVOID_STATS", "true")  # Selenium Manager stays offline
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1280,1100",
-        f"--user-data-dir={tmp_path / 'chromium-profile'}",
-    ):
-        options.add_argument(argument)
-    driver = webdriver.Chrome(
-        service=Service(str(CHROMEDRIVER), log_output=str(tmp_path / "chromedriver.log")), options=options
-    )
-    driver.set_page_load_timeout(WAIT_S)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def wait_for(condition: Any, what: str, timeout: float = WAIT_S) -> Any:

@@ -31,12 +31,9 @@ from commands.settings import Settings
 from schema.states import WorkerRole
 from tests.helpers import served
 from tests.helpers.console import claim, purge_new_event
-from tests.helpers.databases import ON_CI
 from tests.helpers.heartbeats import heartbeat, seen_ago
 
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(os.environ.get("PK_TEST_ARTIFACTS") or REPO / "test-artifacts")
 OPERATOR_TOKEN = "workers-operator-token-3e8a"
 OWNER = "worker-host:4242:c0ffee"  # the lease owner of the busy worker's attempt
@@ -74,11 +71,6 @@ def prepare(settings: Settings) -> Prepared:
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
 def prepared(data_dir: Path) -> Prepared:
     return prepare(Settings.from_env({"PURGEKEEPER_DATA_DIR": str(data_dir)}))
 
@@ -92,36 +84,6 @@ def server(prepared: Prepared, data_dir: Path, tmp_path: Path) -> Iterator[serve
     )
     with served.serving(env, tmp_path, "--host", "127.0.0.1") as running:
         yield running
-
-
-@pytest.fixture
-def browser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not os.access(path, os.X_OK)]
-    if missing:
-        message = (
-            f"no headless browser: {', '.join(missing)} missing (Debian: apt-get install chromium chromium-driver)"
-        )
-        if ON_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    monkeypatch.setenv("SE_AVOID_STATS", "true")  # Selenium Manager stays offline
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
-        options.add_argument(argument)
-    options.add_argument("--window-size=1280,900")
-    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
-    driver = webdriver.Chrome(
-        service=Service(str(CHROMEDRIVER), log_output=str(tmp_path / "chromedriver.log")), options=options
-    )
-    driver.set_page_load_timeout(WAIT_S)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def wait_for(condition: Any, what: str) -> Any:
