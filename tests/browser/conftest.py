@@ -11,11 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.browser import CHROMEDRIVER, CHROMIUM, WAIT_S
 from tests.helpers.databases import ON_CI
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-WAIT_S = 15.0
 
 
 @pytest.fixture

@@ -30,9 +30,7 @@ or chromedriver the test fails on CI (``CI`` set) and skips locally.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shutil
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,10 +47,8 @@ from commands.web.auth import COOKIE_NAME
 from schema import steps
 from tests import helpers
 from tests.helpers import served
+from tests.helpers.browser import WAIT_S, save_screenshot, wait_for
 from workers import runner
-
-REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = Path(os.environ.get("PK_TEST_ARTIFACTS") or REPO / "test-artifacts")
 
 HOST_TOKEN = "browser-host-token-5b1e"
 OPERATOR_TOKEN = "browser-operator-token-c9d4"
@@ -62,7 +58,6 @@ HOSTILE_NAME = "<img src=x onerror=alert(1)>.txt"  # no '/': a valid attachment 
 SECRET = "S3CR3T-browser-body"
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
 FROZEN_WORKER = "frozen-host:4242:c0ffee"
-WAIT_S = 15.0
 
 
 # -- the database, prepared before the server starts ---------------------------------------------------
@@ -162,19 +157,6 @@ def server(prepared: Prepared, data_dir: Path, tmp_path: Path) -> Iterator[serve
         yield running
 
 
-def wait_for(condition: Any, what: str, timeout: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            found = condition()
-        except Exception:  # the page is reloading under us: look again
-            found = None
-        if found:
-            return found
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 def by_id(driver: Any, element_id: str) -> Any:
     from selenium.webdriver.common.by import By
 
@@ -187,21 +169,6 @@ def sign_in(driver: Any, token: str, name: str = OPERATOR_NAME) -> None:
         box.clear()
         box.send_keys(value)
     driver.find_element("css selector", "#sign-in button[type=submit]").click()
-
-
-def save_screenshot(driver: Any, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / name
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    page = {"width": 1280, "height": max(int(height), 800), "deviceScaleFactor": 1, "mobile": False}
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", page)  # the whole page, not the window
-    try:
-        assert driver.save_screenshot(str(path)), path
-    finally:
-        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
-    assert path.stat().st_size > 10_000
-    print(f"screenshot: {path}")
-    return path
 
 
 def has_refresh(driver: Any) -> bool:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import socket
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,14 +29,12 @@ import commands
 from commands.settings import Settings
 from schema.states import WorkerRole
 from tests.helpers import served
+from tests.helpers.browser import save_screenshot, wait_for
 from tests.helpers.console import claim, purge_new_event
 from tests.helpers.heartbeats import heartbeat, seen_ago
 
-REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = Path(os.environ.get("PK_TEST_ARTIFACTS") or REPO / "test-artifacts")
 OPERATOR_TOKEN = "workers-operator-token-3e8a"
 OWNER = "worker-host:4242:c0ffee"  # the lease owner of the busy worker's attempt
-WAIT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -86,33 +83,6 @@ def server(prepared: Prepared, data_dir: Path, tmp_path: Path) -> Iterator[serve
         yield running
 
 
-def wait_for(condition: Any, what: str) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        try:
-            found = condition()
-        except Exception:  # the page is loading under us: look again
-            found = None
-        if found:
-            return found
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-def save_screenshot(driver: Any, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / name
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    page = {"width": 1280, "height": max(int(height), 600), "deviceScaleFactor": 1, "mobile": False}
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", page)  # the whole page, not the window
-    try:
-        assert driver.save_screenshot(str(path)), path
-    finally:
-        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
-    assert path.stat().st_size > 10_000
-    return path
-
-
 def cells(row: Any) -> list[str]:
     from selenium.webdriver.common.by import By
 
@@ -151,7 +121,7 @@ def test_the_workers_view_lists_every_process_and_flags_the_dead_one(
     assert browser.find_elements(By.ID, "nobody-to-work") == []
     lease = browser.find_element(By.CSS_SELECTOR, f"article.worker[data-owner='{OWNER}'] .lease-process")
     assert lease.text == f"Run by the worker process {here} pid {pid}."
-    save_screenshot(browser, "workers.png")
+    save_screenshot(browser, "workers.png", min_height=600)
 
     shown[prepared.busy].find_element(By.CSS_SELECTOR, ".holds a").click()
     wait_for(lambda: browser.find_element(By.ID, "purge-title"), "the held purge's page")
