@@ -168,6 +168,7 @@ def render_preview(preview: PurgePreview, *, scope_args: str) -> str:
             for e in preview.events
         ],
     )
+    holds = {hold for h in preview.held for hold in h.hold_ids}
     shared = [
         f"{a.id} (kept: also {', '.join(f'{r.attachment_id}@{r.event_id}' for r in a.other_references)})"
         for a in preview.shared_attachments
@@ -184,14 +185,14 @@ def render_preview(preview: PurgePreview, *, scope_args: str) -> str:
         listed("attachments deleted", [a.id for a in preview.exclusive_attachments]),
         listed("attachments shared", shared),
         listed("blocking runs, refusing confirmation until they end", [r.id for r in preview.blocking_runs]),
-        *held_lines({hold for h in preview.held for hold in h.hold_ids}, [h.event_id for h in preview.held], "events"),
+        *held_lines(holds, [h.event_id for h in preview.held], "events"),
         "",
         "not erased:",
         *(f"  - {d}" for d in preview.disclosures),
         "",
         confirm_line(
             f"purgectl confirm {scope_args} --digest {preview.scope_digest} --actor WHO --reason WHY",
-            holds={hold for h in preview.held for hold in h.hold_ids},
+            holds=holds,
             blocking=[r.id for r in preview.blocking_runs],
         ),
     ]
