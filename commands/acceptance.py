@@ -24,7 +24,6 @@ from schema.db import Database
 from schema.errors import LedgerNotCopied, PurgekeeperError
 from storage import ledger_copy
 from storage.files import reason_of
-from workers import broker
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +55,8 @@ def broker_hook(settings: Settings, workers: str, database_key: str, db: Databas
     the in-process StubBroker); with ``workers="none"`` and no broker URL, none at all."""
     if workers == "none" and settings.broker_url is None:
         return _no_enqueue
+    from workers import broker  # lazy: dramatiq, which a one-shot command never needs
+
     broker.setup(settings.broker_url)
     return functools.partial(broker.enqueue, settings.broker_url, database_key, db=db)
 

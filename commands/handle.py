@@ -11,8 +11,9 @@ from commands.acceptance import Acceptor, EnqueueHook
 from commands.content_commands import ContentCommands
 from commands.delegation import delegate
 from commands.hold_commands import HoldCommands
-from commands.operations import STALL_AFTER, OperatorCommands
+from commands.operations import OperatorCommands
 from commands.purge_commands import PurgeCommands
+from commands.purge_reads import STALL_AFTER
 from commands.receipts import Receipts
 from commands.records import PurgeStatus
 from commands.restore_commands import RestoreCommands

@@ -33,9 +33,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from pythonjsonlogger.core import RESERVED_ATTRS
-from pythonjsonlogger.json import JsonFormatter
-
 from commands.settings import ENV_PREFIX, Settings
 from schema.errors import ValidationError
 
@@ -48,8 +45,9 @@ JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(message)s"
 JSON_NAMES = {"asctime": "time", "levelname": "level", "name": "logger"}
 CONTEXT_FIELDS = ("purge_id", "step_kind", "step_id")
 QUIET_LOGGERS = ("alembic",)  # INFO at every start ("Context impl PostgresqlImpl.", ...)
-# uvicorn passes its coloured message along as an extra; the plain one is the message.
-SKIPPED_ATTRS = (*RESERVED_ATTRS, "color_message", "taskName")
+# uvicorn passes its coloured message along as an extra; the plain one is the message (with
+# python-json-logger's RESERVED_ATTRS, which the JSON formatter skips too).
+EXTRA_SKIPPED_ATTRS = ("color_message", "taskName")
 
 
 def configure(source: Settings | Mapping[str, str], *, process: str, stream: TextIO | None = None) -> None:
@@ -101,8 +99,13 @@ def formatter(log_format: str, process: str) -> logging.Formatter:
     UTC times like ``2026-05-04T09:12:03.217Z``."""
     chosen: logging.Formatter
     if log_format == "json":
+        # imported here: a one-shot purgectl command logging text starts without it
+        from pythonjsonlogger.core import RESERVED_ATTRS
+        from pythonjsonlogger.json import JsonFormatter
+
+        skipped = (*RESERVED_ATTRS, *EXTRA_SKIPPED_ATTRS)
         chosen = JsonFormatter(
-            JSON_FIELDS, rename_fields=JSON_NAMES, static_fields={"process": process}, reserved_attrs=SKIPPED_ATTRS
+            JSON_FIELDS, rename_fields=JSON_NAMES, static_fields={"process": process}, reserved_attrs=skipped
         )
     else:
         chosen = logging.Formatter(TEXT_FORMAT, defaults={"process_role": process, "context": ""})

@@ -1,5 +1,6 @@
-"""The operator's read commands: purge status, the paginated purge list, the worker
-processes, ledger verification.
+"""The operator's commands: purge status and the paginated purge list (``commands.purge_reads``,
+which a one-shot command opens alone), the worker processes, ledger verification, retry,
+wait and resume.
 
 A purge is stalled when a step of it has been due for longer than ``stall_after`` (10
 minutes), or at once when nobody is there to do the work: processes that run steps have sent
@@ -18,58 +19,31 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands import kinds, validation
+from commands import validation
 from commands.acceptance import Enqueuer
 from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
+from commands.purge_reads import FINISHED, MAX_PAGE, PurgeReads, stall_bound
 from commands.records import (
     Attempt,
     AuditEntry,
     HeldStep,
     LedgerReport,
     PurgeDetail,
-    PurgePage,
     PurgeStatus,
-    StepState,
     WorkerLeases,
 )
 from commands.retention_commands import RetentionCommands
 from commands.worker_records import WorkerProcess
-from schema import heartbeats, ledger, lifecycle, overview, purges, states, steps
+from schema import heartbeats, ledger, overview, purges, steps
 from schema.db import Database
 from schema.errors import Conflict, InfrastructureError, NotFound, ValidationError
-from schema.states import FINISHED_PURGE_STATUSES, PurgeKind, values
 from storage import checkpoint, ledger_copy
 from workers import scheduler
 
-STALL_AFTER = dt.timedelta(minutes=10)
 WAIT_POLL_S = 0.05
-MAX_PAGE = states.MAX_PAGE
-PURGE_STATUSES = values(states.PurgeStatus)
-FINISHED = FINISHED_PURGE_STATUSES
-PURGE_KINDS = tuple(kind.value for kind in PurgeKind)
-# What a row is shown as and who may see it are its kind's (``commands.kinds``).
-OPERATOR_KINDS, POLICY_KINDS, label_of = kinds.OPERATOR_KINDS, kinds.POLICY_KINDS, kinds.label_of
 
 
-def derive_status(steps: Sequence[StepState]) -> str:
-    """The purge's status from its steps (``schema.lifecycle``, the one rule)."""
-    return lifecycle.derive_status(steps).value
-
-
-def stall_bound(presence: heartbeats.Presence, stall_after: dt.timedelta) -> dt.timedelta:
-    """How long a step may be due before its purge is stalled: ``stall_after``, or nothing
-    when nobody is there to do the work (``heartbeats.Presence.nobody_to_work``)."""
-    return dt.timedelta(0) if presence.nobody_to_work else stall_after
-
-
-def completed_at(entry: ledger.LedgerEntry, steps: Sequence[StepState]) -> dt.datetime:
-    """When a complete purge completed: its last step's finish, or its acceptance if it had
-    no cleanup (a policy, a hold, a channel deletion)."""
-    finished = [step.updated_at for step in steps if step.updated_at is not None]
-    return max(finished, default=entry.accepted_at)
-
-
-class OperatorCommands:
+class OperatorCommands(PurgeReads):
     """The operator's commands of :class:`commands.Purgekeeper` (each documented there):
     statuses read from ``db`` (stalled after ``stall_after``), steps woken through
     ``enqueuer``, and ``resume`` takes the due turns of ``retention`` first."""
@@ -77,8 +51,7 @@ class OperatorCommands:
     def __init__(
         self, db: Database, stall_after: dt.timedelta, enqueuer: Enqueuer, retention: RetentionCommands
     ) -> None:
-        self.db = db
-        self.stall_after = stall_after
+        super().__init__(db, stall_after)
         self.enqueuer = enqueuer
         self.retention = retention
 
@@ -131,50 +104,6 @@ class OperatorCommands:
             if status.status in FINISHED or time.monotonic() >= deadline:
                 return status
             time.sleep(min(WAIT_POLL_S, max(deadline - time.monotonic(), 0)))
-
-    def status(self, purge_id: str) -> PurgeStatus:
-        """A purge's derived status, with each step's attempts, progress and last error."""
-        validation.check_id(purge_id, "purge_id")
-        with self.db.read() as conn:
-            entry = ledger.entry_by_purge_id(conn, purge_id)
-            if entry is None:
-                raise NotFound(f"no purge {purge_id}")
-            return self._statuses(conn, [entry])[0]
-
-    def list_purges(
-        self,
-        status: str | None = None,
-        *,
-        kind: str | None = None,
-        conversation_id: str | None = None,
-        since: dt.datetime | None = None,
-        until: dt.datetime | None = None,
-        limit: int = 100,
-        after: int | None = None,
-        operator_rows: bool = True,
-    ) -> PurgePage:
-        """Purges newest first: of one derived ``status``, one ``kind``, concerning one
-        conversation or channel, accepted in ``[since, until)``, as given. ``after`` is the
-        ``next_after`` of the previous page. ``operator_rows=False`` leaves out the policies'
-        and holds' rows (``OPERATOR_KINDS``), as a host is shown the list."""
-        where = purges.LedgerFilter(
-            status=None if status is None else validation.check_choice(status, "status", PURGE_STATUSES),
-            kind=None if kind is None else validation.check_choice(kind, "kind", PURGE_KINDS),
-            conversation_id=validation.check_optional_id(conversation_id, "conversation_id"),
-            since=validation.check_optional_moment(since, "since"),
-            until=validation.check_optional_moment(until, "until"),
-            hidden_kinds=() if operator_rows else OPERATOR_KINDS,
-        )
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
-            raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
-        if after is not None and (not isinstance(after, int) or isinstance(after, bool) or not 1 <= after < 2**63):
-            raise ValidationError("after must be a positive ledger seq (the next_after of a page)")
-        with self.db.read() as conn:
-            rows = purges.list_ledger(conn, where=where, limit=limit + 1, before_seq=after)
-            entries = [ledger.LedgerEntry.from_row(row) for row in rows[:limit]]
-            statuses = self._statuses(conn, entries)
-        next_after = entries[-1].seq if len(rows) > limit else None
-        return PurgePage(purges=tuple(statuses), next_after=next_after)
 
     def purge_detail(self, purge_id: str) -> PurgeDetail:
         """A purge's status with every attempt of its steps (owner, start, finish, error) and
@@ -241,34 +170,6 @@ class OperatorCommands:
             return ledger_copy.write_export(self.db, target)
         except OSError as exc:
             raise InfrastructureError(f"could not write the checkpoint: {exc.strerror}") from exc
-
-    def _statuses(self, conn: Connection, entries: Sequence[ledger.LedgerEntry]) -> list[PurgeStatus]:
-        by_purge: dict[str, list[Any]] = defaultdict(list)
-        for row in purges.steps_of(conn, [e.purge_id for e in entries]):
-            by_purge[row.purge_id].append(row)
-        now = ledger.database_now(conn)
-        bound = stall_bound(heartbeats.presence(conn, now), self.stall_after)
-        return [self._status(entry, by_purge[entry.purge_id], now, bound) for entry in entries]
-
-    def _status(
-        self, entry: ledger.LedgerEntry, rows: Sequence[Any], now: dt.datetime, stall_after: dt.timedelta
-    ) -> PurgeStatus:
-        steps = tuple(StepState.from_row(row) for row in rows)
-        status = derive_status(steps)
-        return PurgeStatus(
-            purge_id=entry.purge_id,
-            kind=entry.kind,
-            status=status,
-            stalled=lifecycle.is_stalled(rows, now=now, stall_after=stall_after),
-            ledger_seq=entry.seq,
-            accepted_at=entry.accepted_at,
-            actor=entry.actor,
-            reason=entry.reason,
-            steps=steps,
-            label=label_of(entry),
-            policy_id=str(entry.selectors["policy_id"]) if entry.kind in POLICY_KINDS else None,
-            completed_at=completed_at(entry, steps) if status == "complete" else None,
-        )
 
 
 def _check_limit(limit: int) -> None:

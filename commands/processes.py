@@ -20,12 +20,12 @@ from pathlib import Path
 
 from commands import receipts
 from commands.handle import Purgekeeper
+from commands.reading import require_initialised
 from commands.settings import Settings
 from schema import ledger, migrate
 from schema.db import Database
-from schema.errors import InfrastructureError, MessagingUnavailable, SchemaMismatch, ValidationError
+from schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
 from storage import checkpoint, failpoints
-from workers import broker
 from workers.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -64,18 +64,6 @@ def initialise(settings: Settings) -> Initialised:
     finally:
         db.dispose()
     return Initialised(settings.database_name, settings.data_dir, result.after, result.before, result.changed)
-
-
-def require_initialised(settings: Settings, db: Database) -> str:
-    """The database's revision; ``SchemaMismatch`` naming the database when it has none (a
-    SQLite file is not even created: connecting would leave an empty one behind)."""
-    sqlite_file = settings.sqlite_file
-    if (sqlite_file is not None and not sqlite_file.exists()) or (revision := migrate.check_current(db)) is None:
-        raise SchemaMismatch(
-            f"no purgekeeper database at {settings.database_name}: run `purgectl init` to create it "
-            "(PURGEKEEPER_DATABASE_URL or PURGEKEEPER_DATA_DIR choose another)"
-        )
-    return revision
 
 
 @contextlib.contextmanager
@@ -140,6 +128,8 @@ def run_scheduler(settings: Settings, *, announce: Announce = log.info) -> None:
 
 def scheduler_of(pk: Purgekeeper, broker_url: str) -> Scheduler:
     """The leader loop on ``pk``, sending wake-ups to the broker at ``broker_url``."""
+    from workers import broker  # lazy: dramatiq, which a one-shot command never needs
+
     settings = pk.settings
     return Scheduler(
         pk.db,
@@ -154,6 +144,8 @@ def scheduler_of(pk: Purgekeeper, broker_url: str) -> Scheduler:
 def enqueue_or_log(broker_url: str, database_key: str, step_ids: Sequence[str], *, db: Database | None = None) -> None:
     """Send the wake-ups (``db`` names their purges in the log); a broker that is down is
     logged, and the next sweep sends them again."""
+    from workers import broker  # lazy: dramatiq, which a one-shot command never needs
+
     try:
         broker.enqueue(broker_url, database_key, step_ids, db=db)
     except Exception as exc:

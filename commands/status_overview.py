@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection
 
 from commands.handle import Purgekeeper
-from commands.operations import stall_bound
+from commands.purge_reads import stall_bound
 from commands.records import LedgerReport
 from schema import heartbeats, ledger, migrate, overview, retention_queries
 from schema.errors import MessagingUnavailable

@@ -27,7 +27,7 @@ from schema import ledger
 from schema.db import Database
 from schema.states import WorkerRole
 from storage.blobstore import BlobStore
-from workers import broker, runner
+from workers import runner
 from workers.cleanup import StepContext
 from workers.heartbeat import Heartbeat, this_process
 from workers.scheduler import Scheduler
@@ -110,6 +110,8 @@ def start_in_process(
     """Serve the database in this process: its steps run with ``ctx`` by the embedded dramatiq
     worker (StubBroker, threads), and a scheduler, started here, sweeps every ``interval``,
     waking the steps due with ``wake``, then runs ``after_sweep`` when it leads."""
+    from workers import broker  # lazy: dramatiq, which a one-shot command never needs
+
     broker.register(database_key, broker.Runtime(ctx, policy))
     broker.start_embedded_worker()
     process = this_process(WorkerRole.EMBEDDED, queues=(broker.QUEUE,), threads=broker.EMBEDDED_WORKER_THREADS)
@@ -126,6 +128,8 @@ def stop(db: Database, gate: Gate, database_key: str, scheduler: Scheduler | Non
     process (when ``start_in_process`` started them), the gate's audit; then release the
     database connections."""
     if scheduler is not None:
+        from workers import broker  # lazy: dramatiq, which a one-shot command never needs
+
         scheduler.stop()
         broker.unregister(database_key)
     gate.stop_audit()

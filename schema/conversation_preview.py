@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import BindParameter, Connection, Select, bindparam, exists, func, select
-from sqlalchemy.orm import aliased
 
 from schema.liveness import NOT_PURGED
 from schema.tables import attachments, conversations, derivatives, placements, runs
 
 _CONVERSATION: BindParameter[str] = bindparam("conversation_id")
-_OTHER = aliased(placements, name="other")
+_OTHER = placements.alias("other")
 
 _EVENTS = select(func.count()).select_from(placements).where(placements.c.conversation_id == _CONVERSATION)
 # An event placed in another live conversation too: its cleanup decides, when it runs, whether

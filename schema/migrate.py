@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING
@@ -38,28 +39,43 @@ def alembic_config() -> Config:
     return config
 
 
-@functools.cache
-def _shipped() -> tuple[str, frozenset[str]]:
-    """The head and every revision of the migrations this code ships. They are read once per
-    process: the files do not change under a running program, and reading them (alembic loads
-    each migration module) cost every ``commands.open`` about 30 ms."""
-    from alembic.script import ScriptDirectory
+# A migration's file is named after its revision, ``0013_worker_processes.py`` for "0013", and
+# each revision follows the one before: the head is the highest number.
+_MIGRATION_FILE = re.compile(r"(\d{4})_\w+\.py")
 
-    script = ScriptDirectory.from_config(alembic_config())
-    head = script.get_current_head()
-    if head is None:  # pragma: no cover - the package always ships migrations
+
+@functools.cache
+def shipped_revisions() -> frozenset[str]:
+    """Every revision of the migrations this code ships, read from their file names (once per
+    process: the files do not change under a running program). Not from alembic: loading its
+    runtime and each migration module cost every one-shot ``purgectl`` command a quarter of a
+    second. ``tests/integration/test_migrations.py`` checks that alembic reads the same."""
+    versions = resources.files("schema").joinpath("migrations", "versions")
+    found = frozenset(m.group(1) for item in versions.iterdir() if (m := _MIGRATION_FILE.fullmatch(item.name)))
+    if not found:  # pragma: no cover - the package always ships migrations
         raise SchemaMismatch("purgekeeper ships no migrations")
-    return head, frozenset(rev.revision for rev in script.walk_revisions())
+    return found
 
 
 def head_revision() -> str:
-    return _shipped()[0]
+    return max(shipped_revisions())
 
 
 def current_revision(conn: Connection) -> str | None:
-    from alembic.runtime.migration import MigrationContext
-
-    return MigrationContext.configure(conn).get_current_revision()
+    """The revision alembic recorded in ``alembic_version``; None when it has none (a database
+    never initialised). One query, as alembic's ``MigrationContext`` reads it."""
+    if conn.dialect.name == "sqlite":
+        exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+    else:
+        exists = "SELECT 1 WHERE to_regclass('alembic_version') IS NOT NULL"
+    if conn.execute(text(exists)).first() is None:
+        return None
+    revisions = list(conn.scalars(text("SELECT version_num FROM alembic_version")))
+    if len(revisions) > 1:
+        raise SchemaMismatch(
+            f"the database has {len(revisions)} schema revisions, {sorted(revisions)}: it has branches"
+        )
+    return revisions[0] if revisions else None
 
 
 def upgrade(db: Database) -> MigrationResult:
@@ -106,7 +122,7 @@ def check_not_newer(revision: str | None, *, database: str = "") -> None:
     """Refuse a revision this code does not know; ``database`` (redacted) names it."""
     if revision is None:
         return
-    if revision not in _shipped()[1]:
+    if revision not in shipped_revisions():
         named = f" {database}" if database else ""
         raise SchemaMismatch(
             f"the schema of the database{named} is at revision {revision!r}, which this purgekeeper "

@@ -13,12 +13,21 @@ import click
 from commands import surface
 from commands.cli.options import DURATION_SYNTAX, Duration, Timestamp, who_options
 from commands.cli.render import counted, render_page, render_status, render_workers
-from commands.cli.shared import DEFAULT_PAGE, DEFAULT_WAIT_S, FINISHED, json_command, main, run_with_handle
+from commands.cli.shared import (
+    DEFAULT_PAGE,
+    DEFAULT_WAIT_S,
+    FINISHED,
+    json_command,
+    main,
+    run_with_handle,
+    run_with_reads,
+)
 from schema.states import MAX_PAGE, PurgeKind, values
 from schema.states import PurgeStatus as Statuses
 
 if TYPE_CHECKING:
     from commands.handle import Purgekeeper
+    from commands.purge_reads import PurgeReads
     from commands.records import (
         PurgeStatus,
     )
@@ -32,7 +41,7 @@ EXIT_INCOMPLETE = 5  # `wait --fail-on-incomplete`: the purge ended incomplete
 @click.argument("purge_id")
 def status(purge_id: str, as_json: bool) -> None:
     """Show a purge's status and each cleanup step's attempts, progress and last error."""
-    run_with_handle(as_json, lambda pk: pk.status(purge_id), render_status)
+    run_with_reads(as_json, lambda reads: reads.status(purge_id), render_status)
 
 
 @json_command(main, "list")
@@ -62,12 +71,12 @@ def list_purges(
         chosen = "".join(f" --{name} {_argument(value)}" for name, value in filters.items() if value is not None)
         return f"purgectl list{chosen} --limit {limit} --after {after}"
 
-    def action(pk: Purgekeeper) -> Any:
-        return pk.list_purges(
+    def action(reads: PurgeReads) -> Any:
+        return reads.list_purges(
             status_filter, kind=kind, conversation_id=conversation, since=since, until=until, limit=limit, after=cursor
         )
 
-    run_with_handle(as_json, action, lambda page: render_page(page, next_command=next_command))
+    run_with_reads(as_json, action, lambda page: render_page(page, next_command=next_command))
 
 
 def _argument(value: str | dt.datetime) -> str:

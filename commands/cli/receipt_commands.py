@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from commands.cli.shared import JsonCommand, json_command, json_option, main, print_json, run_with_handle
-from tlog import verify
+
+if TYPE_CHECKING:
+    from tlog import verify
 
 VERIFIED, INVALID, UNUSABLE = 0, 1, 2  # tlog.verify's exit codes
 
@@ -84,6 +86,8 @@ def receipt_verify(
         argv += ["--proof", str(proof)]
     if completion is not None:
         argv += ["--completion", str(completion)]
+    from tlog import verify  # lazy: see commands/cli/__init__.py
+
     if not as_json:
         sys.exit(verify.main(argv))
     sys.exit(_verify_json(file, key, newer, proof, completion))
@@ -93,6 +97,8 @@ def _verify_json(file: Path, key: str, newer: Path | None, proof: Path | None, c
     if (newer is None) != (proof is None):
         print_json({"error": "validation_error", "detail": "--newer and --proof go together"})
         return UNUSABLE
+    from tlog import verify  # lazy: see commands/cli/__init__.py
+
     try:
         vkey = key if "+" in key else Path(key).read_text(encoding="utf-8").strip()
         result = verify.verify_receipt(

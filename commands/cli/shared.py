@@ -21,6 +21,7 @@ from schema.errors import (
 
 if TYPE_CHECKING:
     from commands.handle import Purgekeeper
+    from commands.purge_reads import PurgeReads
     from commands.settings import Settings
 
 T = TypeVar("T")
@@ -137,12 +138,36 @@ def run_with_handle(
 ) -> None:
     def with_handle() -> T:
         with opened() as pk:
-            try:
-                return action(pk)
-            except NotFound as missing:  # which database it looked in: a second, empty one is a common mistake
-                raise NotFound(f"{missing.detail} in the database {pk.settings.database_name}") from missing
+            return naming_the_database(lambda: action(pk))
 
     run_command(as_json, with_handle, render, to_json)
+
+
+def run_with_reads(
+    as_json: bool,
+    action: Callable[[PurgeReads], T],
+    render: Callable[[T], str],
+    to_json: Callable[[T], Any] = surface.plain,
+) -> None:
+    """``run_with_handle`` for a command that only reads purges (``status``, ``list``): it
+    opens the purge reads alone (``commands.reading``), not the whole handle."""
+
+    def with_reads() -> T:
+        from commands import reading  # lazy: see commands/cli/__init__.py
+
+        with reading.reading(settings()) as reads:
+            return naming_the_database(lambda: action(reads))
+
+    run_command(as_json, with_reads, render, to_json)
+
+
+def naming_the_database(action: Callable[[], T]) -> T:
+    """``action``'s answer; a NotFound names the database it looked in: a second, empty one
+    is a common mistake."""
+    try:
+        return action()
+    except NotFound as missing:
+        raise NotFound(f"{missing.detail} in the database {settings().database_name}") from missing
 
 
 class JsonCommand(click.Command):

@@ -15,7 +15,7 @@ from typing import Any
 
 import commands
 from commands.handle import Purgekeeper
-from commands.operations import MAX_PAGE
+from commands.purge_reads import MAX_PAGE
 from commands.scope import EventScope
 from commands.settings import Settings
 from schema.errors import Fenced, NotFound, ValidationError

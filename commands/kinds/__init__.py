@@ -18,7 +18,9 @@
    ``schema.states.PurgeKind`` gets the same value (the enum mirrors the CHECK: schema
    cannot import commands).
 
-Nothing else lists kinds: this package finds each module (``discover``), the surfaces show a
+Nothing else lists kinds: this package finds each module (``discover``; ``kind_of`` imports
+only the module named after the kind it is asked for, so a command that shows one purge loads
+one kind, not ten: ``purgectl status`` starts faster), the surfaces show a
 row by its kind's ``label`` and visibility, the merge checks a row with its kind's
 ``check_selectors``, and the workers get the bodies steps from ``bodies_steps()``, which
 each worker process hands them at start-up (``StepContext.bodies``): importing ``workers``
@@ -28,21 +30,40 @@ a toy kind through them, and fails when another module names a kind's string.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import pkgutil
 from collections.abc import Iterable, Mapping
 from types import ModuleType
-from typing import Any
-
-from sqlalchemy import Connection
+from typing import TYPE_CHECKING, Any
 
 from commands.kinds.kind import Kind
 from commands.kinds.selector_fields import RowInvalid
 from schema import purges
 from schema.ledger import LedgerEntry
-from schema.states import StepKind
-from workers.cleanup import BodiesStep
+from schema.states import PurgeKind, StepKind
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+    from workers.cleanup import BodiesStep
+
+    # Made on first use (``__getattr__`` below): the registry, each kind, and what the
+    # surfaces filter by.
+    KINDS: Mapping[str, Kind[Any, Any]]
+    CONTENT: Kind[Any, Any]
+    CONVERSATION: Kind[Any, Any]
+    CHANNEL: Kind[Any, Any]
+    BOT: Kind[Any, Any]
+    AUTHOR: Kind[Any, Any]
+    HOLD: Kind[Any, Any]
+    HOLD_RELEASE: Kind[Any, Any]
+    RETENTION: Kind[Any, Any]
+    RETENTION_END: Kind[Any, Any]
+    RETENTION_RUN: Kind[Any, Any]
+    OPERATOR_KINDS: tuple[str, ...]
+    POLICY_KINDS: frozenset[str]
 
 NOT_KINDS = frozenset({"kind", "selector_fields", "skeleton"})  # this package's own machinery
 
@@ -78,21 +99,50 @@ def _modules() -> list[ModuleType]:
     return [importlib.import_module(f"{__name__}.{name}") for name in names]
 
 
-KINDS: Mapping[str, Kind[Any, Any]] = discover(_modules())
-CONTENT, CONVERSATION, CHANNEL, BOT = KINDS["content"], KINDS["conversation"], KINDS["channel"], KINDS["bot"]
-AUTHOR, HOLD, HOLD_RELEASE = KINDS["author"], KINDS["hold"], KINDS["hold_release"]
-RETENTION, RETENTION_END, RETENTION_RUN = KINDS["retention"], KINDS["retention_end"], KINDS["retention_run"]
+@functools.cache
+def _kind_named(name: PurgeKind) -> Kind[Any, Any]:
+    """The kind of the module named after ``name`` (made once: ``KINDS`` holds the same one)."""
+    kind = kind_in(importlib.import_module(f"{__name__}.{name.value}"))
+    if kind.name is not name:
+        raise TypeError(f"{__name__}.{name.value} defines the kind {kind.name.value!r}, not {name.value!r}")
+    return kind
 
 
-def bodies_steps(kinds: Mapping[str, Kind[Any, Any]] = KINDS) -> dict[str, BodiesStep]:
-    """Each kind's bodies step, by kind: what a worker process hands its StepContext."""
-    return {name: kind.bodies for name, kind in kinds.items() if kind.bodies is not None}
+@functools.cache
+def _registry() -> Mapping[str, Kind[Any, Any]]:
+    """Every kind, by name: each module of this package (``discover`` refuses a name two of
+    them claim), and a module for every ``PurgeKind``."""
+    found = discover(_modules())
+    if set(found) != set(PurgeKind):
+        raise TypeError(f"the kinds' modules define {sorted(found)}, not every PurgeKind")
+    return {name: _kind_named(PurgeKind(name)) for name in found}
 
 
-# The rows of the operator routes (policies and holds): their actor and reason are an
-# operator's words ("litigation Doe v. Corp"), so a host's purge list and status leave them out.
-OPERATOR_KINDS = tuple(kind.name.value for kind in KINDS.values() if kind.operator_only)
-POLICY_KINDS = frozenset(kind.name.value for kind in KINDS.values() if kind.names_policy)
+_CONSTANTS = {kind.name: kind for kind in PurgeKind}  # CONTENT -> PurgeKind.CONTENT, ...
+
+
+def __getattr__(name: str) -> Any:
+    """``KINDS`` and each kind (``CONTENT``, ...) are made on first use, and so are the kinds
+    the surfaces filter by: the rows of the operator routes (policies and holds), whose actor
+    and reason are an operator's words ("litigation Doe v. Corp"), so a host's purge list and
+    status leave them out (``OPERATOR_KINDS``); and the rows that name a policy
+    (``POLICY_KINDS``)."""
+    if name == "KINDS":
+        return _registry()
+    if name in _CONSTANTS:
+        return _kind_named(_CONSTANTS[name])
+    if name == "OPERATOR_KINDS":
+        return tuple(kind.name.value for kind in _registry().values() if kind.operator_only)
+    if name == "POLICY_KINDS":
+        return frozenset(kind.name.value for kind in _registry().values() if kind.names_policy)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def bodies_steps(kinds: Mapping[str, Kind[Any, Any]] | None = None) -> dict[str, BodiesStep]:
+    """Each kind's bodies step, by kind (of every kind, or of ``kinds``): what a worker process
+    hands its StepContext."""
+    given = _registry() if kinds is None else kinds
+    return {name: kind.bodies for name, kind in given.items() if kind.bodies is not None}
 
 
 def label_of(entry: LedgerEntry) -> str:
@@ -105,12 +155,22 @@ def label_of(entry: LedgerEntry) -> str:
     return template.format(**names)
 
 
-def kind_of(name: str) -> Kind[Any, Any]:
-    """The kind a ledger row names; RowInvalid for a name no module defines."""
+def names_policy(kind_name: str) -> bool:
+    """Whether a row of this kind names a retention policy (False for an unknown kind)."""
     try:
-        return KINDS[name]
-    except (KeyError, TypeError):
+        return kind_of(kind_name).names_policy
+    except RowInvalid:
+        return False
+
+
+def kind_of(name: str) -> Kind[Any, Any]:
+    """The kind a ledger row names, importing only its module; RowInvalid for a name no
+    module defines."""
+    try:
+        known = PurgeKind(name)
+    except (ValueError, TypeError):
         raise RowInvalid(f"unknown purge kind {str(name)[:40]!r}") from None
+    return _kind_named(known)
 
 
 def reapply_fences(conn: Connection, entries: Iterable[LedgerEntry]) -> None:
@@ -139,5 +199,6 @@ __all__ = [
     "discover",
     "kind_of",
     "label_of",
+    "names_policy",
     "reapply_fences",
 ]

@@ -42,15 +42,17 @@ import abc
 import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from sqlalchemy import Connection
-
-from commands.gate import Gate
-from commands.settings import Settings
 from schema.ledger import LedgerEntry
 from schema.states import PurgeKind, StepKind
-from workers.cleanup import BodiesStep
+
+if TYPE_CHECKING:  # for the annotations only: a command that shows a purge's label loads neither
+    from sqlalchemy import Connection
+
+    from commands.gate import Gate
+    from commands.settings import Settings
+    from workers.cleanup import BodiesStep
 
 PREVIEW_RETENTION = dt.timedelta(days=1)  # how long a confirmation can name a preview's digest
 

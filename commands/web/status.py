@@ -56,8 +56,8 @@ from fastapi.responses import RedirectResponse, Response
 
 from commands import status_overview, validation
 from commands.handle import Purgekeeper
-from commands.operations import PURGE_KINDS, PURGE_STATUSES
 from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
+from commands.purge_reads import PURGE_KINDS, PURGE_STATUSES
 from commands.surface import error_body, http_status
 from commands.web import overview_page, pages, purge_page, search_page, workers_page
 from commands.web.auth import (

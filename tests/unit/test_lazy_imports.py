@@ -11,19 +11,26 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import commands
 
-HEAVY = ("sqlalchemy", "fastapi", "dramatiq", "redis", "psycopg", "alembic", "jinja2", "uvicorn", "pydantic")
+HEAVY = (
+    *("sqlalchemy", "fastapi", "dramatiq", "redis", "psycopg", "alembic", "jinja2", "uvicorn", "pydantic"),
+    *("cryptography", "pythonjsonlogger", "tlog"),  # the receipts' verifier, the JSON log format
+)
 
 
-def _loaded_after(statement: str) -> list[str]:
+def _loaded_after(statement: str, env: dict[str, str] | None = None) -> list[str]:
     probe = f"import sys\n{statement}\nprint(__import__('json').dumps(sorted(sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60, env=env
+    )
     modules = json.loads(done.stdout.splitlines()[-1])
     return sorted({m.split(".")[0] for m in modules if m.split(".")[0] in HEAVY})
 
@@ -41,6 +48,25 @@ def test_a_command_s_help_loads_none_either() -> None:
         )
         == []
     )
+
+
+@pytest.mark.parametrize("command", [["status", "no-such-purge"], ["list"]])
+def test_status_and_list_load_no_migration_or_http_stack(tmp_path: Path, command: list[str]) -> None:
+    """``status`` and ``list`` read the schema's revision with one query (``schema.migrate``):
+    alembic's runtime (with mako and pygments) was a quarter of their start-up, and neither
+    serves HTTP or talks to a broker."""
+    env = {**os.environ, "PURGEKEEPER_DATA_DIR": str(tmp_path)}
+    env.pop("PURGEKEEPER_DATABASE_URL", None)
+    env.pop("PURGEKEEPER_BROKER_URL", None)
+    subprocess.run(
+        [sys.executable, "-m", "commands.cli", "init"], env=env, capture_output=True, check=True, timeout=120
+    )
+    loaded = _loaded_after(
+        "from click.testing import CliRunner\nfrom commands import cli\n"
+        f"print(CliRunner().invoke(cli.main, {command!r}).output)",
+        env=env,
+    )
+    assert [name for name in loaded if name not in ("sqlalchemy", "psycopg")] == []
 
 
 @pytest.mark.parametrize("name", commands.__all__)

@@ -10,12 +10,11 @@ from fastapi import APIRouter, Request, Security
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 
-from commands import surface
+from commands import kinds, surface
 from commands.http import models
 from commands.http.bodies import Accepting
 from commands.http.guard import API_PREFIX, OPERATOR_STATE
 from commands.http.media_types import JsonBodyRoute
-from commands.operations import OPERATOR_KINDS
 from commands.records import Acceptance, PurgeStatus
 from schema.errors import NotFound
 
@@ -77,7 +76,7 @@ def by_operator(request: Request) -> bool:
 
 def visible(status: PurgeStatus, request: Request) -> PurgeStatus:
     """A policy's or a hold's row is the operator's (``OPERATOR_KINDS``): to a host, not found."""
-    if status.kind in OPERATOR_KINDS and not by_operator(request):
+    if status.kind in kinds.OPERATOR_KINDS and not by_operator(request):
         raise NotFound(f"no purge {status.purge_id}")
     return status
 

@@ -23,7 +23,7 @@ from commands.http.bodies import (
 )
 from commands.http.field_types import ID_PATTERN, MAX_SEQ, IdPath, RequestId, UtcTime
 from commands.http.routes.common import ACCEPTED, accepted, as_json, by_operator, causal, v1, visible
-from commands.operations import MAX_PAGE
+from commands.purge_reads import MAX_PAGE
 from commands.records import RepositoryIdentity
 from schema.states import PurgeKind
 
