@@ -473,6 +473,63 @@ def warm_up(bench: Bench) -> None:
     bench.purge_conversation_ms("small-warm")
 
 
+def profile(bench: Bench, url: str, confirmations: int) -> None:
+    """Where a confirmation's time goes, one thread: cProfile's top functions by cumulative
+    time, and the SQL statements each confirmation runs (counted by their first words)."""
+    import collections
+    import cProfile
+    import pstats
+
+    from sqlalchemy import event
+
+    from schema import driver
+
+    conversation = "profile-c"
+    with psycopg.connect(url) as conn:
+        seed_conversations(conn, [conversation, conversation + "-b"], confirmations * GROUP_SIZE)
+    statements: collections.Counter[str] = collections.Counter()
+
+    seconds: collections.Counter[str] = collections.Counter()
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements[" ".join(statement.split()[:5])[:80]] += 1
+
+    run = driver.DriverStatement._run
+
+    def timed(self: driver.DriverStatement, conn: Any, params: Any) -> Any:  # the driver's statements
+        began = time.perf_counter()
+        try:
+            return run(self, conn, params)
+        finally:
+            name = " ".join(str(self._compile(conn.dialect).sql).split()[:5])[:80]
+            statements[name] += 1
+            seconds[name] += time.perf_counter() - began
+
+    jobs = bench.product_jobs([conversation], confirmations)[0]
+    event.listen(bench.pk.db.engine, "before_cursor_execute", count)
+    driver.DriverStatement._run = timed  # type: ignore[method-assign]
+    try:
+        started, cpu = time.perf_counter(), time.thread_time()
+        for job in jobs:
+            job()
+        elapsed, cpu = time.perf_counter() - started, time.thread_time() - cpu
+    finally:
+        driver.DriverStatement._run = run  # type: ignore[method-assign]
+    event.remove(bench.pk.db.engine, "before_cursor_execute", count)
+    print(f"\nprofile: {confirmations} confirmations in {elapsed * 1000:.0f} ms, {cpu * 1000:.0f} ms of this thread's CPU")
+    print("statements per confirmation (ms each):")
+    for statement, n in statements.most_common():
+        print(f"  {n / confirmations:5.1f}  {seconds[statement] * 1000 / n:6.2f}  {statement}")
+    profiler = cProfile.Profile()
+    more = bench.product_jobs([conversation + "-b"], confirmations)[0]
+    profiler.enable()
+    for job in more:
+        job()
+    profiler.disable()
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(40)
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(25)
+
+
 # -- the report ---------------------------------------------------------------------------------
 
 
@@ -601,6 +658,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--per-thread", type=int, default=25, help="confirmations per thread per side per run")
     parser.add_argument("--large-events", type=int, default=LARGE_EVENTS, help="events in the large conversation")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        metavar="N",
+        default=0,
+        help="first profile N single-threaded confirmations (cProfile, and the statements each runs), then measure",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
 
@@ -637,6 +701,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             conns = [psycopg.connect(scratch.url) for _ in range(args.threads)]
             bench = Bench(pk=pk, baseline_conns=conns, threads=args.threads, per_thread=args.per_thread)
             warm_up(bench)
+            if args.profile:
+                profile(bench, scratch.url, args.profile)
             results = []
             for run in range(args.runs):
                 started = time.perf_counter()
