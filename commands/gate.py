@@ -116,7 +116,7 @@ class Gate:
         self._legacy_checked = False
         self._legacy_file: tuple[str | None, tuple[str, ...]] = (None, ())  # its name, the newer ones skipped
         self._verified_copy: tuple[int, str] | None = None  # the copy's head, found in the ledger
-        self._seen_seq = 0
+        self._seen = (0, ledger.GENESIS_HASH)  # the newest head (seq, hash) this process saw
         self._audit_problems: tuple[str, ...] = ()
         self._damage: tuple[str, ...] = ()  # what is wrong with the ledger's own chain, as walk_chain says
         self._audited = (0, ledger.GENESIS_HASH)  # the prefix the audit verified
@@ -174,14 +174,18 @@ class Gate:
             return [gate_reason]
         problems = list(self._audit_problems)
         with self._lock:
-            if seq < self._seen_seq:  # until a merge brings it back up, or an operator's full check
+            seen = self._seen
+            if seq >= seen[0]:
+                self._seen = (seq, head_hash)
+        # until a merge brings it back up, or an operator's full check; a read whose snapshot
+        # began before a head this process saw since is no restore (``_still_holds``)
+        if seq < seen[0] and not self._still_holds(seen):
+            with self._lock:
                 self._verified_copy = None
-                problems.append(
-                    f"the ledger head went back from seq {self._seen_seq} to {seq}: the database was restored "
-                    f"underneath this process; {MERGE_HINT}"
-                )
-            else:
-                self._seen_seq = seq
+            problems.append(
+                f"the ledger head went back from seq {seen[0]} to {seq}: the database was restored "
+                f"underneath this process; {MERGE_HINT}"
+            )
         try:
             copy_head = self.copy.head()
         except CopyInvalid as exc:
@@ -208,6 +212,16 @@ class Gate:
         with self._lock:
             self._verified_copy = (copy_head.seq, copy_head.row_hash)
         return []
+
+    def _still_holds(self, seen: tuple[int, str]) -> bool:
+        """Whether the database still holds the head this process saw (its seq and hash): a
+        read whose snapshot was taken before another thread here saw a newer head shows an
+        older one, and that is not a restore. Asked in a transaction of its own, only when a
+        read shows a head older than the one seen."""
+        seq, head_hash = seen
+        with self.db.read() as fresh:
+            entry = ledger.entry_at(fresh, seq) if seq else None
+        return entry is not None and entry.row_hash == head_hash
 
     def _committed_since(self, copy_head: CopyHead) -> bool:
         """Whether the database holds the copy's head after all: an acceptance committed and
@@ -263,7 +277,7 @@ class Gate:
             self._verified_copy = None
             if lift_sticky:
                 self._audit_problems, self._damage = found[:MAX_PROBLEMS], damage[:MAX_PROBLEMS]
-                self._seen_seq = head.seq
+                self._seen = (head.seq, head.head_hash)
             else:
                 self._audit_problems = tuple(dict.fromkeys([*self._audit_problems, *found]))[:MAX_PROBLEMS]
                 self._damage = tuple(dict.fromkeys([*self._damage, *damage]))[:MAX_PROBLEMS]

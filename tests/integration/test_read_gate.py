@@ -299,6 +299,27 @@ def test_a_ledger_head_that_goes_back_underneath_a_running_handle_closes_it(
     assert not state.open and "went back" in state.problems[0]
 
 
+def test_a_read_whose_snapshot_predates_a_newer_head_this_process_saw_is_no_restore(gated: Pk) -> None:
+    """A read and an acceptance at the same moment in one process: the read's statement saw
+    the head before the acceptance committed, but the gate had already seen the newer head (an
+    acceptance, or a read that began after it). That is no restore: the database still holds
+    the newer head. Seen under load by ``bench/interference.py`` as "the ledger head went back
+    from seq N to N-1", closing the gate for one call. What was tried: the gate shown the head
+    of seq 1 after it saw seq 2, which the database holds."""
+    seed(gated)
+    purge_conversation(gated, "c-early")
+    purge_conversation(gated, "c-later")
+    with gated.db.read() as conn:
+        now = ledger.read_head(conn)
+        before = ledger.entry_at(conn, now.seq - 1)
+    assert before is not None
+    assert [e.id for e in gated.read_conversation("c-kept")] == ["e-kept"]  # the gate saw the newer head
+    with gated.db.read() as conn:
+        gated.gate.check_values(conn, before.seq, before.row_hash, None)  # the older snapshot's head
+    assert gated.messaging_status(refresh=False).open
+    assert [e.id for e in gated.read_conversation("c-kept")] == ["e-kept"]
+
+
 def test_a_running_handle_that_did_not_see_the_newer_head_closes_after_a_restore_underneath_it(
     gated: Pk, backups: Backups, open_pk: Callable[[], Pk]
 ) -> None:
