@@ -22,6 +22,11 @@ The store trusts no path (issue 11):
   outside a root is ever touched and a swapped file never serves another blob's bytes. The
   roots themselves are the operator's configuration and are resolved once.
 
+A batch of unlinks (``discard_all``, the attachments step's batch) opens each directory
+once, shares the descriptors between its threads (the files of one directory go to one
+thread), and fsyncs each directory whose entries it removed once, before it returns: a blob
+is marked deleted only once its unlink is on disk.
+
 Reading files straight from the roots bypasses the purge fences; hosts read attachments
 through ``open_attachment``, which checks them.
 """
@@ -35,33 +40,35 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from schema.states import BlobKind
 from storage import failpoints
+from storage.directories import Directories, SymlinkRefused, components
 from storage.files import atomic_write_at
 
-_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _BLOB_ID = re.compile(r"[0-9A-Za-z_-]{4,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _OLD_LAYOUT_ID = re.compile(r"[0-9a-f]{32}")  # the uuid4 hex ids that earlier versions wrote
-SYMLINK_REFUSED = "a symlink is on its path below the root (not followed, nothing touched)"
-
-
-class SymlinkRefused(OSError):
-    """A symlink below a root, where a directory or a blob's own file should be."""
-
-    def __init__(self) -> None:
-        super().__init__(errno.ELOOP, SYMLINK_REFUSED)
+MAX_BATCH_DIRECTORIES = 256  # a batch holds at most about twice this many descriptors; more is done in parts
+# A batch's fsyncs are issued this many at a time, whatever its unlink threads: each waits on
+# the disk's cache flush (nearly every file has a directory of its own), and flushes issued
+# together coalesce.
+SYNCS_AT_A_TIME = 16
+Doomed = tuple[str, str, str]  # a blob's id, kind and path
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
 class BlobStore:
+    """``sync``: how a directory's descriptor is fsynced (``os.fsync``; tests count them)."""
+
     blob_root: Path
     file_root: Path
+    sync: Callable[[int], None] = os.fsync
 
     def ensure_roots(self) -> None:
         for root in (self.blob_root, self.file_root):
@@ -78,60 +85,73 @@ class BlobStore:
     def absolute(self, kind: BlobKind | str, relative: str) -> Path:
         """Where the blob's file is, lexically, for operators and tests; the store itself
         never opens a path this way."""
-        return Path(self._resolved[BlobKind(kind)]).joinpath(*_components(relative))
+        return Path(self._resolved[BlobKind(kind)]).joinpath(*components(relative))
 
     def write(self, kind: BlobKind | str, relative: str, data: bytes | Iterable[bytes]) -> None:
         """Write the bytes (whole, or in pieces: an upload's spool file read in chunks) durably
         and atomically (a reader sees all of them or none), creating the shard directories,
         never through a symlink."""
-        parts = _components(relative)
-        with _Directories(self._resolved) as directories:
+        parts = components(relative)
+        with Directories(self._resolved) as directories:
             atomic_write_at(directories.parent(BlobKind(kind), parts, create=True), parts[-1], data)
 
     def discard(
-        self, blob_id: str, kind: BlobKind | str, relative: str, *, directories: _Directories | None = None
+        self, blob_id: str, kind: BlobKind | str, relative: str, *, directories: Directories | None = None
     ) -> bool:
         """Unlink a blob's file; True if it was there. An already missing file is fine. A
         path that is not the blob's own canonical one raises ValueError, untouched.
-        ``directories``: the descriptors a batch has open already."""
+        ``directories``: the descriptors a batch has open already (which remember the
+        directory for the batch's fsync); alone, nothing is fsynced."""
         if directories is not None:
-            return directories.discard(blob_id, BlobKind(kind), relative)
-        with _Directories(self._resolved) as opened:
-            return opened.discard(blob_id, BlobKind(kind), relative)
+            return _discard(directories, blob_id, BlobKind(kind), relative)
+        with Directories(self._resolved) as opened:
+            return _discard(opened, blob_id, BlobKind(kind), relative)
 
-    def discard_all(self, doomed: Sequence[tuple[str, str, str]], *, threads: int) -> None:
-        """Unlink the files of these ``(blob id, kind, path)`` blobs, ``threads`` at a time:
-        unlinks of different files are independent system calls that release the GIL, so a
-        few in flight keep the disk busier than one after another. Every file is tried; the
-        first failure is raised afterwards, named by its blob id and never by its path (a path
-        written by an earlier version holds the attachment's name, which may be purged)."""
-        shares = [doomed[i::threads] for i in range(min(threads, len(doomed)))]  # one task per thread
-        if len(shares) <= 1:
-            failures = [self._discard_share(doomed)]
-        else:
-            failures = list(_pool(threads).map(self._discard_share, shares))
-        for failure in failures:
-            if failure is not None:
-                raise failure
+    def discard_all(self, doomed: Sequence[Doomed], *, threads: int) -> None:
+        """Unlink the files of these ``(blob id, kind, path)`` blobs as one batch, then fsync
+        each directory whose entries it removed, once (``SYNCS_AT_A_TIME`` at a time), so the
+        unlinks are on disk when this returns (the caller marks the blobs deleted next).
+        ``threads`` at a time: the files of one directory go to one thread, and the threads
+        share the batch's descriptors (each directory is walked to once). Every file is
+        tried; the first failure is raised afterwards, named by its blob id and never by its
+        path (a path written by an earlier version holds the attachment's name, which may be
+        purged)."""
+        failures: list[OSError] = []
+        groups = _by_directory(doomed)
+        for start in range(0, len(groups), MAX_BATCH_DIRECTORIES):
+            with Directories(self._resolved, limit=None) as directories:
+                unlink = functools.partial(self._discard_group, directories)
+                failures += _each(unlink, groups[start : start + MAX_BATCH_DIRECTORIES], threads)
+                failures += _each(self._sync_directory, directories.to_sync(), max(threads, SYNCS_AT_A_TIME))
+        if failures:
+            raise failures[0]
 
-    def _discard_share(self, share: Sequence[tuple[str, str, str]]) -> OSError | None:
-        """Unlink every file of the share; the first failure, if any, named by blob id. The
-        share's directories are opened once each (a few hundred descriptors at most)."""
-        first: OSError | None = None
-        with _Directories(self._resolved) as directories:
-            for blob_id, kind, relative in share:
-                try:
-                    self.discard(blob_id, kind, relative, directories=directories)
-                except (OSError, ValueError) as exc:  # ValueError: not the blob's own path, never touched
-                    first = first or discard_failed(blob_id, exc)
-        return first
+    def _discard_group(self, directories: Directories, group: Sequence[Doomed]) -> list[OSError]:
+        """Unlink the files of one directory; their failures, named by blob id."""
+        failures = []
+        for blob_id, kind, relative in group:
+            try:
+                self.discard(blob_id, kind, relative, directories=directories)
+            except (OSError, ValueError) as exc:  # ValueError: not the blob's own path, never touched
+                failures.append(discard_failed(blob_id, exc))
+        return failures
+
+    def _sync_directory(self, directory: tuple[int, str]) -> list[OSError]:
+        """fsync a directory the batch changed. A failure is named by the first blob there: its
+        unlink is not known to be on disk, so it is not deleted yet."""
+        fd, blob_id = directory
+        try:
+            self.sync(fd)
+        except OSError as exc:
+            return [discard_failed(blob_id, exc)]
+        return []
 
     def open(self, blob_id: str, kind: BlobKind | str, relative: str) -> BinaryIO:
         """The blob's file for reading: a regular file at its own canonical path, reached
         through no symlink (a swapped file never serves another blob's bytes)."""
         check_path(blob_id, kind, relative)
-        parts = _components(relative)
-        with _Directories(self._resolved) as directories:
+        parts = components(relative)
+        with Directories(self._resolved) as directories:
             directory = directories.parent(BlobKind(kind), parts)
             try:
                 fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
@@ -146,98 +166,63 @@ class BlobStore:
 
     def exists(self, kind: BlobKind | str, relative: str) -> bool:
         """A regular file at the blob's path, reached through no symlink."""
-        parts = _components(relative)
+        parts = components(relative)
         try:
-            with _Directories(self._resolved) as directories:
+            with Directories(self._resolved) as directories:
                 directory = directories.parent(BlobKind(kind), parts)
                 return stat.S_ISREG(os.stat(parts[-1], dir_fd=directory, follow_symlinks=False).st_mode)
         except OSError:
             return False
 
 
-class _Directories:
-    """Directory descriptors below the roots, each opened from its parent's with
-    ``O_NOFOLLOW`` and kept until the block ends, so the files of a batch that share a shard
-    directory walk to it once. At most about ``MAX_OPEN`` are open at a time: a walk that
-    finds that many closes them all first."""
-
-    MAX_OPEN = 256
-
-    def __init__(self, roots: dict[BlobKind, str]) -> None:
-        self._roots = roots
-        self._open: dict[tuple[BlobKind, tuple[str, ...]], int] = {}
-
-    def __enter__(self) -> _Directories:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._close_all()
-
-    def _close_all(self) -> None:
-        for fd in self._open.values():
-            os.close(fd)
-        self._open.clear()
-
-    def parent(self, kind: BlobKind, parts: Sequence[str], *, create: bool = False) -> int:
-        """The descriptor of the directory that holds ``parts[-1]``."""
-        if len(self._open) >= self.MAX_OPEN:
-            self._close_all()
-        return self._directory(kind, tuple(parts[:-1]), create=create)
-
-    def _directory(self, kind: BlobKind, path: tuple[str, ...], *, create: bool) -> int:
-        known = self._open.get((kind, path))
-        if known is not None:
-            return known
-        if path:
-            fd = _open_directory(self._directory(kind, path[:-1], create=create), path[-1], create=create)
-        else:
-            fd = os.open(self._roots[kind], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        self._open[(kind, path)] = fd
-        return fd
-
-    def discard(self, blob_id: str, kind: BlobKind, relative: str) -> bool:
-        check_path(blob_id, kind, relative)
-        parts = _components(relative)
-        try:
-            directory = self.parent(kind, parts)
-            failpoints.hit("blobs.unlink")
-            os.unlink(parts[-1], dir_fd=directory)  # unlinkat: a symlink here is removed, never followed
-        except FileNotFoundError:
-            return False
-        if parts[-2] == blob_id:  # the layout of earlier versions: a directory per blob, now empty
-            with contextlib.suppress(OSError):
-                os.rmdir(blob_id, dir_fd=self.parent(kind, parts[:-1]))
-        return True
+def _discard(directories: Directories, blob_id: str, kind: BlobKind, relative: str) -> bool:
+    """Unlink the file relative to its directory's descriptor, and remember the directory for
+    the batch's fsync: also when the file is missing, since an earlier attempt's unlink of it
+    may not be on disk yet. A directory of the earlier layout, emptied, is removed too."""
+    check_path(blob_id, kind, relative)
+    parts = components(relative)
+    found = False
+    with contextlib.suppress(FileNotFoundError):
+        directory = directories.parent(kind, parts)
+        directories.changed(kind, parts[:-1], blob_id)
+        failpoints.hit("blobs.unlink")
+        os.unlink(parts[-1], dir_fd=directory)  # unlinkat: a symlink here is removed, never followed
+        found = True
+    if parts[-2] == blob_id:  # the layout of earlier versions: a directory per blob, now empty
+        _remove_blob_directory(directories, blob_id, kind, parts)
+    return found
 
 
-def _open_directory(parent: int, name: str, *, create: bool) -> int:
-    try:
-        return os.open(name, _DIRECTORY, dir_fd=parent)
-    except FileNotFoundError:
-        if not create:
-            raise
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(name, dir_fd=parent)
-        return _open_directory(parent, name, create=False)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_symlink(parent, name):
-            raise SymlinkRefused() from None
-        raise
+def _remove_blob_directory(directories: Directories, blob_id: str, kind: BlobKind, parts: Sequence[str]) -> None:
+    """Remove the blob's own directory of the earlier layout if it is empty; its parent is
+    fsynced with the batch either way (an earlier attempt may have removed it)."""
+    with contextlib.suppress(OSError):
+        parent = directories.parent(kind, parts[:-1])
+        directories.changed(kind, parts[:-2], blob_id)
+        os.rmdir(blob_id, dir_fd=parent)
 
 
-def _is_symlink(parent: int, name: str) -> bool:
-    try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
+def _by_directory(doomed: Sequence[Doomed]) -> list[list[Doomed]]:
+    """The files grouped by the directory they are in, in the order first met."""
+    groups: dict[tuple[str, str], list[Doomed]] = {}
+    for blob_id, kind, relative in doomed:
+        groups.setdefault((kind, relative.rpartition("/")[0]), []).append((blob_id, kind, relative))
+    return list(groups.values())
 
 
-def _components(relative: str) -> list[str]:
-    """The path's components; refused (ValueError) unless each is a plain name."""
-    parts = relative.split("/")
-    if len(parts) < 2 or any(part in ("", ".", "..") or "\x00" in part or "\\" in part for part in parts):
-        raise ValueError("the blob path is not a plain relative path")
-    return parts
+def _each(work: Callable[[_T], list[OSError]], items: Sequence[_T], threads: int) -> list[OSError]:
+    """``work`` on every item, ``threads`` at a time (a share of the items per thread); the
+    failures, in order of the shares."""
+    shares = [items[i::threads] for i in range(min(threads, len(items)))]
+    if len(shares) <= 1:
+        return _each_of(work, items)
+    futures = [_pool(threads).submit(_each_of, work, share) for share in shares]
+    concurrent.futures.wait(futures)  # all of them, even after a failure: none may outlive the descriptors
+    return [failure for future in futures for failure in future.result()]
+
+
+def _each_of(work: Callable[[_T], list[OSError]], items: Sequence[_T]) -> list[OSError]:
+    return [failure for item in items for failure in work(item)]
 
 
 def cas_path(sha256: str, blob_id: str) -> str:
