@@ -537,8 +537,12 @@ BEGIN
     RETURN NEW;
 END $$;
 -- ;;
+-- The purge's own cleanup (a body set to NULL, nothing else changed) skips the call.
 CREATE TRIGGER pk_events_before_update BEFORE UPDATE ON events
-FOR EACH ROW EXECUTE FUNCTION pk_events_before_update();
+FOR EACH ROW WHEN (NEW.id <> OLD.id OR NEW.provider_event_id IS DISTINCT FROM OLD.provider_event_id
+                   OR NEW.body IS NOT NULL OR NEW.author <> OLD.author OR NEW.occurred_at <> OLD.occurred_at
+                   OR NEW.created_at <> OLD.created_at)
+EXECUTE FUNCTION pk_events_before_update();
 -- ;;
 CREATE FUNCTION pk_events_held_author() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -555,18 +559,25 @@ FOR EACH ROW WHEN (NEW.author IS DISTINCT FROM OLD.author)
 EXECUTE FUNCTION pk_events_held_author();
 -- ;;
 CREATE FUNCTION pk_events_held_content() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    held text;
 BEGIN
+    -- Statement level: one look at the holds however many rows changed.
     IF pk_holds_in_force() THEN  -- then a new statement: a snapshot after the lock
-        IF pk_event_held(OLD.id) THEN
-            PERFORM pk_refuse_held(format('event %s: its body', OLD.id));
+        SELECT o.id INTO held
+          FROM old_rows o JOIN new_rows n ON n.id = o.id
+         WHERE o.body IS NOT NULL AND n.body IS DISTINCT FROM o.body AND pk_event_held(o.id)
+         ORDER BY o.id LIMIT 1;
+        IF held IS NOT NULL THEN
+            PERFORM pk_refuse_held(format('event %s: its body', held));
         END IF;
     END IF;
-    RETURN NEW;
+    RETURN NULL;
 END $$;
 -- ;;
-CREATE TRIGGER pk_events_held_content BEFORE UPDATE OF body ON events
-FOR EACH ROW WHEN (OLD.body IS NOT NULL AND NEW.body IS DISTINCT FROM OLD.body)
-EXECUTE FUNCTION pk_events_held_content();
+CREATE TRIGGER pk_events_held_content AFTER UPDATE ON events
+REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+FOR EACH STATEMENT EXECUTE FUNCTION pk_events_held_content();
 -- ;;
 CREATE TRIGGER pk_events_never_deleted BEFORE DELETE ON events
 FOR EACH ROW EXECUTE FUNCTION pk_never_deleted('purge the event instead: its id and provider event id stay taken');
@@ -579,14 +590,33 @@ CREATE TRIGGER pk_events_no_truncate BEFORE TRUNCATE ON events FOR EACH STATEMEN
 -- never where a retention fence or an in-force policy expires it (unless held); a placement never
 -- changes; deleting one never leaves a live event without a live placement, nor removes a held
 -- one; placing and removing bump the conversation's version.
--- PostgreSQL: the delete check is a statement trigger over the deleted rows (old_rows).
+-- PostgreSQL: the delete checks (a hold first, then the last live placement) are a statement
+-- trigger over the deleted rows (old_rows), since 0014.
 -- ================================================================================================
 CREATE FUNCTION pk_placements_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     unfenced text[];
     orphan text;
     orphan_state text;
+    held record;
 BEGIN
+    -- First a hold: a deleted placement that was live (its conversation not purged, no
+    -- retention fence expiring it) of an event that was live (no fence; that placement keeps
+    -- it live) in a conversation a hold covers.
+    IF pk_holds_in_force() THEN  -- then a new statement: a snapshot after the lock
+        SELECT o.conversation_id, o.event_id INTO held
+          FROM old_rows o
+          JOIN conversations c ON c.id = o.conversation_id
+          JOIN events e ON e.id = o.event_id
+         WHERE c.state <> 'purged' AND pk_held(NULL, o.conversation_id)
+           AND (SELECT 1 FROM tombstones t WHERE t.kind = 'event' AND t.id = o.event_id LIMIT 1) IS NULL
+           AND NOT pk_author_erased_at(e.author, e.occurred_at)
+           AND NOT pk_placement_expired(e.author, e.occurred_at, o.conversation_id, o.created_at)
+         ORDER BY o.event_id, o.conversation_id LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'purgekeeper:legal_hold: a legal hold covers conversation %; event % stays placed in it until the hold is released', held.conversation_id, held.event_id;
+        END IF;
+    END IF;
     -- A fenced event stays fenced whatever is deleted (a purge's own cleanup deletes only
     -- those, or events live elsewhere). The others must keep a live placement: their
     -- deleters take turns (the event row, in id order), so two of them cannot each leave the
@@ -636,22 +666,6 @@ END $$;
 -- ;;
 CREATE TRIGGER pk_placements_before_write BEFORE INSERT OR UPDATE ON placements
 FOR EACH ROW EXECUTE FUNCTION pk_placements_before_write();
--- ;;
-CREATE FUNCTION pk_placements_held_delete() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF pk_holds_in_force() THEN  -- then a new statement: a snapshot after the lock
-        IF pk_held(NULL, OLD.conversation_id) AND pk_event_is_live(OLD.event_id)
-           AND (SELECT 1 FROM conversations c JOIN events e ON e.id = OLD.event_id
-                 WHERE c.id = OLD.conversation_id AND c.state <> 'purged'
-                   AND NOT pk_placement_expired(e.author, e.occurred_at, OLD.conversation_id, OLD.created_at)) IS NOT NULL THEN
-            RAISE EXCEPTION 'purgekeeper:legal_hold: a legal hold covers conversation %; event % stays placed in it until the hold is released', OLD.conversation_id, OLD.event_id;
-        END IF;
-    END IF;
-    RETURN OLD;
-END $$;
--- ;;
-CREATE TRIGGER pk_placements_held_delete BEFORE DELETE ON placements
-FOR EACH ROW EXECUTE FUNCTION pk_placements_held_delete();
 -- ;;
 CREATE TRIGGER pk_placements_no_truncate BEFORE TRUNCATE ON placements FOR EACH STATEMENT EXECUTE FUNCTION pk_never_truncated();
 -- ;;
