@@ -33,9 +33,16 @@ Measured in each of ``--runs`` runs (default 3), on 100 fresh conversations per 
     progress) over the summed wall time of those calls; the shared blobs are retained. The
     step unlinks a batch's files ``StepContext.unlink_threads`` at a time (``--unlink-threads``,
     default ``workers.cleanup.DEFAULT_UNLINK_THREADS``; 1 measures it one after another).
-    ``baseline``: plain ``os.unlink`` of as many files of the same shape, one after another
-    (the unshared attachment files of the baseline's conversations; paths read beforehand,
-    untimed).
+    Two baselines, each unlinking as many files of the same shape with the same number of
+    threads as the step (each thread one share of the files; paths read beforehand and the
+    threads started, untimed): ``unlink``, plain ``os.unlink`` of the absolute path (the
+    unshared attachment files of the baseline's conversations); and ``safe unlink``, the
+    least a symlink-safe deleter does, on copies of those files (same relative paths under
+    two other roots, written at seeding): per file, ``os.open(name, O_DIRECTORY|O_NOFOLLOW,
+    dir_fd=...)`` of each directory below the root (the roots' descriptors are held, as the
+    store resolves its roots once), ``os.unlink(name, dir_fd=...)``, and the closes. Neither
+    fsyncs; the step fsyncs each directory it unlinked from once per batch, before it marks
+    the blobs deleted.
 (c) time from acceptance to complete: from the first ``purge_conversation`` of the 100 to the
     end of the last attachments step; and per conversation, its acceptance plus its two steps.
 
@@ -49,8 +56,17 @@ shared ones ``present`` with their files still there.
 Figures are reported per run, then as the median of the runs; each ratio is taken within a run
 (both sides from the same run) and the median of those ratios is reported.
 
-Targets: rows/s and files/s both >= 0.5x their baselines. ``--strict`` exits 1 when one is
-missed (or a check fails); otherwise the exit status reports only errors.
+``--batch-sizes 500,2000,10000`` sweeps body removal over batch sizes: ``--runs`` runs at each
+size, the sizes in turn (run 1 at the first size, run 2 at the second, ...; the side that goes
+first alternates per round), each against the baseline at the same size; the main figures are
+the first size's, and ``batch_sweep`` in the JSON line holds each size's rows/s and ratios.
+Conversations of 1,000 events are one batch at 2,000 and at 10,000 alike: a sweep wants
+bigger ones and fewer of them (``--scale 10 --conversations 30 --per-run 1``: 300,000 events
+in conversations of 10,000).
+
+Targets: rows/s >= 0.5x its baseline; files/s >= 0.6x ``unlink`` and >= 0.8x ``safe unlink``.
+``--strict`` exits 1 when one is missed (or a check fails); otherwise the exit status reports
+only errors.
 
 The server is ``PK_BENCH_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/postgres``);
 the script creates ``pk_bench_<pid>`` there and drops it at the end, also on failure or SIGTERM.
@@ -69,8 +85,9 @@ import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -96,7 +113,8 @@ FILE_BYTES = 4096
 BODY_BYTES = 200
 SEED_CONVERSATIONS_PER_CHUNK = 100  # 100,000 events (at full scale) per statement and transaction
 TARGET_ROWS_RATIO = 0.5
-TARGET_FILES_RATIO = 0.5
+TARGET_FILES_RATIO = 0.6  # against plain unlink
+TARGET_FILES_SAFE_RATIO = 0.8  # against the safe unlink
 
 
 # -- connection strings and the scratch database ------------------------------------------------
@@ -276,6 +294,10 @@ class Roots:
     def absolute(self, kind: str, path: str) -> Path:
         return (self.blob_root if kind == "cas" else self.file_root) / path
 
+    def copies(self) -> Roots:
+        """Where the safe baseline's copies of the baseline's files are."""
+        return Roots(self.blob_root.with_name("safe-blobs"), self.file_root.with_name("safe-files"))
+
 
 def seed(url: str, layout: Layout, roots: Roots, file_bytes: int) -> None:
     print("seeding (untimed) ...", flush=True)
@@ -300,6 +322,7 @@ def seed(url: str, layout: Layout, roots: Roots, file_bytes: int) -> None:
             print(f"  {rows:>9,} {label:<13} {time.perf_counter() - started:6.1f} s", flush=True)
         started = time.perf_counter()
         written = write_files(conn, roots, file_bytes)
+        written += write_copies(conn, layout, roots.copies(), file_bytes)
         print(
             f"  {written:>9,} files of {file_bytes:,} bytes written {time.perf_counter() - started:6.1f} s", flush=True
         )
@@ -346,6 +369,21 @@ def write_files(conn: psycopg.Connection[Any], roots: Roots, file_bytes: int) ->
             count += 1
     conn.commit()
     return count
+
+
+def write_copies(conn: psycopg.Connection[Any], layout: Layout, copies: Roots, file_bytes: int) -> int:
+    """The files of the baseline's unshared blobs again, at the same paths under the copies'
+    roots: the safe baseline unlinks these."""
+    indexes = [i for run in range(layout.runs) for i in layout.baseline(run)] + [layout.warm_up_baseline]
+    rows = conn.execute(
+        "SELECT id, kind, path FROM blobs WHERE id = ANY(%s)", (layout.blob_ids(indexes, shared=False),)
+    ).fetchall()
+    conn.commit()
+    for blob_id, kind, path in rows:
+        target = copies.absolute(kind, path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(file_bytes_of(blob_id, file_bytes))
+    return len(rows)
 
 
 def settle(url: str) -> None:
@@ -439,6 +477,7 @@ def run_product(
 class BaselineSide:
     bodies_s: float = 0.0
     unlink_s: float = 0.0
+    safe_unlink_s: float = 0.0
     rows: int = 0
     files: int = 0
 
@@ -449,6 +488,10 @@ class BaselineSide:
     @property
     def files_per_s(self) -> float:
         return self.files / self.unlink_s
+
+    @property
+    def safe_files_per_s(self) -> float:
+        return self.files / self.safe_unlink_s
 
 
 def baseline_bodies(conn: psycopg.Connection[Any], conversations: list[str], batch_size: int) -> tuple[int, float]:
@@ -489,11 +532,65 @@ def baseline_bodies(conn: psycopg.Connection[Any], conversations: list[str], bat
     return rows, elapsed
 
 
-def baseline_unlink(paths: list[Path]) -> float:
+def in_threads(work: Callable[[list[Any]], None], items: list[Any], threads: int) -> float:
+    """The wall time of ``work`` over ``threads`` shares of the items, one thread each, from
+    the moment every thread has started to the moment the last one ends."""
+    start = threading.Barrier(threads + 1)
+    failures: list[BaseException] = []
+
+    def share(part: list[Any]) -> None:
+        start.wait()
+        try:
+            work(part)
+        except BaseException as exc:
+            failures.append(exc)
+
+    workers = [threading.Thread(target=share, args=(items[i::threads],)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    start.wait()
     begin = time.perf_counter()
-    for path in paths:
-        os.unlink(path)
-    return time.perf_counter() - begin
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - begin
+    if failures:
+        raise failures[0]
+    return elapsed
+
+
+def baseline_unlink(paths: list[Path], threads: int) -> float:
+    def unlink(part: list[Path]) -> None:
+        for path in part:
+            os.unlink(path)
+
+    return in_threads(unlink, paths, threads)
+
+
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def baseline_safe_unlink(copies: Roots, files: list[tuple[str, str]], threads: int) -> float:
+    """Each ``(kind, relative path)`` unlinked through no symlink: each directory below the
+    root opened from its parent's descriptor with ``O_NOFOLLOW``, then ``unlinkat``."""
+    roots = {kind: os.open(copies.absolute(kind, "."), _DIRECTORY) for kind in ("cas", "file")}
+
+    def unlink(part: list[tuple[str, str]]) -> None:
+        for kind, relative in part:
+            *directories, name = relative.split("/")
+            opened = [roots[kind]]
+            try:
+                for directory in directories:
+                    opened.append(os.open(directory, _DIRECTORY, dir_fd=opened[-1]))
+                os.unlink(name, dir_fd=opened[-1])
+            finally:
+                for fd in opened[1:]:
+                    os.close(fd)
+
+    try:
+        return in_threads(unlink, files, threads)
+    finally:
+        for fd in roots.values():
+            os.close(fd)
 
 
 # -- one run --------------------------------------------------------------------------------------
@@ -504,6 +601,7 @@ class RunResult:
     product: ProductSide
     baseline: BaselineSide
     order: str
+    batch_size: int = DEFAULT_BATCH_SIZE
 
     @property
     def rows_ratio(self) -> float:
@@ -512,6 +610,10 @@ class RunResult:
     @property
     def files_ratio(self) -> float:
         return self.product.files_per_s / self.baseline.files_per_s
+
+    @property
+    def files_safe_ratio(self) -> float:
+        return self.product.files_per_s / self.baseline.safe_files_per_s
 
 
 @dataclass
@@ -524,13 +626,29 @@ class Bench:
     problems: list[str] = field(default_factory=list)
 
     def paths(self, blob_ids: list[str]) -> list[Path]:
+        return [self.roots.absolute(kind, path) for kind, path in self.relative_paths(blob_ids)]
+
+    def relative_paths(self, blob_ids: list[str]) -> list[tuple[str, str]]:
         # in blob id order, as the attachments step goes
         rows = self.conn.execute("SELECT kind, path FROM blobs WHERE id = ANY(%s) ORDER BY id", (blob_ids,))
-        paths = [self.roots.absolute(kind, path) for kind, path in rows]
+        paths = [(kind, path) for kind, path in rows]
         self.conn.commit()
         if len(paths) != len(blob_ids):
             raise RuntimeError(f"{len(blob_ids) - len(paths)} blobs are missing")
         return paths
+
+    def unlink_baselines(self, blob_ids: list[str], base: BaselineSide, *, safe_first: bool = False) -> None:
+        """Both baselines' unlinks of these blobs' files: the originals plainly, the copies
+        safely (``safe_first``: in that order or the other)."""
+        threads = self.ctx.unlink_threads
+        relative = self.relative_paths(blob_ids)
+        base.files = len(relative)
+        for safe in (safe_first, not safe_first):
+            if safe:
+                base.safe_unlink_s = baseline_safe_unlink(self.roots.copies(), relative, threads)
+            else:
+                absolute = [self.roots.absolute(kind, path) for kind, path in relative]
+                base.unlink_s = baseline_unlink(absolute, threads)
 
     def warm_up(self) -> float:
         """Untimed, before the runs: one conversation purged by each side, as in a database that
@@ -543,21 +661,24 @@ class Bench:
         if side.files != layout.unshared_each or side.retained != layout.shared_each:
             self.problems.append(f"warm-up: removed {side.files} blobs and retained {side.retained}")
         baseline_bodies(self.conn, [layout.conversation_id(layout.warm_up_baseline)], self.ctx.batch_size)
-        baseline_unlink(self.paths(layout.blob_ids([layout.warm_up_baseline], shared=False)))
+        self.unlink_baselines(layout.blob_ids([layout.warm_up_baseline], shared=False), BaselineSide())
         return time.perf_counter() - begin
 
-    def run_once(self, run: int) -> RunResult:
+    def run_once(self, run: int, *, turn: int | None = None) -> RunResult:
+        """Run ``run``'s conversations; which side goes first alternates with ``turn`` (by
+        default the run's number; a batch-size sweep gives its round)."""
         layout = self.layout
         product = [layout.conversation_id(i) for i in layout.product(run)]
         baseline = [layout.conversation_id(i) for i in layout.baseline(run)]
-        unlink_paths = self.paths(layout.blob_ids(layout.baseline(run), shared=False))
+        unlinked = layout.blob_ids(layout.baseline(run), shared=False)
         base = BaselineSide()
+        baseline_first = (run if turn is None else turn) % 2 == 1
 
         def run_baseline() -> None:
             base.rows, base.bodies_s = baseline_bodies(self.conn, baseline, self.ctx.batch_size)
-            base.files, base.unlink_s = len(unlink_paths), baseline_unlink(unlink_paths)
+            self.unlink_baselines(unlinked, base, safe_first=baseline_first)
 
-        if run % 2 == 0:
+        if not baseline_first:
             order = "purgekeeper first"
             side = run_product(self.pk, self.ctx, self.conn, product)
             run_baseline()
@@ -565,10 +686,10 @@ class Bench:
             order = "baseline first"
             run_baseline()
             side = run_product(self.pk, self.ctx, self.conn, product)
-        self.check(run, side, base, unlink_paths)
-        return RunResult(side, base, order)
+        self.check(run, side, base, unlinked)
+        return RunResult(side, base, order, self.ctx.batch_size)
 
-    def check(self, run: int, side: ProductSide, base: BaselineSide, unlinked: list[Path]) -> None:
+    def check(self, run: int, side: ProductSide, base: BaselineSide, unlinked: list[str]) -> None:
         """Untimed: what each side was meant to do, it did."""
         layout = self.layout
         problems: list[str] = []
@@ -605,7 +726,9 @@ class Bench:
             if found != (len(ids) if on_disk else 0):
                 problems.append(f"{found:,} of {len(ids):,} {state} blobs' files on disk")
         self.conn.commit()
-        if any(path.exists() for path in unlinked):
+        originals = [self.roots.absolute(kind, path) for kind, path in self.relative_paths(unlinked)]
+        copies = [self.roots.copies().absolute(kind, path) for kind, path in self.relative_paths(unlinked)]
+        if any(path.exists() for path in originals + copies):
             problems.append("a baseline file is still there")
         for problem in problems:
             print(f"  CHECK FAILED, run {run + 1}: {problem}", flush=True)
@@ -639,6 +762,10 @@ def report(results: list[RunResult], layout: Layout, batch_size: int) -> dict[st
             f"{index:>3}  {result.order:<17}  {'baseline':<11}  {b.rows:>8,}  {b.bodies_s:>8.2f}  "
             f"{b.rows_per_s:>8,.0f}  {b.files:>6,}  {b.unlink_s:>7.2f}  {b.files_per_s:>8,.0f}"
         )
+        print(
+            f"{index:>3}  {result.order:<17}  {'safe unlink':<11}  {'':>8}  {'':>8}  {'':>8}  "
+            f"{b.files:>6,}  {b.safe_unlink_s:>7.2f}  {b.safe_files_per_s:>8,.0f}"
+        )
     print()
     print(f"Acceptance to complete, purgekeeper, {layout.per_run} conversations per run (s):")
     print(
@@ -659,10 +786,12 @@ def report(results: list[RunResult], layout: Layout, batch_size: int) -> dict[st
     figures: dict[str, Any] = {
         "rows_ratio": median([r.rows_ratio for r in results]),
         "files_ratio": median([r.files_ratio for r in results]),
+        "files_safe_ratio": median([r.files_safe_ratio for r in results]),
         "purgekeeper_rows_per_s": median([r.product.rows_per_s for r in results]),
         "baseline_rows_per_s": median([r.baseline.rows_per_s for r in results]),
         "purgekeeper_files_per_s": median([r.product.files_per_s for r in results]),
         "baseline_files_per_s": median([r.baseline.files_per_s for r in results]),
+        "baseline_safe_files_per_s": median([r.baseline.safe_files_per_s for r in results]),
         "acceptance_to_complete_s": median([r.product.window_s for r in results]),
         "acceptance_to_complete_per_conversation_p50_s": median(
             [statistics.median(r.product.per_conversation_s) for r in results]
@@ -673,10 +802,13 @@ def report(results: list[RunResult], layout: Layout, batch_size: int) -> dict[st
     }
     figures["rows_ratio_per_run"] = [round(r.rows_ratio, 4) for r in results]
     figures["files_ratio_per_run"] = [round(r.files_ratio, 4) for r in results]
+    figures["files_safe_ratio_per_run"] = [round(r.files_safe_ratio, 4) for r in results]
     figures["attachments_steps_s_per_run"] = [round(sum(r.product.attachments_s), 3) for r in results]
     figures["acceptance_to_complete_s_per_run"] = [round(r.product.window_s, 3) for r in results]
     figures["rows_ok"] = figures["rows_ratio"] >= TARGET_ROWS_RATIO
-    figures["files_ok"] = figures["files_ratio"] >= TARGET_FILES_RATIO
+    figures["files_ok"] = (
+        figures["files_ratio"] >= TARGET_FILES_RATIO and figures["files_safe_ratio"] >= TARGET_FILES_SAFE_RATIO
+    )
     figures["runs"] = len(results)
     figures["conversations_per_run"] = layout.per_run
     figures["events_per_conversation"] = layout.events_each
@@ -701,7 +833,15 @@ def report(results: list[RunResult], layout: Layout, batch_size: int) -> dict[st
             figures["baseline_files_per_s"],
             f"{figures['files_ratio']:.2f}",
             f">= {TARGET_FILES_RATIO}",
-            verdict(figures["files_ok"]),
+            verdict(figures["files_ratio"] >= TARGET_FILES_RATIO),
+        ),
+        (
+            "attachment files/s: purgekeeper vs safe unlink",
+            figures["purgekeeper_files_per_s"],
+            figures["baseline_safe_files_per_s"],
+            f"{figures['files_safe_ratio']:.2f}",
+            f">= {TARGET_FILES_SAFE_RATIO}",
+            verdict(figures["files_safe_ratio"] >= TARGET_FILES_SAFE_RATIO),
         ),
     )
     print()
@@ -721,6 +861,37 @@ def report(results: list[RunResult], layout: Layout, batch_size: int) -> dict[st
     return figures
 
 
+def sweep_report(results: list[RunResult], sizes: list[int]) -> dict[str, dict[str, Any]]:
+    """Body removal at each batch size of the sweep: both sides' rows/s (medians of the runs)
+    and the median of the per-run ratios, each ratio against the baseline at the same size."""
+    print()
+    print("Body removal by batch size (each ratio within a run, against the baseline at the same size):")
+    print(f"{'batch':>6}  {'purgekeeper rows/s':>18}  {'baseline rows/s':>15}  {'ratio':>6}  per-run ratios")
+    sweep: dict[str, dict[str, Any]] = {}
+    for size in sizes:
+        runs = [r for r in results if r.batch_size == size]
+        ratios = [r.rows_ratio for r in runs]
+        figures = {
+            "purgekeeper_rows_per_s": statistics.median(r.product.rows_per_s for r in runs),
+            "baseline_rows_per_s": statistics.median(r.baseline.rows_per_s for r in runs),
+            "rows_ratio": statistics.median(ratios),
+            "rows_ratio_per_run": [round(ratio, 4) for ratio in ratios],
+        }
+        sweep[str(size)] = figures
+        print(
+            f"{size:>6}  {figures['purgekeeper_rows_per_s']:>18,.0f}  {figures['baseline_rows_per_s']:>15,.0f}  "
+            f"{figures['rows_ratio']:>6.2f}  {', '.join(f'{ratio:.2f}' for ratio in ratios)}"
+        )
+    return sweep
+
+
+def batch_sizes(text: str) -> list[int]:
+    sizes = [int(part) for part in text.split(",") if part.strip()]
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError("a comma-separated list of positive batch sizes, e.g. 500,2000,10000")
+    return sizes
+
+
 # -- main ---------------------------------------------------------------------------------------
 
 
@@ -733,9 +904,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--per-run", type=int, default=PER_RUN, help="conversations purged per side per run")
     parser.add_argument(
+        "--conversations", type=int, default=CONVERSATIONS, help="conversations seeded (with --scale: a sweep's size)"
+    )
+    parser.add_argument(
         "--scale", type=float, default=1.0, help=f"events per conversation: {EVENTS_PER_CONVERSATION:,} x scale"
     )
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="both sides' batch size")
+    parser.add_argument(
+        "--batch-sizes",
+        type=batch_sizes,
+        default=None,
+        help="a body-removal sweep, e.g. 500,2000,10000: --runs runs at each size, the sizes taken in turn "
+        "(the first is the one the main figures report); --per-run applies to each",
+    )
     parser.add_argument("--unlink-threads", type=int, default=DEFAULT_UNLINK_THREADS, help="files unlinked at a time")
     parser.add_argument("--file-bytes", type=int, default=FILE_BYTES, help="bytes per attachment file")
     parser.add_argument("--dir", default=None, help="where the temporary attachment files go")
@@ -746,8 +927,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
+    sizes = args.batch_sizes or [args.batch_size]
     layout = Layout(
-        events_each=max(1, round(EVENTS_PER_CONVERSATION * args.scale)), runs=args.runs, per_run=args.per_run
+        events_each=max(1, round(EVENTS_PER_CONVERSATION * args.scale)),
+        runs=args.runs * len(sizes),
+        per_run=args.per_run,
+        conversations=args.conversations,
     )
     layout.check()
     signal.signal(signal.SIGTERM, _terminate)
@@ -770,10 +955,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"scratch database {scratch.name}; synchronous_commit={synchronous_commit} (server default, both sides); "
             f"{args.runs} runs; {os.cpu_count()} CPUs; files under {root}; the attachments step unlinks "
-            f"{args.unlink_threads} at a time, the baseline one after another"
+            f"{args.unlink_threads} at a time, and both unlink baselines as many"
         )
-        if args.scale != 1.0 or args.file_bytes != FILE_BYTES:
-            print(f"NOT THE FULL SIZE: --scale {args.scale:g}, --file-bytes {args.file_bytes:,}")
+        if args.scale != 1.0 or args.file_bytes != FILE_BYTES or args.conversations != CONVERSATIONS:
+            print(
+                f"NOT THE FULL SIZE: --scale {args.scale:g}, --conversations {args.conversations:,}, "
+                f"--file-bytes {args.file_bytes:,}"
+            )
         seed(scratch.url, layout, roots, args.file_bytes)
 
         pk = commands.open(
@@ -784,7 +972,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             memory_roots=[root / "memory"],
             workers="none",  # nothing runs in the background: the steps are run here, directly
         )
-        ctx = dataclasses.replace(pk.step_context(), batch_size=args.batch_size, unlink_threads=args.unlink_threads)
+        ctx = dataclasses.replace(pk.step_context(), batch_size=sizes[0], unlink_threads=args.unlink_threads)
         conn: psycopg.Connection[Any] | None = None
         try:
             conn = psycopg.connect(scratch.url)
@@ -794,18 +982,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 print(f"warm-up: one conversation purged by each side (untimed): {bench.warm_up():.1f} s", flush=True)
             results = []
-            for run in range(args.runs):
+            for run in range(layout.runs):
                 started = time.perf_counter()
                 settle(scratch.url)
                 load_before = os.getloadavg()[0]
-                results.append(bench.run_once(run))
+                bench.ctx = dataclasses.replace(ctx, batch_size=sizes[run % len(sizes)])
+                results.append(bench.run_once(run, turn=run // len(sizes)))
                 print(
-                    f"run {run + 1}/{args.runs} done ({time.perf_counter() - started:.1f} s, untimed sync, VACUUM "
-                    f"ANALYZE, CHECKPOINT and checks included); 1-minute load average {load_before:.2f} before, "
+                    f"run {run + 1}/{layout.runs} (batch size {bench.ctx.batch_size}) done "
+                    f"({time.perf_counter() - started:.1f} s, untimed sync, VACUUM ANALYZE, CHECKPOINT and checks "
+                    f"included); 1-minute load average {load_before:.2f} before, "
                     f"{os.getloadavg()[0]:.2f} after",
                     flush=True,
                 )
-            figures = report(results, layout, args.batch_size)
+            figures = report([r for r in results if r.batch_size == sizes[0]], layout, sizes[0])
+            if args.batch_sizes:
+                figures["batch_sweep"] = sweep_report(results, sizes)
             figures["checks_ok"] = not bench.problems
             figures["file_bytes"] = args.file_bytes
             figures["unlink_threads"] = args.unlink_threads

@@ -108,6 +108,7 @@ class Purgekeeper:
             memory_roots=self.settings.memory_roots,
             lease=self.policy.lease,
             bodies=kinds.bodies_steps(),
+            yield_share=self.settings.cleanup_yield,
         )
 
     def scheduler_duties(self) -> None:

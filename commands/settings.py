@@ -16,6 +16,9 @@ PURGEKEEPER_OPERATOR_TOKEN optional; when set, the operator endpoints require it
 PURGEKEEPER_STEP_LEASE     seconds a claimed step is leased for (default 30)
 PURGEKEEPER_SWEEP_INTERVAL seconds between scheduler sweeps (default 5)
 PURGEKEEPER_BACKOFF_BASE   seconds of the first retry backoff (default 2)
+PURGEKEEPER_CLEANUP_YIELD  after a cleanup batch that ran while other sessions were running
+                           statements, pause this share of its time, at most 1 s (default 1;
+                           0 never pauses): the foreground's latency before cleanup speed
 PURGEKEEPER_RETENTION_INTERVAL
                            seconds between two runs of a retention policy (default 3600)
 PURGEKEEPER_IDLE_IN_TRANSACTION_TIMEOUT
@@ -58,6 +61,7 @@ DATABASE_FILE = "purgekeeper.db"
 SIGNING_KEY_FILE = "ledger-signing.key"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+CLEANUP_YIELD = 1.0  # workers.cleanup.DEFAULT_YIELD_SHARE (not imported: reading settings loads no SQLAlchemy)
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,7 @@ class Settings:
     step_lease: dt.timedelta = dt.timedelta(seconds=30)
     sweep_interval: dt.timedelta = dt.timedelta(seconds=5)
     backoff_base: dt.timedelta = dt.timedelta(seconds=2)
+    cleanup_yield: float = CLEANUP_YIELD
     retention_interval: dt.timedelta = RETENTION_INTERVAL
     idle_in_transaction_timeout: dt.timedelta = IDLE_IN_TRANSACTION_TIMEOUT
     failpoints: str = ""
@@ -108,6 +113,7 @@ class Settings:
             step_lease=_seconds(get("STEP_LEASE"), 30),
             sweep_interval=_seconds(get("SWEEP_INTERVAL"), 5),
             backoff_base=_seconds(get("BACKOFF_BASE"), 2),
+            cleanup_yield=_share("CLEANUP_YIELD", get("CLEANUP_YIELD"), CLEANUP_YIELD),
             retention_interval=_seconds(get("RETENTION_INTERVAL"), RETENTION_INTERVAL.total_seconds()),
             idle_in_transaction_timeout=_seconds(
                 get("IDLE_IN_TRANSACTION_TIMEOUT"), IDLE_IN_TRANSACTION_TIMEOUT.total_seconds()
@@ -176,6 +182,16 @@ def _seconds(value: str | None, default: float) -> dt.timedelta:
     if seconds <= 0:
         raise ValidationError(f"a number of seconds must be positive: {value!r}")
     return dt.timedelta(seconds=seconds)
+
+
+def _share(name: str, value: str | None, default: float) -> float:
+    try:
+        share = float(value) if value is not None else default
+    except ValueError as exc:
+        raise ValidationError(f"{ENV_PREFIX}{name} is not a number: {value!r}") from exc
+    if not share >= 0:
+        raise ValidationError(f"{ENV_PREFIX}{name} must be 0 or more: {value!r}")
+    return share
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> str:

@@ -134,6 +134,7 @@ def configure() -> Database:
         memory_roots=settings.memory_roots,
         lease=settings.step_lease,
         bodies=kinds.bodies_steps(),  # the kinds' bodies steps, given explicitly at start-up
+        yield_share=settings.cleanup_yield,
     )
     broker.register(
         key, broker.Runtime(ctx, runner.Policy(lease=settings.step_lease, backoff_base=settings.backoff_base))

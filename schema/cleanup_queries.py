@@ -21,8 +21,8 @@ from sqlalchemy import (
     literal,
     literal_column,
     not_,
-    or_,
     select,
+    text,
     true,
     update,
 )
@@ -54,23 +54,23 @@ def _event_fence_absent(event_id: Any) -> Any:
 
 
 _NULL_BODIES = update(events).where(among(events.c.id, IDS), events.c.body.is_not(None)).values(body=None)
-_HAS_DEPENDENTS = select(
-    or_(
-        exists().where(among(admissions.c.event_id, IDS)),
-        exists().where(among(derivative_sources.c.event_id, IDS)),
-        exists().where(among(attachments.c.event_id, IDS), attachments.c.name.is_not(None)),
-    )
+# Which dependents these events have, one EXISTS each; only the UPDATEs that have rows to
+# change run (a batch of chat messages usually has attachments and nothing else).
+_DEPENDENTS = select(
+    exists().where(among(admissions.c.event_id, IDS)).label("admitted"),
+    exists().where(among(derivative_sources.c.event_id, IDS)).label("derived"),
+    exists().where(among(attachments.c.event_id, IDS), attachments.c.name.is_not(None)).label("attached"),
 )
-_NULL_DEPENDENTS = (
+_NULL_ADMITTED = (
     update(admissions).where(among(admissions.c.event_id, IDS), admissions.c.payload.is_not(None)).values(payload=None),
-    # an attachment's name is content; the attachments step deletes its bytes
-    update(attachments).where(among(attachments.c.event_id, IDS), attachments.c.name.is_not(None)).values(name=None),
     update(runs)
     .where(
         runs.c.id.in_(select(admissions.c.run_id).where(among(admissions.c.event_id, IDS))),
         runs.c.output.is_not(None),
     )
     .values(output=None),
+)
+_NULL_DERIVED = (
     update(derivatives)
     .where(
         derivatives.c.id.in_(
@@ -80,19 +80,25 @@ _NULL_DEPENDENTS = (
     )
     .values(payload=None),
 )
+# an attachment's name is content; the attachments step deletes its bytes
+_NULL_ATTACHED = (
+    update(attachments).where(among(attachments.c.event_id, IDS), attachments.c.name.is_not(None)).values(name=None),
+)
 
 
 def null_content_of(conn: Connection, event_ids: Sequence[str]) -> int:
     """NULL the bodies of these events, the names of their attachments, the payloads of
     their admissions, the outputs of the runs that admitted them, and the payloads of what
-    was derived from them. The dependent UPDATEs run only when one EXISTS probe finds
-    something for them to do."""
+    was derived from them. One EXISTS probe per kind of dependent says which of their
+    UPDATEs run."""
     if not event_ids:
         return 0
     params = {"ids": event_ids}
     changed = int(conn.execute(_NULL_BODIES, params).rowcount or 0)
-    if conn.scalar(_HAS_DEPENDENTS, params):
-        changed += sum(int(conn.execute(statement, params).rowcount or 0) for statement in _NULL_DEPENDENTS)
+    found = conn.execute(_DEPENDENTS, params).one()
+    for present, statements in zip(found, (_NULL_ADMITTED, _NULL_DERIVED, _NULL_ATTACHED), strict=True):
+        if present:
+            changed += sum(int(conn.execute(statement, params).rowcount or 0) for statement in statements)
     return changed
 
 
@@ -174,6 +180,21 @@ _REMOVE_PLACEMENTS = delete(placements).where(
 def remove_placements(conn: Connection, conversation_id: str, event_ids: Sequence[str]) -> int:
     result = conn.execute(_REMOVE_PLACEMENTS, {"conversation_id": conversation_id, "ids": event_ids})
     return int(result.rowcount or 0)
+
+
+# Other sessions of this database running a statement now (PostgreSQL): the foreground a
+# cleanup batch competes with for the CPU and the disk. SQLite has one writer at a time.
+_OTHERS_ACTIVE = text(
+    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+    "AND state = 'active' AND backend_type = 'client backend'"
+)
+
+
+def others_active(conn: Connection) -> int:
+    """How many other client sessions of this database are running a statement (0 on SQLite)."""
+    if conn.dialect.name != "postgresql":
+        return 0
+    return int(conn.scalar(_OTHERS_ACTIVE) or 0)
 
 
 _LIMIT: BindParameter[Any] = bindparam("limit")

@@ -46,6 +46,9 @@ def test_the_cleanup_benchmark_runs_and_its_checks_pass(tmp_path: Path, unlink_t
     )
     assert figures["checks_ok"] is True
     assert figures["unlink_threads"] == int(unlink_threads)
+    # both unlink baselines ran (their files are gone: the checks), and both ratios are reported
+    for name in ("files_ratio", "files_safe_ratio", "baseline_files_per_s", "baseline_safe_files_per_s"):
+        assert isinstance(figures[name], float) and figures[name] > 0, name
     # 4 conversations of 20 events, 4 attachments each: 2 exclusive blobs unlinked, 2 shared kept
     assert (figures["files_per_run"], figures["retained_per_run"]) == (4 * 2, 4 * 2)
     # per event a NULLed body and a deleted placement; per attachment a NULLed name

@@ -1,0 +1,163 @@
+"""The attachments step's batch on both backends (issue 27): its database work does not grow
+with its files (one transition to ``deleting`` and one to ``deleted`` per batch), and a worker
+that dies mid-batch, or between the unlinks and the ``deleted`` commit, is healed by the next
+attempt: the files already gone count as gone, and no blob keeps a file or loses a live one."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+import commands
+from commands import NewAttachment
+from schema import cleanup_queries
+from schema.states import BlobKind
+from storage.blobstore import BlobStore
+from tests.helpers.cleanup import SECRET, blob, blob_file, expire_lease, run, run_when_due, step_of
+from tests.helpers.factories import purge_events
+
+Pk = commands.Purgekeeper
+
+
+def doomed_event(pk: Pk, files: int, *, shared: bool = True) -> tuple[str, list[str]]:
+    """An event with ``files`` attachments of its own (both kinds), and (``shared``) one
+    shared with a live event: its id and its exclusive blobs."""
+    pk.create_conversation(f"c{files}")
+    attachments = [
+        NewAttachment.file(f"{SECRET} {files} {n}".encode(), name=f"{n}.txt")
+        if n % 2
+        else NewAttachment.cas(f"{SECRET} {files} {n}".encode(), name=f"{n}.txt")
+        for n in range(files)
+    ]
+    kept = pk.ingest_event(f"c{files}", author="bob", body="kept", attachments=[NewAttachment.cas(b"k", name="k")])
+    forward = NewAttachment.reuse(kept.attachments[0].blob_id, name="fwd", binding="real_file")
+    doomed = pk.ingest_event(
+        f"c{files}", author="ada", body=SECRET, attachments=[*attachments, forward][: files + shared]
+    )
+    return doomed.id, [a.blob_id for a in doomed.attachments[:files]]
+
+
+@contextmanager
+def statements(pk: Pk) -> Iterator[list[str]]:
+    """The SQL statements the database runs meanwhile."""
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(" ".join(statement.split()))
+
+    event.listen(pk.db.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(pk.db.engine, "before_cursor_execute", record)
+
+
+def assert_gone(pk: Pk, blob_ids: list[str]) -> None:
+    for blob_id in blob_ids:
+        assert (blob(pk, blob_id).state, blob_file(pk, blob_id).exists()) == ("deleted", False)
+
+
+def test_a_batch_runs_the_same_statements_for_2_files_as_for_12(pk: Pk) -> None:
+    """Tried: the attachments step of a purge of 2 files and of one of 12 (each with a shared
+    blob kept), one batch each. The same statements on blobs and attachments, in the same
+    number; two of them change blobs (to deleting, to deleted)."""
+    seen = {}
+    for files in (2, 12):
+        event_id, exclusive = doomed_event(pk, files)
+        purge_id = purge_events(pk, event_id)
+        with statements(pk) as seen[files]:
+            assert run(pk, step_of(pk, purge_id, "attachments").id).status == "done"
+        assert_gone(pk, exclusive)
+    on_blobs = {
+        files: [s for s in statements if " blobs" in s or " attachments" in s] for files, statements in seen.items()
+    }
+    assert len(on_blobs[2]) == len(on_blobs[12])
+    assert [s.split(" SET ")[0] for s in on_blobs[12] if s.startswith("UPDATE blobs")] == ["UPDATE blobs"] * 2
+
+
+class WorkerDied(BaseException):
+    """Not an Exception: nothing in the step handles it, as nothing handles a killed worker."""
+
+
+def test_each_further_batch_is_one_transaction(pk: Pk) -> None:
+    """Tried, in batches of 2: a step of 2 files (a full batch, then an empty one) and a step of
+    6 (three full batches, then an empty one), none shared. A transaction per batch (each
+    records its progress once): a batch marks its files deleting in the transaction that marks
+    the batch before it deleted, and the empty last one finishes the step."""
+    ctx = dataclasses.replace(pk.step_context(), batch_size=2)
+    seen = {}
+    for files in (2, 6):
+        event_id, exclusive = doomed_event(pk, files, shared=False)
+        purge_id = purge_events(pk, event_id)
+        with statements(pk) as seen[files]:
+            assert run(pk, step_of(pk, purge_id, "attachments").id, ctx).status == "done"
+        assert_gone(pk, exclusive)
+        assert step_of(pk, purge_id, "attachments").progress.removed == files
+    progress = {files: sum("removed=(cleanup_steps.removed" in s for s in seen[files]) for files in seen}
+    assert progress == {2: 2, 6: 4}
+
+
+@dataclass(frozen=True)
+class DyingStore(BlobStore):
+    """The real blob store, whose worker dies (``WorkerDied``) at the
+    ``dies_at``-th unlink, after the ones before it were done."""
+
+    dies_at: int = 0
+    unlinks: list[str] = dataclasses.field(default_factory=list)
+
+    def discard(self, blob_id: str, kind: BlobKind | str, relative: str, **options: Any) -> bool:
+        self.unlinks.append(blob_id)
+        if len(self.unlinks) == self.dies_at:
+            raise WorkerDied()
+        return super().discard(blob_id, kind, relative, **options)
+
+
+def test_a_worker_that_dies_mid_batch_is_healed_by_the_next_attempt(pk: Pk) -> None:
+    """Tried: 6 files; the worker dies at the 4th unlink (one at a time), with 3 files gone
+    and every blob of the batch ``deleting``. The next attempt unlinks the rest, counts the 3
+    as gone, and marks all 6 deleted; the shared blob keeps its file."""
+    event_id, exclusive = doomed_event(pk, 6)
+    purge_id = purge_events(pk, event_id)
+    step_id = step_of(pk, purge_id, "attachments").id
+    dying = DyingStore(pk.blobs.blob_root, pk.blobs.file_root, dies_at=4)
+    with pytest.raises(WorkerDied):
+        run(pk, step_id, dataclasses.replace(pk.step_context(), blobs=dying, unlink_threads=1))
+    assert {blob(pk, b).state for b in exclusive} == {"deleting"}
+    assert sum(blob_file(pk, b).exists() for b in exclusive) == 3
+    expire_lease(pk, step_id)  # the dead worker's lease runs out
+    assert run_when_due(pk, step_id).status == "done"
+    assert_gone(pk, exclusive)
+    step = step_of(pk, purge_id, "attachments")
+    assert (step.progress.removed, step.progress.retained_shared) == (6, 1)
+
+
+def test_a_crash_between_the_unlinks_and_the_deleted_commit_is_healed(pk: Pk, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tried: every file of the batch unlinked and its directory fsynced, then the transaction
+    that marks them deleted fails. The step retries; the next attempt finds every file
+    missing, counts each as gone, and marks them deleted."""
+    event_id, exclusive = doomed_event(pk, 4)
+    purge_id = purge_events(pk, event_id)
+    step_id = step_of(pk, purge_id, "attachments").id
+    real = cleanup_queries.mark_deleted
+
+    def lost(conn: Any, blob_ids: Any) -> int:
+        if blob_ids:
+            raise ConnectionAbortedError("the server went away before the commit")
+        return 0
+
+    monkeypatch.setattr(cleanup_queries, "mark_deleted", lost)
+    assert run(pk, step_id).status == "retrying"
+    assert ({blob(pk, b).state for b in exclusive}, any(blob_file(pk, b).exists() for b in exclusive)) == (
+        {"deleting"},
+        False,
+    )
+    monkeypatch.setattr(cleanup_queries, "mark_deleted", real)
+    assert run_when_due(pk, step_id).status == "done"
+    assert_gone(pk, exclusive)
+    assert step_of(pk, purge_id, "attachments").progress.removed == 4
