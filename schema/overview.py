@@ -1,7 +1,8 @@
 """The aggregate reads of the operator's views (``/metrics`` and ``/status``): cleanup steps
 by status and kind, the oldest due step, and the incomplete and stalled purges. Each is a
 handful of aggregate statements through the step status indexes: the cost does not grow with
-one purge's size, and nothing is read per purge.
+one purge's size, and nothing is read per purge. The steps that are done are not read at all:
+their totals are counters the database keeps (migration 0015, ``DONE_STEPS``).
 
 And the counters of ``/metrics`` (``metric_counters``): the step protocol (``schema.steps``)
 adds to them in the transaction that starts or ends an attempt, or completes a purge, and a
@@ -48,23 +49,41 @@ def summed(groups: list[StepTotals]) -> StepTotals:
 
 
 _c = cleanup_steps.c
-_STEP_TOTALS = select(
-    _c.status,
-    _c.kind,
-    func.count().label("steps"),
-    func.coalesce(func.sum(_c.attempts), 0).label("attempts"),
-    func.coalesce(func.sum(_c.removed), 0).label("removed"),
-    func.coalesce(func.sum(_c.retained_shared), 0).label("retained_shared"),
-).group_by(_c.status, _c.kind)
+UNFINISHED_STEP_STATUSES = tuple(status.value for status in StepStatus if status is not StepStatus.DONE)
+# The done steps' totals by step kind, kept by the triggers of 0015 as steps become done (or
+# are done no more): metric ``done_steps``, one bucket per StepTotals field.
+DONE_STEPS = "done_steps"
+_UNFINISHED_TOTALS = (
+    select(
+        _c.status,
+        _c.kind,
+        func.count().label("steps"),
+        func.coalesce(func.sum(_c.attempts), 0).label("attempts"),
+        func.coalesce(func.sum(_c.removed), 0).label("removed"),
+        func.coalesce(func.sum(_c.retained_shared), 0).label("retained_shared"),
+    )
+    .where(_c.status.in_(UNFINISHED_STEP_STATUSES))
+    .group_by(_c.status, _c.kind)
+)
+_DONE_TOTALS = select(metric_counters.c.kind, metric_counters.c.bucket, metric_counters.c.value).where(
+    metric_counters.c.metric == DONE_STEPS
+)
 
 
 def step_totals(conn: Connection) -> dict[tuple[str, str], StepTotals]:
+    """Every (status, kind): the unfinished steps summed through the status index, the done
+    ones read from their counters. The cost follows the steps not done, not the history."""
     totals = {
         (row.status, row.kind): StepTotals(
             int(row.steps), int(row.attempts), int(row.removed), int(row.retained_shared)
         )
-        for row in conn.execute(_STEP_TOTALS)
+        for row in conn.execute(_UNFINISHED_TOTALS)
     }
+    done: dict[str, dict[str, int]] = {}
+    for row in conn.execute(_DONE_TOTALS):
+        done.setdefault(row.kind, {})[row.bucket] = round(row.value)
+    for kind, fields in done.items():
+        totals[(StepStatus.DONE.value, kind)] = StepTotals(**fields)
     for status in StepStatus:
         for kind in StepKind:
             totals.setdefault((status.value, kind.value), StepTotals())

@@ -35,8 +35,8 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Row,
+    String,
     and_,
-    distinct,
     exists,
     func,
     literal_column,
@@ -46,6 +46,7 @@ from sqlalchemy import (
 
 from schema import ledger
 from schema.content_queries import upsert_insert
+from schema.overview import UNFINISHED_STEP_STATUSES
 from schema.retention_expiring import PLAN_LOCK_CLASS, anything_to_expire, quiet_turns
 from schema.retention_fence import (
     FENCE_LOCK_CLASS,
@@ -70,6 +71,7 @@ from schema.states import PurgeKind
 from schema.tables import (
     cleanup_steps,
     legal_holds,
+    metric_counters,
     purge_ledger,
     retention_fences,
     retention_policies,
@@ -256,49 +258,66 @@ class Summary:
     fences: int
 
 
-_RUN_STEPS = (
+# Kept by the triggers of 0015 as the runs are accepted and their bodies steps are done
+# (``metric_counters``, kind ``retention_run``): a scrape reads three rows, not every run.
+RUNS_COUNTER = "retention_runs"
+EXPIRED_COUNTER = "retention_expired"
+HELD_COUNTER = "retention_held"
+_RUN_KIND = literal_column("'retention_run'", String())  # a literal: the ledger's partial index of runs
+
+
+def _counted(metric: str) -> Any:
+    m = metric_counters.c
+    value = select(m.value).where(m.metric == metric, m.kind == _RUN_KIND, m.bucket == "").scalar_subquery()
+    return func.coalesce(value, 0)
+
+
+# The bodies steps of runs not done yet: their progress so far (through the status index).
+_UNFINISHED_RUN_STEPS = (
     select(
-        func.count(distinct(purge_ledger.c.purge_id)).label("runs"),
         func.coalesce(func.sum(cleanup_steps.c.removed), 0).label("expired"),
         func.coalesce(func.sum(cleanup_steps.c.held), 0).label("held"),
     )
     .select_from(
-        purge_ledger.outerjoin(
-            cleanup_steps,
-            and_(
-                cleanup_steps.c.purge_id == purge_ledger.c.purge_id,
-                cleanup_steps.c.kind == literal_column("'bodies'"),
-            ),
+        cleanup_steps.join(
+            purge_ledger, and_(purge_ledger.c.purge_id == cleanup_steps.c.purge_id, purge_ledger.c.kind == _RUN_KIND)
         )
     )
-    .where(purge_ledger.c.kind == literal_column("'retention_run'"))
+    .where(cleanup_steps.c.kind == literal_column("'bodies'"), cleanup_steps.c.status.in_(UNFINISHED_STEP_STATUSES))
+    .subquery()
 )
-_COUNTS = select(
-    select(func.count()).where(_STANDING).scalar_subquery(),
-    select(func.count()).where(legal_holds.c.released_by.is_(None)).scalar_subquery(),
-    select(func.count()).select_from(retention_fences).scalar_subquery(),
-)
+_SUMMARY = select(
+    _counted(RUNS_COUNTER).label("runs"),
+    (_counted(EXPIRED_COUNTER) + _UNFINISHED_RUN_STEPS.c.expired).label("expired"),
+    (_counted(HELD_COUNTER) + _UNFINISHED_RUN_STEPS.c.held).label("held"),
+    select(func.count()).where(_STANDING).scalar_subquery().label("policies"),
+    select(func.count()).where(legal_holds.c.released_by.is_(None)).scalar_subquery().label("holds"),
+    select(func.count()).select_from(retention_fences).scalar_subquery().label("fences"),
+).select_from(_UNFINISHED_RUN_STEPS)
 
 
 def summary(conn: Connection) -> Summary:
-    """Two aggregate statements: the runs through the ledger's partial index of them (their
-    cost follows the runs, as the step totals' follows the steps), then three counts."""
-    runs = conn.execute(_RUN_STEPS).one()
-    policies, holds_in_force, fences = conn.execute(_COUNTS).one()
+    """One statement: the runs' counters, the progress of their bodies steps not done yet, and
+    three counts. Its cost follows the standing policies, the holds, the fences and the
+    unfinished steps: what changes, not the runs accepted over the years."""
+    row = conn.execute(_SUMMARY).one()
     return Summary(
-        policies=int(policies),
-        runs=int(runs.runs),
-        expired=int(runs.expired),
-        held=int(runs.held),
-        holds=int(holds_in_force),
-        fences=int(fences),
+        policies=int(row.policies),
+        runs=int(row.runs),
+        expired=int(row.expired),
+        held=int(row.held),
+        holds=int(row.holds),
+        fences=int(row.fences),
     )
 
 
 __all__ = [
     "DEFERRED_RUNS_LISTED",
+    "EXPIRED_COUNTER",
     "FENCE_LOCK_CLASS",
+    "HELD_COUNTER",
     "PLAN_LOCK_CLASS",
+    "RUNS_COUNTER",
     "WIDENING_KINDS",
     "Batch",
     "Deferral",

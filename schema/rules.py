@@ -382,6 +382,21 @@ RULES: tuple[Rule, ...] = (
         why="SQLite serialises writers (BEGIN IMMEDIATE): a check inside the writing transaction reads the "
         "latest state",
     ),
+    Rule(
+        "scrape_counters",
+        "what the done steps and the retention runs total is counted as they are written, not walked at a scrape",
+        postgresql=(
+            "pk_count_done_steps",
+            "pk_cleanup_steps_count_done_insert",
+            "pk_cleanup_steps_count_done_update",
+            "pk_purge_ledger_count_runs",
+        ),
+        sqlite=(
+            "pk_cleanup_steps_count_done_insert",
+            "pk_cleanup_steps_count_done_update",
+            "pk_purge_ledger_count_runs",
+        ),
+    ),
 )
 
 
