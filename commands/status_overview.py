@@ -4,8 +4,10 @@ show, read by :func:`snapshot` in one read transaction on the database clock.
 The reads are aggregates (``schema.overview``): the cleanup steps by status and kind, the
 oldest due step, the incomplete and stalled purges, retention, and the counters the step
 protocol keeps (attempts, failures, attempt durations, acceptance to complete), and the
-live worker processes by role (their heartbeats). Their cost
-does not grow with the ledger, the attempts' history, or one purge's size. The ledger's
+live worker processes by role (their heartbeats). Their cost does not grow with the ledger,
+the attempts' history, the steps done, the retention runs accepted, or one purge's size:
+what is history is a counter the database keeps as it is written (``metric_counters``,
+migration 0015), and only what is unfinished is summed. The ledger's
 verification is the read gate's background audit (``commands.gate``): a snapshot never walks
 the chain. The surfaces render a snapshot; they open no transaction of their own.
 """
