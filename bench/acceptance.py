@@ -516,7 +516,7 @@ def profile(bench: Bench, url: str, confirmations: int) -> None:
     finally:
         driver.DriverStatement._run = run  # type: ignore[method-assign]
     event.remove(bench.pk.db.engine, "before_cursor_execute", count)
-    print(f"\nprofile: {confirmations} confirmations in {elapsed * 1000:.0f} ms, {cpu * 1000:.0f} ms of this thread's CPU")
+    print(f"\nprofile: {confirmations} confirmations in {elapsed * 1000:.0f} ms, {cpu * 1000:.0f} ms of its CPU")
     print("statements per confirmation (ms each):")
     for statement, n in statements.most_common():
         print(f"  {n / confirmations:5.1f}  {seconds[statement] * 1000 / n:6.2f}  {statement}")
