@@ -13,8 +13,7 @@ import datetime as dt
 import fcntl
 import logging
 import os
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,9 +102,7 @@ class CopyWriter(CopyReader):
             if head.seq == 0 and not os.path.lexists(self._head_path):
                 # the head before any segment: segments without a head are a lost head
                 atomic_write_at(directory, HEAD_FILE, _head_bytes(head, self.segment_rows))
-            rows_written, flush = self._write_rows(directory, head, new)
-            with _in_background(flush):  # the segment's fsync beside the log's writes and fsyncs
-                written = self._signed(head, new, rows_written)
+            written = self._signed(head, new, self._write_rows(directory, head, new))
             atomic_write_at(directory, HEAD_FILE, _head_bytes(written, self.segment_rows))
             self._cached = None
             self._written = written
@@ -156,44 +153,26 @@ class CopyWriter(CopyReader):
         self._written = written
         return written
 
-    def _write_rows(
-        self, directory: int, head: CopyHead, rows: Sequence[ledger.LedgerEntry]
-    ) -> tuple[CopyHead, Callable[[], None]]:
-        """The rows written into their segments, and what makes them durable: the segments'
-        fsyncs (and the directory's, for a new segment's name), which the caller runs before
-        head.json says the rows are there. Until it runs, the segments are left open."""
+    def _write_rows(self, directory: int, head: CopyHead, rows: Sequence[ledger.LedgerEntry]) -> CopyHead:
         segment, size = head.segment, head.segment_bytes
-        opened: list[int] = []
-        new_segment = False
-        try:
-            for first, group in _by_segment(rows, self.segment_rows):
-                flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-                fd = os.open(segment_name(first), flags, 0o600, dir_fd=directory)
-                opened.append(fd)
+        for first, group in _by_segment(rows, self.segment_rows):
+            fd = os.open(
+                segment_name(first), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=directory
+            )
+            try:
                 start = size if first == segment else 0  # a new segment starts empty
                 os.ftruncate(fd, start)  # bytes beyond the head are no part of the copy
                 os.lseek(fd, start, os.SEEK_SET)
                 data = b"".join(row_line(entry) for entry in group)
                 _write_all(fd, data)
-                new_segment = new_segment or first != segment
-                segment, size = first, start + len(data)
-        except BaseException:
-            for fd in opened:
-                os.close(fd)
-            raise
-
-        def flush() -> None:
-            try:
-                for fd in opened:
-                    os.fsync(fd)
-                if new_segment:
-                    os.fsync(directory)  # the new segment's name is durable too
+                os.fsync(fd)
             finally:
-                for fd in opened:
-                    os.close(fd)
-
+                os.close(fd)
+            if first != segment:
+                os.fsync(directory)  # the new segment's name is durable too
+            segment, size = first, start + len(data)
         last = rows[-1]
-        return CopyHead(self.database_id, last.seq, last.row_hash, segment, size), flush
+        return CopyHead(self.database_id, last.seq, last.row_hash, segment, size)
 
     def _check_tail(self, directory: int, head: CopyHead) -> None:
         """The open segment holds at least the head's bytes, and its last row ends with its
@@ -367,30 +346,6 @@ def _head_bytes(head: CopyHead, segment_rows: int) -> bytes:
     if head.tree_size is not None:
         data.update(tree_size=head.tree_size, tree_root=head.tree_root)
     return (ledger.canonical_json(data) + "\n").encode()
-
-
-@contextlib.contextmanager
-def _in_background(work: Callable[[], None]) -> Iterator[None]:
-    """Run ``work`` in a thread while the body runs; wait for it after the body, also when
-    the body raises, and raise its error when the body did not. An append's segment fsync
-    runs so beside the signed log's writes and fsyncs: one flush less to wait for in a row
-    (``bench/acceptance.py``), the order on disk unchanged (head.json comes after both)."""
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # handed to the caller's thread below
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, name="copy-flush", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        thread.join()
-    if failed:
-        raise failed[0]
 
 
 def _write_all(fd: int, data: bytes) -> None:
