@@ -40,7 +40,8 @@ def run_script(script: str, *args: str, tmp_path: Path, timeout: float = 100) ->
 def test_the_cleanup_benchmark_runs_and_its_checks_pass(tmp_path: Path, unlink_threads: str) -> None:
     figures = run_script(
         "cleanup.py",
-        *("--scale", "0.02", "--runs", "1", "--per-run", "4", "--unlink-threads", unlink_threads, "--dir"),
+        *("--scale", "0.02", "--conversations", "40", "--runs", "1", "--per-run", "4"),
+        *("--unlink-threads", unlink_threads, "--dir"),
         str(tmp_path),
         tmp_path=tmp_path,
     )
