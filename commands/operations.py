@@ -22,7 +22,7 @@ from sqlalchemy import Connection
 from commands import validation
 from commands.acceptance import Enqueuer
 from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
-from commands.purge_reads import FINISHED, MAX_PAGE, PurgeReads, stall_bound
+from commands.purge_reads import FINISHED, MAX_PAGE, PurgeReads, check_limit, stall_bound
 from commands.records import (
     Attempt,
     AuditEntry,
@@ -121,7 +121,7 @@ class OperatorCommands(PurgeReads):
 
     def worker_leases(self, *, limit: int = MAX_PAGE) -> list[WorkerLeases]:
         """The live lease owners (a worker's attempt each), and the steps each one holds now."""
-        _check_limit(limit)
+        check_limit(limit)
         with self.db.read() as conn:
             held = _held_by_owner(purges.live_leases(conn, limit=limit))
         return [WorkerLeases(owner, tuple(steps)) for owner, steps in held.items()]
@@ -131,7 +131,7 @@ class OperatorCommands(PurgeReads):
         then the most recently seen (a dead or stopped one is kept for a day), each with the
         steps it holds now. A process is dead once 3 of its heartbeat intervals pass without
         one."""
-        _check_limit(limit)
+        check_limit(limit)
         with self.db.read() as conn:
             now = ledger.database_now(conn)
             rows = heartbeats.processes(conn, limit=limit)
@@ -170,11 +170,6 @@ class OperatorCommands(PurgeReads):
             return ledger_copy.write_export(self.db, target)
         except OSError as exc:
             raise InfrastructureError(f"could not write the checkpoint: {exc.strerror}") from exc
-
-
-def _check_limit(limit: int) -> None:
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
-        raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
 
 
 def _held_by_owner(rows: Sequence[Any]) -> dict[str, list[HeldStep]]:

@@ -1,7 +1,7 @@
 """The reads of purges a one-shot command needs, and nothing else: a purge's status and the
-list of purges. ``purgectl status`` and ``list`` open only these (``commands.processes.reading``),
-not the whole handle, and load one purge kind per kind they show (``commands.kinds.kind_of``):
-they start in a fraction of the time the handle takes. The handle's operator commands
+list of purges. ``purgectl status`` and ``list`` open only these (``commands.reading``), not
+the whole handle, and load one purge kind per kind they show (``commands.kinds.kind_of``), so
+they start sooner (``bench/cli_startup.py``). The handle's operator commands
 (``commands.operations.OperatorCommands``) are these reads and the rest."""
 
 from __future__ import annotations
@@ -38,6 +38,12 @@ def stall_bound(presence: heartbeats.Presence, stall_after: dt.timedelta) -> dt.
     """How long a step may be due before its purge is stalled: ``stall_after``, or nothing
     when nobody is there to do the work (``heartbeats.Presence.nobody_to_work``)."""
     return dt.timedelta(0) if presence.nobody_to_work else stall_after
+
+
+def check_limit(limit: int) -> None:
+    """A page's size: an integer from 1 to ``MAX_PAGE``."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
+        raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
 
 
 def completed_at(entry: ledger.LedgerEntry, steps: Sequence[StepState]) -> dt.datetime:
@@ -88,8 +94,7 @@ class PurgeReads:
             until=validation.check_optional_moment(until, "until"),
             hidden_kinds=() if operator_rows else kinds.OPERATOR_KINDS,
         )
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_PAGE:
-            raise ValidationError(f"limit must be an integer from 1 to {MAX_PAGE}")
+        check_limit(limit)
         if after is not None and (not isinstance(after, int) or isinstance(after, bool) or not 1 <= after < 2**63):
             raise ValidationError("after must be a positive ledger seq (the next_after of a page)")
         with self.db.read() as conn:

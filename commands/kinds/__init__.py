@@ -132,10 +132,20 @@ def __getattr__(name: str) -> Any:
     if name in _CONSTANTS:
         return _kind_named(_CONSTANTS[name])
     if name == "OPERATOR_KINDS":
-        return tuple(kind.name.value for kind in _registry().values() if kind.operator_only)
+        return _operator_kinds()
     if name == "POLICY_KINDS":
-        return frozenset(kind.name.value for kind in _registry().values() if kind.names_policy)
+        return _policy_kinds()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _operator_kinds() -> tuple[str, ...]:
+    return tuple(kind.name.value for kind in _registry().values() if kind.operator_only)
+
+
+@functools.cache
+def _policy_kinds() -> frozenset[str]:
+    return frozenset(kind.name.value for kind in _registry().values() if kind.names_policy)
 
 
 def bodies_steps(kinds: Mapping[str, Kind[Any, Any]] | None = None) -> dict[str, BodiesStep]:
