@@ -42,10 +42,13 @@ run: $(RUNTIME)
 # real files on a tmpfs where the machine has one (/dev/shm): an acceptance's copy and signed
 # log fsync several files, and on this machine's disk each fsync costs about a millisecond.
 # The shared PostgreSQL keeps its own storage. `make test TEST_TMP=` keeps pytest's default.
+# The project's modules are compiled first: hundreds of tests start purgectl, a worker or the
+# API as a process, and where PYTHONDONTWRITEBYTECODE is set each would compile them again.
 TEST_TMP ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm/purgekeeper-tests-$$(pwd | cksum | cut -d' ' -f1))
 PYTEST_FLAGS ?= -n auto --maxprocesses 4 --dist worksteal --durations=25
 
 test: $(DEV)
+	@$(BIN)/python -m compileall -q -j 0 commands schema workers storage tlog
 	@status=0; $(BIN)/python -m pytest $(PYTEST_FLAGS) $(if $(TEST_TMP),--basetemp=$(TEST_TMP)) || status=$$?; \
 		$(if $(TEST_TMP),rm -rf $(TEST_TMP);) exit $$status
 

@@ -45,7 +45,11 @@ def worktree(commit: str) -> Iterator[Path]:
 
 
 def environment(tree: Path, data_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PURGEKEEPER_")}
+    """The caller's environment without its purgekeeper settings, and without
+    ``PYTHONDONTWRITEBYTECODE``: both trees run as an installed ``purgectl`` does, from their
+    modules' cached bytecode (which the seeding writes), not compiling every module again."""
+    dropped = ("PYTHONDONTWRITEBYTECODE",)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PURGEKEEPER_") and k not in dropped}
     return {**env, "PYTHONPATH": str(tree), "PURGEKEEPER_DATA_DIR": str(data_dir)}
 
 
