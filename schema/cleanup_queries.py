@@ -6,6 +6,7 @@ marking a blob that is already marked, change nothing.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,9 +27,8 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
-from schema.content_queries import NOT_PURGED, event_erased, live_event
+from schema.content_queries import NOT_PURGED, dialect_insert, event_erased, live_event
 from schema.expiry import placement_expired
 from schema.idlists import IDS, among
 from schema.states import BlobKind, BlobState, TombstoneKind
@@ -144,21 +144,18 @@ def _listed_ids(dialect: str) -> Any:
     return func.json_each(IDS).table_valued("value")
 
 
+@functools.cache
 def _tombstone_events_statement(dialect: str) -> Any:
     purge_id: BindParameter[Any] = bindparam("purge_id")
     listed = _listed_ids(dialect)
     # No lookup: the ids are known. The WHERE is for SQLite, whose parser would otherwise read
     # the upsert's ON CONFLICT as a join constraint of the SELECT.
     fenced = select(literal(TombstoneKind.EVENT.value), listed.c.value, purge_id).where(true())
-    insert_of = postgresql.insert if dialect == "postgresql" else sqlite.insert
     return (
-        insert_of(tombstones)
+        dialect_insert(dialect)(tombstones)
         .from_select(["kind", "id", "purge_id"], fenced)
         .on_conflict_do_nothing(index_elements=["kind", "id"])
     )
-
-
-_TOMBSTONE_EVENTS = {dialect: _tombstone_events_statement(dialect) for dialect in ("postgresql", "sqlite")}
 
 
 def tombstone_events(conn: Connection, purge_id: str, event_ids: Sequence[str]) -> None:
@@ -169,7 +166,7 @@ def tombstone_events(conn: Connection, purge_id: str, event_ids: Sequence[str]) 
     migration 0005). A content purge, whose ledger row lists the provider event ids, still
     writes theirs at acceptance."""
     if event_ids:
-        conn.execute(_TOMBSTONE_EVENTS[conn.dialect.name], {"purge_id": purge_id, "ids": event_ids})
+        conn.execute(_tombstone_events_statement(conn.dialect.name), {"purge_id": purge_id, "ids": event_ids})
 
 
 _REMOVE_PLACEMENTS = delete(placements).where(

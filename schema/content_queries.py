@@ -12,6 +12,8 @@ from here.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,7 +32,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
 from schema.conversation_read import (
     EVENT_COLUMNS,
@@ -125,21 +126,28 @@ def insert_event(
         "occurred_at": occurred_at,
         "body": body,
     }
-    statement = _INSERT_EVENT[conn.dialect.name, provider_event_id is not None]
+    statement = _insert_event(conn.dialect.name, deduplicated=provider_event_id is not None)
     return conn.execute(statement, values).first() is not None
 
 
-# Built once per dialect (building an INSERT costs as much as sending it): with a provider
-# event id, a duplicate delivery inserts nothing (ON CONFLICT DO NOTHING) and returns no row.
-_INSERT_EVENT = {
-    (dialect, deduplicated): (
-        insert_of(events).on_conflict_do_nothing(index_elements=["provider_event_id"])
-        if deduplicated
-        else insert_of(events)
-    ).returning(events.c.id)
-    for dialect, insert_of in (("postgresql", postgresql.insert), ("sqlite", sqlite.insert))
-    for deduplicated in (False, True)
-}
+def dialect_insert(dialect: str) -> Any:
+    """The dialect's ``insert`` construct, which has ON CONFLICT DO NOTHING. Its module is
+    imported when first asked for: a process on SQLite never loads the PostgreSQL dialect
+    (a command-line call pays for every module it imports)."""
+    return importlib.import_module(f"sqlalchemy.dialects.{dialect}").insert
+
+
+# Built once per dialect, when first used (building an INSERT costs as much as sending it):
+# with a provider event id, a duplicate delivery inserts nothing (ON CONFLICT DO NOTHING) and
+# returns no row.
+@functools.cache
+def _insert_event(dialect: str, *, deduplicated: bool) -> Any:
+    statement = dialect_insert(dialect)(events)
+    if deduplicated:
+        statement = statement.on_conflict_do_nothing(index_elements=["provider_event_id"])
+    return statement.returning(events.c.id)
+
+
 # A placement's created_at to the millisecond on SQLite too (its column default has whole
 # seconds): a retention run's fence covers only what was placed before its acceptance.
 _INSERT_PLACEMENT = {
@@ -155,12 +163,12 @@ def insert_event_reading_head(
     statement the ledger head (``seq``, ``head_hash``, ``gate_reason``) and whether the
     conversation is known (``conversation_known``), for the checks before its placement."""
     params = {"id": event_id, "author": author, "occurred_at": occurred_at, "body": body}
-    return conn.execute(_INSERT_EVENT_READING_HEAD, {**params, "conversation_id": conversation_id}).one()
+    return conn.execute(_insert_event_reading_head(), {**params, "conversation_id": conversation_id}).one()
 
 
 def upsert_insert(conn: Connection, table: Table) -> Any:
     """The dialect's INSERT, which has ON CONFLICT DO NOTHING on both backends."""
-    return (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(table)
+    return dialect_insert(conn.dialect.name)(table)
 
 
 def insert_placement(conn: Connection, event_id: str, conversation_id: str) -> None:
@@ -198,17 +206,20 @@ _HEAD_VALUES = (
     select(_CONVERSATION_KNOWN).scalar_subquery().label("conversation_known"),
 )
 
-_INSERT_EVENT_READING_HEAD = (
-    postgresql.insert(events)
-    .values(
-        id=bindparam("id"),
-        provider_event_id=None,
-        author=bindparam("author"),
-        occurred_at=bindparam("occurred_at", type_=events.c.occurred_at.type),
-        body=bindparam("body"),
+
+@functools.cache
+def _insert_event_reading_head() -> Any:
+    return (
+        dialect_insert("postgresql")(events)
+        .values(
+            id=bindparam("id"),
+            provider_event_id=None,
+            author=bindparam("author"),
+            occurred_at=bindparam("occurred_at", type_=events.c.occurred_at.type),
+            body=bindparam("body"),
+        )
+        .returning(*_HEAD_VALUES)
     )
-    .returning(*_HEAD_VALUES)
-)
 
 
 # -- blobs and attachments ----------------------------------------------------------------
@@ -355,6 +366,7 @@ __all__ = [
     "bot_row",
     "catalog",
     "conversation_row",
+    "dialect_insert",
     "event_by_provider_id",
     "event_erased",
     "event_row",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from schema.tables import metadata
+from schema.tables import with_dialect_indexes
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - purgekeeper always passes its own connection
@@ -12,7 +12,7 @@ if connection is None:  # pragma: no cover - purgekeeper always passes its own c
 
 context.configure(
     connection=connection,
-    target_metadata=metadata,
+    target_metadata=with_dialect_indexes(),
     render_as_batch=connection.dialect.name == "sqlite",
     transaction_per_migration=False,
 )

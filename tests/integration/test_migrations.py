@@ -25,7 +25,7 @@ from commands.kinds import kind_of
 from schema import fences, ledger, migrate
 from schema.db import Database
 from schema.errors import SchemaMismatch
-from schema.tables import metadata
+from schema.tables import with_dialect_indexes
 from tests.helpers.databases import create_database, drop_database, postgres_url
 
 
@@ -41,7 +41,7 @@ def installed_triggers(db: Database) -> set[str]:
 
 def test_migrations_match_the_table_definitions(db: Database) -> None:
     with db.read() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata)
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), with_dialect_indexes())
     assert diff == []
 
 
