@@ -41,10 +41,18 @@ def test_the_cleanup_benchmark_runs_and_its_checks_pass(tmp_path: Path, unlink_t
     figures = run_script(
         "cleanup.py",
         *("--scale", "0.02", "--conversations", "40", "--runs", "1", "--per-run", "4"),
-        *("--unlink-threads", unlink_threads, "--dir"),
+        *("--unlink-threads", unlink_threads, "--statements", "40", "--dir"),
         str(tmp_path),
         tmp_path=tmp_path,
     )
+    # --statements: the four timed purges' steps of each kind, and what they sent (the
+    # warm-up's steps are not counted); the bodies NULL the bodies, the attachments mark blobs
+    profile = figures["statements"]
+    assert isinstance(profile, dict) and sorted(profile) == ["attachments", "bodies"]
+    for kind, statement in (("bodies", "UPDATE events SET body"), ("attachments", "UPDATE blobs SET state")):
+        assert profile[kind]["steps"] == 4
+        assert 0 < profile[kind]["statement_ms_per_step"] < profile[kind]["ms_per_step"]
+        assert any(entry["statement"].startswith(statement) for entry in profile[kind]["top"]), kind
     assert figures["checks_ok"] is True
     assert figures["unlink_threads"] == int(unlink_threads)
     # both unlink baselines ran (their files are gone: the checks), and both ratios are reported
