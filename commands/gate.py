@@ -196,11 +196,17 @@ class Gate:
 
     def _against_copy(self, conn: Reader, seq: int, head_hash: str, copy_head: CopyHead) -> list[str]:
         name = self.copy.directory.name
-        if copy_head.seq > seq and not self._committed_since(copy_head):
-            return [
-                f"the ledger head is at seq {seq}, behind its copy {name} (seq {copy_head.seq}): "
-                f"the database was restored from an older backup; {MERGE_HINT}"
-            ]
+        if copy_head.seq > seq:
+            if not self._committed_since(copy_head):
+                return [
+                    f"the ledger head is at seq {seq}, behind its copy {name} (seq {copy_head.seq}): "
+                    f"the database was restored from an older backup; {MERGE_HINT}"
+                ]
+            # the fresh transaction found the copy's head in the database: that settles it (this
+            # read's snapshot, taken before that row committed, cannot show it)
+            with self._lock:
+                self._verified_copy = (copy_head.seq, copy_head.row_hash)
+            return []
         if copy_head.seq == seq:
             return [] if copy_head.row_hash == head_hash else [f"the ledger differs from its copy {name} at seq {seq}"]
         if self._verified_copy == (copy_head.seq, copy_head.row_hash):

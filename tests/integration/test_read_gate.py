@@ -199,6 +199,22 @@ def test_a_read_whose_snapshot_predates_an_acceptance_and_its_copy_stays_open(ga
     assert gated.messaging_status().open
 
 
+def test_a_read_whose_snapshot_is_still_open_when_the_copy_moves_ahead_stays_open(gated: Pk) -> None:
+    """The same race, with the read's snapshot still open when the gate looks at the copy (as
+    a content read's is): the row at the copy's head is not in that snapshot, and the fresh
+    transaction that found it in the database must settle the verdict. CI saw 8 confirming
+    threads and 2 ingesting ones on SQLite close the gate with "the ledger differs from its
+    copy at seq 6". What was tried: a snapshot taken, an acceptance committed and copied by
+    another connection, then the gate asked in that snapshot."""
+    seed(gated)
+    with gated.db.read() as conn:
+        head = ledger.read_head(conn)  # the snapshot (SQLite: from its first read on)
+        purge_events(gated, "e-doomed")  # another connection commits, and copies the row out
+        gated.gate.check_values(conn, head.seq, head.head_hash, None)
+    assert gated.messaging_status(refresh=False).open
+    assert [e.id for e in gated.read_conversation("c-kept")] == ["e-kept"]
+
+
 def test_a_restored_older_database_is_closed_to_content_until_merged(
     gated: Pk, backups: Backups, open_pk: Callable[[], Pk], tmp_path: Path
 ) -> None:
