@@ -103,7 +103,7 @@ runs = Table(
     enum_check("status", RUN_STATUSES, "status"),
     Index("ix_runs_conversation_id", "conversation_id"),
     Index("ix_runs_bot_id", "bot_id"),
-    # and two partial indexes of the non-terminal runs: partial_indexes() below
+    # and two partial indexes of the non-terminal runs: dialect_indexes() below
 )
 
 admissions = Table(
