@@ -223,34 +223,40 @@ def delete_derivatives_batch(conn: Connection, conversation_id: str, *, limit: i
 # -- attachments ------------------------------------------------------------------------------
 
 
-def _candidates_of_purge() -> Any:
-    """Blobs bound to events this purge fenced that still have bytes (present or deleting),
-    after ``:after`` in id order, locked: driven from the purge's own tombstones (index on
-    purge_id), so the cost follows the purge, not the size of the attachments table."""
-    fenced = (
-        select(tombstones.c.id)
-        .where(tombstones.c.purge_id == bindparam("purge_id"), IS_EVENT_TOMBSTONE)
-        .cte("fenced")
-        .prefix_with("MATERIALIZED", dialect="postgresql")
-    )
-    bound = select(attachments.c.blob_id).join(fenced, fenced.c.id == attachments.c.event_id)
-    return (
-        select(blobs.c.id, blobs.c.kind, blobs.c.path, blobs.c.state)
-        .where(blobs.c.id.in_(bound), blobs.c.id > bindparam("after"))
-        .where(blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value]))
-        .order_by(blobs.c.id)
-        .limit(bindparam("limit"))
-        .with_for_update()
-    )
+# A purge's fenced events, a window at a time, in id order: an index range read of
+# ix_tombstones_event_purge_id (purge_id, id), so a window costs what it holds, whatever the
+# purge's size (0016).
+_FENCED_EVENTS_AFTER = (
+    select(tombstones.c.id)
+    .where(tombstones.c.purge_id == bindparam("purge_id"), IS_EVENT_TOMBSTONE, tombstones.c.id > bindparam("after"))
+    .order_by(tombstones.c.id)
+    .limit(bindparam("limit"))
+)
 
 
-_LOCK_CANDIDATES = _candidates_of_purge()
+def fenced_events_after(conn: Connection, purge_id: str, *, after: str, limit: int) -> list[str]:
+    """The next ``limit`` events this purge fenced, after event ``after`` in id order."""
+    return list(conn.scalars(_FENCED_EVENTS_AFTER, {"purge_id": purge_id, "after": after, "limit": limit}))
 
 
-def lock_candidate_blobs(conn: Connection, purge_id: str, *, after: str, limit: int) -> list[Row[Any]]:
-    """The next ``limit`` blobs of the purge's fenced events that still have bytes, locked in
-    id order (one statement: find and lock)."""
-    return list(conn.execute(_LOCK_CANDIDATES, {"purge_id": purge_id, "after": after, "limit": limit}))
+# The next blobs bound to the listed events that still have bytes (present, or deleting: an
+# earlier attempt's), after ``:after`` in id order, locked: found from the events'
+# attachments (by event id), each blob once however many of the events bind it.
+_LOCK_BLOBS_OF_EVENTS = (
+    select(blobs.c.id, blobs.c.kind, blobs.c.path, blobs.c.state)
+    .where(blobs.c.id.in_(select(attachments.c.blob_id).where(among(attachments.c.event_id, IDS))))
+    .where(blobs.c.id > bindparam("after"))
+    .where(blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value]))
+    .order_by(blobs.c.id)
+    .limit(bindparam("limit"))
+    .with_for_update()
+)
+
+
+def lock_blobs_of_events(conn: Connection, event_ids: Sequence[str], *, after: str, limit: int) -> list[Row[Any]]:
+    """The next ``limit`` blobs of these events that still have bytes, after blob ``after``,
+    locked in id order (one statement: find and lock)."""
+    return list(conn.execute(_LOCK_BLOBS_OF_EVENTS, {"ids": event_ids, "after": after, "limit": limit}))
 
 
 def _live_referenced_statement(dialect: str) -> Any:

@@ -187,55 +187,80 @@ def remove_bodies(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry
 # -- attachments --------------------------------------------------------------------------------
 
 
+# Where the attachments step's walk is: after which fenced event its window starts, and
+# after which blob of that window it goes on ("" for none).
+Cursor = tuple[str, str]
+
+
 def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
-    """Per batch, one transaction: mark the batch before it deleted, find and lock the next
-    blobs, count live references of both binding kinds, mark the unreferenced ones deleting,
-    and commit; then unlink them (a missing file is fine), a few at a time, and fsync each of
-    their directories once. The last batch's blobs are marked deleted in a transaction of
-    their own, which finishes the step. Shared blobs are recorded as retained, with the
-    reason: each attempt walks every candidate again, so its first batch starts the count
-    afresh."""
-    after, first, gone = "", True, list[str]()
-    while True:
+    """The purge's fenced events, ``batch_size`` at a time in id order (a window: its cost
+    follows the window, not the purge), and each window's blobs, ``batch_size`` at a time.
+    Per batch, one transaction: mark the batch before it deleted, lock the next blobs of the
+    window that still have bytes, count live references of both binding kinds, mark the
+    unreferenced ones deleting, and commit; then unlink them (a missing file is fine), a few
+    at a time, and fsync each of their directories once. The last batch's blobs are marked
+    deleted in a transaction of their own, which finishes the step. Shared blobs are
+    recorded as retained, with the reason, once per attempt however many windows bind them:
+    each attempt walks every event again, so its first batch starts the count afresh."""
+    after: Cursor | None = ("", "")
+    first, gone = True, list[str]()
+    kept: set[str] = set()  # the shared blobs this attempt counted (committed batches only)
+    while after is not None:
         batch = functools.partial(
-            _next_batch, purge_id=entry.purge_id, after=after, limit=ctx.batch_size, first=first, gone=gone
+            _next_batch, purge_id=entry.purge_id, after=after, limit=ctx.batch_size, first=first, gone=gone, kept=kept
         )
         # durable: "deleting" is on disk before any unlink, else a present blob could lack its bytes
         marked = run_batch(ctx, held, batch, durable=True)
+        kept.update(marked["shared"])
         if marked["done"]:
             return Ran(finished=True)
-        ctx.blobs.discard_all(marked["doomed"], threads=ctx.unlink_threads)  # the unlinks are on disk after it
-        first, gone = False, [blob_id for blob_id, _kind, _path in marked["doomed"]]
-        if marked["last"] is None:
-            run_batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone))
-            return Ran(finished=True)
-        after = marked["last"]
+        if marked["doomed"]:
+            ctx.blobs.discard_all(marked["doomed"], threads=ctx.unlink_threads)  # the unlinks are on disk after it
+        first, gone, after = False, [blob_id for blob_id, _kind, _path in marked["doomed"]], marked["next"]
+    run_batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone))
+    return Ran(finished=True)
 
 
 def _next_batch(
-    conn: Connection, *, purge_id: str, after: str, limit: int, first: bool, gone: list[str]
+    conn: Connection, *, purge_id: str, after: Cursor, limit: int, first: bool, gone: list[str], kept: set[str]
 ) -> dict[str, Any]:
     """The blobs of the batch before (``gone``: unlinked, on disk) deleted, and the next
     batch's unreferenced blobs deleting, in one transaction."""
     removed = cleanup_queries.mark_deleted(conn, gone)
-    return {**_mark_unreferenced(conn, purge_id=purge_id, after=after, limit=limit, first=first), "removed": removed}
+    marked = _mark_unreferenced(conn, purge_id=purge_id, after=after, limit=limit, first=first, kept=kept)
+    return {**marked, "removed": removed}
 
 
-def _mark_unreferenced(conn: Connection, *, purge_id: str, after: str, limit: int, first: bool) -> dict[str, Any]:
-    rows = cleanup_queries.lock_candidate_blobs(conn, purge_id, after=after, limit=limit)
+def _mark_unreferenced(
+    conn: Connection, *, purge_id: str, after: Cursor, limit: int, first: bool, kept: set[str]
+) -> dict[str, Any]:
+    """The next ``limit`` blobs of the window of ``limit`` fenced events at ``after``: locked,
+    the unreferenced ones marked deleting. ``kept``: the shared blobs earlier batches of this
+    attempt counted, left alone here (read only: a transaction that is tried again must not
+    have changed it)."""
+    event_after, blob_after = after
+    window = cleanup_queries.fenced_events_after(conn, purge_id, after=event_after, limit=limit)
+    rows = cleanup_queries.lock_blobs_of_events(conn, window, after=blob_after, limit=limit) if window else []
+    if len(rows) == limit:
+        following: Cursor | None = (event_after, rows[-1].id)  # this window may hold more blobs
+    elif len(window) == limit:
+        following = (window[-1], "")  # the next window
+    else:
+        following = None  # a short window, done: the last batch
+    rows = [row for row in rows if row.id not in kept]
     ids = [row.id for row in rows]
     live = cleanup_queries.live_referenced(conn, ids) if ids else set()
     shared = sorted(blob_id for blob_id in ids if blob_id in live)
     doomed = [row for row in rows if row.id not in live]
     cleanup_queries.mark_deleting(conn, [row.id for row in doomed])
-    last = len(ids) < limit  # a short batch is the last one
     return {
         "retained": len(shared),
         "reasons": {"blob referenced by live content": shared} if shared else None,
         "restart_retained": first,
+        "shared": shared,
         "doomed": [(row.id, row.kind, row.path) for row in doomed],
-        "last": None if last else ids[-1],
-        "done": last and not doomed,  # nothing to unlink: this batch finishes the step
+        "next": following,
+        "done": following is None and not doomed,  # nothing to unlink: this batch finishes the step
     }
 
 
