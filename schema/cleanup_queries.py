@@ -240,23 +240,38 @@ def fenced_events_after(conn: Connection, purge_id: str, *, after: str, limit: i
 
 
 # The next blobs bound to the listed events that still have bytes (present, or deleting: an
-# earlier attempt's), after ``:after`` in id order, locked: found from the events'
-# attachments (by event id), each blob once however many of the events bind it.
-_LOCK_BLOBS_OF_EVENTS = (
-    select(blobs.c.id, blobs.c.kind, blobs.c.path, blobs.c.state)
-    .where(blobs.c.id.in_(select(attachments.c.blob_id).where(among(attachments.c.event_id, IDS))))
-    .where(blobs.c.id > bindparam("after"))
+# earlier attempt's), after ``:after`` in id order: found from the events' attachments (by
+# event id), each blob once however many of the events bind it. Not locked: a batch locks all
+# of its blobs in one statement, in id order (``lock_blobs``).
+_BLOBS_OF_EVENTS = (
+    select(attachments.c.blob_id)
+    .distinct()
+    .join(blobs, blobs.c.id == attachments.c.blob_id)
+    .where(among(attachments.c.event_id, IDS), attachments.c.blob_id > bindparam("after"))
     .where(blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value]))
-    .order_by(blobs.c.id)
+    .order_by(attachments.c.blob_id)
     .limit(bindparam("limit"))
+)
+
+
+def blobs_of_events(conn: Connection, event_ids: Sequence[str], *, after: str, limit: int) -> list[str]:
+    """The next ``limit`` blobs of these events that still have bytes, after blob ``after``."""
+    return list(conn.scalars(_BLOBS_OF_EVENTS, {"ids": event_ids, "after": after, "limit": limit}))
+
+
+# A batch's blobs, locked in id order (so two steps that share blobs take them in the same
+# order), those that still have bytes: a blob deleted meanwhile drops out here.
+_LOCK_BLOBS = (
+    select(blobs.c.id, blobs.c.kind, blobs.c.path, blobs.c.state)
+    .where(among(blobs.c.id, IDS), blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value]))
+    .order_by(blobs.c.id)
     .with_for_update()
 )
 
 
-def lock_blobs_of_events(conn: Connection, event_ids: Sequence[str], *, after: str, limit: int) -> list[Row[Any]]:
-    """The next ``limit`` blobs of these events that still have bytes, after blob ``after``,
-    locked in id order (one statement: find and lock)."""
-    return list(conn.execute(_LOCK_BLOBS_OF_EVENTS, {"ids": event_ids, "after": after, "limit": limit}))
+def lock_blobs(conn: Connection, blob_ids: Sequence[str]) -> list[Row[Any]]:
+    """These blobs, those that still have bytes, locked in id order (one statement)."""
+    return list(conn.execute(_LOCK_BLOBS, {"ids": blob_ids}))
 
 
 def _live_referenced_statement(dialect: str) -> Any:

@@ -190,15 +190,17 @@ def remove_bodies(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry
 # Where the attachments step's walk is: after which fenced event its window starts, and
 # after which blob of that window it goes on ("" for none).
 Cursor = tuple[str, str]
+WINDOWS_PER_BATCH = 16
 
 
 def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
     """The purge's fenced events, ``batch_size`` at a time in id order (a window: its cost
-    follows the window, not the purge), and each window's blobs, ``batch_size`` at a time.
-    Per batch, one transaction: mark the batch before it deleted, lock the next blobs of the
-    window that still have bytes, count live references of both binding kinds, mark the
-    unreferenced ones deleting, and commit; then unlink them (a missing file is fine), a few
-    at a time, and fsync each of their directories once. The last batch's blobs are marked
+    follows the window, not the purge), and their blobs, ``batch_size`` at a time (a batch
+    takes what the next windows hold). Per batch, one transaction: mark the batch before it
+    deleted, find the next blobs that still have bytes and lock them in id order, count live
+    references of both binding kinds, mark the unreferenced ones deleting, and commit; then
+    unlink them (a missing file is fine), a few at a time, and fsync each of their
+    directories once. The last batch's blobs are marked
     deleted in a transaction of their own, which finishes the step. Shared blobs are
     recorded as retained, with the reason, once per attempt however many windows bind them:
     each attempt walks every event again, so its first batch starts the count afresh."""
@@ -234,20 +236,11 @@ def _next_batch(
 def _mark_unreferenced(
     conn: Connection, *, purge_id: str, after: Cursor, limit: int, first: bool, kept: set[str]
 ) -> dict[str, Any]:
-    """The next ``limit`` blobs of the window of ``limit`` fenced events at ``after``: locked,
-    the unreferenced ones marked deleting. ``kept``: the shared blobs earlier batches of this
-    attempt counted, left alone here (read only: a transaction that is tried again must not
-    have changed it)."""
-    event_after, blob_after = after
-    window = cleanup_queries.fenced_events_after(conn, purge_id, after=event_after, limit=limit)
-    rows = cleanup_queries.lock_blobs_of_events(conn, window, after=blob_after, limit=limit) if window else []
-    if len(rows) == limit:
-        following: Cursor | None = (event_after, rows[-1].id)  # this window may hold more blobs
-    elif len(window) == limit:
-        following = (window[-1], "")  # the next window
-    else:
-        following = None  # a short window, done: the last batch
-    rows = [row for row in rows if row.id not in kept]
+    """The next ``limit`` blobs of the walk at ``after``: locked, the unreferenced ones marked
+    deleting. ``kept``: the shared blobs earlier batches of this attempt counted, left alone
+    here (read only: a transaction that is tried again must not have changed it)."""
+    candidates, following = _next_blobs(conn, purge_id, after, limit)
+    rows = [row for row in cleanup_queries.lock_blobs(conn, candidates) if row.id not in kept] if candidates else []
     ids = [row.id for row in rows]
     live = cleanup_queries.live_referenced(conn, ids) if ids else set()
     shared = sorted(blob_id for blob_id in ids if blob_id in live)
@@ -262,6 +255,26 @@ def _mark_unreferenced(
         "next": following,
         "done": following is None and not doomed,  # nothing to unlink: this batch finishes the step
     }
+
+
+def _next_blobs(conn: Connection, purge_id: str, after: Cursor, limit: int) -> tuple[list[str], Cursor | None]:
+    """Up to ``limit`` blobs with bytes of the purge's fenced events, from the window at
+    ``after`` on, a window of ``limit`` events at a time (at most ``WINDOWS_PER_BATCH`` of
+    them: events without attachments cost a batch its windows, not its blobs); and where the
+    walk goes on (None: the last window is done)."""
+    found: list[str] = []
+    event_after, blob_after = after
+    for _ in range(WINDOWS_PER_BATCH):
+        window = cleanup_queries.fenced_events_after(conn, purge_id, after=event_after, limit=limit)
+        wanted = limit - len(found)
+        more = cleanup_queries.blobs_of_events(conn, window, after=blob_after, limit=wanted) if window else []
+        found += more
+        if len(more) == wanted:
+            return found, (event_after, more[-1])  # this window may hold more blobs
+        if len(window) < limit:
+            return found, None  # a short window: the last one
+        event_after, blob_after = window[-1], ""
+    return found, (event_after, "")
 
 
 def _mark_deleted(conn: Connection, *, blob_ids: list[str]) -> dict[str, Any]:

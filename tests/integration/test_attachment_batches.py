@@ -224,8 +224,29 @@ def test_a_window_reads_its_own_events_not_the_purge_s(pk: Pk) -> None:
     with pk.db.read() as conn:
         before = conn.scalar(read)
         window = cleanup_queries.fenced_events_after(conn, purge_id, after=ids[29], limit=5)
-        blobs = cleanup_queries.lock_blobs_of_events(conn, window, after="", limit=5)
+        blobs = cleanup_queries.blobs_of_events(conn, window, after="", limit=5)
         entries = conn.scalar(read) - before
     assert window == ids[30:35]
     assert len(blobs) == 5
     assert 5 <= entries <= 6, entries
+
+
+def test_events_without_attachments_cost_windows_not_batches(pk: Pk) -> None:
+    """A batch takes its blobs from as many windows as it needs (at most
+    ``WINDOWS_PER_BATCH``). Tried, with windows of 2: 40 purged events of which only the last
+    has an attachment (20 windows, more than 16 in one batch), and the same with the
+    attachment on the first event. Each step ends done, the file gone, one blob removed."""
+    ctx = dataclasses.replace(pk.step_context(), batch_size=2)
+    for where in (39, 0):
+        conversation = f"sparse-{where}"
+        pk.create_conversation(conversation)
+        event_ids = [f"{conversation}-{n:02d}" for n in range(40)]
+        attached = []
+        for n, event_id in enumerate(event_ids):
+            files = [NewAttachment.cas(f"{SECRET} {conversation}".encode(), name="a")] if n == where else []
+            ingested = pk.ingest_event(conversation, author="ada", body=SECRET, event_id=event_id, attachments=files)
+            attached += [a.blob_id for a in ingested.attachments]
+        purge_id = purge_events(pk, *event_ids)
+        assert run(pk, step_of(pk, purge_id, "attachments").id, ctx).status == "done"
+        assert_gone(pk, attached)
+        assert step_of(pk, purge_id, "attachments").progress.removed == 1
