@@ -204,9 +204,7 @@ class Gate:
                 ]
             # the fresh transaction found the copy's head in the database: that settles it (this
             # read's snapshot, taken before that row committed, cannot show it)
-            with self._lock:
-                self._verified_copy = (copy_head.seq, copy_head.row_hash)
-            return []
+            return self._verified(copy_head)
         if copy_head.seq == seq:
             return [] if copy_head.row_hash == head_hash else [f"the ledger differs from its copy {name} at seq {seq}"]
         if self._verified_copy == (copy_head.seq, copy_head.row_hash):
@@ -215,6 +213,10 @@ class Gate:
         found = entry.row_hash if entry else ledger.GENESIS_HASH
         if found != copy_head.row_hash:
             return [f"the ledger differs from its copy {name} at seq {copy_head.seq}"]
+        return self._verified(copy_head)
+
+    def _verified(self, copy_head: CopyHead) -> list[str]:
+        """The copy's head is found in the ledger: no problem, and not asked again."""
         with self._lock:
             self._verified_copy = (copy_head.seq, copy_head.row_hash)
         return []

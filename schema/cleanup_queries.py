@@ -28,7 +28,7 @@ from sqlalchemy import (
     update,
 )
 
-from schema.content_queries import NOT_PURGED, dialect_insert, event_erased, live_event
+from schema.content_queries import BLOB_HAS_BYTES, NOT_PURGED, dialect_insert, event_erased, live_event
 from schema.expiry import placement_expired
 from schema.idlists import IDS, among
 from schema.states import BlobKind, BlobState, TombstoneKind
@@ -247,8 +247,7 @@ _BLOBS_OF_EVENTS = (
     select(attachments.c.blob_id)
     .distinct()
     .join(blobs, blobs.c.id == attachments.c.blob_id)
-    .where(among(attachments.c.event_id, IDS), attachments.c.blob_id > bindparam("after"))
-    .where(blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value]))
+    .where(among(attachments.c.event_id, IDS), attachments.c.blob_id > bindparam("after"), BLOB_HAS_BYTES)
     .order_by(attachments.c.blob_id)
     .limit(bindparam("limit"))
 )
@@ -263,7 +262,7 @@ def blobs_of_events(conn: Connection, event_ids: Sequence[str], *, after: str, l
 # order), those that still have bytes: a blob deleted meanwhile drops out here.
 _LOCK_BLOBS = (
     select(blobs.c.id, blobs.c.kind, blobs.c.path, blobs.c.state)
-    .where(among(blobs.c.id, IDS), blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value]))
+    .where(among(blobs.c.id, IDS), BLOB_HAS_BYTES)
     .order_by(blobs.c.id)
     .with_for_update()
 )

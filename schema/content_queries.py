@@ -224,6 +224,10 @@ def _insert_event_reading_head() -> Any:
 
 # -- blobs and attachments ----------------------------------------------------------------
 
+# A blob whose file may still be on disk: present, or deleting (marked by a cleanup attempt
+# that had not yet unlinked it, or had not yet recorded the unlink).
+BLOB_HAS_BYTES = blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value])
+
 
 def holds_purged_content(blob_id: Any) -> Any:
     """The blob is bound, and only by events that are not live: its bytes are purged
@@ -354,6 +358,7 @@ def existing_event_ids(conn: Connection, event_ids: Sequence[str]) -> set[str]:
 
 
 __all__ = [
+    "BLOB_HAS_BYTES",
     "EVENT_COLUMNS",
     "HEAD_WITH_CONVERSATION",
     "NOT_PURGED",

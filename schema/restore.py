@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import BindParameter, Connection, and_, bindparam, exists, or_, select, update
 
-from schema.content_queries import event_erased, live_event
+from schema.content_queries import BLOB_HAS_BYTES, event_erased, live_event
 from schema.idlists import IDS, among
 from schema.states import ACTIVE_RUN_STATUSES, BlobState, ConversationState, RunStatus, StepStatus, TombstoneKind
 from schema.tables import (
@@ -28,7 +28,6 @@ from schema.tables import (
 
 _PURGE: BindParameter[Any] = bindparam("purge_id")
 _CONVERSATION: BindParameter[Any] = bindparam("conversation_id")
-_HAS_BYTES = blobs.c.state.in_([BlobState.PRESENT.value, BlobState.DELETING.value])
 
 _FENCED_BY_PURGE = select(tombstones.c.id).where(tombstones.c.purge_id == _PURGE, IS_EVENT_TOMBSTONE)
 
@@ -64,7 +63,7 @@ _other_binding = attachments.alias("other_binding")
 _BYTES_LEFT = select(
     exists()
     .where(attachments.c.event_id.in_(_FENCED_BY_PURGE))
-    .where(blobs.c.id == attachments.c.blob_id, _HAS_BYTES)
+    .where(blobs.c.id == attachments.c.blob_id, BLOB_HAS_BYTES)
     .where(
         or_(
             blobs.c.state == BlobState.DELETING.value,

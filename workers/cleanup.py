@@ -200,10 +200,10 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
     deleted, find the next blobs that still have bytes and lock them in id order, count live
     references of both binding kinds, mark the unreferenced ones deleting, and commit; then
     unlink them (a missing file is fine), a few at a time, and fsync each of their
-    directories once. The last batch's blobs are marked
-    deleted in a transaction of their own, which finishes the step. Shared blobs are
-    recorded as retained, with the reason, once per attempt however many windows bind them:
-    each attempt walks every event again, so its first batch starts the count afresh."""
+    directories once. The last batch's blobs are marked deleted in a transaction of their
+    own, which finishes the step. Shared blobs are recorded as retained, with the reason,
+    once per attempt however many windows bind them: each attempt walks every event again,
+    so its first batch starts the count afresh."""
     after: Cursor | None = ("", "")
     first, gone = True, list[str]()
     kept: set[str] = set()  # the shared blobs this attempt counted (committed batches only)
