@@ -21,11 +21,11 @@ WORKDIR /app
 # The dependencies first, from pyproject.toml alone, so this layer is rebuilt only when they
 # change: install a stub of the package (its name and version, no code), then drop the stub.
 COPY pyproject.toml README.md ./
-RUN mkdir -p schema commands workers \
-    && touch schema/__init__.py commands/__init__.py workers/__init__.py \
+RUN mkdir -p purgekeeper \
+    && echo '__version__ = "0"' > purgekeeper/__init__.py \
     && pip install . \
     && pip uninstall -y purgekeeper \
-    && rm -rf schema commands workers build *.egg-info
+    && rm -rf purgekeeper build *.egg-info
 
 # Then the source (.dockerignore keeps .venv, .git, data, tokens and test output out).
 COPY . .

@@ -25,7 +25,7 @@ $(DEV): pyproject.toml $(RUNTIME)
 # The whole system on the embedded default: the HTTP API, /status, /metrics, an in-process
 # worker and scheduler, on SQLite in the data directory every purgekeeper process uses by
 # default (PURGEKEEPER_DATA_DIR, else $XDG_DATA_HOME/purgekeeper, else
-# ~/.local/share/purgekeeper): purgectl and commands.open() find the same database.
+# ~/.local/share/purgekeeper): purgectl and purgekeeper.open() find the same database.
 # It prints the URL and the token's file. `make run SERVE_FLAGS=--demo` seeds a demo.
 # The port (8080) is bound before anything is served: when it is in use, serve says so and
 # exits 4 (make reports "Error 4"); `make run SERVE_FLAGS="--port 8081"` serves on another.

@@ -64,10 +64,10 @@ from typing import Any
 import psycopg
 from scratch import ScratchDatabase, shown_url
 
-import commands
-from commands.handle import Purgekeeper
-from schema import migrate
-from schema.db import Database
+import purgekeeper
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.schema import migrate
+from purgekeeper.schema.db import Database
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 GROUP_SIZE = 10
@@ -327,13 +327,13 @@ class Bench:
         for conversation_id in conversations:
             thread_jobs: list[Callable[[], object]] = []
             for group in chunks(event_ids_of(conversation_id, groups_each * GROUP_SIZE), GROUP_SIZE):
-                scope = commands.EventScope(event_ids=tuple(group))
+                scope = purgekeeper.EventScope(event_ids=tuple(group))
                 digest = self.pk.preview_purge(scope).scope_digest
                 thread_jobs.append(self._confirm_job(scope, digest))
             jobs.append(thread_jobs)
         return jobs
 
-    def _confirm_job(self, scope: commands.EventScope, digest: str) -> Callable[[], object]:
+    def _confirm_job(self, scope: purgekeeper.EventScope, digest: str) -> Callable[[], object]:
         def job() -> object:
             acceptance = self.pk.confirm_purge(scope, scope_digest=digest, actor="bench", reason="bench")
             if acceptance.outcome != "accepted":
@@ -482,7 +482,7 @@ def profile(bench: Bench, url: str, confirmations: int) -> None:
 
     from sqlalchemy import event
 
-    from schema import driver
+    from purgekeeper.schema import driver
 
     conversation = "profile-c"
     with psycopg.connect(url) as conn:
@@ -688,7 +688,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         seed_all(scratch.url, args.runs, args.threads, args.per_thread, args.large_events)
 
-        pk = commands.open(
+        pk = purgekeeper.open(
             scratch.url,
             blob_root=root / "blobs",
             file_root=root / "files",

@@ -6,7 +6,7 @@ an attachment of its own (4 KiB on disk, CAS and real files alternately), seeded
 ``INSERT ... SELECT ... generate_series`` (the schema's triggers firing). Each side has a
 scratch database of its own, seeded alike, with a fresh conversation per run:
 
-- **embedded**: ``commands.open(workers="auto")`` without a broker URL: the in-process
+- **embedded**: ``purgekeeper.open(workers="auto")`` without a broker URL: the in-process
   dramatiq worker (StubBroker, threads) and scheduler.
 - **broker**: a ``redis-server`` of the script's own on a free port, and the ``worker`` and
   ``scheduler`` processes started by the Procfile's own command lines (``sh -c``, from the
@@ -54,11 +54,11 @@ from typing import Any
 import psycopg
 from scratch import ScratchDatabase, shown_url
 
-import commands
-from commands.handle import Purgekeeper
-from commands.settings import Settings
-from schema import migrate
-from schema.db import Database
+import purgekeeper
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema import migrate
+from purgekeeper.schema.db import Database
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -356,7 +356,7 @@ def opened_sides(envs: dict[str, dict[str, str]]) -> Iterator[dict[str, Purgekee
     handles: dict[str, Purgekeeper] = {}
     try:
         for side in SIDES:
-            handles[side] = commands.open(settings=Settings.from_env(envs[side]), workers="auto")
+            handles[side] = purgekeeper.open(settings=Settings.from_env(envs[side]), workers="auto")
         yield handles
     finally:
         for pk in handles.values():

@@ -21,7 +21,7 @@ Measured in each of ``--runs`` runs (default 3), on 100 fresh conversations per 
 (a) rows/s of body removal. ``purgekeeper``: ``purge_conversation`` of the 100 conversations,
     then ``runner.run_step`` of each purge's bodies step, called directly, in one thread, with
     the library's ``StepContext.batch_size`` (``--batch-size``, default
-    ``workers.cleanup.DEFAULT_BATCH_SIZE``); the figure is the steps' ``removed`` progress (the
+    ``purgekeeper.workers.cleanup.DEFAULT_BATCH_SIZE``); the figure is the steps' ``removed`` progress (the
     NULLed bodies, the deleted placements and the NULLed attachment names) over the summed wall time of those
     ``run_step`` calls (claim, batches, unparking the attachments step, finish).
     ``baseline``: plain psycopg on one connection, per conversation, batches of the same size,
@@ -32,7 +32,7 @@ Measured in each of ``--runs`` runs (default 3), on 100 fresh conversations per 
     attachments step (which the bodies step unparked): the blobs it unlinked (its ``removed``
     progress) over the summed wall time of those calls; the shared blobs are retained. The
     step unlinks a batch's files ``StepContext.unlink_threads`` at a time (``--unlink-threads``,
-    default ``workers.cleanup.DEFAULT_UNLINK_THREADS``; 1 measures it one after another).
+    default ``purgekeeper.workers.cleanup.DEFAULT_UNLINK_THREADS``; 1 measures it one after another).
     Two baselines, each unlinking as many files of the same shape with the same number of
     threads as the step (each thread one share of the files; paths read beforehand and the
     threads started, untimed): ``unlink``, plain ``os.unlink`` of the absolute path (the
@@ -102,12 +102,12 @@ import psycopg
 from scratch import ScratchDatabase, shown_url
 from statements import StatementProfile
 
-import commands
-from commands.handle import Purgekeeper
-from schema import migrate
-from schema.db import Database
-from workers import runner
-from workers.cleanup import DEFAULT_BATCH_SIZE, DEFAULT_UNLINK_THREADS, StepContext
+import purgekeeper
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.schema import migrate
+from purgekeeper.schema.db import Database
+from purgekeeper.workers import runner
+from purgekeeper.workers.cleanup import DEFAULT_BATCH_SIZE, DEFAULT_UNLINK_THREADS, StepContext
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 CONVERSATIONS = 1_000
@@ -986,7 +986,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         seed(scratch.url, layout, roots, args.file_bytes)
 
-        pk = commands.open(
+        pk = purgekeeper.open(
             scratch.url,
             blob_root=roots.blob_root,
             file_root=roots.file_root,

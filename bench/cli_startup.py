@@ -1,7 +1,7 @@
 """How long purgectl takes to answer, against a baseline commit, in the same run (issue 26,
 item 7): ``purgectl --help``, ``status`` of a purge and ``list`` on an initialised SQLite
 database holding three conversation purges, each run as a whole process (its wall time, and its CPU time: user plus
-system, steadier on a shared machine), and the import time of ``commands.cli`` as ``python -X
+system, steadier on a shared machine), and the import time of ``purgekeeper.commands.cli`` as ``python -X
 importtime`` reports it.
 
     ../.venv/bin/python cli_startup.py --baseline 2680ac5 --runs 7
@@ -53,12 +53,17 @@ def environment(tree: Path, data_dir: Path) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(tree), "PURGEKEEPER_DATA_DIR": str(data_dir)}
 
 
+def cli_module(tree: Path) -> str:
+    """The CLI's module in ``tree``: a baseline from before the one import name has it at the top."""
+    return "purgekeeper.commands.cli" if (tree / "purgekeeper").is_dir() else "commands.cli"
+
+
 def seed(env: dict[str, str], tree: Path) -> dict[str, list[str]]:
     """Initialise the tree's database and accept ``SEEDED`` purges of absent conversations;
     the commands to time: ``--help``, ``status`` of the first purge, and ``list``."""
 
     def purgectl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "commands.cli", *args], env=env, cwd=tree, capture_output=True,
+        return subprocess.run([sys.executable, "-m", cli_module(tree), *args], env=env, cwd=tree, capture_output=True,
                               text=True, check=False)  # fmt: skip
 
     purgectl("init").check_returncode()
@@ -77,16 +82,17 @@ def whole_process(env: dict[str, str], tree: Path, args: list[str]) -> tuple[flo
     """Wall seconds and CPU seconds (user + system) of one ``purgectl`` process. The CPU time is
     the steadier figure on a shared machine: another process's load stretches the wall time."""
     before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-    subprocess.run([sys.executable, "-m", "commands.cli", *args], env=env, cwd=tree, capture_output=True, check=False)
+    subprocess.run([sys.executable, "-m", cli_module(tree), *args], env=env, cwd=tree, capture_output=True, check=False)
     wall, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def import_time(env: dict[str, str], tree: Path) -> float:
-    """Seconds for ``import commands.cli``: the cumulative figure of its line in -X importtime."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", "import commands.cli"], env=env, cwd=tree,
+    """Seconds for ``import purgekeeper.commands.cli``: the cumulative figure of its line in -X importtime."""
+    module = cli_module(tree)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], env=env, cwd=tree,
                           capture_output=True, text=True, check=True)  # fmt: skip
-    line = next(line for line in done.stderr.splitlines() if re.search(r"\|\s*commands\.cli$", line))
+    line = next(line for line in done.stderr.splitlines() if re.search(rf"\|\s*{re.escape(module)}$", line))
     return int(line.split("|")[1]) / 1e6
 
 

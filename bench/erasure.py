@@ -47,10 +47,10 @@ import psycopg
 from scale import handle, settle, timed
 from scratch import ScratchDatabase, shown_url
 
-from commands.handle import Purgekeeper
-from schema import migrate
-from schema.db import Database
-from workers import cleanup, runner
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.schema import migrate
+from purgekeeper.schema.db import Database
+from purgekeeper.workers import cleanup, runner
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 T0 = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)

@@ -10,7 +10,7 @@ Each run has two phases of foreground load, in turns (run 1 cleanup then idle, r
 then cleanup, ...), so that a drifting neighbour weighs on both:
 
 - ``cleanup``: ``purge_conversation`` of one big conversation, then its bodies and
-  attachments steps run by ``workers.runner.run_step`` in a thread of this process with the
+  attachments steps run by ``purgekeeper.workers.runner.run_step`` in a thread of this process with the
   handle's own ``StepContext`` (the default batch size and yield: what the embedded worker
   runs), as ``bench/cleanup.py`` drives them. The phase lasts from the acceptance to the end
   of the last step: the *time from acceptance to complete*.
@@ -59,11 +59,11 @@ from typing import Any
 import psycopg
 from scratch import ScratchDatabase, shown_url
 
-import commands
-from commands.handle import Purgekeeper
-from schema import migrate
-from schema.db import Database
-from workers import runner
+import purgekeeper
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.schema import migrate
+from purgekeeper.schema.db import Database
+from purgekeeper.workers import runner
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 FULL_EVENTS = 1_000_000  # x --scale: events of each purged conversation
@@ -349,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=float,
         default=None,
         help="the cleanup's StepContext.yield_share (default: the library's, "
-        "workers.cleanup.DEFAULT_YIELD_SHARE; 0 never yields)",
+        "purgekeeper.workers.cleanup.DEFAULT_YIELD_SHARE; 0 never yields)",
     )
     parser.add_argument(
         "--batch-size", type=int, default=None, help="the cleanup's batch size (default: the library's)"
@@ -377,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.scale != DEFAULT_SCALE:
             print(f"--scale {args.scale:g} (the default is {DEFAULT_SCALE:g})")
         seed(scratch.url, args.runs, events)
-        pk = commands.open(
+        pk = purgekeeper.open(
             scratch.url,
             blob_root=root / "blobs",
             file_root=root / "files",

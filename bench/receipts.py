@@ -6,13 +6,13 @@ bytes the tree's hashes take per row.
    (8) confirm content purges of 10 events each, every thread its own conversation; the
    window from the release of all threads to the last return gives purges per second, and
    each call's latency the p50. One scratch database signs checkpoints (the default), the
-   other was opened with ``commands.open(..., sign_checkpoints=False)``; both are seeded the
+   other was opened with ``purgekeeper.open(..., sign_checkpoints=False)``; both are seeded the
    same and timed in turns, A B B A within a run (each side's purges in two halves), the
    order alternating per run; the figure is the median over pairs of runs (one of each order)
    of their geometric mean. Target: ratio >= 0.95.
 2. **receipt() and consistency() at size**: a ledger of ``--rows`` rows (default 1,000,000)
    and one of ``--small`` (10,000), each bulk-loaded the way ``bench/scale.py`` loads one
-   (COPY with a correct hash chain built by ``schema.ledger``'s own functions; triggers off
+   (COPY with a correct hash chain built by ``purgekeeper.schema.ledger``'s own functions; triggers off
    for the load) while the same rows go through the handle's own copy
    (``LedgerCopy.append``, in batches of a segment), which grows the tiles and signs a
    checkpoint per batch as it does in production. The setup's time is reported. Then the
@@ -46,11 +46,11 @@ from acceptance import GROUP_SIZE, WARMUP_GROUPS_PER_THREAD, Bench, Phase, run_p
 from scale import Chain, median_ms, seed_ledger, settle
 from scratch import ScratchDatabase, shown_url
 
-import commands
-from commands.handle import Purgekeeper
-from schema import ledger, migrate
-from schema.db import Database
-from storage import signed_log
+import purgekeeper
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.schema import ledger, migrate
+from purgekeeper.schema.db import Database
+from purgekeeper.storage import signed_log
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 TARGET_THROUGHPUT_RATIO = 0.95
@@ -72,7 +72,7 @@ def migrated(url: str) -> str:
 
 
 def open_handle(url: str, root: Path, *, sign: bool = True) -> Purgekeeper:
-    return commands.open(
+    return purgekeeper.open(
         url,
         blob_root=root / "blobs",
         file_root=root / "files",
@@ -200,7 +200,7 @@ def at_size(server_url: str, root: Path, rows: int, repeat: int) -> dict[str, An
                 middle = ledger.entry_at(conn, rows // 2 + 1)
             assert middle is not None
             document = pk.receipt(middle.purge_id)
-            from tlog.verify import verify_receipt
+            from purgekeeper.tlog.verify import verify_receipt
 
             verify_receipt(document, pk.log_key())
             directory = pk.settings.checkpoint_dir / f"{database_id}{signed_log.LOG_SUFFIX}"

@@ -48,14 +48,14 @@ from erasure import loading
 from scale import handle, settle, timed
 from scratch import ScratchDatabase, shown_url
 
-from commands import kinds
-from commands.handle import Purgekeeper
-from commands.kinds.retention_run import Run
-from commands.retention_commands import _plan, _scheduler_causal
-from schema import migrate
-from schema.db import Database
-from schema.ledger import utc_text
-from workers.scheduler import Scheduler
+from purgekeeper.commands import kinds
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.kinds.retention_run import Run
+from purgekeeper.commands.retention_commands import _plan, _scheduler_causal
+from purgekeeper.schema import migrate
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.ledger import utc_text
+from purgekeeper.workers.scheduler import Scheduler
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SMALL_EVENTS = 10

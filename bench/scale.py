@@ -10,14 +10,14 @@ written straight from the same rows (``LedgerCopy.append``). Then ``VACUUM ANALY
 
 Measured at each size (medians of ``--repeat`` calls unless said):
 
-- ``open``: ``commands.open()`` and ``close()`` of a handle (workers none);
+- ``open``: ``purgekeeper.open()`` and ``close()`` of a handle (workers none);
 - ``copy append``: what an acceptance spends writing its row outside (``Acceptor.copy_out``, timed
   inside ``purge_conversation`` of an absent id);
 - ``gate check``: ``Gate.require_open`` per content call, in one read transaction;
 - ``verify``: ``verify_ledger()``, the whole chain (once; it follows the ledger by design);
 - ``merge 1000``: a restore that is 1,000 rows behind its copy (the copy gets 1,000 more rows
   the database never saw), merged with ``merge_ledger(<checkpoint dir>)`` (once per size);
-- ``sweep``: ``workers.scheduler.sweep`` with every step ``done`` (one per ledger row),
+- ``sweep``: ``purgekeeper.workers.scheduler.sweep`` with every step ``done`` (one per ledger row),
   against a sweep of a database with no step at all;
 - the read and write paths against raw SQL in the same database (psycopg, one transaction
   each, the same statements' shape): ``read_conversation`` of 50 and of 10,000 events
@@ -66,12 +66,12 @@ import psycopg
 from acceptance import baseline_confirm, event_ids_of, seed_conversations
 from scratch import ScratchDatabase, shown_url
 
-import commands
-from commands.handle import Purgekeeper
-from schema import ledger, migrate
-from schema.db import Database
-from storage import ledger_copy
-from workers import scheduler
+import purgekeeper
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.schema import ledger, migrate
+from purgekeeper.schema.db import Database
+from purgekeeper.storage import ledger_copy
+from purgekeeper.workers import scheduler
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
@@ -189,7 +189,7 @@ def median_ms(call: Callable[[], object], repeat: int) -> float:
 
 @contextmanager
 def handle(url: str, root: Path) -> Iterator[Purgekeeper]:
-    pk = commands.open(
+    pk = purgekeeper.open(
         url,
         blob_root=root / "blobs",
         file_root=root / "files",
@@ -317,7 +317,7 @@ def copy_append_ms(pk: Purgekeeper, repeat: int) -> dict[str, float]:
     spent: list[float] = []
     copy_out = pk.acceptance.copy_out
 
-    def timed_copy(acceptance: commands.Acceptance) -> None:
+    def timed_copy(acceptance: purgekeeper.Acceptance) -> None:
         begin = time.perf_counter()
         copy_out(acceptance)
         spent.append(time.perf_counter() - begin)
@@ -340,9 +340,9 @@ def preview_confirm(pk: Purgekeeper, url: str, repeat: int) -> dict[str, float]:
     with psycopg.connect(url) as conn:
         for index, group in enumerate(groups[: 2 * min(2 * repeat, len(groups) // 2)]):
             if index % 2 == 0:
-                scope = commands.EventScope(event_ids=group)
+                scope = purgekeeper.EventScope(event_ids=group)
 
-                def both(scope: commands.EventScope = scope) -> None:
+                def both(scope: purgekeeper.EventScope = scope) -> None:
                     digest = pk.preview_purge(scope).scope_digest
                     pk.confirm_purge(scope, scope_digest=digest, actor="bench", reason="bench")
 

@@ -11,7 +11,7 @@ are stand-ins, so the handles' background audits are stopped: the scrape reads t
 state, it never walks the chain), then ``VACUUM ANALYZE``.
 
 A scrape is the whole ``/metrics`` exposition of a handle (``generate_latest`` of
-``commands.web.metrics.registry_for``: its read transaction, every statement, the rendering),
+``purgekeeper.commands.web.metrics.registry_for``: its read transaction, every statement, the rendering),
 timed in turns (few, many, few, ...) after ``WARM`` untimed scrapes of each, ``--repeat``
 pairs a run, medians of ``--runs`` runs (each the median of its pairs). Beside the time: the
 statements one scrape runs, and the rows its statements read (the scan nodes' actual rows
@@ -44,11 +44,11 @@ from prometheus_client import generate_latest
 from scratch import ScratchDatabase, shown_url
 from sqlalchemy import event
 
-import commands
-from commands.handle import Purgekeeper
-from commands.web import metrics
-from schema import migrate
-from schema.db import Database
+import purgekeeper
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.web import metrics
+from purgekeeper.schema import migrate
+from purgekeeper.schema.db import Database
 
 DEFAULT_SERVER_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SIDES = ("few", "many")
@@ -83,7 +83,7 @@ def seed(url: str, runs: int) -> None:
 
 @contextlib.contextmanager
 def handle(url: str, root: Path) -> Iterator[Purgekeeper]:
-    pk = commands.open(
+    pk = purgekeeper.open(
         url,
         blob_root=root / "blobs",
         file_root=root / "files",

@@ -1,6 +1,6 @@
 """The skeleton's edges, each an object the handle builds once and hands to the commands that
 need it: the ``Enqueuer``, which wakes the workers, and the ``Acceptor``, through which every
-kind's preview and confirmation go (``commands.kinds.skeleton``).
+kind's preview and confirmation go (``purgekeeper.commands.kinds.skeleton``).
 
 An acceptance is one transaction (the skeleton's). After the commit the row is copied to the
 checkpoint directory, and only then are its cleanup steps woken, best effort: the
@@ -14,16 +14,16 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from commands.gate import Gate
-from commands.kinds.kind import PREVIEW_RETENTION, Env, Kind
-from commands.kinds.skeleton import Causal, accept, appended
-from commands.records import Acceptance
-from commands.settings import Settings
-from schema import purges
-from schema.db import Database
-from schema.errors import LedgerNotCopied, PurgekeeperError
-from storage import ledger_copy
-from storage.files import reason_of
+from purgekeeper.commands.gate import Gate
+from purgekeeper.commands.kinds.kind import PREVIEW_RETENTION, Env, Kind
+from purgekeeper.commands.kinds.skeleton import Causal, accept, appended
+from purgekeeper.commands.records import Acceptance
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema import purges
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import LedgerNotCopied, PurgekeeperError
+from purgekeeper.storage import ledger_copy
+from purgekeeper.storage.files import reason_of
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def broker_hook(settings: Settings, workers: str, database_key: str, db: Databas
     the in-process StubBroker); with ``workers="none"`` and no broker URL, none at all."""
     if workers == "none" and settings.broker_url is None:
         return _no_enqueue
-    from workers import broker  # lazy: dramatiq, which a one-shot command never needs
+    from purgekeeper.workers import broker  # lazy: dramatiq, which a one-shot command never needs
 
     broker.setup(settings.broker_url)
     return functools.partial(broker.enqueue, settings.broker_url, database_key, db=db)

@@ -17,11 +17,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands import validation
-from schema import content_queries
-from schema.errors import ContentPurged, NotFound, ValidationError
-from schema.states import Binding, BlobKind, BlobState
-from storage.blobstore import cas_path, file_path
+from purgekeeper.commands import validation
+from purgekeeper.schema import content_queries
+from purgekeeper.schema.errors import ContentPurged, NotFound, ValidationError
+from purgekeeper.schema.states import Binding, BlobKind, BlobState
+from purgekeeper.storage.blobstore import cas_path, file_path
 
 CHUNK_BYTES = 1024 * 1024
 

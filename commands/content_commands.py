@@ -12,11 +12,11 @@ from typing import Any, BinaryIO
 
 from sqlalchemy import Connection
 
-from commands import attachments as attachments_module
-from commands import collection, validation
-from commands.attachments import NewAttachment, StagedBlob, stage
-from commands.gate import Gate
-from commands.records import (
+from purgekeeper.commands import attachments as attachments_module
+from purgekeeper.commands import collection, validation
+from purgekeeper.commands.attachments import NewAttachment, StagedBlob, stage
+from purgekeeper.commands.gate import Gate
+from purgekeeper.commands.records import (
     Admission,
     Attachment,
     Bot,
@@ -27,9 +27,9 @@ from commands.records import (
     Run,
     make_event,
 )
-from schema import content_queries
-from schema.db import Database
-from schema.errors import (
+from purgekeeper.schema import content_queries
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import (
     Conflict,
     ContentPurged,
     ConversationPurged,
@@ -39,7 +39,7 @@ from schema.errors import (
     PurgekeeperError,
     ValidationError,
 )
-from schema.states import (
+from purgekeeper.schema.states import (
     Binding,
     BlobState,
     ConversationKind,
@@ -47,9 +47,9 @@ from schema.states import (
     RunStatus,
     TombstoneKind,
 )
-from storage import memory
-from storage.blobstore import BlobStore
-from storage.files import reason_of
+from purgekeeper.storage import memory
+from purgekeeper.storage.blobstore import BlobStore
+from purgekeeper.storage.files import reason_of
 
 CONVERSATION_IDS = (TombstoneKind.CONVERSATION, TombstoneKind.CHANNEL)
 

@@ -1,7 +1,7 @@
 """A public method of the handle that only forwards to a service, declared in one line.
 
 ``list_purges = delegate("operations", OperatorCommands.list_purges)`` in the body of
-``commands.handle.Purgekeeper`` makes ``pk.list_purges`` the ``list_purges`` of the service
+``purgekeeper.commands.handle.Purgekeeper`` makes ``pk.list_purges`` the ``list_purges`` of the service
 the handle holds as ``pk.operations``, looked up at each access (as an explicit forwarding
 method looked it up at each call). Type checkers see it with exactly that method's
 parameters and return type (``ParamSpec``); on the class it is a function that forwards, with

@@ -2,7 +2,7 @@
 
 A restore of an old database backup brings purged content back AND an older, shorter ledger
 (it lives in the same database). The ledger's copy outside the database
-(``storage.ledger_copy``, in the checkpoint directory, outside any backup) remembers more:
+(``purgekeeper.storage.ledger_copy``, in the checkpoint directory, outside any backup) remembers more:
 every acceptance is in it before its call returns. The gate is closed (content reads and
 writes raise ``MessagingUnavailable``, with at most ``MAX_PROBLEMS`` diagnostics that never
 hold content or a server path) while:
@@ -52,13 +52,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Executable, Row
 
-from schema import ledger
-from schema.db import Database
-from schema.driver import Reader
-from schema.errors import MessagingUnavailable
-from storage import checkpoint
-from storage.ledger_copy import CopyHead, CopyInvalid, LedgerCopy
-from storage.signed_log import SignedLog
+from purgekeeper.schema import ledger
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.driver import Reader
+from purgekeeper.schema.errors import MessagingUnavailable
+from purgekeeper.storage import checkpoint
+from purgekeeper.storage.ledger_copy import CopyHead, CopyInvalid, LedgerCopy
+from purgekeeper.storage.signed_log import SignedLog
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The handle a host application holds (``commands.open()``, in ``commands.opening``, builds one)."""
+"""The handle a host application holds (``commands.open()``, in ``purgekeeper.commands.opening``, builds one)."""
 
 from __future__ import annotations
 
@@ -6,24 +6,24 @@ import datetime as dt
 from collections.abc import Callable
 from types import TracebackType
 
-from commands import kinds, wiring
-from commands.acceptance import Acceptor, EnqueueHook
-from commands.content_commands import ContentCommands
-from commands.delegation import delegate
-from commands.hold_commands import HoldCommands
-from commands.operations import OperatorCommands
-from commands.purge_commands import PurgeCommands
-from commands.purge_reads import STALL_AFTER
-from commands.receipts import Receipts
-from commands.records import PurgeStatus
-from commands.restore_commands import RestoreCommands
-from commands.retention_commands import RetentionCommands
-from commands.settings import Settings
-from commands.touched import TouchedCommands
-from schema.db import Database
-from workers import runner
-from workers.cleanup import StepContext
-from workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
+from purgekeeper.commands import kinds, wiring
+from purgekeeper.commands.acceptance import Acceptor, EnqueueHook
+from purgekeeper.commands.content_commands import ContentCommands
+from purgekeeper.commands.delegation import delegate
+from purgekeeper.commands.hold_commands import HoldCommands
+from purgekeeper.commands.operations import OperatorCommands
+from purgekeeper.commands.purge_commands import PurgeCommands
+from purgekeeper.commands.purge_reads import STALL_AFTER
+from purgekeeper.commands.receipts import Receipts
+from purgekeeper.commands.records import PurgeStatus
+from purgekeeper.commands.restore_commands import RestoreCommands
+from purgekeeper.commands.retention_commands import RetentionCommands
+from purgekeeper.commands.settings import Settings
+from purgekeeper.commands.touched import TouchedCommands
+from purgekeeper.schema.db import Database
+from purgekeeper.workers import runner
+from purgekeeper.workers.cleanup import StepContext
+from purgekeeper.workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
 
 
 class Purgekeeper:
@@ -34,13 +34,13 @@ class Purgekeeper:
     ``scheduler`` processes do the rest. ``workers="none"`` runs nothing in-process.
     ``retention_interval``: how long after a policy's run its next one is due.
 
-    It holds its services, built and wired in ``commands.wiring``, and delegates every command
-    to one of them: ``acceptance`` (``commands.acceptance.Acceptor``: the skeleton every
+    It holds its services, built and wired in ``purgekeeper.commands.wiring``, and delegates every command
+    to one of them: ``acceptance`` (``purgekeeper.commands.acceptance.Acceptor``: the skeleton every
     kind's preview and confirmation go through, and the ledger row's copy out), the
     ``enqueuer`` (waking the workers), ``content``, ``purges``, ``retention``, ``holds``,
     ``operations``, ``restore``, ``receipts`` and ``touched`` (the console's reads of one
     purge and its search). A command that only forwards is declared in
-    one line with ``commands.delegation.delegate``: its docstring, the API reference, is on
+    one line with ``purgekeeper.commands.delegation.delegate``: its docstring, the API reference, is on
     the service's method it names."""
 
     def __init__(
@@ -134,14 +134,14 @@ class Purgekeeper:
     ) -> None:
         self.close()
 
-    # -- receipts (commands.receipts) ---------------------------------------------------------
+    # -- receipts (purgekeeper.commands.receipts) ---------------------------------------------------------
 
     receipt = delegate("receipts", Receipts.receipt)
     completion = delegate("receipts", Receipts.completion)
     consistency = delegate("receipts", Receipts.consistency)
     log_key = delegate("receipts", Receipts.vkey)
 
-    # -- content (commands.content_commands) -----------------------------------------------------------
+    # -- content (purgekeeper.commands.content_commands) -----------------------------------------------------------
 
     create_conversation = delegate("content", ContentCommands.create_conversation)
     register_bot = delegate("content", ContentCommands.register_bot)
@@ -157,7 +157,7 @@ class Purgekeeper:
     admit = delegate("content", ContentCommands.admit)
     add_derivative = delegate("content", ContentCommands.add_derivative)
 
-    # -- purges (commands.purge_commands) -----------------------------------------------------------
+    # -- purges (purgekeeper.commands.purge_commands) -----------------------------------------------------------
 
     preview_purge = delegate("purges", PurgeCommands.preview_purge)
     confirm_purge = delegate("purges", PurgeCommands.confirm_purge)
@@ -170,7 +170,7 @@ class Purgekeeper:
     preview_author_erasure = delegate("purges", PurgeCommands.preview_author_erasure)
     erase_author = delegate("purges", PurgeCommands.erase_author)
 
-    # -- retention (commands.retention_commands) ------------------------------------------------------
+    # -- retention (purgekeeper.commands.retention_commands) ------------------------------------------------------
 
     preview_retention = delegate("retention", RetentionCommands.preview_retention)
     set_retention = delegate("retention", RetentionCommands.set_retention)
@@ -179,14 +179,14 @@ class Purgekeeper:
     run_retention = delegate("retention", RetentionCommands.run_retention)
     run_retention_policy = delegate("retention", RetentionCommands.run_retention_policy)
 
-    # -- legal holds (commands.hold_commands) ---------------------------------------------------------
+    # -- legal holds (purgekeeper.commands.hold_commands) ---------------------------------------------------------
 
     place_hold = delegate("holds", HoldCommands.place_hold)
     release_hold = delegate("holds", HoldCommands.release_hold)
     list_holds = delegate("holds", HoldCommands.list_holds)
     count_holds = delegate("holds", HoldCommands.count_holds)
 
-    # -- the operator's commands (commands.operations) ----------------------------------------
+    # -- the operator's commands (purgekeeper.commands.operations) ----------------------------------------
 
     resume = delegate("operations", OperatorCommands.resume)
     retry = delegate("operations", OperatorCommands.retry)
@@ -210,7 +210,7 @@ class Purgekeeper:
     purge_touched = delegate("touched", TouchedCommands.purge_touched)
     find_purges = delegate("touched", TouchedCommands.find_purges)
 
-    # -- restore (commands.restore_commands) -----------------------------------------------------------
+    # -- restore (purgekeeper.commands.restore_commands) -----------------------------------------------------------
 
     messaging_status = delegate("restore", RestoreCommands.messaging_status)
     repair_ledger_copy = delegate("restore", RestoreCommands.repair_ledger_copy)

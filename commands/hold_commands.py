@@ -1,5 +1,5 @@
 """Legal holds: placed and released by a person, each a ledger row, so a restore of an older
-backup brings back the latest state (see ``commands.kinds.hold``). While a hold is in force,
+backup brings back the latest state (see ``purgekeeper.commands.kinds.hold``). While a hold is in force,
 every purge of what it covers raises ``LegalHold``, and retention keeps it."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from commands import kinds, validation
-from commands.acceptance import Acceptor
-from commands.kinds.hold import Placing
-from commands.kinds.hold_release import Release
-from commands.kinds.skeleton import Causal
-from commands.records import Acceptance, Hold, HoldCount
-from schema import holds
-from schema.db import Database
-from schema.errors import ValidationError
+from purgekeeper.commands import kinds, validation
+from purgekeeper.commands.acceptance import Acceptor
+from purgekeeper.commands.kinds.hold import Placing
+from purgekeeper.commands.kinds.hold_release import Release
+from purgekeeper.commands.kinds.skeleton import Causal
+from purgekeeper.commands.records import Acceptance, Hold, HoldCount
+from purgekeeper.schema import holds
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import ValidationError
 
 MAX_HOLD_SUBJECTS = 1000  # conversations and authors one hold names
 MAX_COUNTED = 1000  # holds ``count_holds`` lists at most

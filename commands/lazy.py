@@ -1,6 +1,6 @@
 """A package's public names, imported when first used (PEP 562).
 
-``import commands`` should cost nothing until a name is used: ``purgectl --help`` must not
+``import purgekeeper`` should cost nothing until a name is used: ``purgectl --help`` must not
 load SQLAlchemy, the kinds and the workers to print its usage. The package lists its names
 once, as imports under ``if TYPE_CHECKING:`` (which type checkers and readers see), and hands
 its ``__getattr__`` to :func:`exports`, which reads that block from the package's source and

@@ -5,16 +5,16 @@ written: an unknown kind, selectors that lack what the kind needs, an id longer 
 column. Appending such a row and then failing to re-apply it would leave reads closed for
 good (every later merge walks the same row). ``check`` says what is wrong with a row, in ids
 and field names only, or returns quietly. The rules of each kind's selectors live in its
-module (``commands.kinds``, the ``check_selectors`` stage).
+module (``purgekeeper.commands.kinds``, the ``check_selectors`` stage).
 """
 
 from __future__ import annotations
 
-from commands import kinds
-from commands.kinds import selector_fields
-from commands.kinds.selector_fields import RowInvalid
-from schema.ledger import LedgerEntry
-from schema.tables import ID_LENGTH
+from purgekeeper.commands import kinds
+from purgekeeper.commands.kinds import selector_fields
+from purgekeeper.commands.kinds.selector_fields import RowInvalid
+from purgekeeper.schema.ledger import LedgerEntry
+from purgekeeper.schema.tables import ID_LENGTH
 
 MAX_PURGE_ID_LENGTH = 64  # the lengths of purge_ledger's String(64) columns
 MAX_DIGEST_LENGTH = 64

@@ -7,14 +7,14 @@ level of ``PURGEKEEPER_LOG_LEVEL``. ``PURGEKEEPER_LOG_FORMAT`` chooses how a lin
 
 - ``text`` (the default), the standard ``logging.Formatter``::
 
-      2026-05-04T09:12:03.217Z INFO worker workers.runner: step claimed: attempt 1 of 5
+      2026-05-04T09:12:03.217Z INFO worker purgekeeper.workers.runner: step claimed: attempt 1 of 5
       purge_id=3f2a... step_kind=bodies step_id=9c1e...
 
   (one line; folded here)
 
 - ``json``, python-json-logger's ``JsonFormatter``, one object a line::
 
-      {"time": "2026-05-04T09:12:03.217Z", "level": "INFO", "logger": "workers.runner",
+      {"time": "2026-05-04T09:12:03.217Z", "level": "INFO", "logger": "purgekeeper.workers.runner",
        "message": "step claimed: attempt 1 of 5", "process": "worker", "purge_id": "3f2a...",
        "step_id": "9c1e...", "step_kind": "bodies", "attempt": 1, "owner": "host:4121:0be1..."}
 
@@ -33,8 +33,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from commands.settings import ENV_PREFIX, Settings
-from schema.errors import ValidationError
+from purgekeeper.commands.settings import ENV_PREFIX, Settings
+from purgekeeper.schema.errors import ValidationError
 
 PROCESSES = ("api", "worker", "scheduler", "cli")
 PURGECTL_PROCESSES = {"serve": "api", "scheduler": "scheduler"}  # the rest are one-shot: "cli"

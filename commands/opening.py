@@ -8,14 +8,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from commands.acceptance import EnqueueHook
-from commands.handle import Purgekeeper
-from commands.settings import Settings
-from schema import migrate
-from schema.db import Database
-from schema.errors import ValidationError
-from workers import runner
-from workers.scheduler import DEFAULT_SWEEP_INTERVAL
+from purgekeeper.commands.acceptance import EnqueueHook
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema import migrate
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import ValidationError
+from purgekeeper.workers import runner
+from purgekeeper.workers.scheduler import DEFAULT_SWEEP_INTERVAL
 
 WORKER_MODES = ("auto", "none")
 

@@ -1,4 +1,4 @@
-"""The operator's commands: purge status and the paginated purge list (``commands.purge_reads``,
+"""The operator's commands: purge status and the paginated purge list (``purgekeeper.commands.purge_reads``,
 which a one-shot command opens alone), the worker processes, ledger verification, retry,
 wait and resume.
 
@@ -19,11 +19,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands import validation
-from commands.acceptance import Enqueuer
-from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
-from commands.purge_reads import FINISHED, MAX_PAGE, PurgeReads, check_limit, stall_bound
-from commands.records import (
+from purgekeeper.commands import validation
+from purgekeeper.commands.acceptance import Enqueuer
+from purgekeeper.commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
+from purgekeeper.commands.purge_reads import FINISHED, MAX_PAGE, PurgeReads, check_limit, stall_bound
+from purgekeeper.commands.records import (
     Attempt,
     AuditEntry,
     HeldStep,
@@ -32,13 +32,13 @@ from commands.records import (
     PurgeStatus,
     WorkerLeases,
 )
-from commands.retention_commands import RetentionCommands
-from commands.worker_records import WorkerProcess
-from schema import heartbeats, ledger, overview, purges, steps
-from schema.db import Database
-from schema.errors import Conflict, InfrastructureError, NotFound, ValidationError
-from storage import checkpoint, ledger_copy
-from workers import scheduler
+from purgekeeper.commands.retention_commands import RetentionCommands
+from purgekeeper.commands.worker_records import WorkerProcess
+from purgekeeper.schema import heartbeats, ledger, overview, purges, steps
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import Conflict, InfrastructureError, NotFound, ValidationError
+from purgekeeper.storage import checkpoint, ledger_copy
+from purgekeeper.workers import scheduler
 
 WAIT_POLL_S = 0.05
 

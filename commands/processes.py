@@ -18,15 +18,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from commands import receipts
-from commands.handle import Purgekeeper
-from commands.reading import require_initialised
-from commands.settings import Settings
-from schema import ledger, migrate
-from schema.db import Database
-from schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
-from storage import checkpoint, failpoints
-from workers.scheduler import Scheduler
+from purgekeeper.commands import receipts
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.reading import require_initialised
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema import ledger, migrate
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
+from purgekeeper.storage import checkpoint, failpoints
+from purgekeeper.workers.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def run_scheduler(settings: Settings, *, announce: Announce = log.info) -> None:
 
 def scheduler_of(pk: Purgekeeper, broker_url: str) -> Scheduler:
     """The leader loop on ``pk``, sending wake-ups to the broker at ``broker_url``."""
-    from workers import broker  # lazy: dramatiq, which a one-shot command never needs
+    from purgekeeper.workers import broker  # lazy: dramatiq, which a one-shot command never needs
 
     settings = pk.settings
     return Scheduler(
@@ -144,7 +144,7 @@ def scheduler_of(pk: Purgekeeper, broker_url: str) -> Scheduler:
 def enqueue_or_log(broker_url: str, database_key: str, step_ids: Sequence[str], *, db: Database | None = None) -> None:
     """Send the wake-ups (``db`` names their purges in the log); a broker that is down is
     logged, and the next sweep sends them again."""
-    from workers import broker  # lazy: dramatiq, which a one-shot command never needs
+    from purgekeeper.workers import broker  # lazy: dramatiq, which a one-shot command never needs
 
     try:
         broker.enqueue(broker_url, database_key, step_ids, db=db)

@@ -1,7 +1,7 @@
 """The purge commands: preview, confirmation, conversation purge, channel and bot deletion.
 
 Each validates what it is asked, then runs the kind's stages through the one skeleton
-(``commands.kinds.skeleton``) by way of the handle's ``Acceptor`` (``commands.acceptance``):
+(``purgekeeper.commands.kinds.skeleton``) by way of the handle's ``Acceptor`` (``purgekeeper.commands.acceptance``):
 one transaction that locks, checks, fences and appends the ledger row. After the commit the
 row is copied to the checkpoint directory, and only then are the steps woken, best effort:
 the scheduler's sweep heals a wake-up that was lost.
@@ -12,20 +12,20 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from commands import kinds, validation
-from commands.acceptance import Acceptor
-from commands.kinds import author as author_kind
-from commands.kinds import bot, content, conversation
-from commands.kinds.skeleton import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH, Causal
-from commands.records import (
+from purgekeeper.commands import kinds, validation
+from purgekeeper.commands.acceptance import Acceptor
+from purgekeeper.commands.kinds import author as author_kind
+from purgekeeper.commands.kinds import bot, content, conversation
+from purgekeeper.commands.kinds.skeleton import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH, Causal
+from purgekeeper.commands.records import (
     Acceptance,
     AuthorErasurePreview,
     BotDeletionPreview,
     ConversationPreview,
     RepositoryIdentity,
 )
-from commands.scope import EventScope, PurgePreview, aware
-from schema.errors import ValidationError
+from purgekeeper.commands.scope import EventScope, PurgePreview, aware
+from purgekeeper.schema.errors import ValidationError
 
 __all__ = ["MAX_ACTOR_LENGTH", "MAX_REASON_LENGTH", "PurgeCommands", "check_digest"]
 
@@ -166,7 +166,7 @@ class PurgeCommands:
         origin: str | None = None,
     ) -> Acceptance:
         """Erase everything ``author`` wrote, wherever it is placed (see
-        ``commands.kinds.author``). The acceptance costs the same for ten events as for a
+        ``purgekeeper.commands.kinds.author``). The acceptance costs the same for ten events as for a
         hundred thousand; from it on no reader returns any of them, and the cleanup steps
         remove them in batches (the touched conversations' versions rise as they do, not at
         acceptance). Afterwards ingesting an event by the author inside the erased window

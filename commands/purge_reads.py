@@ -1,8 +1,8 @@
 """The reads of purges a one-shot command needs, and nothing else: a purge's status and the
-list of purges. ``purgectl status`` and ``list`` open only these (``commands.reading``), not
-the whole handle, and load one purge kind per kind they show (``commands.kinds.kind_of``), so
+list of purges. ``purgectl status`` and ``list`` open only these (``purgekeeper.commands.reading``), not
+the whole handle, and load one purge kind per kind they show (``purgekeeper.commands.kinds.kind_of``), so
 they start sooner (``bench/cli_startup.py``). The handle's operator commands
-(``commands.operations.OperatorCommands``) are these reads and the rest."""
+(``purgekeeper.commands.operations.OperatorCommands``) are these reads and the rest."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from commands import kinds, validation
-from commands.records import PurgePage, PurgeStatus, StepState
-from schema import heartbeats, ledger, lifecycle, purges, states
-from schema.errors import NotFound, ValidationError
-from schema.states import FINISHED_PURGE_STATUSES, PurgeKind, values
+from purgekeeper.commands import kinds, validation
+from purgekeeper.commands.records import PurgePage, PurgeStatus, StepState
+from purgekeeper.schema import heartbeats, ledger, lifecycle, purges, states
+from purgekeeper.schema.errors import NotFound, ValidationError
+from purgekeeper.schema.states import FINISHED_PURGE_STATUSES, PurgeKind, values
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from schema.db import Database
+    from purgekeeper.schema.db import Database
 
 STALL_AFTER = dt.timedelta(minutes=10)
 MAX_PAGE = states.MAX_PAGE
@@ -30,7 +30,7 @@ PURGE_KINDS = tuple(kind.value for kind in PurgeKind)
 
 
 def derive_status(steps: Sequence[StepState]) -> str:
-    """The purge's status from its steps (``schema.lifecycle``, the one rule)."""
+    """The purge's status from its steps (``purgekeeper.schema.lifecycle``, the one rule)."""
     return lifecycle.derive_status(steps).value
 
 
@@ -127,7 +127,7 @@ class PurgeReads:
             actor=entry.actor,
             reason=entry.reason,
             steps=steps,
-            label=kinds.label_of(entry),  # what a row is shown as is its kind's (commands.kinds)
+            label=kinds.label_of(entry),  # what a row is shown as is its kind's (purgekeeper.commands.kinds)
             policy_id=str(entry.selectors["policy_id"]) if kinds.names_policy(entry.kind) else None,
             completed_at=completed_at(entry, steps) if status == "complete" else None,
         )

@@ -1,5 +1,5 @@
 """What the purge commands return: acceptances, statuses, steps and attempts, the operator's
-views, and the previews of a bot's deletion and an author's erasure (``commands.records``
+views, and the previews of a bot's deletion and an author's erasure (``purgekeeper.commands.records``
 re-exports them)."""
 
 from __future__ import annotations

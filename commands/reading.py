@@ -1,7 +1,7 @@
 """Opening an initialised database for a one-shot read, without the handle: ``purgectl status``
-and ``list`` read purges (``commands.purge_reads``) and need no gate, no broker, no worker and
+and ``list`` read purges (``purgekeeper.commands.purge_reads``) and need no gate, no broker, no worker and
 no kind they do not show, so they start in a fraction of the time the whole handle takes
-(``bench/cli_startup.py``). Every other command opens the handle (``commands.processes``)."""
+(``bench/cli_startup.py``). Every other command opens the handle (``purgekeeper.commands.processes``)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from commands.purge_reads import PurgeReads
-from schema import migrate
-from schema.errors import SchemaMismatch
+from purgekeeper.commands.purge_reads import PurgeReads
+from purgekeeper.schema import migrate
+from purgekeeper.schema.errors import SchemaMismatch
 
 if TYPE_CHECKING:
-    from commands.settings import Settings
-    from schema.db import Database
+    from purgekeeper.commands.settings import Settings
+    from purgekeeper.schema.db import Database
 
 
 def require_initialised(settings: Settings, db: Database) -> str:

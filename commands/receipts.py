@@ -1,15 +1,15 @@
 """Verifiable purge receipts: a purge's row proven in the ledger's signed Merkle log.
 
-A **receipt** (``tlog.receipt.receipt_document``) holds the row's leaf bytes (its canonical
+A **receipt** (``purgekeeper.tlog.receipt.receipt_document``) holds the row's leaf bytes (its canonical
 JSON without ``prev_hash`` and ``row_hash``: ids, kind, selectors, digest, actor, reason and
 times, never a body, an attachment name or a path), its inclusion proof and the newest signed
 checkpoint. A **consistency** document proves that the newest checkpoint's tree extends an
-older one. Both are checked offline by ``tlog.verify`` with the log's verification key.
+older one. Both are checked offline by ``purgekeeper.tlog.verify`` with the log's verification key.
 
 A **completion statement** (``completion``) says that the purge's cleanup completed, with
 each step's counts and the time. It is a signed statement *outside* the log: a C2SP signed
 note with the log's key, bound to the acceptance's leaf by the purge id, the ledger seq and
-the leaf hash (``tlog.verify`` documents the text and checks it, with or without the
+the leaf hash (``purgekeeper.tlog.verify`` documents the text and checks it, with or without the
 receipt). It is not a row of the log, because a completion row would need the ledger's kind
 CHECK migrated (and the copy's, the merge's and every reader's kinds with it), would add a
 second ledger row per purge (doubling the ledger and the tree), and would make cleanup, a
@@ -18,9 +18,9 @@ transaction with its fences. A statement needs none of that: it is signed on req
 the step rows, which are the source of truth, and never stored. So a restore is handled as
 it is: a restore re-arms cleanup, the purge is not complete until the re-armed steps
 finish, and the statement signed afterwards carries the later time, and the later
-completion is the one that counts (``tlog.verify.later_completion``).
+completion is the one that counts (``purgekeeper.tlog.verify.later_completion``).
 
-The log itself (``storage.signed_log``) is written by the copy's writer in every group
+The log itself (``purgekeeper.storage.signed_log``) is written by the copy's writer in every group
 commit, so a receipt exists as soon as an acceptance returns. ``log_file`` serves its
 public part: the checkpoint and the tiles, which hold hashes only.
 """
@@ -34,10 +34,10 @@ from typing import Any, TypeVar, cast
 
 from sqlalchemy import func, select
 
-from commands.settings import Settings
-from schema import ledger, purges
-from schema.db import Database
-from schema.errors import (
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema import ledger, purges
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import (
     CleanupNotComplete,
     InfrastructureError,
     LedgerNotCopied,
@@ -45,12 +45,19 @@ from schema.errors import (
     NotFound,
     ValidationError,
 )
-from schema.states import StepStatus
-from schema.tables import step_attempts
-from storage import signed_log
-from storage.signed_log import LogRefused, SignedLog, TreeHead
-from tlog import note, receipt, tree
-from tlog.verify import Completion, CompletionStep, ReceiptInvalid, leaf_hash, verify_consistency, verify_inclusion
+from purgekeeper.schema.states import StepStatus
+from purgekeeper.schema.tables import step_attempts
+from purgekeeper.storage import signed_log
+from purgekeeper.storage.signed_log import LogRefused, SignedLog, TreeHead
+from purgekeeper.tlog import note, receipt, tree
+from purgekeeper.tlog.verify import (
+    Completion,
+    CompletionStep,
+    ReceiptInvalid,
+    leaf_hash,
+    verify_consistency,
+    verify_inclusion,
+)
 
 _T = TypeVar("_T")
 NOT_SIGNED = "this handle does not sign checkpoints (commands.open(sign_checkpoints=False)): no receipts"
@@ -124,7 +131,7 @@ class Receipts:
 
     def receipt(self, purge_id: str) -> dict[str, Any]:
         """The purge's receipt: its ledger row proven in the newest signed checkpoint
-        (format ``purgekeeper-receipt`` version 1; ``tlog.verify`` checks it offline).
+        (format ``purgekeeper-receipt`` version 1; ``purgekeeper.tlog.verify`` checks it offline).
         NotFound for an unknown purge; LedgerNotCopied when its row cannot be copied yet."""
         entry = self._entry(purge_id)
         leaf = signed_log.leaf_of(entry)
@@ -176,7 +183,7 @@ class Receipts:
         """The purge's completion statement: ``{"purge_id", "ledger_seq", "completed_at",
         "attempts", "steps", "statement"}``, where ``statement`` is a note signed with the
         log's key, bound to the purge's leaf, with each step's counts and the time its last
-        step finished (``tlog.verify.verify_completion`` checks it offline). Signed on
+        step finished (``purgekeeper.tlog.verify.verify_completion`` checks it offline). Signed on
         request from the step rows: after a restore re-arms cleanup, the purge is complete
         again only once those steps finish, and the statement then carries the later time.
         NotFound for an unknown purge; CleanupNotComplete while its cleanup has not completed

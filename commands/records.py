@@ -12,77 +12,77 @@ from typing import Any
 from sqlalchemy import Row
 
 # The purge, retention and hold records live beside, re-exported: one import for every record.
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     Acceptance as Acceptance,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     Attempt as Attempt,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     AuditEntry as AuditEntry,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     AuthorErasurePreview as AuthorErasurePreview,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     BotDeletionPreview as BotDeletionPreview,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     ConversationCount as ConversationCount,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     ConversationPreview as ConversationPreview,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     ErasureTotals as ErasureTotals,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     HeldStep as HeldStep,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     MemoryPreview as MemoryPreview,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     PurgeDetail as PurgeDetail,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     PurgePage as PurgePage,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     PurgeStatus as PurgeStatus,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     RepositoryIdentity as RepositoryIdentity,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     SharedAttachment as SharedAttachment,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     StepProgress as StepProgress,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     StepState as StepState,
 )
-from commands.purge_records import (
+from purgekeeper.commands.purge_records import (
     WorkerLeases as WorkerLeases,
 )
-from commands.retention_records import (
+from purgekeeper.commands.retention_records import (
     Hold as Hold,
 )
-from commands.retention_records import (
+from purgekeeper.commands.retention_records import (
     HoldCount as HoldCount,
 )
-from commands.retention_records import (
+from purgekeeper.commands.retention_records import (
     RetentionPolicy as RetentionPolicy,
 )
-from commands.retention_records import (
+from purgekeeper.commands.retention_records import (
     RetentionPreview as RetentionPreview,
 )
-from commands.retention_records import (
+from purgekeeper.commands.retention_records import (
     RetentionRunOutcome as RetentionRunOutcome,
 )
-from schema.ledger import LedgerReport as LedgerReport  # re-exported: the report of verify_ledger()
-from schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus
+from purgekeeper.schema.ledger import LedgerReport as LedgerReport  # re-exported: the report of verify_ledger()
+from purgekeeper.schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ version 1 file), a copy's directory, a version 2 export (``purgectl ledger check
    whole, and its purges this ledger lacks (a lookup by purge id, a chunk at a time) are
    appended re-chained, in acceptance order, with an ``origin`` that names the source
    (``{"merged_from": {database_id, seq, row_hash}, "origin": ...}``). A damaged source, a row its kind does not accept
-   (``commands.ledger_rows``), a purge id held with different content, or another
+   (``purgekeeper.commands.ledger_rows``), a purge id held with different content, or another
    database's source (unless ``allow_other_database``) is rejected with the reason
    (``ValidationError``, naming the source by its name) and nothing changes.
 2. Close content reads and writes (``ledger_head.gate_reason``, durable: a merge that
@@ -46,17 +46,17 @@ from pathlib import Path
 
 from sqlalchemy import Connection
 
-from commands import kinds, ledger_rows
-from commands.acceptance import Enqueuer
-from commands.gate import Gate, GateState
-from schema import ledger, purges, restore
-from schema.db import Database
-from schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
-from schema.steps import PARKED_UNTIL
-from storage import checkpoint, failpoints, ledger_copy
-from storage.blobstore import BlobStore, discard_failed
-from storage.files import reason_of
-from storage.signed_log import LogRefused
+from purgekeeper.commands import kinds, ledger_rows
+from purgekeeper.commands.acceptance import Enqueuer
+from purgekeeper.commands.gate import Gate, GateState
+from purgekeeper.schema import ledger, purges, restore
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
+from purgekeeper.schema.steps import PARKED_UNTIL
+from purgekeeper.storage import checkpoint, failpoints, ledger_copy
+from purgekeeper.storage.blobstore import BlobStore, discard_failed
+from purgekeeper.storage.files import reason_of
+from purgekeeper.storage.signed_log import LogRefused
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class RestoreCommands:
 
     def merge_ledger(self, *paths: str | Path, allow_other_database: bool = False, full: bool = False) -> MergeReport:
         """Restore: bring this ledger's missing purges back from the ledger kept outside it,
-        and re-apply them before any reader sees content again (see ``commands.restore_commands``).
+        and re-apply them before any reader sees content again (see ``purgekeeper.commands.restore_commands``).
         A source written by another database is refused unless ``allow_other_database``;
         ``full`` re-applies every purge of the ledger, not only the missing ones."""
         for name, value in (("allow_other_database", allow_other_database), ("full", full)):

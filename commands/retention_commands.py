@@ -1,9 +1,9 @@
 """Retention policies: confirmed once by a person, then run by the leading scheduler for as
-long as they stand (see ``commands.kinds.retention`` and ``commands.kinds.retention_run``).
+long as they stand (see ``purgekeeper.commands.kinds.retention`` and ``purgekeeper.commands.kinds.retention_run``).
 
 A policy's turn, when it is due (``next_run_at``; a new or changed policy is due at once).
 The due policies whose windows hold nothing to expire take their turns together, in one short
-transaction (``schema.retention_queries.quiet_turns``); each of the others:
+transaction (``purgekeeper.schema.retention_queries.quiet_turns``); each of the others:
 
 1. **Plan**, in a short transaction under the policy's row lock: a run already planned and
    not accepted (its leader died) is taken as it is; otherwise the cutoff is now - max_age on
@@ -14,7 +14,7 @@ transaction (``schema.retention_queries.quiet_turns``); each of the others:
 2. **Accept** the run through the skeleton, with the idempotency key of its policy version
    and planned cutoff: a second leader, or the same one after a crash, gets the same
    acceptance. The acceptance lowers the run's cutoff below what agent runs admitted
-   (``commands.kinds.retention_run``), and the turn's outcome says what waits.
+   (``purgekeeper.commands.kinds.retention_run``), and the turn's outcome says what waits.
 3. **Schedule** the next turn one ``retention_interval`` later.
 """
 
@@ -29,19 +29,19 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands import kinds, validation
-from commands.acceptance import Acceptor
-from commands.kinds import retention as retention_kind
-from commands.kinds.retention_end import Removal
-from commands.kinds.retention_run import Run, idempotency_key
-from commands.kinds.skeleton import Causal
-from commands.purge_commands import check_digest
-from commands.records import Acceptance, RetentionPolicy, RetentionPreview, RetentionRunOutcome
-from schema import ledger, retention_queries
-from schema.db import Database
-from schema.errors import NotFound, PurgekeeperError
-from schema.ledger import utc_text
-from storage import failpoints
+from purgekeeper.commands import kinds, validation
+from purgekeeper.commands.acceptance import Acceptor
+from purgekeeper.commands.kinds import retention as retention_kind
+from purgekeeper.commands.kinds.retention_end import Removal
+from purgekeeper.commands.kinds.retention_run import Run, idempotency_key
+from purgekeeper.commands.kinds.skeleton import Causal
+from purgekeeper.commands.purge_commands import check_digest
+from purgekeeper.commands.records import Acceptance, RetentionPolicy, RetentionPreview, RetentionRunOutcome
+from purgekeeper.schema import ledger, retention_queries
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import NotFound, PurgekeeperError
+from purgekeeper.schema.ledger import utc_text
+from purgekeeper.storage import failpoints
 
 log = logging.getLogger(__name__)
 

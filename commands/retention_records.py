@@ -1,4 +1,4 @@
-"""What the retention and legal-hold commands return (``commands.records`` re-exports
+"""What the retention and legal-hold commands return (``purgekeeper.commands.records`` re-exports
 them)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Row
 
-from commands.purge_records import ConversationCount
+from purgekeeper.commands.purge_records import ConversationCount
 
 # -- retention and legal holds -----------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """A content purge's scope and the records of its dependency report (the preview): what
 the API takes and returns. The report is built by the content kind
-(``commands.kinds.content.build_report``).
+(``purgekeeper.commands.kinds.content.build_report``).
 
 ``scope_digest`` is the SHA-256 of the canonical JSON of exactly what the report shows,
 except the marks on events that are already fenced: a purge that fences some of them in the
@@ -18,10 +18,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands import validation
-from schema import content_queries
-from schema.errors import ConversationPurged, NotFound, ValidationError
-from schema.states import ConversationState, TombstoneKind
+from purgekeeper.commands import validation
+from purgekeeper.schema import content_queries
+from purgekeeper.schema.errors import ConversationPurged, NotFound, ValidationError
+from purgekeeper.schema.states import ConversationState, TombstoneKind
 
 MAX_SCOPE_EVENTS = 10_000
 DIGEST_VERSION = 2  # 2: the legal holds' marks

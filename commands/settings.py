@@ -37,7 +37,7 @@ PURGEKEEPER_FAILPOINTS     fault tests only: ``bodies.batch=exit`` and the like
 ========================== ==============================================================
 
 Build it once per process (``Settings.from_env()`` in an entry point) and hand it down:
-``commands.open(settings=...)``, ``commands.processes``.
+``commands.open(settings=...)``, ``purgekeeper.commands.processes``.
 """
 
 from __future__ import annotations
@@ -49,11 +49,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from schema.errors import ValidationError
-from schema.session_defaults import IDLE_IN_TRANSACTION_TIMEOUT
+from purgekeeper.schema.errors import ValidationError
+from purgekeeper.schema.session_defaults import IDLE_IN_TRANSACTION_TIMEOUT
 
 if TYPE_CHECKING:
-    from schema.db import Database
+    from purgekeeper.schema.db import Database
 
 ENV_PREFIX = "PURGEKEEPER_"
 RETENTION_INTERVAL = dt.timedelta(hours=1)  # between two runs of a retention policy
@@ -61,7 +61,9 @@ DATABASE_FILE = "purgekeeper.db"
 SIGNING_KEY_FILE = "ledger-signing.key"
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-CLEANUP_YIELD = 1.0  # workers.cleanup.DEFAULT_YIELD_SHARE (not imported: reading settings loads no SQLAlchemy)
+CLEANUP_YIELD = (
+    1.0  # purgekeeper.workers.cleanup.DEFAULT_YIELD_SHARE (not imported: reading settings loads no SQLAlchemy)
+)
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,7 @@ class Settings:
 
     def open_database(self, *, role: str = "handle") -> Database:
         """The configured database, its PostgreSQL sessions named ``purgekeeper-<role>``."""
-        from schema.db import Database  # here: reading the settings must not load SQLAlchemy
+        from purgekeeper.schema.db import Database  # here: reading the settings must not load SQLAlchemy
 
         return Database(
             self.database_url,
@@ -139,7 +141,7 @@ class Settings:
     @property
     def database_name(self) -> str:
         """The database URL with its password masked: what messages name."""
-        from schema.db import redacted_or_raw  # here: reading the settings must not load SQLAlchemy
+        from purgekeeper.schema.db import redacted_or_raw  # here: reading the settings must not load SQLAlchemy
 
         return redacted_or_raw(self.database_url)
 

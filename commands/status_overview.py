@@ -1,14 +1,14 @@
 """The operator's overview of the purge machinery: what ``/metrics`` and the ``/status`` page
 show, read by :func:`snapshot` in one read transaction on the database clock.
 
-The reads are aggregates (``schema.overview``): the cleanup steps by status and kind, the
+The reads are aggregates (``purgekeeper.schema.overview``): the cleanup steps by status and kind, the
 oldest due step, the incomplete and stalled purges, retention, and the counters the step
 protocol keeps (attempts, failures, attempt durations, acceptance to complete), and the
 live worker processes by role (their heartbeats). Their cost does not grow with the ledger,
 the attempts' history, the steps done, the retention runs accepted, or one purge's size:
 what is history is a counter the database keeps as it is written (``metric_counters``,
 migration 0015), and only what is unfinished is summed. The ledger's
-verification is the read gate's background audit (``commands.gate``): a snapshot never walks
+verification is the read gate's background audit (``purgekeeper.commands.gate``): a snapshot never walks
 the chain. The surfaces render a snapshot; they open no transaction of their own.
 """
 
@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
-from commands.handle import Purgekeeper
-from commands.purge_reads import stall_bound
-from commands.records import LedgerReport
-from schema import heartbeats, ledger, migrate, overview, retention_queries
-from schema.errors import MessagingUnavailable
-from schema.overview import Counters, StepTotals
-from schema.states import StepKind
-from storage import checkpoint
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.purge_reads import stall_bound
+from purgekeeper.commands.records import LedgerReport
+from purgekeeper.schema import heartbeats, ledger, migrate, overview, retention_queries
+from purgekeeper.schema.errors import MessagingUnavailable
+from purgekeeper.schema.overview import Counters, StepTotals
+from purgekeeper.schema.states import StepKind
+from purgekeeper.storage import checkpoint
 
 DISTRIBUTION = "purgekeeper"
 
@@ -67,7 +67,7 @@ class Snapshot:
 
 
 class LedgerCheck:
-    """What the gate's background audit has verified of the chain so far (``commands.gate``):
+    """What the gate's background audit has verified of the chain so far (``purgekeeper.commands.gate``):
     a snapshot never walks the ledger, so its cost does not grow with it."""
 
     def __init__(self, pk: Purgekeeper) -> None:

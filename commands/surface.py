@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from schema.errors import (
+from purgekeeper.schema.errors import (
     ActiveRuns,
     Conflict,
     Fenced,

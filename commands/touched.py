@@ -7,7 +7,7 @@ behind the console's page of one purge and its search box.
   and where an author erasure reached). Ids and counts only: never a body, a payload or an
   attachment's name.
 - **Where a failure is** (:class:`FailurePlace`): a step's error names a blob by id
-  (``storage.blobstore.discard_failed``); the place is the root it lives under, by its setting
+  (``purgekeeper.storage.blobstore.discard_failed``); the place is the root it lives under, by its setting
   and the root directory's own name, and its path relative to that root. A canonical path
   holds no attachment name; a path of the layout before 0005 does, so only its directory is
   given.
@@ -24,19 +24,19 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands import kinds, validation
-from commands.kinds.selector_fields import RowInvalid
-from commands.settings import Settings
-from schema import ledger, purge_touched, purges
-from schema.db import Database
-from schema.errors import NotFound
-from schema.states import BlobKind
-from storage import blobstore
+from purgekeeper.commands import kinds, validation
+from purgekeeper.commands.kinds.selector_fields import RowInvalid
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema import ledger, purge_touched, purges
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import NotFound
+from purgekeeper.schema.states import BlobKind
+from purgekeeper.storage import blobstore
 
 COUNT_CAP = 10_000  # counts stop here ("10000+"): a page of one purge reads a bounded number of rows
 LISTED_CONVERSATIONS = 50
 SEARCH_LIMIT = 20
-# The text ``storage.blobstore.discard_failed`` gives a failed unlink: its blob, by id.
+# The text ``purgekeeper.storage.blobstore.discard_failed`` gives a failed unlink: its blob, by id.
 FAILED_BLOB = re.compile(r"could not unlink the file of blob ([0-9A-Za-z_-]{4,64})")
 ROOTS = {
     BlobKind.FILE: ("file root", "PURGEKEEPER_FILE_ROOT"),

@@ -38,10 +38,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from schema.errors import ValidationError
+from purgekeeper.schema.errors import ValidationError
 
 MAX_ID_LENGTH = 200
-MAX_PROVIDER_ID_LENGTH = 200  # schema.tables.ID_LENGTH: the events and tombstones columns
+MAX_PROVIDER_ID_LENGTH = 200  # purgekeeper.schema.tables.ID_LENGTH: the events and tombstones columns
 MAX_AUTHOR_LENGTH = 200
 MAX_BOT_NAME_LENGTH = 200
 MAX_BODY_BYTES = 256 * 1024

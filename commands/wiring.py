@@ -1,4 +1,4 @@
-"""What a handle (``commands.handle.Purgekeeper``) is made of, and what runs beside it.
+"""What a handle (``purgekeeper.commands.handle.Purgekeeper``) is made of, and what runs beside it.
 
 ``wire`` builds its services, each with what it needs, and wires them to one another: the
 read gate on the ledger's copy, the enqueuer that wakes the workers, the ``Acceptor`` every
@@ -12,25 +12,25 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from commands import receipts
-from commands.acceptance import Acceptor, EnqueueHook, Enqueuer, broker_hook
-from commands.content_commands import ContentCommands
-from commands.gate import Gate
-from commands.hold_commands import HoldCommands
-from commands.operations import OperatorCommands
-from commands.purge_commands import PurgeCommands
-from commands.restore_commands import RestoreCommands
-from commands.retention_commands import RetentionCommands
-from commands.settings import Settings
-from commands.touched import TouchedCommands
-from schema import ledger
-from schema.db import Database
-from schema.states import WorkerRole
-from storage.blobstore import BlobStore
-from workers import runner
-from workers.cleanup import StepContext
-from workers.heartbeat import Heartbeat, this_process
-from workers.scheduler import Scheduler
+from purgekeeper.commands import receipts
+from purgekeeper.commands.acceptance import Acceptor, EnqueueHook, Enqueuer, broker_hook
+from purgekeeper.commands.content_commands import ContentCommands
+from purgekeeper.commands.gate import Gate
+from purgekeeper.commands.hold_commands import HoldCommands
+from purgekeeper.commands.operations import OperatorCommands
+from purgekeeper.commands.purge_commands import PurgeCommands
+from purgekeeper.commands.restore_commands import RestoreCommands
+from purgekeeper.commands.retention_commands import RetentionCommands
+from purgekeeper.commands.settings import Settings
+from purgekeeper.commands.touched import TouchedCommands
+from purgekeeper.schema import ledger
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.states import WorkerRole
+from purgekeeper.storage.blobstore import BlobStore
+from purgekeeper.workers import runner
+from purgekeeper.workers.cleanup import StepContext
+from purgekeeper.workers.heartbeat import Heartbeat, this_process
+from purgekeeper.workers.scheduler import Scheduler
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def start_in_process(
     """Serve the database in this process: its steps run with ``ctx`` by the embedded dramatiq
     worker (StubBroker, threads), and a scheduler, started here, sweeps every ``interval``,
     waking the steps due with ``wake``, then runs ``after_sweep`` when it leads."""
-    from workers import broker  # lazy: dramatiq, which a one-shot command never needs
+    from purgekeeper.workers import broker  # lazy: dramatiq, which a one-shot command never needs
 
     broker.register(database_key, broker.Runtime(ctx, policy))
     broker.start_embedded_worker()
@@ -128,7 +128,7 @@ def stop(db: Database, gate: Gate, database_key: str, scheduler: Scheduler | Non
     process (when ``start_in_process`` started them), the gate's audit; then release the
     database connections."""
     if scheduler is not None:
-        from workers import broker  # lazy: dramatiq, which a one-shot command never needs
+        from purgekeeper.workers import broker  # lazy: dramatiq, which a one-shot command never needs
 
         scheduler.stop()
         broker.unregister(database_key)

@@ -1,21 +1,21 @@
 """The worker process, the edge the ``dramatiq`` CLI imports:
 
-    python -m commands.worker --processes 2 --threads 4 --queues purgekeeper-cleanup
-    dramatiq commands.worker --processes 2 --threads 4 --queues purgekeeper-cleanup
+    python -m purgekeeper.commands.worker --processes 2 --threads 4 --queues purgekeeper-cleanup
+    dramatiq purgekeeper.commands.worker --processes 2 --threads 4 --queues purgekeeper-cleanup
 
 Each worker process imports this module: it reads the settings (``PURGEKEEPER_DATABASE_URL``,
 ``PURGEKEEPER_BROKER_URL``, the roots, the step knobs), logs in purgekeeper's format
-(``commands.logs``), sets up the Redis broker and the actor, serves the configured database,
+(``purgekeeper.commands.logs``), sets up the Redis broker and the actor, serves the configured database,
 warns when Redis could evict queued messages, beats as a ``worker`` process from its boot
-(``workers.heartbeat``, every ``PURGEKEEPER_SWEEP_INTERVAL``), and on SIGTERM releases its
+(``purgekeeper.workers.heartbeat``, every ``PURGEKEEPER_SWEEP_INTERVAL``), and on SIGTERM releases its
 leases, then marks itself stopped once its threads are done. With
 ``PURGEKEEPER_WORKER_METRICS_PORT`` set, dramatiq's Prometheus middleware serves the worker's
 own metrics on that port.
 
 The two commands run the same dramatiq CLI. dramatiq's main process never imports this
-module, so under ``dramatiq commands.worker`` its own few lines (booting up, signals sent to
+module, so under ``dramatiq purgekeeper.commands.worker`` its own few lines (booting up, signals sent to
 the worker processes, a worker process that died) keep dramatiq's format.
-``python -m commands.worker`` (:func:`main`) configures the log format in the main process
+``python -m purgekeeper.commands.worker`` (:func:`main`) configures the log format in the main process
 first and runs the CLI with ``--skip-logging``: every line of the group, the worker processes'
 included (they are forked from it, and their lines reach stderr through dramatiq's pipe), is
 then in purgekeeper's format.
@@ -33,22 +33,22 @@ from collections.abc import Sequence
 import dramatiq
 from dramatiq.middleware import Middleware
 
-from commands import kinds, logs
-from commands.settings import Settings
-from schema import ledger, migrate, steps
-from schema.db import Database
-from schema.errors import PurgekeeperError
-from schema.states import WorkerRole
-from storage import failpoints
-from storage.blobstore import BlobStore
-from workers import broker, runner
-from workers.cleanup import StepContext
-from workers.heartbeat import Heartbeat, this_process
+from purgekeeper.commands import kinds, logs
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema import ledger, migrate, steps
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import PurgekeeperError
+from purgekeeper.schema.states import WorkerRole
+from purgekeeper.storage import failpoints
+from purgekeeper.storage.blobstore import BlobStore
+from purgekeeper.workers import broker, runner
+from purgekeeper.workers.cleanup import StepContext
+from purgekeeper.workers.heartbeat import Heartbeat, this_process
 
 log = logging.getLogger("purgekeeper.worker")
 SAFE_EVICTION_POLICIES = ("noeviction",)
 METRICS_PORT_VARIABLE = "PURGEKEEPER_WORKER_METRICS_PORT"
-MODULE = "commands.worker"
+MODULE = "purgekeeper.commands.worker"
 
 
 class ReleaseLeasesOnShutdown(Middleware):
@@ -148,7 +148,7 @@ def configure() -> Database:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m commands.worker [dramatiq options]``: the dramatiq CLI on this module, its
+    """``python -m purgekeeper.commands.worker [dramatiq options]``: the dramatiq CLI on this module, its
     main process logging in purgekeeper's format (``--skip-logging``: dramatiq sets up no
     format of its own, in any of its processes). Nothing else is set up here: the worker
     processes import this module and set themselves up."""

@@ -1,5 +1,5 @@
 """What ``list_workers`` returns: the worker, scheduler and embedded processes, as their
-heartbeats show them (``schema.heartbeats``), with the steps each one holds now."""
+heartbeats show them (``purgekeeper.schema.heartbeats``), with the steps each one holds now."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from commands.purge_records import HeldStep
-from schema import heartbeats
+from purgekeeper.commands.purge_records import HeldStep
+from purgekeeper.schema import heartbeats
 
 
 @dataclass(frozen=True)
 class WorkerProcess:
     """One start of a process: ``role`` is ``worker``, ``scheduler`` or ``embedded``
-    (``schema.states.WorkerRole``); ``queues`` and ``threads`` are what it runs steps from and
+    (``purgekeeper.schema.states.WorkerRole``); ``queues`` and ``threads`` are what it runs steps from and
     how many at once (none for a scheduler). Times are the database clock. ``alive`` while its
     heartbeat is not overdue (``alive_until``: the last beat plus 3 intervals) and it did not
     stop; ``holding`` is the steps its attempts hold under a live lease."""

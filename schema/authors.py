@@ -30,11 +30,11 @@ from sqlalchemy import (
     type_coerce,
 )
 
-from schema import cleanup_queries, ledger
-from schema.content_queries import live_event, upsert_insert
-from schema.errors import ValidationError
-from schema.states import ACTIVE_RUN_STATUSES
-from schema.tables import (
+from purgekeeper.schema import cleanup_queries, ledger
+from purgekeeper.schema.content_queries import live_event, upsert_insert
+from purgekeeper.schema.errors import ValidationError
+from purgekeeper.schema.states import ACTIVE_RUN_STATUSES
+from purgekeeper.schema.tables import (
     IS_EVENT_TOMBSTONE,
     UtcDateTime,
     admissions,
@@ -96,7 +96,7 @@ def window_end(conn: Connection, author: str, before: dt.datetime | None) -> dt.
 
 def _just_after(latest: dt.datetime, author: str) -> dt.datetime:
     """The window's end past the author's latest event. An ingest takes no time past year
-    9998 (commands.validation), but a database written before may hold one at the very end."""
+    9998 (purgekeeper.commands.validation), but a database written before may hold one at the very end."""
     try:
         return latest + ONE_MICROSECOND
     except OverflowError:

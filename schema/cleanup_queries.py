@@ -28,11 +28,11 @@ from sqlalchemy import (
     update,
 )
 
-from schema.content_queries import BLOB_HAS_BYTES, NOT_PURGED, dialect_insert, event_erased, live_event
-from schema.expiry import placement_expired
-from schema.idlists import IDS, among
-from schema.states import BlobKind, BlobState, TombstoneKind
-from schema.tables import (
+from purgekeeper.schema.content_queries import BLOB_HAS_BYTES, NOT_PURGED, dialect_insert, event_erased, live_event
+from purgekeeper.schema.expiry import placement_expired
+from purgekeeper.schema.idlists import IDS, among
+from purgekeeper.schema.states import BlobKind, BlobState, TombstoneKind
+from purgekeeper.schema.tables import (
     IS_EVENT_TOMBSTONE,
     admissions,
     attachments,

@@ -33,14 +33,14 @@ from sqlalchemy import (
     update,
 )
 
-from schema.conversation_read import (
+from purgekeeper.schema.conversation_read import (
     EVENT_COLUMNS,
     ConversationRead,
     read_conversation,
     utc_from_text,
     utc_from_texts,
 )
-from schema.liveness import (
+from purgekeeper.schema.liveness import (
     NOT_PURGED,
     _tombstone_exists,
     author_erased,
@@ -49,8 +49,8 @@ from schema.liveness import (
     is_tombstoned,
     live_event,
 )
-from schema.states import BlobState, TombstoneKind
-from schema.tables import (
+from purgekeeper.schema.states import BlobState, TombstoneKind
+from purgekeeper.schema.tables import (
     SQLITE_NOW,
     admissions,
     attachments,

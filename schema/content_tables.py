@@ -1,5 +1,5 @@
 """The content tables (bots .. attachments): the host's store, which purges fence and clean
-(``schema.tables`` names every table).
+(``purgekeeper.schema.tables`` names every table).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from sqlalchemy import (
     text,
 )
 
-from schema.table_base import (
+from purgekeeper.schema.table_base import (
     ACTIVE_RUNS_PREDICATE,
     BINDINGS,
     BLOB_KINDS,

@@ -1,5 +1,5 @@
 """What a whole-conversation purge or a channel deletion would touch, in counts: the preview a
-person reads before confirming one (``commands.kinds.conversation``).
+person reads before confirming one (``purgekeeper.commands.kinds.conversation``).
 
 Counts only, never ids or bodies: a conversation may hold a million events, and the preview
 is read before anything is fenced. Each count is one aggregate over the conversation's own
@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import BindParameter, Connection, Select, bindparam, exists, func, select
 
-from schema.liveness import NOT_PURGED
-from schema.tables import attachments, conversations, derivatives, placements, runs
+from purgekeeper.schema.liveness import NOT_PURGED
+from purgekeeper.schema.tables import attachments, conversations, derivatives, placements, runs
 
 _CONVERSATION: BindParameter[str] = bindparam("conversation_id")
 _OTHER = placements.alias("other")

@@ -1,7 +1,7 @@
 """A read of a conversation: its readable events and their present attachments, with the ledger
 head as the same snapshot saw it (for the gate), in one statement on PostgreSQL and three in
 one read transaction on SQLite (``read_conversation``); and the parsing of the timestamps a
-read gives (``utc_from_text``). ``schema.content_queries`` names all of it.
+read gives (``utc_from_text``). ``purgekeeper.schema.content_queries`` names all of it.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from sqlalchemy import (
     union_all,
 )
 
-from schema.driver import DriverStatement, Reader
-from schema.expiry import readable_in
-from schema.liveness import NOT_PURGED, _tombstone_exists, author_erased
-from schema.states import BlobState, TombstoneKind
-from schema.tables import (
+from purgekeeper.schema.driver import DriverStatement, Reader
+from purgekeeper.schema.expiry import readable_in
+from purgekeeper.schema.liveness import NOT_PURGED, _tombstone_exists, author_erased
+from purgekeeper.schema.states import BlobState, TombstoneKind
+from purgekeeper.schema.tables import (
     UtcDateTime,
     attachments,
     blobs,

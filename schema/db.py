@@ -4,7 +4,7 @@ Every write goes through :meth:`Database.write`: on SQLite the transaction start
 ``BEGIN IMMEDIATE`` (WAL mode, a busy timeout, ``secure_delete``), on PostgreSQL it runs at
 READ COMMITTED and the triggers lock what they depend on. Deadlocks, serialization failures
 and a locked SQLite database are retried a few times, then raise ``InfrastructureError``.
-Driver errors become domain errors here, through :func:`schema.errors.translate_db_error`.
+Driver errors become domain errors here, through :func:`purgekeeper.schema.errors.translate_db_error`.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from schema.driver import DriverRead, Reader, run_on_driver
-from schema.errors import InfrastructureError, ValidationError, is_retryable, translate_db_error
-from schema.retry_policy import TRANSACTION_WAIT_MAX_S, WRITE_ATTEMPTS
-from schema.session_defaults import IDLE_IN_TRANSACTION_TIMEOUT
-from schema.unavailable import why_unavailable
+from purgekeeper.schema.driver import DriverRead, Reader, run_on_driver
+from purgekeeper.schema.errors import InfrastructureError, ValidationError, is_retryable, translate_db_error
+from purgekeeper.schema.retry_policy import TRANSACTION_WAIT_MAX_S, WRITE_ATTEMPTS
+from purgekeeper.schema.session_defaults import IDLE_IN_TRANSACTION_TIMEOUT
+from purgekeeper.schema.unavailable import why_unavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -8,7 +8,7 @@ compiled once per dialect and then handed to the driver as SQL text and paramete
 and result processors of its columns' types still apply (``convert=False`` skips the result
 ones, for a caller that parses the raw values itself), and a driver error is raised as the
 ``sqlalchemy.exc.DBAPIError`` SQLAlchemy would have raised (a lost connection invalidated,
-so the write is retried), which ``schema.errors`` translates as every other.
+so the write is retried), which ``purgekeeper.schema.errors`` translates as every other.
 
 SQLAlchemy's ``before_cursor_execute`` events do not see these statements.
 """

@@ -18,8 +18,8 @@ from typing import Any
 
 from sqlalchemy import and_, exists, func, literal, literal_column, not_, or_, select
 
-from schema.states import HoldSubject
-from schema.tables import UtcDateTime, retention_exemptions, retention_fences
+from purgekeeper.schema.states import HoldSubject
+from purgekeeper.schema.tables import UtcDateTime, retention_exemptions, retention_fences
 
 _fence = retention_fences.alias("expiring_run")
 _exempt_conversation = retention_exemptions.alias("exempt_conversation")

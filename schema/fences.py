@@ -41,7 +41,7 @@ def statements(dialect: str, revision_file: str) -> list[str]:
     """The SQL statements of one fences file, e.g. ``statements("sqlite", "0001_fences.sql")``."""
     if dialect not in DIALECTS:
         raise ValueError(f"unsupported dialect {dialect!r}")
-    text = resources.files("schema").joinpath("sql", dialect, revision_file).read_text("utf-8")
+    text = resources.files("purgekeeper.schema").joinpath("sql", dialect, revision_file).read_text("utf-8")
     parts: list[list[str]] = [[]]
     for line in text.splitlines():
         if line.strip() == STATEMENT_SEPARATOR:

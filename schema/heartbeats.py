@@ -1,8 +1,8 @@
 """The heartbeats of the cleanup machinery's processes (``worker_processes``, migration 0013).
 
-Each worker, scheduler and embedded process (``schema.states.WorkerRole``) writes one row when
+Each worker, scheduler and embedded process (``purgekeeper.schema.states.WorkerRole``) writes one row when
 it starts, under a random id of that start, and renews it every few seconds
-(``workers.heartbeat``): when it was last seen, on the database clock, and until when it
+(``purgekeeper.workers.heartbeat``): when it was last seen, on the database clock, and until when it
 counts as alive: that moment plus the dead bound the process gives (3 of its intervals), so
 processes with different intervals share the table. A clean stop marks the row stopped; a
 process that died or froze leaves its row to run out. Every beat also deletes the rows
@@ -23,10 +23,10 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, delete, func, select, update
 
-from schema.content_queries import upsert_insert
-from schema.ledger import database_now
-from schema.states import RUNS_STEPS, WorkerRole, values
-from schema.tables import worker_processes
+from purgekeeper.schema.content_queries import upsert_insert
+from purgekeeper.schema.ledger import database_now
+from purgekeeper.schema.states import RUNS_STEPS, WorkerRole, values
+from purgekeeper.schema.tables import worker_processes
 
 DEAD_AFTER_BEATS = 3  # missed heartbeats before a process counts as dead
 MIN_DEAD_AFTER = dt.timedelta(seconds=2)  # a sub-second interval still allows a pause of GC or I/O

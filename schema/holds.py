@@ -20,13 +20,13 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, exists, func, literal_column, or_, select, union, update
 
-from schema.content_queries import event_erased
-from schema.driver import DriverStatement
-from schema.expiry import placement_expired
-from schema.idlists import IdList, among_many
-from schema.locks import AdvisoryLock
-from schema.states import HoldSubject, TombstoneKind
-from schema.tables import (
+from purgekeeper.schema.content_queries import event_erased
+from purgekeeper.schema.driver import DriverStatement
+from purgekeeper.schema.expiry import placement_expired
+from purgekeeper.schema.idlists import IdList, among_many
+from purgekeeper.schema.locks import AdvisoryLock
+from purgekeeper.schema.states import HoldSubject, TombstoneKind
+from purgekeeper.schema.tables import (
     IS_EVENT_TOMBSTONE,
     author_erasures,
     conversations,

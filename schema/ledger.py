@@ -18,8 +18,8 @@ from typing import Any
 
 from sqlalchemy import JSON, Connection, Row, bindparam, cast, func, insert, literal_column, select
 
-from schema.driver import DriverStatement, Reader
-from schema.tables import ledger_head, purge_ledger
+from purgekeeper.schema.driver import DriverStatement, Reader
+from purgekeeper.schema.tables import ledger_head, purge_ledger
 
 GENESIS_HASH = "0" * 64
 HASHED_FIELDS = (

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 from sqlalchemy import and_, exists, not_, or_
 
-from schema.states import PurgeStatus, StepStatus
-from schema.tables import cleanup_steps
+from purgekeeper.schema.states import PurgeStatus, StepStatus
+from purgekeeper.schema.tables import cleanup_steps
 
 WAITING = (StepStatus.PENDING.value, StepStatus.RETRYING.value)
 

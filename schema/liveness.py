@@ -2,7 +2,7 @@
 not purged (``NOT_PURGED``), an event that is live (``live_event``: no fence, an event
 tombstone or an author erasure that covers it, and a placement in a conversation that is not
 purged and that no retention run expires), an author's erasure (``author_erased``,
-``event_erased``). Every read and the purge machinery build on them; ``schema.content_queries``
+``event_erased``). Every read and the purge machinery build on them; ``purgekeeper.schema.content_queries``
 names them all.
 """
 
@@ -20,9 +20,9 @@ from sqlalchemy import (
     select,
 )
 
-from schema.expiry import placement_expired
-from schema.states import ConversationState, TombstoneKind
-from schema.tables import (
+from purgekeeper.schema.expiry import placement_expired
+from purgekeeper.schema.states import ConversationState, TombstoneKind
+from purgekeeper.schema.tables import (
     author_erasures,
     conversations,
     events,

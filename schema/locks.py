@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
-from schema.driver import DriverStatement
+from purgekeeper.schema.driver import DriverStatement
 
 
 class AdvisoryLock:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, text
 
-from schema.db import Database
-from schema.errors import SchemaMismatch
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import SchemaMismatch
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -34,7 +34,7 @@ def alembic_config() -> Config:
     from alembic.config import Config
 
     config = Config()
-    location = resources.files("schema").joinpath("migrations")
+    location = resources.files("purgekeeper.schema").joinpath("migrations")
     config.set_main_option("script_location", str(location))
     return config
 
@@ -50,7 +50,7 @@ def shipped_revisions() -> frozenset[str]:
     process: the files do not change under a running program). Not from alembic: loading its
     runtime and each migration module cost every one-shot ``purgectl`` command a quarter of a
     second. ``tests/integration/test_migrations.py`` checks that alembic reads the same."""
-    versions = resources.files("schema").joinpath("migrations", "versions")
+    versions = resources.files("purgekeeper.schema").joinpath("migrations", "versions")
     found = frozenset(m.group(1) for item in versions.iterdir() if (m := _MIGRATION_FILE.fullmatch(item.name)))
     if not found:  # pragma: no cover - the package always ships migrations
         raise SchemaMismatch("purgekeeper ships no migrations")

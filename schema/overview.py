@@ -4,7 +4,7 @@ handful of aggregate statements through the step status indexes: the cost does n
 one purge's size, and nothing is read per purge. The steps that are done are not read at all:
 their totals are counters the database keeps (migration 0015, ``DONE_STEPS``).
 
-And the counters of ``/metrics`` (``metric_counters``): the step protocol (``schema.steps``)
+And the counters of ``/metrics`` (``metric_counters``): the step protocol (``purgekeeper.schema.steps``)
 adds to them in the transaction that starts or ends an attempt, or completes a purge, and a
 scrape reads them all with one statement of a bounded number of rows (metrics x kinds x
 buckets), however long the history. Several API processes and workers share one database, so
@@ -23,10 +23,10 @@ from enum import StrEnum
 
 from sqlalchemy import Connection, distinct, func, select
 
-from schema import lifecycle
-from schema.content_queries import upsert_insert
-from schema.states import StepKind, StepStatus
-from schema.tables import cleanup_steps, metric_counters
+from purgekeeper.schema import lifecycle
+from purgekeeper.schema.content_queries import upsert_insert
+from purgekeeper.schema.states import StepKind, StepStatus
+from purgekeeper.schema.tables import cleanup_steps, metric_counters
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ depends on them (placements, admissions, active runs, derivatives, attachments, 
 references, holds), read in one round trip (``report_rows``).
 
 Every query here is bounded by the scope (an indexed id list) or by one id, never by the size
-of a conversation. ``schema.purges`` names all of it.
+of a conversation. ``purgekeeper.schema.purges`` names all of it.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from sqlalchemy import (
     union_all,
 )
 
-from schema import holds
-from schema.content_queries import author_erased, live_event
-from schema.driver import DriverStatement
-from schema.idlists import IdList, Ids, among_many
-from schema.states import ACTIVE_RUN_STATUSES, TombstoneKind
-from schema.tables import (
+from purgekeeper.schema import holds
+from purgekeeper.schema.content_queries import author_erased, live_event
+from purgekeeper.schema.driver import DriverStatement
+from purgekeeper.schema.idlists import IdList, Ids, among_many
+from purgekeeper.schema.states import ACTIVE_RUN_STATUSES, TombstoneKind
+from purgekeeper.schema.tables import (
     admissions,
     attachments,
     blobs,
@@ -86,7 +86,7 @@ def events_in_conversation(
 
 
 # Statements on the confirmation path are built once, each list of ids ONE parameter
-# (``schema.idlists``): building a statement costs more than running it, and an expanding
+# (``purgekeeper.schema.idlists``): building a statement costs more than running it, and an expanding
 # ``IN`` of a thousand ids costs a thousand placeholders to render, send and parse.
 EVENT_IDS: Any = bindparam("event_ids", type_=IdList())
 CONVERSATION_IDS: Any = bindparam("conversation_ids", type_=IdList())

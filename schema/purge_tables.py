@@ -1,5 +1,5 @@
 """The purge tables (purge_ledger .. purge_previews): the machinery that fences and cleans the
-content tables, and its bookkeeping (``schema.tables`` names every table). The triggers that
+content tables, and its bookkeeping (``purgekeeper.schema.tables`` names every table). The triggers that
 enforce the purge invariants live in ``schema/sql/<dialect>/``.
 """
 
@@ -22,8 +22,8 @@ from sqlalchemy import (
     text,
 )
 
-from schema import states
-from schema.table_base import (
+from purgekeeper.schema import states
+from purgekeeper.schema.table_base import (
     EXEMPTIONS,
     HOLD_SUBJECTS,
     ID_LENGTH,
@@ -325,7 +325,7 @@ purge_previews = Table(
 )
 
 # One row per start of a worker, scheduler or embedded process, which its heartbeat renews
-# (0013, ``schema.heartbeats``): the Workers view lists them, and "no live worker" is read
+# (0013, ``purgekeeper.schema.heartbeats``): the Workers view lists them, and "no live worker" is read
 # from them. ``alive_until`` is the last beat plus the dead bound the process itself gave;
 # ``queues`` and ``holding`` (its attempts' lease owners) are JSON lists.
 worker_processes = Table(

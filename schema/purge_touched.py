@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select
 
-from schema.tables import IS_EVENT_TOMBSTONE, attachments, blobs, placements, purge_ledger, tombstones
+from purgekeeper.schema.tables import IS_EVENT_TOMBSTONE, attachments, blobs, placements, purge_ledger, tombstones
 
 LIKE_ESCAPE = "\\"
 

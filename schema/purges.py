@@ -29,12 +29,12 @@ from sqlalchemy import (
     update,
 )
 
-from schema import lifecycle
-from schema.content_queries import upsert_insert
-from schema.driver import DriverStatement
-from schema.idlists import among_many, array_literal
-from schema.ledger import database_now
-from schema.purge_scope import (
+from purgekeeper.schema import lifecycle
+from purgekeeper.schema.content_queries import upsert_insert
+from purgekeeper.schema.driver import DriverStatement
+from purgekeeper.schema.idlists import among_many, array_literal
+from purgekeeper.schema.ledger import database_now
+from purgekeeper.schema.purge_scope import (
     _CONVERSATIONS_OF,
     CONVERSATION_IDS,
     EVENT_IDS,
@@ -57,9 +57,9 @@ from schema.purge_scope import (
     placements_of,
     report_rows,
 )
-from schema.states import StepKind, StepStatus, TombstoneKind
-from schema.steps import PARKED_UNTIL
-from schema.tables import (
+from purgekeeper.schema.states import StepKind, StepStatus, TombstoneKind
+from purgekeeper.schema.steps import PARKED_UNTIL
+from purgekeeper.schema.tables import (
     bots,
     cleanup_steps,
     conversations,

@@ -8,10 +8,17 @@ from typing import Any
 
 from sqlalchemy import BindParameter, Connection, and_, bindparam, exists, or_, select, update
 
-from schema.content_queries import BLOB_HAS_BYTES, event_erased, live_event
-from schema.idlists import IDS, among
-from schema.states import ACTIVE_RUN_STATUSES, BlobState, ConversationState, RunStatus, StepStatus, TombstoneKind
-from schema.tables import (
+from purgekeeper.schema.content_queries import BLOB_HAS_BYTES, event_erased, live_event
+from purgekeeper.schema.idlists import IDS, among
+from purgekeeper.schema.states import (
+    ACTIVE_RUN_STATUSES,
+    BlobState,
+    ConversationState,
+    RunStatus,
+    StepStatus,
+    TombstoneKind,
+)
+from purgekeeper.schema.tables import (
     IS_EVENT_TOMBSTONE,
     admissions,
     attachments,

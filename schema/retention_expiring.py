@@ -4,7 +4,7 @@ run's (or, a global run, any that has no policy of its own), and that no hold co
 conversation or the event's author); whether a policy has anything to expire at all
 (``anything_to_expire``), and which due policies are quiet, their conversations' turns done
 (``quiet_turns``). The statements here are shared by ``retention_fence`` (a run's cleanup)
-and ``retention_preview`` (its totals and deferrals); ``schema.retention_queries`` names them all.
+and ``retention_preview`` (its totals and deferrals); ``purgekeeper.schema.retention_queries`` names them all.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
-from schema import ledger
-from schema.content_queries import NOT_PURGED, event_erased
-from schema.idlists import IDS, among
-from schema.locks import AdvisoryLock
-from schema.states import HoldSubject
-from schema.tables import (
+from purgekeeper.schema import ledger
+from purgekeeper.schema.content_queries import NOT_PURGED, event_erased
+from purgekeeper.schema.idlists import IDS, among
+from purgekeeper.schema.locks import AdvisoryLock
+from purgekeeper.schema.states import HoldSubject
+from purgekeeper.schema.tables import (
     IS_EVENT_TOMBSTONE,
     UtcDateTime,
     conversations,

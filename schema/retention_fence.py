@@ -2,10 +2,10 @@
 
 A run's fence (``retention_fences`` and its ``retention_exemptions``) is written at its
 acceptance, in O(1) of what it expires, and read by every reader and trigger
-(``schema.expiry``); the run's bodies step deletes the placements it expires in batches
+(``purgekeeper.schema.expiry``); the run's bodies step deletes the placements it expires in batches
 (``expire_batch``), fences the events that are then live nowhere, and finally deletes the
 fence, which the triggers allow only once nothing it expires is left (``expiring_left``).
-``schema.retention_queries`` names all of it.
+``purgekeeper.schema.retention_queries`` names all of it.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from sqlalchemy import (
     type_coerce,
 )
 
-from schema import ledger
-from schema.content_queries import NOT_PURGED, live_event
-from schema.idlists import IDS, among
-from schema.locks import AdvisoryLock
-from schema.retention_expiring import (
+from purgekeeper.schema import ledger
+from purgekeeper.schema.content_queries import NOT_PURGED, live_event
+from purgekeeper.schema.idlists import IDS, among
+from purgekeeper.schema.locks import AdvisoryLock
+from purgekeeper.schema.retention_expiring import (
     _AUTHOR_KIND,
     _CONVERSATION,
     _CONVERSATION_KIND,
@@ -46,8 +46,8 @@ from schema.retention_expiring import (
     _START,
     _window_params,
 )
-from schema.states import Exemption
-from schema.tables import (
+from purgekeeper.schema.states import Exemption
+from purgekeeper.schema.tables import (
     UtcDateTime,
     conversations,
     events,
@@ -255,7 +255,7 @@ def expire_batch(conn: Connection, fence: Fence, *, after: tuple[Any, ...] | Non
     """The next ``limit`` events of the run's window: the ones no longer live anywhere once
     their expiring placements go get their ``event`` tombstones (for this run) and lose
     their content, then the expiring placements are deleted. Idempotent."""
-    from schema import cleanup_queries  # its NULLs and tombstones; it imports content, not this
+    from purgekeeper.schema import cleanup_queries  # its NULLs and tombstones; it imports content, not this
 
     lock_fences(conn, exclusive=False)
     shape = fence.shape

@@ -3,11 +3,11 @@ totals its preview shows.
 
 - **Agent runs** (``deferral``): the events of a run's window that a non-terminal run
   admitted, and that the run would expire, lower its cutoff to the earliest of them (see
-  ``commands.kinds.retention_run``); an acceptance first makes the admissions final
+  ``purgekeeper.commands.kinds.retention_run``); an acceptance first makes the admissions final
   (``wait_for_admissions``).
 - **Totals** (``preview_totals``): what the run would expire, and what holds keep out of it.
 
-``schema.retention_queries`` names all of it.
+``purgekeeper.schema.retention_queries`` names all of it.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from sqlalchemy import (
     text,
 )
 
-from schema.content_queries import NOT_PURGED
-from schema.retention_expiring import (
+from purgekeeper.schema.content_queries import NOT_PURGED
+from purgekeeper.schema.retention_expiring import (
     _AUTHOR_KIND,
     _CONVERSATION,
     _CONVERSATION_KIND,
@@ -44,9 +44,9 @@ from schema.retention_expiring import (
     _own,
     _window_params,
 )
-from schema.retention_fence import lock_fences
-from schema.states import ACTIVE_RUN_STATUSES
-from schema.tables import (
+from purgekeeper.schema.retention_fence import lock_fences
+from purgekeeper.schema.states import ACTIVE_RUN_STATUSES
+from purgekeeper.schema.tables import (
     admissions,
     conversations,
     events,

@@ -8,7 +8,7 @@ out.
   or is exempt (a run walks only what occurred since; NULL walks everything).
 - **A run's fence** (``retention_fences`` and its ``retention_exemptions``) is written at its
   acceptance, in O(1) of what it expires, and read by every reader and trigger
-  (``schema.expiry``); the run's bodies step deletes the placements it expires in batches,
+  (``purgekeeper.schema.expiry``); the run's bodies step deletes the placements it expires in batches,
   fences the events that are then live nowhere, and finally deletes the fence, which the
   triggers allow only once nothing it expires is left.
 
@@ -18,7 +18,7 @@ policy of its own), and no hold covers the conversation or the event's author.
 
 - **Agent runs** (``deferral``): the events of a run's window that a non-terminal run
   admitted, and that the run would expire, lower its cutoff to the earliest of them (see
-  ``commands.kinds.retention_run``); an acceptance first makes the admissions final
+  ``purgekeeper.commands.kinds.retention_run``); an acceptance first makes the admissions final
   (``wait_for_admissions``).
 
 Here: the policies, the schedule and the summary the operator surfaces show; what expires
@@ -44,11 +44,11 @@ from sqlalchemy import (
     update,
 )
 
-from schema import ledger
-from schema.content_queries import upsert_insert
-from schema.overview import UNFINISHED_STEP_STATUSES
-from schema.retention_expiring import PLAN_LOCK_CLASS, anything_to_expire, quiet_turns
-from schema.retention_fence import (
+from purgekeeper.schema import ledger
+from purgekeeper.schema.content_queries import upsert_insert
+from purgekeeper.schema.overview import UNFINISHED_STEP_STATUSES
+from purgekeeper.schema.retention_expiring import PLAN_LOCK_CLASS, anything_to_expire, quiet_turns
+from purgekeeper.schema.retention_fence import (
     FENCE_LOCK_CLASS,
     Batch,
     Fence,
@@ -59,7 +59,7 @@ from schema.retention_fence import (
     insert_fence,
     lock_fences,
 )
-from schema.retention_preview import (
+from purgekeeper.schema.retention_preview import (
     DEFERRED_RUNS_LISTED,
     Deferral,
     RetentionTotals,
@@ -67,8 +67,8 @@ from schema.retention_preview import (
     preview_totals,
     wait_for_admissions,
 )
-from schema.states import PurgeKind
-from schema.tables import (
+from purgekeeper.schema.states import PurgeKind
+from purgekeeper.schema.tables import (
     cleanup_steps,
     legal_holds,
     metric_counters,

@@ -120,7 +120,7 @@ class StepStatus(StrEnum):
 
 
 class PurgeStatus(StrEnum):
-    """A purge's status, derived from its cleanup steps (``schema.lifecycle``): accepted (no
+    """A purge's status, derived from its cleanup steps (``purgekeeper.schema.lifecycle``): accepted (no
     step attempted yet) → cleaning → complete (every step done, or none) | incomplete (a step
     gave up; an operator's retry re-arms it)."""
 
@@ -131,8 +131,8 @@ class PurgeStatus(StrEnum):
 
 
 class WorkerRole(StrEnum):
-    """What a process that sends heartbeats (``worker_processes``, ``schema.heartbeats``) does:
-    a ``worker`` runs cleanup steps (``commands.worker``), a ``scheduler`` re-sends due ones
+    """What a process that sends heartbeats (``worker_processes``, ``purgekeeper.schema.heartbeats``) does:
+    a ``worker`` runs cleanup steps (``purgekeeper.commands.worker``), a ``scheduler`` re-sends due ones
     (``purgectl scheduler``), and ``embedded`` is both, inside a handle opened with
     ``workers="auto"`` and no broker URL."""
 

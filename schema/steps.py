@@ -8,7 +8,7 @@ broker only carries wake-ups.
 - ``finish``: an UPDATE guarded by the lease owner, to ``done``, ``retrying`` (with backoff)
   or ``incomplete`` (attempts at the maximum, or a failure that retries cannot fix).
 
-The same transactions keep the counters of ``/metrics`` (``schema.overview``): a claim counts
+The same transactions keep the counters of ``/metrics`` (``purgekeeper.schema.overview``): a claim counts
 the attempt started; closing an attempt counts its duration (from its start to the moment it
 was closed: an attempt whose lease ran out is measured until the claim that found it lost)
 and, if it ended ``retrying``, ``incomplete`` or ``lease_lost``, a failure; the transaction
@@ -27,12 +27,12 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, or_, select, update
 
-from schema import lifecycle, overview
-from schema.content_queries import upsert_insert
-from schema.ledger import clock, database_now
-from schema.overview import Counter
-from schema.states import StepStatus
-from schema.tables import cleanup_steps, leader_leases, purge_completions, purge_ledger, step_attempts
+from purgekeeper.schema import lifecycle, overview
+from purgekeeper.schema.content_queries import upsert_insert
+from purgekeeper.schema.ledger import clock, database_now
+from purgekeeper.schema.overview import Counter
+from purgekeeper.schema.states import StepStatus
+from purgekeeper.schema.tables import cleanup_steps, leader_leases, purge_completions, purge_ledger, step_attempts
 
 LEASE_EXPIRED = "the worker stopped during its last attempt (lease expired)"
 LEASE_LOST = "lease_lost"  # an attempt's outcome: its lease ran out before it finished

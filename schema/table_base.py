@@ -1,7 +1,7 @@
 """The schema's metadata (its naming convention) and what every table is built from: the
 UTC datetime column type, the ``created_at`` column, the enum checks and the enum values
 they allow. The tables themselves are in ``content_tables`` and ``purge_tables``;
-``schema.tables`` names them all.
+``purgekeeper.schema.tables`` names them all.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-from schema import states
-from schema.states import values
+from purgekeeper.schema import states
+from purgekeeper.schema.states import values
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

@@ -15,8 +15,8 @@ import functools
 
 from sqlalchemy import MetaData
 
-from schema import content_tables, purge_tables
-from schema.content_tables import (
+from purgekeeper.schema import content_tables, purge_tables
+from purgekeeper.schema.content_tables import (
     CONTENT_TABLES,
     admissions,
     attachments,
@@ -29,7 +29,7 @@ from schema.content_tables import (
     placements,
     runs,
 )
-from schema.purge_tables import (
+from purgekeeper.schema.purge_tables import (
     IS_EVENT_TOMBSTONE,
     PURGE_TABLES,
     author_erasure_marks,
@@ -53,7 +53,7 @@ from schema.purge_tables import (
     tombstones,
     worker_processes,
 )
-from schema.table_base import (
+from purgekeeper.schema.table_base import (
     ACTIVE_RUNS_PREDICATE,
     BINDINGS,
     BLOB_KINDS,

@@ -1,6 +1,6 @@
 """Why a database could not be opened, said so that an operator knows what to do: a database
 that does not exist, a server that does not answer, a failed authentication, a SQLite file
-that cannot be opened (``schema.db`` puts it into its ``InfrastructureError``)."""
+that cannot be opened (``purgekeeper.schema.db`` puts it into its ``InfrastructureError``)."""
 
 from __future__ import annotations
 

@@ -45,10 +45,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
-from schema.states import BlobKind
-from storage import failpoints
-from storage.directories import Directories, SymlinkRefused, components
-from storage.files import atomic_write_at
+from purgekeeper.schema.states import BlobKind
+from purgekeeper.storage import failpoints
+from purgekeeper.storage.directories import Directories, SymlinkRefused, components
+from purgekeeper.storage.files import atomic_write_at
 
 _BLOB_ID = re.compile(r"[0-9A-Za-z_-]{4,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")

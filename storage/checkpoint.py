@@ -3,7 +3,7 @@ content, and the head), and what a merge reads (``Source``).
 
 Earlier versions wrote these into the checkpoint directory after each sweep, named after the
 database's random id (``<database id>-<seq, 12 digits>.json``). The ledger's copy
-(``storage.ledger_copy``, version 2) replaced them; they are still read: by the gate until a
+(``purgekeeper.storage.ledger_copy``, version 2) replaced them; they are still read: by the gate until a
 database's first copy exists, and by a merge. ``write`` makes one (tests, and hosts that
 still want the old format).
 """
@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from schema import ledger
-from schema.db import Database
-from storage import failpoints
-from storage.files import atomic_write
+from purgekeeper.schema import ledger
+from purgekeeper.schema.db import Database
+from purgekeeper.storage import failpoints
+from purgekeeper.storage.files import atomic_write
 
 FORMAT = "purgekeeper-ledger-checkpoint"
 VERSION = 1

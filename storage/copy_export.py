@@ -1,6 +1,6 @@
 """A whole ledger as one version 2 export: a header line, then one row per line, written from
 one snapshot and streamed (``write_export``), and read back as a merge source
-(``export_source``). ``storage.ledger_copy`` names all of it.
+(``export_source``). ``purgekeeper.storage.ledger_copy`` names all of it.
 """
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from schema import ledger
-from schema.db import Database
-from storage import checkpoint, failpoints
-from storage.copy_layout import (
+from purgekeeper.schema import ledger
+from purgekeeper.schema.db import Database
+from purgekeeper.storage import checkpoint, failpoints
+from purgekeeper.storage.copy_layout import (
     VERSION,
     CopyInvalid,
     _count,
     parse_line,
     row_line,
 )
-from storage.files import atomic_write
+from purgekeeper.storage.files import atomic_write
 
 
 def export_lines(

@@ -1,4 +1,4 @@
-"""What a ledger copy is made of, below ``storage.ledger_copy`` (which names all of it, and
+"""What a ledger copy is made of, below ``purgekeeper.storage.ledger_copy`` (which names all of it, and
 whose docstring gives the format): its file names, its errors, its head, and a row as one
 line of a segment.
 """
@@ -10,8 +10,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from schema import ledger
-from storage.signed_log import LogRefused
+from purgekeeper.schema import ledger
+from purgekeeper.storage.signed_log import LogRefused
 
 FORMAT = "purgekeeper-ledger-copy"
 VERSION = 2

@@ -1,4 +1,4 @@
-"""Reading a ledger copy (``storage.ledger_copy.LedgerCopy`` extends it to write one): its
+"""Reading a ledger copy (``purgekeeper.storage.ledger_copy.LedgerCopy`` extends it to write one): its
 head, read again only when head.json changed; its rows, from the segment that holds the
 first one asked for; the chain verified from any row; and the head the segments alone give
 (``rebuilt_head``).
@@ -12,8 +12,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from schema import ledger
-from storage.copy_layout import (
+from purgekeeper.schema import ledger
+from purgekeeper.storage.copy_layout import (
     FORMAT,
     HEAD_FILE,
     MAX_PROBLEMS,
@@ -29,8 +29,8 @@ from storage.copy_layout import (
     parse_line,
     segment_name,
 )
-from storage.files import reason_of
-from storage.signed_log import SignedLog
+from purgekeeper.storage.files import reason_of
+from purgekeeper.storage.signed_log import SignedLog
 
 
 class CopyReader:
@@ -54,7 +54,7 @@ class CopyReader:
 
     @property
     def segment_rows(self) -> int:
-        """The rows a segment holds: ``storage.ledger_copy.SEGMENT_ROWS``, read at every use
+        """The rows a segment holds: ``purgekeeper.storage.ledger_copy.SEGMENT_ROWS``, read at every use
         (``LedgerCopy`` says it)."""
         raise NotImplementedError
 

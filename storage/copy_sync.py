@@ -1,7 +1,7 @@
 """Keeping a ledger copy up to the database: the rows it lacks appended (``catch_up``), its
 lost tail re-established (``restore_tail``), a damaged copy repaired (``repair``), and after a
 merge a copy the ledger does not extend moved aside (``reconcile``), never a row the signed
-log or a version 1 checkpoint holds that the ledger lacks. ``storage.ledger_copy`` names all of it.
+log or a version 1 checkpoint holds that the ledger lacks. ``purgekeeper.storage.ledger_copy`` names all of it.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from schema import ledger
-from schema.db import Database
-from storage import checkpoint
-from storage.copy_layout import (
+from purgekeeper.schema import ledger
+from purgekeeper.schema.db import Database
+from purgekeeper.storage import checkpoint
+from purgekeeper.storage.copy_layout import (
     CopyDiverged,
     CopyGap,
     CopyHead,
@@ -23,12 +23,12 @@ from storage.copy_layout import (
     CopyInvalid,
     CopyTruncated,
 )
-from storage.signed_log import ForeignKey
+from purgekeeper.storage.signed_log import ForeignKey
 
 if TYPE_CHECKING:
-    from storage.ledger_copy import LedgerCopy
+    from purgekeeper.storage.ledger_copy import LedgerCopy
 
-log = logging.getLogger("storage.ledger_copy")  # the name its warnings always had
+log = logging.getLogger("purgekeeper.storage.ledger_copy")  # the name its warnings always had
 
 
 CATCH_UP_BATCH = 4096  # rows read from the database and appended at a time

@@ -1,4 +1,4 @@
-"""Writing a ledger copy (``storage.ledger_copy.LedgerCopy`` is this class): appending rows
+"""Writing a ledger copy (``purgekeeper.storage.ledger_copy.LedgerCopy`` is this class): appending rows
 (a group commit of the rows every thread hands in, under the flock every process takes),
 growing and signing the signed log with them, the open segment's tail checked and
 re-established, and head.json rebuilt from the segments (``repair``).
@@ -17,9 +17,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from schema import ledger
-from storage import failpoints
-from storage.copy_layout import (
+from purgekeeper.schema import ledger
+from purgekeeper.storage import failpoints
+from purgekeeper.storage.copy_layout import (
     _DIRECTORY,
     FORMAT,
     HEAD_FILE,
@@ -36,11 +36,11 @@ from storage.copy_layout import (
     row_line,
     segment_name,
 )
-from storage.copy_reading import CopyReader
-from storage.files import atomic_write_at
-from storage.signed_log import ForeignKey
+from purgekeeper.storage.copy_reading import CopyReader
+from purgekeeper.storage.files import atomic_write_at
+from purgekeeper.storage.signed_log import ForeignKey
 
-log = logging.getLogger("storage.ledger_copy")  # the name its warnings always had
+log = logging.getLogger("purgekeeper.storage.ledger_copy")  # the name its warnings always had
 
 
 class CopyWriter(CopyReader):

@@ -1,7 +1,7 @@
 """Failpoints for fault tests: named places where a worker can be made to die, hang or meet a
 file-system error.
 
-The edge (``commands.worker``) arms them from ``PURGEKEEPER_FAILPOINTS``, e.g.
+The edge (``purgekeeper.commands.worker``) arms them from ``PURGEKEEPER_FAILPOINTS``, e.g.
 ``bodies.batch=exit``, ``attachments.batch=hang`` or ``blobs.unlink=EIO`` (the call fails as
 the system call would, with that errno); nothing is armed otherwise, and an unarmed
 failpoint costs one dict lookup.

@@ -58,10 +58,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from schema import ledger
-from storage import checkpoint
-from storage.copy_export import _is_export_header, export_lines, export_source, write_export
-from storage.copy_layout import (
+from purgekeeper.schema import ledger
+from purgekeeper.storage import checkpoint
+from purgekeeper.storage.copy_export import _is_export_header, export_lines, export_source, write_export
+from purgekeeper.storage.copy_layout import (
     COPY_FAILED,
     FORMAT,
     HEAD_FILE,
@@ -81,8 +81,8 @@ from storage.copy_layout import (
     row_line,
     segment_name,
 )
-from storage.copy_reading import CopyReader
-from storage.copy_sync import (
+from purgekeeper.storage.copy_reading import CopyReader
+from purgekeeper.storage.copy_sync import (
     CATCH_UP_BATCH,
     BehindLegacyCheckpoint,
     catch_up,
@@ -90,7 +90,7 @@ from storage.copy_sync import (
     repair,
     restore_tail,
 )
-from storage.copy_writing import CopyWriter
+from purgekeeper.storage.copy_writing import CopyWriter
 
 SEGMENT_ROWS = 4096
 

@@ -1,4 +1,4 @@
-"""What the signed log is made of, below ``storage.signed_log`` (which names all of it): its
+"""What the signed log is made of, below ``purgekeeper.storage.signed_log`` (which names all of it): its
 file names and limits, its errors, the leaf of a ledger row, the tree head a checkpoint
 signs, and the signing key kept beside the checkpoint directory.
 """
@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from schema import ledger
-from tlog import note
-from tlog.verify import Checkpoint, leaf_hash
+from purgekeeper.schema import ledger
+from purgekeeper.tlog import note
+from purgekeeper.tlog.verify import Checkpoint, leaf_hash
 
 LOG_SUFFIX = ".log"
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -43,7 +43,7 @@ def default_origin(database_id: str) -> str:
 
 
 def leaf_of(entry: ledger.LedgerEntry) -> bytes:
-    """The row's leaf bytes: its hashed fields as canonical JSON (``tlog.receipt.leaf_bytes``)."""
+    """The row's leaf bytes: its hashed fields as canonical JSON (``purgekeeper.tlog.receipt.leaf_bytes``)."""
     return ledger.canonical_json(entry.hashed_fields()).encode()
 
 

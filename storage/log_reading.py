@@ -1,6 +1,6 @@
-"""The reading half of the signed log (``storage.signed_log.SignedLog`` extends it): the
+"""The reading half of the signed log (``purgekeeper.storage.signed_log.SignedLog`` extends it): the
 newest checkpoint, verified with the log's key; the tiles and stored hashes of signed
-trees, with what stays in memory of them (``storage.signed_log``'s docstring, "What stays in
+trees, with what stays in memory of them (``purgekeeper.storage.signed_log``'s docstring, "What stays in
 memory"); inclusion and consistency proofs.
 """
 
@@ -13,8 +13,8 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from storage.files import reason_of
-from storage.log_format import (
+from purgekeeper.storage.files import reason_of
+from purgekeeper.storage.log_format import (
     _DIRECTORY,
     CHECKPOINT_FILE,
     HASHES_KEPT,
@@ -24,8 +24,8 @@ from storage.log_format import (
     LogRefused,
     TreeHead,
 )
-from tlog import note, tree
-from tlog.verify import HASH_SIZE, ReceiptInvalid, open_checkpoint
+from purgekeeper.tlog import note, tree
+from purgekeeper.tlog.verify import HASH_SIZE, ReceiptInvalid, open_checkpoint
 
 
 class SignedLogReader:
@@ -176,7 +176,7 @@ class SignedLogReader:
                 read_now = dict(zip(missing, tree.TileHashReader(size, self.fetch)(missing), strict=True))
                 # kept, even from a partial tile a crash may have left wrong: every proof handed
                 # out is checked against the signed root first, and one that fails makes the
-                # reader forget all it holds before the repair (``commands.receipts``)
+                # reader forget all it holds before the repair (``purgekeeper.commands.receipts``)
                 self._keep_hashes(read_now)
                 found.update(read_now)
             return [found[position] for position in positions]

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.files import atomic_write
+from purgekeeper.storage.files import atomic_write
 
 MARKER_NAME = "purgekeeper-owner.json"
 MARKER_FORMAT = 1

@@ -11,7 +11,7 @@ Nothing else: no entry, no row, no name. The directory can be published as it is
 static web server. Leaf ``i`` is ledger row seq ``i + 1``; its bytes are the row's canonical
 JSON without ``prev_hash`` and ``row_hash`` (``leaf_bytes``), hashed as RFC 6962 says.
 
-The log is written by the copy's writer (``storage.ledger_copy``), under the copy's flock,
+The log is written by the copy's writer (``purgekeeper.storage.ledger_copy``), under the copy's flock,
 in every group commit: the copy's segments (fsynced), then the tiles, then the signed
 checkpoint, then the copy's head.json, which records ``tree_size`` and ``tree_root`` (the
 link between the copy and the tree: while head.json says the tree of its seq has the
@@ -80,9 +80,9 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from schema import ledger
-from storage.files import atomic_write_at, fsync_directory
-from storage.log_format import (
+from purgekeeper.schema import ledger
+from purgekeeper.storage.files import atomic_write_at, fsync_directory
+from purgekeeper.storage.log_format import (
     _DIRECTORY,
     CHECKPOINT_FILE,
     DEFAULT_ORIGIN_PREFIX,
@@ -101,9 +101,9 @@ from storage.log_format import (
     load_or_create_key,
     read_key,
 )
-from storage.log_reading import SignedLogReader
-from tlog import note, tree
-from tlog.verify import Checkpoint, ReceiptInvalid, verify_consistency
+from purgekeeper.storage.log_reading import SignedLogReader
+from purgekeeper.tlog import note, tree
+from purgekeeper.tlog.verify import Checkpoint, ReceiptInvalid, verify_consistency
 
 log = logging.getLogger(__name__)
 

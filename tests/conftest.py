@@ -18,9 +18,10 @@ from typing import Any
 import psycopg
 import pytest
 
-import commands
-from schema import migrate
-from schema.db import Database
+import purgekeeper
+from purgekeeper.schema import migrate
+from purgekeeper.schema.db import Database
+from tests.helpers import imports
 from tests.helpers.databases import BACKENDS, RawSQL, create_database, drop_database, postgres_url, service_missing
 from tests.helpers.databases import admin_connect as _admin_connect
 
@@ -35,6 +36,14 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         if name.startswith("PURGEKEEPER_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def modules_load_once() -> Iterator[None]:
+    """At the session's end, no module of the project was loaded under two names by any test
+    (tests/helpers/imports.py says why that matters)."""
+    yield
+    assert (imports.doubly_imported(), imports.bare_layers()) == ({}, [])
 
 
 @pytest.fixture(scope="session")
@@ -110,14 +119,14 @@ def roots(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.fixture
-def open_pk(database_url: str, roots: dict[str, Path]) -> Iterator[Callable[..., commands.Purgekeeper]]:
+def open_pk(database_url: str, roots: dict[str, Path]) -> Iterator[Callable[..., purgekeeper.Purgekeeper]]:
     """Open handles on the test database with no in-process worker (acceptance is observed
-    before any cleanup), with ``commands.open``'s other options as given; all are closed at
+    before any cleanup), with ``purgekeeper.open``'s other options as given; all are closed at
     teardown."""
-    opened: list[commands.Purgekeeper] = []
+    opened: list[purgekeeper.Purgekeeper] = []
 
-    def open_one(**options: Any) -> commands.Purgekeeper:
-        handle = commands.open(
+    def open_one(**options: Any) -> purgekeeper.Purgekeeper:
+        handle = purgekeeper.open(
             database_url,
             blob_root=roots["blob_root"],
             file_root=roots["file_root"],
@@ -137,7 +146,7 @@ def open_pk(database_url: str, roots: dict[str, Path]) -> Iterator[Callable[...,
 
 
 @pytest.fixture
-def pk(open_pk: Callable[[], commands.Purgekeeper]) -> commands.Purgekeeper:
+def pk(open_pk: Callable[[], purgekeeper.Purgekeeper]) -> purgekeeper.Purgekeeper:
     """A handle with no in-process worker: acceptance is observed before any cleanup."""
     return open_pk()
 

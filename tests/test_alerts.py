@@ -19,8 +19,8 @@ import pytest
 import yaml  # PyYAML: installed with the dev tools (schemathesis reads YAML with it)
 from prometheus_client import generate_latest
 
-import commands
-from commands.web import metrics
+import purgekeeper
+from purgekeeper.commands.web import metrics
 from tests.helpers.databases import service_missing
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -117,7 +117,7 @@ def exported_names(exposition: str) -> set[str]:
 
 
 @pytest.mark.sqlite_only
-def test_every_metric_the_alerts_and_the_dashboard_name_is_exported(pk: commands.Purgekeeper) -> None:
+def test_every_metric_the_alerts_and_the_dashboard_name_is_exported(pk: purgekeeper.Purgekeeper) -> None:
     exported = exported_names(generate_latest(metrics.registry_for(pk)).decode())
     rules_text = "\n".join(line for line in RULES.read_text().splitlines() if not line.lstrip().startswith("#"))
     used = metric_names(rules_text) | metric_names("\n".join(dashboard_queries()))

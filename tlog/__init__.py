@@ -2,12 +2,12 @@
 
 A pure library that imports nothing else of purgekeeper:
 
-- ``tlog.verify``: the offline verifier a host can vendor (standard library and
+- ``purgekeeper.tlog.verify``: the offline verifier a host can vendor (standard library and
   ``cryptography`` only): leaf and node hashes, inclusion and consistency proofs (RFC 9162),
-  C2SP signed notes and checkpoints, receipts, and ``python -m tlog.verify``.
-- ``tlog.tree``: the stored hashes of the tree, its roots and proofs, and their layout in
+  C2SP signed notes and checkpoints, receipts, and ``python -m purgekeeper.tlog.verify``.
+- ``purgekeeper.tlog.tree``: the stored hashes of the tree, its roots and proofs, and their layout in
   C2SP tlog-tiles.
-- ``tlog.note``: Ed25519 keys and the signing of notes and checkpoints.
+- ``purgekeeper.tlog.note``: Ed25519 keys and the signing of notes and checkpoints.
 
-Nothing is re-exported here, so that ``python -m tlog.verify`` runs the module once.
+Nothing is re-exported here, so that ``python -m purgekeeper.tlog.verify`` runs the module once.
 """

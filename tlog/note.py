@@ -3,7 +3,7 @@
 A key has a name (no whitespace, no ``+``) and an Ed25519 key pair. Its key id is
 ``SHA-256(name || 0x0A || 0x01 || public key)[:4]``; its verification key is written
 ``<name>+<hex key id>+<base64(0x01 || public key)>`` (C2SP signed-note, the form
-``tlog.verify`` and Go's ``golang.org/x/mod/sumdb/note`` read), and its signing key
+``purgekeeper.tlog.verify`` and Go's ``golang.org/x/mod/sumdb/note`` read), and its signing key
 ``PRIVATE+KEY+<name>+<hex key id>+<base64(0x01 || seed)>`` (the form of Go's
 ``note.GenerateKey`` and ``note.NewSigner``). A signed note is the text, a blank line and
 one line ``— <name> <base64(key id || signature)>`` per signer, the signature over the
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from tlog.verify import ALG_ED25519, HASH_SIZE, SIGNATURE_PREFIX, Verifier, key_id, valid_key_name
+from purgekeeper.tlog.verify import ALG_ED25519, HASH_SIZE, SIGNATURE_PREFIX, Verifier, key_id, valid_key_name
 
 __all__ = ["KeyInvalid", "Signer", "checkpoint_text", "sign_checkpoint", "sign_note"]
 

@@ -1,4 +1,4 @@
-"""Writing the documents ``tlog.verify`` reads: receipts and consistency proofs.
+"""Writing the documents ``purgekeeper.tlog.verify`` reads: receipts and consistency proofs.
 
 A receipt (format ``purgekeeper-receipt``, version 1) says that one ledger row is a leaf of
 a signed tree: the row's leaf bytes (its canonical JSON without ``prev_hash`` and
@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tlog.verify import RECEIPT_FORMAT, RECEIPT_VERSION
+from purgekeeper.tlog.verify import RECEIPT_FORMAT, RECEIPT_VERSION
 
 __all__ = ["consistency_document", "leaf_bytes", "receipt_document"]
 

@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from tlog.verify import EMPTY_ROOT, HASH_SIZE, node_hash
+from purgekeeper.tlog.verify import EMPTY_ROOT, HASH_SIZE, node_hash
 
 __all__ = [
     "TILE_HEIGHT",

@@ -3,7 +3,7 @@
 It needs only the standard library and ``cryptography`` (for Ed25519), and imports nothing
 else of purgekeeper, so it can be copied alone into another code base and run as
 ``python verify.py RECEIPT --key VKEY [--newer CHECKPOINT --proof FILE] [--completion FILE]``
-(or, installed, ``python -m tlog.verify ...``). It follows these specifications:
+(or, installed, ``python -m purgekeeper.tlog.verify ...``). It follows these specifications:
 
 - **RFC 6962 / RFC 9162 Merkle trees.** A leaf's hash is ``SHA-256(0x00 || bytes)``, an
   interior node's ``SHA-256(0x01 || left || right)``, the empty tree's ``SHA-256()``.
@@ -610,7 +610,9 @@ def _key_text(value: str) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tlog.verify", description="Verify a purgekeeper purge receipt offline.")
+    parser = argparse.ArgumentParser(
+        prog="purgekeeper.tlog.verify", description="Verify a purgekeeper purge receipt offline."
+    )
     parser.add_argument("receipt", help="the receipt file (JSON)")
     parser.add_argument("--key", required=True, help="the log's verification key (name+id+key), or a file holding it")
     parser.add_argument("--newer", help="a newer signed checkpoint the receipt's tree must be a prefix of")
@@ -638,7 +640,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     given) verifies; exit 1 with the reason when not."""
     args = _parser().parse_args(argv)
     if (args.newer is None) != (args.proof is None):
-        print("tlog.verify: --newer and --proof go together", file=sys.stderr)
+        print("purgekeeper.tlog.verify: --newer and --proof go together", file=sys.stderr)
         return 2
     try:
         result = verify_receipt(

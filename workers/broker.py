@@ -1,7 +1,7 @@
 """The broker and the one actor. The broker only carries wake-ups: a message names a database
 (by key) and a step id, and the step row decides everything else.
 
-- With a broker URL: dramatiq's ``RedisBroker`` (run ``dramatiq commands.worker``).
+- With a broker URL: dramatiq's ``RedisBroker`` (run ``dramatiq purgekeeper.commands.worker``).
 - Without: a ``StubBroker`` and an in-process ``dramatiq.Worker`` in threads (embedded mode).
 
 dramatiq's own retries are off: retries are the step row's business, not Redis's.
@@ -29,10 +29,10 @@ from dramatiq import Message
 from dramatiq.brokers.stub import StubBroker
 from dramatiq.common import dq_name, q_name
 
-from schema import retry_policy, steps
-from schema.db import Database
-from workers import runner
-from workers.cleanup import StepContext
+from purgekeeper.schema import retry_policy, steps
+from purgekeeper.schema.db import Database
+from purgekeeper.workers import runner
+from purgekeeper.workers.cleanup import StepContext
 
 log = logging.getLogger(__name__)
 

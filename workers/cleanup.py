@@ -1,7 +1,7 @@
 """The three cleanup steps as plain functions: bodies, attachments and memory.
 
 Each works in small batches; each batch is its own transaction, which also records progress
-and renews the lease (``schema.steps.progress``): a lost lease rolls the batch back. Every
+and renews the lease (``purgekeeper.schema.steps.progress``): a lost lease rolls the batch back. Every
 batch is idempotent, so an attempt that dies half-way is simply run again. Liveness is
 decided when the step runs, never earlier.
 """
@@ -22,12 +22,12 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from schema import cleanup_queries, ledger, purges, retry_policy, steps
-from schema.db import Database, bound_lock_waits, commit_without_flush
-from schema.errors import LockTimeout
-from schema.states import StepKind
-from storage import failpoints, memory
-from storage.blobstore import BlobStore
+from purgekeeper.schema import cleanup_queries, ledger, purges, retry_policy, steps
+from purgekeeper.schema.db import Database, bound_lock_waits, commit_without_flush
+from purgekeeper.schema.errors import LockTimeout
+from purgekeeper.schema.states import StepKind
+from purgekeeper.storage import failpoints, memory
+from purgekeeper.storage.blobstore import BlobStore
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class NotProvable(Exception):
 class StepContext:
     """What a step needs: the database, the roots, each purge kind's bodies step, and its
     knobs. ``bodies`` is what the process gives the workers at start-up
-    (``commands.kinds.bodies_steps()``): importing ``workers`` registers nothing.
+    (``purgekeeper.commands.kinds.bodies_steps()``): importing ``workers`` registers nothing.
 
     ``lock_timeout``: a batch waits at most this long for a row lock (default a third of the
     lease), then renews its lease and tries again, up to ``max_lock_wait`` in all: waiting on

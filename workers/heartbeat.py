@@ -1,9 +1,9 @@
 """A process's heartbeat: a daemon thread that renews the process's row in
-``worker_processes`` (``schema.heartbeats``) every ``interval``, with the lease owners of the
+``worker_processes`` (``purgekeeper.schema.heartbeats``) every ``interval``, with the lease owners of the
 attempts it runs now, and marks it stopped when the process stops cleanly.
 
-The worker process (``commands.worker``) beats from its boot to its shutdown, and the
-scheduler (``workers.scheduler``: ``purgectl scheduler``, and the embedded worker and
+The worker process (``purgekeeper.commands.worker``) beats from its boot to its shutdown, and the
+scheduler (``purgekeeper.workers.scheduler``: ``purgectl scheduler``, and the embedded worker and
 scheduler of a handle) while its loop runs. A beat that fails (the database is down) is
 logged and tried again at the next interval: the row runs out meanwhile, which is what an
 operator should see of a process that cannot reach its database.
@@ -20,11 +20,11 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 
-from schema import heartbeats
-from schema.db import Database
-from schema.heartbeats import ProcessIdentity
-from schema.states import WorkerRole
-from workers import runner
+from purgekeeper.schema import heartbeats
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.heartbeats import ProcessIdentity
+from purgekeeper.schema.states import WorkerRole
+from purgekeeper.workers import runner
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def this_process(role: WorkerRole, *, queues: Sequence[str] = (), threads: int =
 
 class Heartbeat:
     """Beats for ``process`` on ``db`` every ``interval`` once started; ``holding`` says the
-    lease owners of the attempts the process runs now (``workers.runner``'s, by default)."""
+    lease owners of the attempts the process runs now (``purgekeeper.workers.runner``'s, by default)."""
 
     def __init__(
         self,

@@ -25,11 +25,11 @@ from typing import TypeVar
 from sqlalchemy import Connection
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
 
-from schema import ledger, retry_policy, steps
-from schema.errors import InfrastructureError, LockTimeout, connection_lost
-from schema.states import StepStatus
-from workers import cleanup
-from workers.cleanup import NotProvable, StepContext, log_fields
+from purgekeeper.schema import ledger, retry_policy, steps
+from purgekeeper.schema.errors import InfrastructureError, LockTimeout, connection_lost
+from purgekeeper.schema.states import StepStatus
+from purgekeeper.workers import cleanup
+from purgekeeper.workers.cleanup import NotProvable, StepContext, log_fields
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,7 +41,7 @@ DEFAULT_BACKOFF_CAP = retry_policy.BACKOFF_CAP
 
 @dataclass(frozen=True)
 class Policy:
-    """The knobs of the step protocol (defaults and reasons: ``schema.retry_policy``); tests
+    """The knobs of the step protocol (defaults and reasons: ``purgekeeper.schema.retry_policy``); tests
     shrink them (a 10 ms backoff, a 2 s lease)."""
 
     lease: dt.timedelta = DEFAULT_LEASE
@@ -182,7 +182,7 @@ def _claim(
 
 
 def _with_transient_retries(work: Callable[[], T], *, patience: dt.timedelta) -> T:
-    """tenacity, for transient faults (``schema.retry_policy``, faults 2 and 3). A lost
+    """tenacity, for transient faults (``purgekeeper.schema.retry_policy``, faults 2 and 3). A lost
     database connection is retried for as long as the attempt's lease (``patience``): a
     step whose database comes back within its lease goes on in the same attempt. Another
     transient fault is retried a few times. A lock that stayed held past the step's whole

@@ -2,12 +2,12 @@
 steps whose lease expired, at start-up and every few seconds. A sweep by a process that is
 not the leader is harmless: a duplicate wake-up finds the step claimed and does nothing.
 
-While its loop runs, leader or not, it beats (``workers.heartbeat``) every sweep interval:
+While its loop runs, leader or not, it beats (``purgekeeper.workers.heartbeat``) every sweep interval:
 as a ``scheduler`` process by default, as ``embedded`` when a handle runs it beside its
 in-process worker.
 
 It logs when it becomes or stops being the leader (INFO), and a failed round (WARNING); the
-wake-ups it sends are logged where they are sent (``workers.broker``).
+wake-ups it sends are logged where they are sent (``purgekeeper.workers.broker``).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from schema import steps
-from schema.db import Database
-from schema.states import WorkerRole
-from workers.heartbeat import Heartbeat, this_process
-from workers.runner import worker_identity
+from purgekeeper.schema import steps
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.states import WorkerRole
+from purgekeeper.workers.heartbeat import Heartbeat, this_process
+from purgekeeper.workers.runner import worker_identity
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ settings) inside the command; ``tests/unit/test_lazy_imports.py`` holds them to 
 ``bench/cli_startup.py`` measures it.
 """
 
-from commands.cli import content_purges, ledger_commands, operate, policies, process, receipt_commands  # noqa: F401 (they register)
-from commands.cli.shared import main
+from purgekeeper.commands.cli import content_purges, ledger_commands, operate, policies, process, receipt_commands  # noqa: F401 (they register)
+from purgekeeper.commands.cli.shared import main
 
 __all__ = ["main"]

@@ -1,5 +1,5 @@
-"""``python -m commands.cli``: purgectl."""
+"""``python -m purgekeeper.commands.cli``: purgectl."""
 
-from commands.cli import main
+from purgekeeper.commands.cli import main
 
 main()

@@ -8,28 +8,35 @@ from typing import TYPE_CHECKING
 
 import click
 
-from commands.cli.options import Timestamp, build_scope, idempotency_option, scope_arguments, scope_options, who_options
-from commands.cli.render import (
+from purgekeeper.commands.cli.options import (
+    Timestamp,
+    build_scope,
+    idempotency_option,
+    scope_arguments,
+    scope_options,
+    who_options,
+)
+from purgekeeper.commands.cli.render import (
     render_acceptance,
     render_author_preview,
     render_bot_preview,
     render_conversation_preview,
     render_preview,
 )
-from commands.cli.shared import ORIGIN, json_command, main, run_with_handle
-from schema.errors import (
+from purgekeeper.commands.cli.shared import ORIGIN, json_command, main, run_with_handle
+from purgekeeper.schema.errors import (
     NotFound,
     ValidationError,
 )
 
 if TYPE_CHECKING:
-    from commands.handle import Purgekeeper
-    from commands.records import (
+    from purgekeeper.commands.handle import Purgekeeper
+    from purgekeeper.commands.records import (
         Acceptance,
         ConversationPreview,
         RepositoryIdentity,
     )
-    from commands.scope import PurgePreview
+    from purgekeeper.commands.scope import PurgePreview
 
 # -- content purges
 
@@ -262,6 +269,6 @@ def reviewed_repository(erase: bool, path: str | None, marker: str | None) -> Re
         return None
     if path is None or marker is None:
         raise ValidationError("--erase-memory needs --reviewed-path and --reviewed-marker from preview-bot-deletion")
-    from commands.records import RepositoryIdentity
+    from purgekeeper.commands.records import RepositoryIdentity
 
     return RepositoryIdentity(path, marker)

@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-from commands.cli.render import render_checkpoint, render_mapping, render_report
-from commands.cli.shared import json_command, main, run_with_handle
-from schema.errors import (
+from purgekeeper.commands.cli.render import render_checkpoint, render_mapping, render_report
+from purgekeeper.commands.cli.shared import json_command, main, run_with_handle
+from purgekeeper.schema.errors import (
     MessagingUnavailable,
 )
 
 if TYPE_CHECKING:
-    from commands.handle import Purgekeeper
-    from commands.records import (
+    from purgekeeper.commands.handle import Purgekeeper
+    from purgekeeper.commands.records import (
         LedgerReport,
     )
-    from storage import checkpoint
+    from purgekeeper.storage import checkpoint
 
 # -- the ledger
 
@@ -67,7 +67,7 @@ def ledger_checkpoint(out: Path | None, as_json: bool) -> None:
             return pk.checkpoint_ledger(out)
         seq = pk.copy_ledger()
         head = pk.copy.head()
-        from storage import checkpoint  # lazy: see commands/cli/__init__.py
+        from purgekeeper.storage import checkpoint  # lazy: see commands/cli/__init__.py
 
         return checkpoint.Checkpoint(pk.copy.directory, pk.database_key, seq, head.row_hash if head else "")
 

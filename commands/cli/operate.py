@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from commands import surface
-from commands.cli.options import DURATION_SYNTAX, Duration, Timestamp, who_options
-from commands.cli.render import counted, render_page, render_status, render_workers
-from commands.cli.shared import (
+from purgekeeper.commands import surface
+from purgekeeper.commands.cli.options import DURATION_SYNTAX, Duration, Timestamp, who_options
+from purgekeeper.commands.cli.render import counted, render_page, render_status, render_workers
+from purgekeeper.commands.cli.shared import (
     DEFAULT_PAGE,
     DEFAULT_WAIT_S,
     FINISHED,
@@ -22,13 +22,13 @@ from commands.cli.shared import (
     run_with_handle,
     run_with_reads,
 )
-from schema.states import MAX_PAGE, PurgeKind, values
-from schema.states import PurgeStatus as Statuses
+from purgekeeper.schema.states import MAX_PAGE, PurgeKind, values
+from purgekeeper.schema.states import PurgeStatus as Statuses
 
 if TYPE_CHECKING:
-    from commands.handle import Purgekeeper
-    from commands.purge_reads import PurgeReads
-    from commands.records import (
+    from purgekeeper.commands.handle import Purgekeeper
+    from purgekeeper.commands.purge_reads import PurgeReads
+    from purgekeeper.commands.records import (
         PurgeStatus,
     )
 

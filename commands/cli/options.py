@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from commands import surface
-from schema.errors import (
+from purgekeeper.commands import surface
+from purgekeeper.schema.errors import (
     ValidationError,
 )
 
 if TYPE_CHECKING:
-    from commands.scope import EventScope
+    from purgekeeper.commands.scope import EventScope
 
 # -- options --------------------------------------------------------------------------------------
 
@@ -106,7 +106,7 @@ def build_scope(
     before: dt.datetime | None,
     author: str | None,
 ) -> EventScope:
-    from commands.scope import EventScope  # lazy: see commands/cli/__init__.py
+    from purgekeeper.commands.scope import EventScope  # lazy: see commands/cli/__init__.py
 
     if events and any(v is not None for v in (conversation, after, before, author)):
         raise ValidationError("name events with --event, or a conversation with --conversation, not both")

@@ -8,21 +8,21 @@ from typing import TYPE_CHECKING
 
 import click
 
-from commands import surface
-from commands.cli.options import DURATION_SYNTAX, Duration, idempotency_option, who_options
-from commands.cli.render import (
+from purgekeeper.commands import surface
+from purgekeeper.commands.cli.options import DURATION_SYNTAX, Duration, idempotency_option, who_options
+from purgekeeper.commands.cli.render import (
     render_holds,
     render_ledger_change,
     render_policies,
     render_retention_preview,
     render_run_outcome,
 )
-from commands.cli.shared import ORIGIN, json_command, main, run_with_handle
-from schema.errors import NotFound
+from purgekeeper.commands.cli.shared import ORIGIN, json_command, main, run_with_handle
+from purgekeeper.schema.errors import NotFound
 
 if TYPE_CHECKING:
-    from commands.handle import Purgekeeper
-    from commands.records import (
+    from purgekeeper.commands.handle import Purgekeeper
+    from purgekeeper.commands.records import (
         Acceptance,
         RetentionPreview,
     )

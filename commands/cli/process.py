@@ -1,5 +1,5 @@
-"""The process commands: init, serve, scheduler, health. Each calls one ``commands.processes``
-function (or ``commands.http.server.serve``) with this process's settings."""
+"""The process commands: init, serve, scheduler, health. Each calls one ``purgekeeper.commands.processes``
+function (or ``purgekeeper.commands.http.server.serve``) with this process's settings."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from commands.cli.render import counted
-from commands.cli.shared import fail, json_command, main, run_command, settings
-from schema.errors import PurgekeeperError
+from purgekeeper.commands.cli.render import counted
+from purgekeeper.commands.cli.shared import fail, json_command, main, run_command, settings
+from purgekeeper.schema.errors import PurgekeeperError
 
 if TYPE_CHECKING:
-    from commands.processes import Health, Initialised
+    from purgekeeper.commands.processes import Health, Initialised
 
 
 @json_command(main)
@@ -24,7 +24,7 @@ def init(as_json: bool) -> None:
         verb = "migrated to" if result.migrated else "already at"
         return f"database {result.database_url} {verb} revision {result.revision}\ndata directory {result.data_dir}"
 
-    from commands import processes  # lazy: see commands/cli/__init__.py
+    from purgekeeper.commands import processes  # lazy: see commands/cli/__init__.py
 
     run_command(as_json, lambda: processes.initialise(settings()), render)
 
@@ -41,7 +41,7 @@ def init(as_json: bool) -> None:
 def serve(host: str | None, port: int, demo: bool) -> None:
     """Run the HTTP API, /status and /metrics; in embedded mode (no PURGEKEEPER_BROKER_URL)
     also the in-process worker and scheduler."""
-    from commands.http.server import serve as run_server  # FastAPI and uvicorn load only here
+    from purgekeeper.commands.http.server import serve as run_server  # FastAPI and uvicorn load only here
 
     try:
         run_server(settings(), host=host, port=port, demo=demo)
@@ -56,7 +56,7 @@ def scheduler() -> None:
     due, re-sends due and lease-expired cleanup steps, and copies the ledger out. Needs
     PURGEKEEPER_BROKER_URL (embedded mode runs the scheduler in-process). Stops on SIGTERM."""
     try:
-        from commands import processes  # lazy: see commands/cli/__init__.py
+        from purgekeeper.commands import processes  # lazy: see commands/cli/__init__.py
 
         processes.run_scheduler(settings())
     except PurgekeeperError as error:
@@ -79,6 +79,6 @@ def health(quick: bool, as_json: bool) -> None:
         walked = "verified" if result.verified else "(head checked against its copy)"
         return f"ok: schema {result.revision}, ledger {counted(result.ledger_rows, 'row')} {walked}"
 
-    from commands import processes  # lazy: see commands/cli/__init__.py
+    from purgekeeper.commands import processes  # lazy: see commands/cli/__init__.py
 
     run_command(as_json, lambda: processes.check_health(settings(), quick=quick), render)

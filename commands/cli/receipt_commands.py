@@ -1,7 +1,7 @@
 """The receipt commands: ``receipt PURGE_ID`` (a purge's receipt, from the database's signed
 log), ``completion PURGE_ID`` (the signed statement that its cleanup completed) and
 ``receipt verify FILE --key VKEY [--completion FILE]`` (offline: no database, no server; a
-thin wrapper over ``tlog.verify``)."""
+thin wrapper over ``purgekeeper.tlog.verify``)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from commands.cli.shared import JsonCommand, json_command, json_option, main, print_json, run_with_handle
+from purgekeeper.commands.cli.shared import JsonCommand, json_command, json_option, main, print_json, run_with_handle
 
 if TYPE_CHECKING:
-    from tlog import verify
+    from purgekeeper.tlog import verify
 
-VERIFIED, INVALID, UNUSABLE = 0, 1, 2  # tlog.verify's exit codes
+VERIFIED, INVALID, UNUSABLE = 0, 1, 2  # purgekeeper.tlog.verify's exit codes
 
 
 class ReceiptGroup(click.Group):
@@ -86,7 +86,7 @@ def receipt_verify(
         argv += ["--proof", str(proof)]
     if completion is not None:
         argv += ["--completion", str(completion)]
-    from tlog import verify  # lazy: see commands/cli/__init__.py
+    from purgekeeper.tlog import verify  # lazy: see commands/cli/__init__.py
 
     if not as_json:
         sys.exit(verify.main(argv))
@@ -97,7 +97,7 @@ def _verify_json(file: Path, key: str, newer: Path | None, proof: Path | None, c
     if (newer is None) != (proof is None):
         print_json({"error": "validation_error", "detail": "--newer and --proof go together"})
         return UNUSABLE
-    from tlog import verify  # lazy: see commands/cli/__init__.py
+    from purgekeeper.tlog import verify  # lazy: see commands/cli/__init__.py
 
     try:
         vkey = key if "+" in key else Path(key).read_text(encoding="utf-8").strip()

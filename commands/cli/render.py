@@ -7,11 +7,11 @@ import shlex
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from commands import surface
-from commands.cli.options import duration_text
+from purgekeeper.commands import surface
+from purgekeeper.commands.cli.options import duration_text
 
 if TYPE_CHECKING:
-    from commands.records import (
+    from purgekeeper.commands.records import (
         Acceptance,
         AuthorErasurePreview,
         BotDeletionPreview,
@@ -26,9 +26,9 @@ if TYPE_CHECKING:
         RetentionRunOutcome,
         StepState,
     )
-    from commands.scope import PurgePreview
-    from commands.worker_records import WorkerProcess
-    from storage import checkpoint
+    from purgekeeper.commands.scope import PurgePreview
+    from purgekeeper.commands.worker_records import WorkerProcess
+    from purgekeeper.storage import checkpoint
 
 # -- text output ------------------------------------------------------------------------------------
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from commands import surface
-from commands.cli.render import cell
-from schema.errors import (
+from purgekeeper.commands import surface
+from purgekeeper.commands.cli.render import cell
+from purgekeeper.schema.errors import (
     InfrastructureError,
     NotFound,
     PurgekeeperError,
@@ -20,9 +20,9 @@ from schema.errors import (
 )
 
 if TYPE_CHECKING:
-    from commands.handle import Purgekeeper
-    from commands.purge_reads import PurgeReads
-    from commands.settings import Settings
+    from purgekeeper.commands.handle import Purgekeeper
+    from purgekeeper.commands.purge_reads import PurgeReads
+    from purgekeeper.commands.settings import Settings
 
 T = TypeVar("T")
 
@@ -114,7 +114,7 @@ def settings() -> Settings:
     """This process's settings, read from the environment once (at the first command that
     needs them, so a bad variable is reported like any error) and kept on the click context."""
     root = click.get_current_context().find_root()
-    from commands.settings import Settings  # lazy: see commands/cli/__init__.py
+    from purgekeeper.commands.settings import Settings  # lazy: see commands/cli/__init__.py
 
     if not isinstance(root.obj, Settings):
         root.obj = Settings.from_env()
@@ -124,7 +124,7 @@ def settings() -> Settings:
 @contextlib.contextmanager
 def opened(*, role: str = "cli") -> Iterator[Purgekeeper]:
     """A handle on the initialised database (``processes.opened``), from this process's settings."""
-    from commands import processes  # lazy: see commands/cli/__init__.py
+    from purgekeeper.commands import processes  # lazy: see commands/cli/__init__.py
 
     with processes.opened(settings(), role=role) as pk:
         yield pk
@@ -150,10 +150,10 @@ def run_with_reads(
     to_json: Callable[[T], Any] = surface.plain,
 ) -> None:
     """``run_with_handle`` for a command that only reads purges (``status``, ``list``): it
-    opens the purge reads alone (``commands.reading``), not the whole handle."""
+    opens the purge reads alone (``purgekeeper.commands.reading``), not the whole handle."""
 
     def with_reads() -> T:
-        from commands import reading  # lazy: see commands/cli/__init__.py
+        from purgekeeper.commands import reading  # lazy: see commands/cli/__init__.py
 
         with reading.reading(settings()) as reads:
             return naming_the_database(lambda: action(reads))
@@ -198,8 +198,8 @@ def json_command(group: click.Group, name: str | None = None) -> Callable[[Calla
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 def main() -> None:
-    # Log lines go to stderr in the one format (commands.logs): stdout
+    # Log lines go to stderr in the one format (purgekeeper.commands.logs): stdout
     # carries the result, and under --json nothing but the one document.
-    from commands import logs  # lazy: see commands/cli/__init__.py
+    from purgekeeper.commands import logs  # lazy: see commands/cli/__init__.py
 
     logs.configure_purgectl(settings, click.get_current_context().invoked_subcommand)

@@ -4,6 +4,6 @@ bodies ``models``, its errors ``errors``, its streamed event uploads ``uploads``
 and body caps ``guard``) and the server process that runs it with ``/status`` and
 ``/metrics`` (``server``, with the ``--demo`` world in ``demo``)."""
 
-from commands.http.app import create_app
+from purgekeeper.commands.http.app import create_app
 
 __all__ = ["create_app"]

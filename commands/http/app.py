@@ -4,8 +4,8 @@ The OpenAPI document is at ``/openapi.json``, and readable at ``/docs`` (Swagger
 ``/redoc`` (ReDoc), which work without internet: their scripts, styles and icon are the files
 the ``fastapi-offline`` package installs (MIT; Swagger UI is Apache-2.0, ReDoc MIT), served
 under ``/docs/assets`` (no operation of the document; see ``_serve_docs``). Every operation has an
-explicit ``operationId`` (the command's name) and a typed response (``commands.http.models``;
-the JSON is ``commands.surface.plain`` of the record), a summary and a description, and each
+explicit ``operationId`` (the command's name) and a typed response (``purgekeeper.commands.http.models``;
+the JSON is ``purgekeeper.commands.surface.plain`` of the record), a summary and a description, and each
 request body an example. A request that does not match the document is a ``400
 validation_error``: the document says so, and lists no 422. A JSON body sent as anything but
 ``application/json`` is a ``415`` (``media_types``), and a 405's ``Allow`` names the methods of
@@ -13,7 +13,7 @@ its path. ``tests/http/test_openapi_fuzz.py`` holds the document to the truth wi
 A repeated idempotent write returns the same record, so a creation is not told apart from a
 replay.
 
-The parts: ``create_app`` here assembles the routes (``commands.http.routes``, one module per
+The parts: ``create_app`` here assembles the routes (``purgekeeper.commands.http.routes``, one module per
 area, with the route table and who may call what), the request bodies (``bodies``, of the
 field types of ``field_types``), the response bodies (``models``), the error handlers
 (``error_handlers``), the media types (``media_types``) and the token and body guard (``guard``).
@@ -25,7 +25,7 @@ as ``multipart/form-data`` and is where attachments reach their limit: each at m
 ``max_attachment_bytes`` (64 MiB, ``validation.MAX_ATTACHMENT_BYTES``), at most
 ``validation.MAX_ATTACHMENTS_PER_EVENT`` per event, and the whole request at most
 ``max_attachment_bytes + UPLOAD_ALLOWANCE_BYTES`` (the fields and framing). Its body is never
-held in memory: ``commands.http.uploads`` writes each part to a spool file under the blob
+held in memory: ``purgekeeper.commands.http.uploads`` writes each part to a spool file under the blob
 root as it arrives, and the event is ingested from those files. A merge upload is at most
 ``max_upload_bytes``, also streamed. ``wait`` blocks at most ``MAX_WAIT_SECONDS`` (a longer
 timeout is shortened, and the status returned as on any timeout).
@@ -50,15 +50,15 @@ from fastapi.responses import HTMLResponse
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
-from commands import validation
-from commands.handle import Purgekeeper
-from commands.http import routes, uploads
-from commands.http.error_handlers import install_error_handlers
-from commands.http.field_types import MAX_JSON_DEPTH
-from commands.http.guard import RequestGuard
-from commands.http.routes.common import OPERATOR_TAG
-from commands.http.routes.purge_routes import MAX_WAIT_SECONDS
-from commands.web.auth import Tokens
+from purgekeeper.commands import validation
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.http import routes, uploads
+from purgekeeper.commands.http.error_handlers import install_error_handlers
+from purgekeeper.commands.http.field_types import MAX_JSON_DEPTH
+from purgekeeper.commands.http.guard import RequestGuard
+from purgekeeper.commands.http.routes.common import OPERATOR_TAG
+from purgekeeper.commands.http.routes.purge_routes import MAX_WAIT_SECONDS
+from purgekeeper.commands.web.auth import Tokens
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 DEFAULT_MAX_UPLOAD_BYTES = 64 * 1_048_576
 UPLOAD_ALLOWANCE_BYTES = 1_048_576  # an upload's fields and multipart framing, beside its attachments
-WEB_ROUTER_MODULES = ("commands.web.status", "commands.web.metrics")
+WEB_ROUTER_MODULES = ("purgekeeper.commands.web.status", "purgekeeper.commands.web.metrics")
 VALIDATION_SCHEMAS = ("HTTPValidationError", "ValidationError")
 DOCS_ASSETS = "/docs/assets"
 

@@ -15,10 +15,10 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Tag
 from pydantic import ValidationError as PydanticValidationError
 
-from commands import validation
-from commands.hold_commands import MAX_HOLD_SUBJECTS
-from commands.http import uploads
-from commands.http.field_types import (
+from purgekeeper.commands import validation
+from purgekeeper.commands.hold_commands import MAX_HOLD_SUBJECTS
+from purgekeeper.commands.http import uploads
+from purgekeeper.commands.http.field_types import (
     ID_PATTERN,
     MAX_PATH_LENGTH,
     MAX_SEQ,
@@ -39,8 +39,8 @@ from commands.http.field_types import (
     text,
     whole,
 )
-from commands.kinds.retention import MAX_AGE_LIMIT
-from commands.scope import MAX_SCOPE_EVENTS, EventScope
+from purgekeeper.commands.kinds.retention import MAX_AGE_LIMIT
+from purgekeeper.commands.scope import MAX_SCOPE_EVENTS, EventScope
 
 
 class _Body(BaseModel):

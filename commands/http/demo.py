@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import commands
-from commands.handle import Purgekeeper
-from commands.purge_reads import MAX_PAGE
-from commands.scope import EventScope
-from commands.settings import Settings
-from schema.errors import Fenced, NotFound, ValidationError
-from storage import blobstore
-from workers import runner
+import purgekeeper
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.purge_reads import MAX_PAGE
+from purgekeeper.commands.scope import EventScope
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema.errors import Fenced, NotFound, ValidationError
+from purgekeeper.storage import blobstore
+from purgekeeper.workers import runner
 
 DEMO_BOT = "demo-bot"
 DEMO_CONVERSATION = "demo-welcome"
@@ -179,7 +179,7 @@ def _demo_event(pk: Purgekeeper, settings: Settings, demo: DemoEvent) -> None:
     attachments = []
     if demo.attachment is not None:
         kind, name, data = demo.attachment
-        new = commands.NewAttachment.file if kind == "file" else commands.NewAttachment.cas
+        new = purgekeeper.NewAttachment.file if kind == "file" else purgekeeper.NewAttachment.cas
         attachments = [new(data, name=name)]
     event = pk.ingest_event(
         demo.conversation_id,

@@ -1,5 +1,5 @@
 """The HTTP API's errors: ``{"error": CODE, "detail": ...}`` with docs/design.md's statuses
-(``commands.surface``). The HTTP layer adds:
+(``purgekeeper.commands.surface``). The HTTP layer adds:
 
 - ``400 validation_error`` for a request that does not match the OpenAPI schema (wrong
   types, unknown fields, lengths, patterns, bad base64, nesting deeper than
@@ -30,11 +30,11 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
-from commands import surface
-from commands.http import media_types
-from schema.errors import PurgekeeperError
+from purgekeeper.commands import surface
+from purgekeeper.commands.http import media_types
+from purgekeeper.schema.errors import PurgekeeperError
 
-log = logging.getLogger("commands.http.app")  # the logger the API's internal errors have always gone to
+log = logging.getLogger("purgekeeper.commands.http.app")  # the logger the API's internal errors have always gone to
 
 MAX_DETAIL_LENGTH = 500
 HTTP_ERROR_CODES = {

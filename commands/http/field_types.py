@@ -17,9 +17,9 @@ from fastapi import Header
 from fastapi import Path as PathParam
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field, JsonValue
 
-from commands import validation
-from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
-from schema.errors import ValidationError
+from purgekeeper.commands import validation
+from purgekeeper.commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
+from purgekeeper.schema.errors import ValidationError
 
 MAX_JSON_DEPTH = 64
 MAX_PATH_LENGTH = 4096

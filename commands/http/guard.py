@@ -21,7 +21,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from commands.web.auth import Tokens, bearer
+from purgekeeper.commands.web.auth import Tokens, bearer
 
 API_PREFIX = "/v1"
 OPERATOR_STATE = "operator"  # request.state.operator: the request carries the operator's token

@@ -1,7 +1,7 @@
 """The HTTP API's response bodies, as the OpenAPI document declares them.
 
 Each model mirrors a record of ``commands`` (``MIRRORS`` pairs them, and a test holds the
-fields equal) in the JSON that ``commands.surface.plain`` makes of it: times are UTC ISO
+fields equal) in the JSON that ``purgekeeper.commands.surface.plain`` makes of it: times are UTC ISO
 8601 with a ``Z``, durations whole seconds, tuples lists, enums their values. The routes
 send ``plain`` JSON; these models are its contract, for the document and generated clients.
 
@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
-from commands import gate, records, restore_commands, scope
-from schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus, StepStatus
+from purgekeeper.commands import gate, records, restore_commands, scope
+from purgekeeper.schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus, StepStatus
 
 PurgeState = Literal["accepted", "cleaning", "complete", "incomplete"]
 Utc = dt.datetime  # always UTC, written with a ``Z``

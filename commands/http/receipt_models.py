@@ -1,6 +1,6 @@
-"""The HTTP API's receipt documents: ``tlog.receipt``'s receipt, signed completion statement
+"""The HTTP API's receipt documents: ``purgekeeper.tlog.receipt``'s receipt, signed completion statement
 and consistency proof, as the OpenAPI document declares them (checked offline by
-``tlog.verify``). They mirror no record of ``commands``: the documents are the contract."""
+``purgekeeper.tlog.verify``). They mirror no record of ``commands``: the documents are the contract."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
   ``<data dir>/api-token`` (created on first use, mode 0600) and the server binds to the
   loopback interface only, whatever host was asked for: an API whose token sits in a file
   is for this machine. The token itself is never printed, only where it is.
-- ``--demo`` seeds a small world (``commands.http.demo.seed_demo``), idempotently: an
+- ``--demo`` seeds a small world (``purgekeeper.commands.http.demo.seed_demo``), idempotently: an
   operator's day, with one complete purge, one retrying and one incomplete.
 - The port is bound before anything is seeded, opened or announced: a port in use (or one
   that cannot be bound) is an ``InfrastructureError`` naming the port and how to pick
@@ -28,17 +28,17 @@ from types import FrameType
 
 import uvicorn
 
-import commands
-from commands import logs
-from commands.handle import Purgekeeper
-from commands.http import create_app
-from commands.http.demo import DEMO_BOT, DEMO_PURGED_EVENT, no_wakeup, purges_text, seed_demo
-from commands.settings import Settings
-from commands.web.auth import Tokens, load_or_create_token
-from schema.errors import InfrastructureError
-from workers import runner
+import purgekeeper
+from purgekeeper.commands import logs
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.http import create_app
+from purgekeeper.commands.http.demo import DEMO_BOT, DEMO_PURGED_EVENT, no_wakeup, purges_text, seed_demo
+from purgekeeper.commands.settings import Settings
+from purgekeeper.commands.web.auth import Tokens, load_or_create_token
+from purgekeeper.schema.errors import InfrastructureError
+from purgekeeper.workers import runner
 
-__all__ = [  # DEMO_BOT, DEMO_PURGED_EVENT and seed_demo live in commands.http.demo
+__all__ = [  # DEMO_BOT, DEMO_PURGED_EVENT and seed_demo live in purgekeeper.commands.http.demo
     "DEFAULT_PORT",
     "DEMO_BOT",
     "DEMO_PURGED_EVENT",
@@ -74,7 +74,7 @@ def serve(
     tokens, bind = resolve_access(settings, host, echo)
     with bind_listener(bind, port) as listener:
         if demo:
-            with commands.open(settings=settings, workers="none", enqueue=no_wakeup) as seeding:
+            with purgekeeper.open(settings=settings, workers="none", enqueue=no_wakeup) as seeding:
                 summary = seed_demo(seeding, settings)
             echo(f"demo data ready: {summary['conversations']} conversations; {purges_text(summary['purges'])}")
         pk = open_for_serving(settings)
@@ -151,7 +151,7 @@ def resolve_access(settings: Settings, host: str | None, echo: Echo) -> tuple[To
 
 
 def open_for_serving(settings: Settings) -> Purgekeeper:
-    return commands.open(
+    return purgekeeper.open(
         settings=settings,
         workers="auto",
         policy=runner.Policy(lease=settings.step_lease, backoff_base=settings.backoff_base),

@@ -27,10 +27,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 
-from commands import validation
-from commands.attachments import FileBytes, NewAttachment
-from schema.errors import ValidationError
-from schema.states import Binding
+from purgekeeper.commands import validation
+from purgekeeper.commands.attachments import FileBytes, NewAttachment
+from purgekeeper.schema.errors import ValidationError
+from purgekeeper.schema.states import Binding
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks

@@ -2,7 +2,7 @@
 
 **Adding a kind** touches one module and one migration:
 
-1. ``commands/kinds/<kind>.py`` defines one concrete :class:`~commands.kinds.kind.Kind`
+1. ``commands/kinds/<kind>.py`` defines one concrete :class:`~purgekeeper.commands.kinds.kind.Kind`
    subclass, ``class Toy(Kind[Request, Locked])``, with in its own body:
    a. ``name``, the ledger's kind string, and ``label``, the row in a few words (never who
       was erased; ``{policy_id}`` and ``{hold_id}`` are filled from its selectors);
@@ -13,9 +13,9 @@
       selectors name a retention policy, and the skeleton's switches it needs
       (``head_first``, ``policy_lock``, ``ledger_first``);
    d. its bodies step, if any, in the same module (a plain function on
-      ``workers.cleanup.run_batch``).
+      ``purgekeeper.workers.cleanup.run_batch``).
 2. A migration revision adds the kind's string to the ``purge_ledger.kind`` CHECK, and
-   ``schema.states.PurgeKind`` gets the same value (the enum mirrors the CHECK: schema
+   ``purgekeeper.schema.states.PurgeKind`` gets the same value (the enum mirrors the CHECK: schema
    cannot import commands).
 
 Nothing else lists kinds: this package finds each module (``discover``; ``kind_of`` imports
@@ -38,16 +38,16 @@ from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from commands.kinds.kind import Kind
-from commands.kinds.selector_fields import RowInvalid
-from schema import purges
-from schema.ledger import LedgerEntry
-from schema.states import PurgeKind, StepKind
+from purgekeeper.commands.kinds.kind import Kind
+from purgekeeper.commands.kinds.selector_fields import RowInvalid
+from purgekeeper.schema import purges
+from purgekeeper.schema.ledger import LedgerEntry
+from purgekeeper.schema.states import PurgeKind, StepKind
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-    from workers.cleanup import BodiesStep
+    from purgekeeper.workers.cleanup import BodiesStep
 
     # Made on first use (``__getattr__`` below): the registry, each kind, and what the
     # surfaces filter by.

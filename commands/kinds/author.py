@@ -31,16 +31,16 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands import validation
-from commands.kinds import selector_fields, skeleton
-from commands.kinds.kind import Already, Decision, Env, Kind
-from commands.records import AuthorErasurePreview, ConversationCount, ErasureTotals, SharedAttachment
-from commands.scope import DISCLOSURES
-from schema import authors, holds, ledger, purges, restore, steps
-from schema.errors import StaleConfirmation
-from schema.ledger import canonical_json, sha256_hex, utc_text
-from schema.states import PurgeKind, StepKind
-from workers import cleanup
+from purgekeeper.commands import validation
+from purgekeeper.commands.kinds import selector_fields, skeleton
+from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
+from purgekeeper.commands.records import AuthorErasurePreview, ConversationCount, ErasureTotals, SharedAttachment
+from purgekeeper.commands.scope import DISCLOSURES
+from purgekeeper.schema import authors, holds, ledger, purges, restore, steps
+from purgekeeper.schema.errors import StaleConfirmation
+from purgekeeper.schema.ledger import canonical_json, sha256_hex, utc_text
+from purgekeeper.schema.states import PurgeKind, StepKind
+from purgekeeper.workers import cleanup
 
 LISTED_CONVERSATIONS = 100  # the preview lists at most this many conversations (and shared attachments)
 DIGEST_VERSION = 2  # 2: the legal holds' marks
@@ -67,7 +67,7 @@ class ErasureConfirmation:
     close_author: bool
 
 
-# -- the bodies step (the workers run it: ``commands.kinds.bodies_steps``) --------------
+# -- the bodies step (the workers run it: ``purgekeeper.commands.kinds.bodies_steps``) --------------
 
 
 def erase_author_events(ctx: cleanup.StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> cleanup.Ran:

@@ -13,13 +13,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import selector_fields, skeleton
-from commands.kinds.kind import Already, Decision, Env, Kind
-from commands.records import BotDeletionPreview, MemoryPreview, RepositoryIdentity
-from schema import content_queries, holds, ledger, purges
-from schema.errors import MemoryErasureUnavailable, NotFound
-from schema.states import PurgeKind, StepKind, TombstoneKind
-from storage import memory
+from purgekeeper.commands.kinds import selector_fields, skeleton
+from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
+from purgekeeper.commands.records import BotDeletionPreview, MemoryPreview, RepositoryIdentity
+from purgekeeper.schema import content_queries, holds, ledger, purges
+from purgekeeper.schema.errors import MemoryErasureUnavailable, NotFound
+from purgekeeper.schema.states import PurgeKind, StepKind, TombstoneKind
+from purgekeeper.storage import memory
 
 MAX_MARKER_LENGTH = 64
 

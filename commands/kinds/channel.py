@@ -8,12 +8,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import conversation, selector_fields, skeleton
-from commands.kinds.kind import Already, Decision, Env, Kind
-from commands.records import ConversationPreview
-from schema import content_queries, ledger, purges
-from schema.errors import NotFound, ValidationError
-from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
+from purgekeeper.commands.kinds import conversation, selector_fields, skeleton
+from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
+from purgekeeper.commands.records import ConversationPreview
+from purgekeeper.schema import content_queries, ledger, purges
+from purgekeeper.schema.errors import NotFound, ValidationError
+from purgekeeper.schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
 
 
 class ChannelKind(Kind[str, Row[Any]]):

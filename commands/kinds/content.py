@@ -4,7 +4,7 @@ an author), previewed with their dependency report and confirmed with its digest
 ``scope_digest`` is the SHA-256 of the canonical JSON of exactly what the report shows,
 except the marks on events that are already fenced: a purge that fences some of them in the
 meantime does not make a confirmation stale, it only leaves less to fence. The records the
-report is made of are the API's (``commands.scope``)."""
+report is made of are the API's (``purgekeeper.commands.scope``)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands import scope as scopes  # MAX_SCOPE_EVENTS read at each call (a test narrows it)
-from commands.kinds import selector_fields, skeleton
-from commands.kinds.kind import Already, Decision, Env, Kind
-from commands.scope import (
+from purgekeeper.commands import scope as scopes  # MAX_SCOPE_EVENTS read at each call (a test narrows it)
+from purgekeeper.commands.kinds import selector_fields, skeleton
+from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
+from purgekeeper.commands.scope import (
     DIGEST_VERSION,
     DISCLOSURES,
     EventScope,
@@ -35,12 +35,12 @@ from commands.scope import (
     Reference,
     require_purgeable_conversation,
 )
-from schema import authors, cleanup_queries, ledger, purges, restore, steps
-from schema.errors import NotFound, StaleConfirmation, ValidationError
-from schema.idlists import Ids
-from schema.ledger import canonical_json, sha256_hex, utc_text
-from schema.states import PurgeKind, RunStatus, StepKind, TombstoneKind
-from workers import cleanup
+from purgekeeper.schema import authors, cleanup_queries, ledger, purges, restore, steps
+from purgekeeper.schema.errors import NotFound, StaleConfirmation, ValidationError
+from purgekeeper.schema.idlists import Ids
+from purgekeeper.schema.ledger import canonical_json, sha256_hex, utc_text
+from purgekeeper.schema.states import PurgeKind, RunStatus, StepKind, TombstoneKind
+from purgekeeper.workers import cleanup
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class ScopeConfirmation:
     scope_digest: str
 
 
-# -- the bodies step (the workers run it: ``commands.kinds.bodies_steps``) --------------
+# -- the bodies step (the workers run it: ``purgekeeper.commands.kinds.bodies_steps``) --------------
 
 
 def null_fenced_content(ctx: cleanup.StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> cleanup.Ran:

@@ -10,13 +10,22 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import selector_fields, skeleton
-from commands.kinds.kind import Already, Decision, Env, Kind
-from commands.records import ConversationPreview
-from schema import cleanup_queries, content_queries, conversation_preview, holds, ledger, purges, restore, steps
-from schema.errors import VersionConflict
-from schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
-from workers import cleanup
+from purgekeeper.commands.kinds import selector_fields, skeleton
+from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
+from purgekeeper.commands.records import ConversationPreview
+from purgekeeper.schema import (
+    cleanup_queries,
+    content_queries,
+    conversation_preview,
+    holds,
+    ledger,
+    purges,
+    restore,
+    steps,
+)
+from purgekeeper.schema.errors import VersionConflict
+from purgekeeper.schema.states import ConversationKind, PurgeKind, StepKind, TombstoneKind
+from purgekeeper.workers import cleanup
 
 
 @dataclass(frozen=True)
@@ -25,7 +34,7 @@ class ConversationPurgeRequest:
     expected_version: int | None
 
 
-# -- the bodies step (the workers run it: ``commands.kinds.bodies_steps``) --------------
+# -- the bodies step (the workers run it: ``purgekeeper.commands.kinds.bodies_steps``) --------------
 
 
 def empty_conversation(ctx: cleanup.StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> cleanup.Ran:

@@ -21,11 +21,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands.kinds import selector_fields
-from commands.kinds.kind import Already, Decision, Env, Kind
-from schema import holds, ledger, retention_queries
-from schema.errors import IdempotencyConflict, IdReserved
-from schema.states import PurgeKind, StepKind
+from purgekeeper.commands.kinds import selector_fields
+from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
+from purgekeeper.schema import holds, ledger, retention_queries
+from purgekeeper.schema.errors import IdempotencyConflict, IdReserved
+from purgekeeper.schema.states import PurgeKind, StepKind
 
 
 @dataclass(frozen=True)

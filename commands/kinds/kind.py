@@ -1,7 +1,7 @@
 """What a purge kind is: the stages every kind says something about.
 
 A kind is one module (``commands/kinds/<kind>.py``) with one :class:`Kind` subclass. The
-skeleton (``commands.kinds.skeleton``) runs the same sequence for every kind, and calls the
+skeleton (``purgekeeper.commands.kinds.skeleton``) runs the same sequence for every kind, and calls the
 kind at each stage:
 
 - ``preview``: the report a person reviews before confirming, read in one read transaction,
@@ -24,7 +24,7 @@ kind at each stage:
   appended before the fence, as a merge does;
 - ``left_after_restore``: what, after a restore, counts as this purge's content come back:
   the cleanup steps to re-arm, as ``(kind, parked)``;
-- ``bodies``: the plain function of ``workers.cleanup`` that carries out the bodies step of
+- ``bodies``: the plain function of ``purgekeeper.workers.cleanup`` that carries out the bodies step of
   this kind (``None``: the kind creates no bodies step).
 
 And two things the surfaces show: ``label``, the row in a few words (``{policy_id}`` and
@@ -44,15 +44,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from schema.ledger import LedgerEntry
-from schema.states import PurgeKind, StepKind
+from purgekeeper.schema.ledger import LedgerEntry
+from purgekeeper.schema.states import PurgeKind, StepKind
 
 if TYPE_CHECKING:  # for the annotations only: a command that shows a purge's label loads neither
     from sqlalchemy import Connection
 
-    from commands.gate import Gate
-    from commands.settings import Settings
-    from workers.cleanup import BodiesStep
+    from purgekeeper.commands.gate import Gate
+    from purgekeeper.commands.settings import Settings
+    from purgekeeper.workers.cleanup import BodiesStep
 
 PREVIEW_RETENTION = dt.timedelta(days=1)  # how long a confirmation can name a preview's digest
 

@@ -1,5 +1,5 @@
 """A retention policy set or changed: from its acceptance on, the scheduler runs it (see
-``commands.kinds.retention_run``) for as long as it stands.
+``purgekeeper.commands.kinds.retention_run``) for as long as it stands.
 
 - **Scope.** ``conversation_id=None`` is every conversation and channel; a conversation's
   own policy takes precedence over the global one (a global run leaves it alone). One
@@ -24,14 +24,14 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import selector_fields
-from commands.kinds.kind import Already, Decision, Env, Kind
-from commands.records import ConversationCount, RetentionPreview
-from commands.scope import DISCLOSURES, require_purgeable_conversation
-from schema import ledger, purges, retention_queries
-from schema.errors import PolicyConflict, StaleConfirmation, ValidationError
-from schema.ledger import canonical_json, sha256_hex
-from schema.states import PurgeKind, StepKind
+from purgekeeper.commands.kinds import selector_fields
+from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
+from purgekeeper.commands.records import ConversationCount, RetentionPreview
+from purgekeeper.commands.scope import DISCLOSURES, require_purgeable_conversation
+from purgekeeper.schema import ledger, purges, retention_queries
+from purgekeeper.schema.errors import PolicyConflict, StaleConfirmation, ValidationError
+from purgekeeper.schema.ledger import canonical_json, sha256_hex
+from purgekeeper.schema.states import PurgeKind, StepKind
 
 LISTED = 100  # the preview lists at most this many conversations
 DIGEST_VERSION = 1

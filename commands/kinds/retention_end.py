@@ -11,12 +11,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import selector_fields
-from commands.kinds.kind import Already, Decision, Env, Kind
-from commands.kinds.retention import state_is_newer
-from schema import ledger, retention_queries
-from schema.errors import NotFound
-from schema.states import PurgeKind, StepKind
+from purgekeeper.commands.kinds import selector_fields
+from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
+from purgekeeper.commands.kinds.retention import state_is_newer
+from purgekeeper.schema import ledger, retention_queries
+from purgekeeper.schema.errors import NotFound
+from purgekeeper.schema.states import PurgeKind, StepKind
 
 
 @dataclass(frozen=True)

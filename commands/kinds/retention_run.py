@@ -20,7 +20,7 @@ fenced and no legal hold covers.
 - **Agent runs.** A run never expires an event that a non-terminal agent run (queued,
   running, waiting) admitted, as a content purge refuses one (``ActiveRuns``); a policy runs
   unattended, so the run waits instead of refusing. At acceptance, with the admissions made
-  final (``schema.retention_queries.wait_for_admissions``), its cutoff is lowered to the earliest
+  final (``purgekeeper.schema.retention_queries.wait_for_admissions``), its cutoff is lowered to the earliest
   event of its window that such a run admitted and that it would expire: that event, and
   everything that occurred after it, are left to a later run. Its ledger row says so:
   ``cutoff`` is the lowered one, ``planned_cutoff`` the one planned (now - max_age),
@@ -44,13 +44,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Row
 
-from commands.kinds import selector_fields
-from commands.kinds.kind import Already, Decision, Env, Kind
-from schema import holds, ledger, restore, retention_queries, steps
-from schema.errors import NotFound, ValidationError
-from schema.ledger import utc_text
-from schema.states import Exemption, HoldSubject, PurgeKind, StepKind
-from workers import cleanup
+from purgekeeper.commands.kinds import selector_fields
+from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
+from purgekeeper.schema import holds, ledger, restore, retention_queries, steps
+from purgekeeper.schema.errors import NotFound, ValidationError
+from purgekeeper.schema.ledger import utc_text
+from purgekeeper.schema.states import Exemption, HoldSubject, PurgeKind, StepKind
+from purgekeeper.workers import cleanup
 
 IDEMPOTENCY_PREFIX = "retention-run"
 EXEMPTION_FIELDS = {
@@ -71,7 +71,7 @@ def idempotency_key(policy_purge_id: str, cutoff: dt.datetime) -> str:
     return f"{IDEMPOTENCY_PREFIX}:{policy_purge_id}:{utc_text(cutoff)}"
 
 
-# -- the bodies step (the workers run it: ``commands.kinds.bodies_steps``) --------------
+# -- the bodies step (the workers run it: ``purgekeeper.commands.kinds.bodies_steps``) --------------
 
 
 MAX_RETENTION_WALKS = 3  # walks of a run's window before an attempt gives up (a writer racing it)

@@ -11,9 +11,9 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from commands import validation
-from schema.errors import ValidationError
-from schema.ledger import from_utc_text, utc_text
+from purgekeeper.commands import validation
+from purgekeeper.schema.errors import ValidationError
+from purgekeeper.schema.ledger import from_utc_text, utc_text
 
 MAX_LISTED_IDS = 1_000_000
 

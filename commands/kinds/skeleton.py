@@ -14,7 +14,7 @@ An acceptance is one transaction:
    kind whose fence writes state the triggers check against its ledger row
    (``Kind.ledger_first``: a policy, a run, a hold) appends the row before step 5.
 
-Only after the commit is the enqueue hook called (``commands.acceptance``).
+Only after the commit is the enqueue hook called (``purgekeeper.commands.acceptance``).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands import validation
-from commands.kinds.kind import Already, Decision, Env, Kind
-from commands.records import Acceptance
-from schema import holds, ledger, purges
-from schema.errors import ActiveRuns, IdempotencyConflict, LegalHold
+from purgekeeper.commands import validation
+from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
+from purgekeeper.commands.records import Acceptance
+from purgekeeper.schema import holds, ledger, purges
+from purgekeeper.schema.errors import ActiveRuns, IdempotencyConflict, LegalHold
 
 MAX_ACTOR_LENGTH = 200
 MAX_REASON_LENGTH = 1000

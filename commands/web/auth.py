@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from itsdangerous import BadData, TimestampSigner, URLSafeTimedSerializer
 
-from commands.settings import Settings
+from purgekeeper.commands.settings import Settings
 
 TOKEN_FILE_NAME = "api-token"
 COOKIE_NAME = "purgekeeper_session"

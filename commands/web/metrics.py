@@ -1,10 +1,10 @@
 """Prometheus ``/metrics``, computed from the database on every scrape (several API
 processes and workers share one database: no process holds the numbers in its memory).
 
-A scrape renders one :func:`commands.status_overview.snapshot`: a handful of aggregate statements in
+A scrape renders one :func:`purgekeeper.commands.status_overview.snapshot`: a handful of aggregate statements in
 one read transaction, whose cost does not grow with the ledger, the attempts' history, the
 steps done, the retention runs accepted, or one purge's size (the histograms and counters are
-rows the step protocol keeps up to date, ``schema.overview``; the totals of the done steps
+rows the step protocol keeps up to date, ``purgekeeper.schema.overview``; the totals of the done steps
 and of the retention runs are rows the database's triggers keep, migration 0015): a scrape
 costs the same with 100,000 retention runs as with 10 (``bench/scrape.py``). The metrics
 (all prefixed ``purgekeeper_``):
@@ -42,7 +42,7 @@ costs the same with 100,000 retention runs as with 10 (``bench/scrape.py``). The
 counts, which a retry re-armed to 0). An attempt's duration runs to the moment it was closed:
 an attempt whose lease ran out is measured until another claim found it lost.
 
-``messaging_available`` is what the next content read would meet (``commands.gate``).
+``messaging_available`` is what the next content read would meet (``purgekeeper.commands.gate``).
 ``ledger_verified`` and ``ledger_audited_rows`` are the gate's background audit (a few
 thousand rows a second, a new round every few minutes): a scrape never walks the chain. A
 tampered old row shows as ``ledger_verified 0`` once the audit's round reaches it, and the
@@ -61,15 +61,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from commands import status_overview
-from commands.handle import Purgekeeper
-from commands.status_overview import LedgerCheck, Snapshot
-from commands.surface import error_body, http_status
-from commands.web.auth import Tokens, bearer
-from schema import retention_queries
-from schema.errors import PurgekeeperError
-from schema.overview import Histogram
-from schema.states import StepKind
+from purgekeeper.commands import status_overview
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.status_overview import LedgerCheck, Snapshot
+from purgekeeper.commands.surface import error_body, http_status
+from purgekeeper.commands.web.auth import Tokens, bearer
+from purgekeeper.schema import retention_queries
+from purgekeeper.schema.errors import PurgekeeperError
+from purgekeeper.schema.overview import Histogram
+from purgekeeper.schema.states import StepKind
 
 PREFIX = "purgekeeper_"
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from commands import status_overview
-from commands.handle import Purgekeeper
-from commands.records import HoldCount, PurgeStatus, RetentionPolicy, StepState
-from schema.errors import NotFound, ValidationError
-from schema.states import StepStatus
-from schema.steps import PARKED_UNTIL
+from purgekeeper.commands import status_overview
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.records import HoldCount, PurgeStatus, RetentionPolicy, StepState
+from purgekeeper.schema.errors import NotFound, ValidationError
+from purgekeeper.schema.states import StepStatus
+from purgekeeper.schema.steps import PARKED_UNTIL
 
 TEMPLATE = "overview.html"
 LISTED = 100  # policies and holds listed; the summary counts them all

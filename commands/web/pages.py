@@ -19,7 +19,7 @@ import jinja2
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup
 
-from commands.web import times
+from purgekeeper.commands.web import times
 
 TEMPLATES = Path(__file__).parent / "templates"
 REFRESH_SECONDS = 5

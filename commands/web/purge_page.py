@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from commands.handle import Purgekeeper
-from commands.records import Attempt, AuditEntry, PurgeDetail
-from commands.touched import PurgeTouched
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.records import Attempt, AuditEntry, PurgeDetail
+from purgekeeper.commands.touched import PurgeTouched
 
 TEMPLATE = "purge.html"
 

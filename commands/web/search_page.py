@@ -9,10 +9,10 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from commands.handle import Purgekeeper
-from commands.records import PurgeStatus
-from commands.touched import PurgeSearch
-from commands.web.overview_page import status_or_none
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.records import PurgeStatus
+from purgekeeper.commands.touched import PurgeSearch
+from purgekeeper.commands.web.overview_page import status_or_none
 
 TEMPLATE = "search.html"
 

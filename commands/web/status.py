@@ -21,7 +21,7 @@ conversations and authors each hold covers: never an author's name, nor who plac
 purge's page (``purge_page``) adds what it touched (ids and counts; the erased author, the
 deleted bot and a hold's subjects are named there, to a signed-in operator), each attempt
 (round, number, owner, start, finish, outcome, error), where a failed unlink is (the root and
-the path below it, ``commands.touched``) and its audit rows: the operators' own names and
+the path below it, ``purgekeeper.commands.touched``) and its audit rows: the operators' own names and
 reasons for a retry. Times are told relative to the database clock ("3 min ago", "in 40 s",
 a due time passed as "overdue by 27 s"), the UTC time in a ``title``.
 
@@ -54,13 +54,13 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Header, Request
 from fastapi.responses import RedirectResponse, Response
 
-from commands import status_overview, validation
-from commands.handle import Purgekeeper
-from commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
-from commands.purge_reads import PURGE_KINDS, PURGE_STATUSES
-from commands.surface import error_body, http_status
-from commands.web import overview_page, pages, purge_page, search_page, workers_page
-from commands.web.auth import (
+from purgekeeper.commands import status_overview, validation
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
+from purgekeeper.commands.purge_reads import PURGE_KINDS, PURGE_STATUSES
+from purgekeeper.commands.surface import error_body, http_status
+from purgekeeper.commands.web import overview_page, pages, purge_page, search_page, workers_page
+from purgekeeper.commands.web.auth import (
     COOKIE_NAME,
     SESSION_TTL,
     Operator,
@@ -71,9 +71,9 @@ from commands.web.auth import (
     same_origin,
     token_hint,
 )
-from commands.web.overview_page import STEP_HELPERS, Filters, with_query
-from schema.errors import PurgekeeperError, ValidationError
-from schema.states import StepStatus
+from purgekeeper.commands.web.overview_page import STEP_HELPERS, Filters, with_query
+from purgekeeper.schema.errors import PurgekeeperError, ValidationError
+from purgekeeper.schema.states import StepStatus
 
 RECENT_PURGES = 50
 FINISHED = ("complete", "incomplete")

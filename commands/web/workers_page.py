@@ -16,10 +16,10 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from commands.handle import Purgekeeper
-from commands.records import WorkerLeases
-from commands.worker_records import WorkerProcess
-from schema.states import RUNS_STEPS, WorkerRole
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.records import WorkerLeases
+from purgekeeper.commands.worker_records import WorkerProcess
+from purgekeeper.schema.states import RUNS_STEPS, WorkerRole
 
 TEMPLATE = "workers.html"
 PROCESSES_SHOWN = 200
@@ -42,7 +42,7 @@ class WorkersView:
     @property
     def nobody_to_work(self) -> bool:
         """Processes that run steps have beaten and none of them is alive: due steps wait, and
-        their purges need attention (``schema.heartbeats.Presence.nobody_to_work``)."""
+        their purges need attention (``purgekeeper.schema.heartbeats.Presence.nobody_to_work``)."""
         seen = any(process.role in RUNS_STEPS for process in self.processes)
         return seen and not any(self.alive[role] for role in RUNS_STEPS)
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from alembic import context
 
-from schema.tables import with_dialect_indexes
+from purgekeeper.schema.tables import with_dialect_indexes
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - purgekeeper always passes its own connection
-    raise RuntimeError("run migrations through `purgectl init` or schema.migrate.upgrade()")
+    raise RuntimeError("run migrations through `purgectl init` or purgekeeper.schema.migrate.upgrade()")
 
 context.configure(
     connection=connection,

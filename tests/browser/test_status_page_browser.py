@@ -40,15 +40,15 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-import commands
-from commands import EventScope, NewAttachment
-from commands.settings import Settings
-from commands.web.auth import COOKIE_NAME
-from schema import steps
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.commands.settings import Settings
+from purgekeeper.commands.web.auth import COOKIE_NAME
+from purgekeeper.schema import steps
+from purgekeeper.workers import runner
 from tests import helpers
 from tests.helpers import served
 from tests.helpers.browser import WAIT_S, save_screenshot, wait_for
-from workers import runner
 
 HOST_TOKEN = "browser-host-token-5b1e"
 OPERATOR_TOKEN = "browser-operator-token-c9d4"
@@ -75,11 +75,11 @@ class Prepared:
     obstacle: Path  # the directory standing where the incomplete purge's blob file was
 
 
-def settle(pk: commands.Purgekeeper, purge_id: str) -> commands.PurgeStatus:
+def settle(pk: purgekeeper.Purgekeeper, purge_id: str) -> purgekeeper.PurgeStatus:
     return helpers.settle(pk, purge_id, policy=runner.Policy(), timeout_s=WAIT_S)
 
 
-def purge_event(pk: commands.Purgekeeper, conversation_id: str, *, name: str) -> tuple[str, commands.Event]:
+def purge_event(pk: purgekeeper.Purgekeeper, conversation_id: str, *, name: str) -> tuple[str, purgekeeper.Event]:
     pk.create_conversation(conversation_id)
     attachment = NewAttachment.file(f"{SECRET} bytes".encode(), name=name)
     event = pk.ingest_event(conversation_id, author="ada", body=SECRET, attachments=[attachment])
@@ -88,7 +88,7 @@ def purge_event(pk: commands.Purgekeeper, conversation_id: str, *, name: str) ->
     return purge_id, event
 
 
-def break_blob_file(pk: commands.Purgekeeper, blob_id: str) -> Path:
+def break_blob_file(pk: purgekeeper.Purgekeeper, blob_id: str) -> Path:
     """A real fault: the blob's file becomes a non-empty directory, so unlink always fails."""
     with pk.db.read() as conn:
         kind, relative = conn.execute(text("SELECT kind, path FROM blobs WHERE id = :id"), {"id": blob_id}).one()
@@ -99,7 +99,7 @@ def break_blob_file(pk: commands.Purgekeeper, blob_id: str) -> Path:
     return path
 
 
-def hold_bodies_step(pk: commands.Purgekeeper, purge_id: str) -> None:
+def hold_bodies_step(pk: purgekeeper.Purgekeeper, purge_id: str) -> None:
     """A worker claims the purge's bodies step and freezes: its lease runs for an hour."""
     [bodies] = [step.id for step in pk.status(purge_id).steps if step.kind == "bodies"]
     claim = pk.db.transact(lambda conn: steps.claim(conn, bodies, owner=FROZEN_WORKER, lease=dt.timedelta(hours=1)))
@@ -107,7 +107,7 @@ def hold_bodies_step(pk: commands.Purgekeeper, purge_id: str) -> None:
 
 
 def prepare(settings: Settings) -> Prepared:
-    with commands.open(
+    with purgekeeper.open(
         settings.database_url,
         blob_root=settings.blob_root,
         file_root=settings.file_root,

@@ -25,9 +25,9 @@ from typing import Any
 
 import pytest
 
-import commands
-from commands.settings import Settings
-from schema.states import WorkerRole
+import purgekeeper
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema.states import WorkerRole
 from tests.helpers import served
 from tests.helpers.browser import save_screenshot, wait_for
 from tests.helpers.console import claim, purge_new_event
@@ -47,7 +47,7 @@ class Prepared:
 
 
 def prepare(settings: Settings) -> Prepared:
-    with commands.open(
+    with purgekeeper.open(
         settings.database_url,
         blob_root=settings.blob_root,
         file_root=settings.file_root,

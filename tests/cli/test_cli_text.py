@@ -14,18 +14,18 @@ import click
 import pytest
 from click.testing import CliRunner
 
-import commands
-from commands import cli
-from commands.cli import options, render
-from commands.cli.shared import DEFAULT_WAIT_S
-from commands.gate import GateState
-from commands.restore_commands import CopyRepair, MergeReport
-from commands.retention_records import RetentionPreview
-from schema.ledger import LedgerReport
-from storage import checkpoint
+import purgekeeper
+from purgekeeper.commands import cli
+from purgekeeper.commands.cli import options, render
+from purgekeeper.commands.cli.shared import DEFAULT_WAIT_S
+from purgekeeper.commands.gate import GateState
+from purgekeeper.commands.restore_commands import CopyRepair, MergeReport
+from purgekeeper.commands.retention_records import RetentionPreview
+from purgekeeper.schema.ledger import LedgerReport
+from purgekeeper.storage import checkpoint
 from tests.helpers.purgectl import Purgectl, purge_events, seed
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
 REPR = re.compile(r"[\[{(]'|': |\(\)|\bTrue\b|\bFalse\b|\bNone\b|GateState|\w+=")
 
@@ -171,7 +171,7 @@ def test_resume_counts_its_steps_in_words(pk: Pk, purgectl: Purgectl) -> None:
 
 @pytest.mark.sqlite_only
 def test_an_error_s_extra_fields_are_text_not_reprs(pk: Pk, purgectl: Purgectl) -> None:
-    from schema import ledger
+    from purgekeeper.schema import ledger
 
     pk.db.transact(lambda conn: ledger.set_gate(conn, "a restore merge is under way (test)"))
     refused = purgectl.text("ledger", "verify", code=4)
@@ -184,15 +184,15 @@ def test_an_error_s_extra_fields_are_text_not_reprs(pk: Pk, purgectl: Purgectl) 
 
 
 def test_status_marks_a_done_step_s_old_error_as_history() -> None:
-    progress = commands.StepProgress(removed=1, retained_shared=0, retained_reasons={}, remaining=0)
+    progress = purgekeeper.StepProgress(removed=1, retained_shared=0, retained_reasons={}, remaining=0)
 
-    def step(kind: str, status: str, error: str | None) -> commands.StepState:
-        return commands.StepState(
+    def step(kind: str, status: str, error: str | None) -> purgekeeper.StepState:
+        return purgekeeper.StepState(
             id=kind, kind=kind, status=status, attempts=2, max_attempts=5, last_error=error,
             next_attempt_at=T0, progress=progress,
         )  # fmt: skip
 
-    status = commands.PurgeStatus(
+    status = purgekeeper.PurgeStatus(
         purge_id="p1",
         kind="purge_events",
         status="cleaning",
@@ -213,7 +213,7 @@ def test_status_marks_a_done_step_s_old_error_as_history() -> None:
 def test_workers_lists_every_process_with_its_state(pk: Pk, purgectl: Purgectl) -> None:
     """``purgectl workers``: the Workers view's processes in a table, dead and stopped ones
     flagged, and the same list under --json (issue 26, item 5)."""
-    from schema import heartbeats
+    from purgekeeper.schema import heartbeats
 
     alive = heartbeats.ProcessIdentity("p-alive", "worker", "host-a", 101, ("purgekeeper-cleanup",), 4)
     gone = heartbeats.ProcessIdentity("p-stopped", "scheduler", "host-b", 202)

@@ -17,12 +17,12 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy.engine import make_url
 
-from commands import cli
-from commands.settings import Settings
+from purgekeeper.commands import cli
+from purgekeeper.commands.settings import Settings
 
 
 def purgectl(env: dict[str, str], *args: str, code: int = 0) -> dict[str, Any]:
-    command = [sys.executable, "-m", "commands.cli", *args, "--json"]
+    command = [sys.executable, "-m", "purgekeeper.commands.cli", *args, "--json"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
     return dict(json.loads(done.stdout))

@@ -23,9 +23,11 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import text
 
-import commands
-from commands import EventScope, cli
-from schema.db import redacted
+import purgekeeper
+from purgekeeper import EventScope
+from purgekeeper.commands import cli
+from purgekeeper.schema.db import redacted
+from purgekeeper.workers import runner
 from tests.helpers.purgectl import (
     POLICY,
     T0,
@@ -38,9 +40,8 @@ from tests.helpers.purgectl import (
     seed,
     written,
 )
-from workers import runner
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 Roots = dict[str, Path]
 
 
@@ -130,7 +131,7 @@ def test_purging_a_conversation_twice_reports_already_purged(pk: Pk, purgectl: P
     )
     assert (second["outcome"], second["purge_id"], second["ledger_seq"]) == ("already_purged", first["purge_id"], 1)
     assert pk.read_conversation("c1") == [] and pk.get_conversation("c1") is None
-    with pytest.raises(commands.ConversationPurged):
+    with pytest.raises(purgekeeper.ConversationPurged):
         pk.ingest_event("c1", author="ada", body="again")
     assert count(pk, "purge_ledger") == 1
 
@@ -146,7 +147,7 @@ def test_delete_channel_keeps_history_and_closes_ingress(pk: Pk, purgectl: Purge
     )
     assert deleted["outcome"] == "accepted"
     assert [e.body for e in pk.read_conversation("ch1")] == ["hello"]
-    with pytest.raises(commands.ConversationDeleted):
+    with pytest.raises(purgekeeper.ConversationDeleted):
         pk.ingest_event("ch1", author="ada", body="more")
     assert purgectl.json("delete-channel", "ch1", *WHO)["outcome"] == "already_purged"
     assert count(pk, "purge_ledger") == 1
@@ -211,7 +212,7 @@ def test_erase_author_everywhere_from_the_preview_it_showed(pk: Pk, purgectl: Pu
     assert accepted["outcome"] == "accepted"
     assert [e.id for e in pk.read_conversation("c1")] == ["e2", "e3"]
     assert pk.read_conversation("c2") == []
-    with pytest.raises(commands.AuthorErased):
+    with pytest.raises(purgekeeper.AuthorErased):
         pk.ingest_event("c1", author="ada", body="backfill", occurred_at=T0)
     assert pk.ingest_event("c1", author="ada", body="still here", occurred_at=T0 + dt.timedelta(hours=5)).body
     waited = purgectl.json("status", accepted["purge_id"])
@@ -314,7 +315,7 @@ def test_ledger_verify_text_and_merge(pk: Pk, purgectl: Purgectl, tmp_path: Path
 def test_ledger_merge_of_another_database_s_file_needs_the_flag(pk: Pk, purgectl: Purgectl, tmp_path: Path) -> None:
     """A checkpoint written by another database (issue 11, case 13): exit 2 without
     ``--from-other-database``; with it, merged, and the report names its database."""
-    with commands.open(
+    with purgekeeper.open(
         f"sqlite:///{tmp_path / 'other.db'}", checkpoint_dir=tmp_path / "other", workers="none"
     ) as other:
         other.purge_conversation("c-there", actor="ops@example.org", reason="elsewhere")
@@ -370,13 +371,13 @@ def test_opening_an_uninitialised_database_without_migrating_is_a_schema_mismatc
         create_database(name)
         request.addfinalizer(lambda: drop_database(name))
         url = postgres_url(name)
-    with pytest.raises(commands.SchemaMismatch):
-        commands.open(url, workers="none", migrate_schema=False, blob_root=tmp_path / "b", file_root=tmp_path / "f")
+    with pytest.raises(purgekeeper.SchemaMismatch):
+        purgekeeper.open(url, workers="none", migrate_schema=False, blob_root=tmp_path / "b", file_root=tmp_path / "f")
 
 
 @pytest.mark.sqlite_only
 def test_ledger_verify_and_health_report_a_merge_under_way_with_exit_4(pk: Pk, purgectl: Purgectl) -> None:
-    from schema import ledger
+    from purgekeeper.schema import ledger
 
     pk.purge_conversation("c-a", actor="ops@example.org", reason="reserve")
     pk.db.transact(lambda conn: ledger.set_gate(conn, "a restore merge is under way (test)"))

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-import commands
+import purgekeeper
+from purgekeeper.tlog.verify import Verifier, verify_completion, verify_receipt
 from tests.helpers.purgectl import Purgectl, concurrently
 from tests.helpers.restore import clean
-from tlog.verify import Verifier, verify_completion, verify_receipt
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "op", "reason": "receipt cli test"}
 
 

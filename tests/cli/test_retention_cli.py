@@ -18,14 +18,14 @@ import click
 import pytest
 from click.testing import CliRunner
 
-import commands
-from commands import cli
-from commands.cli import options
+import purgekeeper
+from purgekeeper.commands import cli
+from purgekeeper.commands.cli import options
 from tests.helpers import settle
 from tests.helpers.purgectl import WHO, Purgectl, concurrently, written
 from tests.helpers.retention import ago, set_policy
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 DAY = dt.timedelta(days=1)
 THIRTY_DAYS = 30 * 86_400
 

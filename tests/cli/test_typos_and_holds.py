@@ -13,11 +13,11 @@ import re
 
 import pytest
 
-import commands
-from commands.cli import render
+import purgekeeper
+from purgekeeper.commands.cli import render
 from tests.helpers.purgectl import WHO, Purgectl, concurrently, seed, written
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 # What the CLI adds is the same on both backends; the library's side (reservations, previews,
 # holds) runs on both in tests/integration/test_conversation_preview.py.
 pytestmark = pytest.mark.sqlite_only
@@ -43,9 +43,9 @@ def test_an_unknown_conversation_is_refused_unless_reserve_absent_is_given(pk: P
 
 
 def test_a_reservation_says_so_in_text() -> None:
-    shown = render.render_acceptance(commands.Acceptance("p1", 3, "accepted", reserved_absent=True))
+    shown = render.render_acceptance(purgekeeper.Acceptance("p1", 3, "accepted", reserved_absent=True))
     assert "reserved" in shown and "no conversation had this id" in shown
-    assert "reserved" not in render.render_acceptance(commands.Acceptance("p1", 3, "accepted"))
+    assert "reserved" not in render.render_acceptance(purgekeeper.Acceptance("p1", 3, "accepted"))
 
 
 def test_a_conversation_preview_prints_its_counts_and_confirm_command(pk: Pk, purgectl: Purgectl) -> None:

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-import commands
-from commands import surface
-from commands.cli import operate
+import purgekeeper
+from purgekeeper.commands import surface
+from purgekeeper.commands.cli import operate
 from tests.helpers import settle
 from tests.helpers.purgectl import Purgectl, concurrently, make_incomplete, purge_events, seed
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
 
 

@@ -1,4 +1,4 @@
-"""Fault-test fixtures: a Redis of the test's own, real ``python -m commands.worker`` processes
+"""Fault-test fixtures: a Redis of the test's own, real ``python -m purgekeeper.commands.worker`` processes
 and a real ``purgectl scheduler`` process, on a fresh PostgreSQL database.
 
 Every process starts in its own session (``start_new_session=True``), so its pid is its process
@@ -21,13 +21,13 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-import commands
+import purgekeeper
 from tests.helpers.databases import REDIS_URL, postgres_url
 from tests.helpers.processes import Cluster, throwaway_cluster
 
 
 @pytest.fixture
-def pk(open_handle: Callable[..., commands.Purgekeeper]) -> commands.Purgekeeper:
+def pk(open_handle: Callable[..., purgekeeper.Purgekeeper]) -> purgekeeper.Purgekeeper:
     """Overrides the top-level ``pk``: PostgreSQL only, confirmations enqueue to Redis."""
     return open_handle()
 

@@ -3,7 +3,7 @@
 The database is a throw-away cluster of the test's own (``cluster``): it is restarted with
 ``pg_ctl restart -m fast`` half a second after a conversation purge of a few thousand events
 is accepted, or its sessions are ended with ``pg_terminate_backend``. The Procfile's
-``worker`` (``dramatiq commands.worker``) and ``scheduler`` (``purgectl scheduler``) run on it
+``worker`` (``dramatiq purgekeeper.commands.worker``) and ``scheduler`` (``purgectl scheduler``) run on it
 with real Redis, and so do ``purgectl serve`` and an open handle in the test. Nobody restarts
 any of them: the purge completes, the processes stay up, and the handle and the HTTP API
 answer again.
@@ -24,13 +24,13 @@ import pytest
 import redis
 from sqlalchemy import text
 
-import commands
-from schema import migrate
-from schema.db import Database
+import purgekeeper
+from purgekeeper.schema import migrate
+from purgekeeper.schema.db import Database
+from purgekeeper.workers import broker
 from tests.helpers.processes import WAIT_S, Cluster, Processes, free_port, seed_conversation, wait_until
-from workers import broker
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 EVENTS = 3000
 API_TOKEN = "restart-test-token"
 
@@ -72,12 +72,12 @@ def api_get(port: int, path: str) -> int:
         return 0
 
 
-def complete_without_restarts(pk: Pk, purge_id: str, procs: list[Any]) -> commands.PurgeStatus:
+def complete_without_restarts(pk: Pk, purge_id: str, procs: list[Any]) -> purgekeeper.PurgeStatus:
     deadline = time.monotonic() + WAIT_S
     while True:
         try:
             status = pk.status(purge_id)
-        except commands.InfrastructureError:  # the handle's first call after the restart may meet a dead session
+        except purgekeeper.InfrastructureError:  # the handle's first call after the restart may meet a dead session
             status = None
         if status is not None and status.status in ("complete", "incomplete"):
             break

@@ -1,6 +1,6 @@
 """A worker that is stopped, not killed, holds nothing up for long (issue 11, case 7).
 
-A real Procfile worker (``dramatiq commands.worker``) is frozen with SIGSTOP (its whole
+A real Procfile worker (``dramatiq purgekeeper.commands.worker``) is frozen with SIGSTOP (its whole
 process group) while it is inside a conversation purge's batch (held there by the failpoint
 ``bodies.batch=hang``), its batch transaction open and holding row locks, as a paused VM or a
 stuck network mount would leave it. A second
@@ -24,10 +24,10 @@ import signal
 import pytest
 from sqlalchemy import text
 
-import commands
+import purgekeeper
 from tests.helpers.processes import Processes, open_transactions, process_states, seed_conversation, wait_until
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 EVENTS = 1500  # three batches of 500
 
 

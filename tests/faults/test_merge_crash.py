@@ -1,6 +1,6 @@
 """A restore merge that dies half-way, on SQLite and on PostgreSQL.
 
-The merge runs in a real child process with a failpoint armed (``storage.failpoints``): at
+The merge runs in a real child process with a failpoint armed (``purgekeeper.storage.failpoints``): at
 ``merge.closed``, ``merge.appended`` or ``merge.fenced`` the process exits at once (as if
 killed: ``os._exit(137)``); at ``merge.rearmed`` it hangs and the test SIGKILLs it. The
 database was restored from a backup older than the checkpoint being merged, so purged
@@ -27,13 +27,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-import commands
-from commands import EventScope, NewAttachment
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.workers import runner
 from tests.helpers import rows, scalar
 from tests.helpers.databases import copy_database, drop_database
-from workers import runner
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 Roots = dict[str, Path]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,11 +45,11 @@ POLICY = runner.Policy()
 
 MERGE_IN_A_CHILD = """
 import sys
-import commands
-from storage import failpoints
+import purgekeeper
+from purgekeeper.storage import failpoints
 
 url, blob_root, file_root, checkpoint_dir, memory_root, spec, path = sys.argv[1:]
-pk = commands.open(url, blob_root=blob_root, file_root=file_root, checkpoint_dir=checkpoint_dir,
+pk = purgekeeper.open(url, blob_root=blob_root, file_root=file_root, checkpoint_dir=checkpoint_dir,
                    memory_roots=[memory_root], workers="none")
 failpoints.arm(spec)
 pk.merge_ledger(path)
@@ -185,7 +185,7 @@ def assert_closed(pk: Pk, attachment: str) -> None:
         lambda: pk.open_attachment(attachment),
         lambda: pk.ingest_event("c-keep", author="ada", body="new"),
     ):
-        with pytest.raises(commands.MessagingUnavailable) as refused:
+        with pytest.raises(purgekeeper.MessagingUnavailable) as refused:
             attempt()
         assert SECRET not in " ".join([str(refused.value), *refused.value.diagnostics])
 
@@ -230,7 +230,7 @@ def test_a_merge_that_dies_half_way_keeps_content_closed_until_a_rerun_completes
     assert appended_before_the_crash is (spec == "merge.rearmed=hang")
     for handle in (before, open_pk()):
         assert_closed(handle, ids["attachment"])
-    with pytest.raises(commands.MessagingUnavailable) as refused:
+    with pytest.raises(purgekeeper.MessagingUnavailable) as refused:
         open_pk().read_conversation("c-keep")
     assert any(MERGE_UNDER_WAY in d for d in refused.value.diagnostics), refused.value.diagnostics
     assert not open_pk().messaging_status().open
@@ -252,7 +252,7 @@ def test_a_merge_that_dies_half_way_keeps_content_closed_until_a_rerun_completes
         assert [e.id for e in handle.read_conversation("c-keep")] == ["e-kept"]
         assert handle.read_conversation("c-doomed") == []
         assert handle.read_conversation("c-whole") == []
-        with pytest.raises(commands.ContentPurged):
+        with pytest.raises(purgekeeper.ContentPurged):
             handle.open_attachment(ids["attachment"])
     clean(rerun)
     assert rows(rerun, "SELECT id FROM events WHERE body IS NOT NULL") == [("e-kept",)]

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import commands
+import purgekeeper
 from tests.helpers.processes import Processes, wait_until
 from tests.helpers.retention import ago, set_policy
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 RETENTION_INTERVAL_S = "0.2"
 KILLED = 137  # failpoints exit as if killed
 

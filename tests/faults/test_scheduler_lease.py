@@ -8,11 +8,11 @@ import signal
 
 from sqlalchemy import text
 
-import commands
+import purgekeeper
+from purgekeeper.workers import scheduler as scheduling
 from tests.helpers.processes import Processes, wait_until
-from workers import scheduler as scheduling
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 LEASE = text("SELECT owner, expires_at > now() AS held FROM leader_leases WHERE name = :name")
 
 
@@ -46,7 +46,7 @@ def test_two_transactions_of_the_same_owner_racing_for_a_new_lease_both_lead(pk:
     import datetime as dt
     import threading
 
-    from schema import steps
+    from purgekeeper.schema import steps
 
     lease_for = dt.timedelta(seconds=30)
     first_inside = threading.Event()

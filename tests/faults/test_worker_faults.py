@@ -23,13 +23,13 @@ import pytest
 import redis
 from sqlalchemy import text
 
-import commands
-from commands import EventScope
-from schema.states import StepStatus
+import purgekeeper
+from purgekeeper import EventScope
+from purgekeeper.schema.states import StepStatus
+from purgekeeper.workers import broker
 from tests.helpers.processes import WAIT_S, Processes, RedisServer, open_transactions, wait_until
-from workers import broker
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 QUEUE_KEY = f"dramatiq:{broker.QUEUE}"
 DEAD_LETTERS = f"{QUEUE_KEY}.XQ"
 DELAYED = f"{QUEUE_KEY}.DQ"
@@ -71,7 +71,7 @@ def execute(pk: Pk, sql: str) -> None:
         conn.exec_driver_sql(sql)
 
 
-def wait_complete(pk: Pk, purge_id: str, *logs: Any) -> commands.PurgeStatus:
+def wait_complete(pk: Pk, purge_id: str, *logs: Any) -> purgekeeper.PurgeStatus:
     status = pk.wait(purge_id, WAIT_S)
     if status.status != "complete":
         tails = "\n\n".join(f"--- {proc.name} ---\n{proc.tail()}" for proc in logs)
@@ -162,7 +162,7 @@ def test_a_confirmation_while_redis_is_down_succeeds_and_completes_once_it_is_ba
     worker = processes.worker()
     scheduler = processes.scheduler()
     redis_server.stop()  # the test's own server: the worker, the scheduler and the handle use it
-    with caplog.at_level(logging.WARNING, logger="commands.purge_commands"):
+    with caplog.at_level(logging.WARNING, logger="purgekeeper.commands.purge_commands"):
         purge_id, step_id, event_id = purge_event(pk)
     assert any("enqueue of cleanup steps" in r.getMessage() for r in caplog.records), caplog.text
     assert pk.status(purge_id).status == "accepted"

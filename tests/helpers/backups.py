@@ -10,10 +10,10 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-import commands
+import purgekeeper
 from tests.helpers.databases import copy_database, drop_database
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 @dataclass

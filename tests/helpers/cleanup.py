@@ -12,15 +12,15 @@ from typing import Any
 
 from sqlalchemy import bindparam, text
 
-import commands
-from commands import NewAttachment
-from schema import steps
-from schema.tables import UtcDateTime
+import purgekeeper
+from purgekeeper import NewAttachment
+from purgekeeper.schema import steps
+from purgekeeper.schema.tables import UtcDateTime
+from purgekeeper.workers import runner
 from tests.helpers.reads import rows
 from tests.helpers.steps import POLICY, SETTLE_S
-from workers import runner
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 SECRET = "S3CR3T-purged"
@@ -37,7 +37,7 @@ def blob_file(pk: Pk, blob_id: str) -> Path:
     return pk.blobs.root(row.kind) / row.path
 
 
-def step_of(pk: Pk, purge_id: str, kind: str) -> commands.StepState:
+def step_of(pk: Pk, purge_id: str, kind: str) -> purgekeeper.StepState:
     return next(s for s in pk.status(purge_id).steps if s.kind == kind)
 
 

@@ -15,22 +15,22 @@ from typing import Any
 from fastapi import FastAPI
 from sqlalchemy import bindparam, text
 
-import commands
-from commands import EventScope, NewAttachment
-from commands.web import status as status_page
-from commands.web.auth import SessionSigner, Tokens
-from schema import steps
-from schema.tables import UtcDateTime
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.commands.web import status as status_page
+from purgekeeper.commands.web.auth import SessionSigner, Tokens
+from purgekeeper.schema import steps
+from purgekeeper.schema.tables import UtcDateTime
+from purgekeeper.workers import runner
 from tests.helpers import POLICY
 from tests.helpers.cleanup import postpone
 from tests.helpers.steps import FailingStore, settle
-from workers import runner
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 OPERATOR = "operator-token-7f3a"

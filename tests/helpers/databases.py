@@ -15,7 +15,7 @@ from sqlalchemy import Connection, CursorResult, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
-from schema.errors import PurgekeeperError, translate_db_error
+from purgekeeper.schema.errors import PurgekeeperError, translate_db_error
 
 POSTGRES_ADMIN_URL = os.environ.get("PK_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
 

@@ -2,7 +2,7 @@
 
 - :data:`NO_DATABASE` is the connection: any use of it fails the test, so a ``decide`` that
   reaches the database through a query the test did not fake says so, by name.
-- :class:`Queries` fakes one query at a time (``schema.purges.tombstone_of``...) with a canned
+- :class:`Queries` fakes one query at a time (``purgekeeper.schema.purges.tombstone_of``...) with a canned
   answer, in the module the kind calls it through. Each call must fit the real query's
   signature (a fake never drifts from what it stands for) and is recorded.
 - :func:`row_of` stands in for a row of a real table: a named tuple of the table's columns,

@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import commands
-from commands import EventScope, NewAttachment
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 Attachable = bytes | tuple[str, bytes]
 WHO: dict[str, Any] = {"actor": "ops@example.org", "reason": "the user asked"}
 
@@ -35,7 +35,7 @@ def conversation(
     author: str = "ada",
     prefix: str | None = None,
     **options: Any,
-) -> list[commands.Event]:
+) -> list[purgekeeper.Event]:
     """Conversation ``conversation_id`` (``options`` go to ``create_conversation``: ``kind``,
     ``bot_id``) with ``events`` events by ``author``: ids ``<prefix>0``, ``<prefix>1``, ...
     (``prefix`` is ``<conversation_id>-e`` unless given), bodies ``body 0``, ``body 1``, ..."""
@@ -59,7 +59,7 @@ def event_with_attachments(
     author: str = "ada",
     body: str | None = "a body",
     **options: Any,
-) -> commands.Event:
+) -> purgekeeper.Event:
     """One event in ``conversation_id`` (which must exist) with the CAS attachments ``cas`` and
     then the real-file attachments ``files``; ``options`` go to ``ingest_event`` (``event_id``,
     ``provider_event_id``, ``occurred_at``)."""
@@ -68,7 +68,7 @@ def event_with_attachments(
     return pk.ingest_event(conversation_id, author=author, body=body, attachments=attachments, **options)
 
 
-def confirm_events(pk: Pk, *event_ids: str, who: dict[str, Any] = WHO, **options: Any) -> commands.Acceptance:
+def confirm_events(pk: Pk, *event_ids: str, who: dict[str, Any] = WHO, **options: Any) -> purgekeeper.Acceptance:
     """A content purge of ``event_ids``, previewed and confirmed with the preview's digest
     (``options`` go to ``confirm_purge``: ``idempotency_key``, ...), whatever its outcome."""
     scope = EventScope(event_ids=tuple(event_ids))

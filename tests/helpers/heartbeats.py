@@ -9,11 +9,11 @@ from collections.abc import Sequence
 
 from sqlalchemy import bindparam, text
 
-import commands
-from schema.states import WorkerRole
-from schema.tables import UtcDateTime
-from workers import broker
-from workers.heartbeat import Heartbeat, this_process
+import purgekeeper
+from purgekeeper.schema.states import WorkerRole
+from purgekeeper.schema.tables import UtcDateTime
+from purgekeeper.workers import broker
+from purgekeeper.workers.heartbeat import Heartbeat, this_process
 
 SLOW = dt.timedelta(seconds=30)  # no beat of the thread lands inside a test
 _SHIFT = text(
@@ -22,7 +22,7 @@ _SHIFT = text(
 
 
 def heartbeat(
-    pk: commands.Purgekeeper, role: WorkerRole = WorkerRole.WORKER, *, threads: int = 4, holding: Sequence[str] = ()
+    pk: purgekeeper.Purgekeeper, role: WorkerRole = WorkerRole.WORKER, *, threads: int = 4, holding: Sequence[str] = ()
 ) -> Heartbeat:
     """A process of ``role`` (a worker of ``threads`` threads on the cleanup queue), holding the
     attempts whose lease owners are ``holding``."""
@@ -31,7 +31,7 @@ def heartbeat(
     return Heartbeat(pk.db, process, interval=SLOW, holding=lambda: list(holding))
 
 
-def seen_ago(pk: commands.Purgekeeper, process_id: str, ago: dt.timedelta) -> None:
+def seen_ago(pk: purgekeeper.Purgekeeper, process_id: str, ago: dt.timedelta) -> None:
     """The process's last beat (and start), and so its dead bound, were ``ago`` earlier."""
     row = next(w for w in pk.list_workers() if w.process_id == process_id)
     bound = row.alive_until - row.last_seen_at

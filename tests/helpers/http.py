@@ -17,19 +17,19 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 from sqlalchemy import select
 
-import commands
-from commands.http import models, receipt_models
-from commands.http.app import create_app
-from commands.validation import MAX_ATTACHMENT_BYTES
-from commands.web.auth import Tokens
-from schema.tables import metadata
+import purgekeeper
+from purgekeeper.commands.http import models, receipt_models
+from purgekeeper.commands.http.app import create_app
+from purgekeeper.commands.validation import MAX_ATTACHMENT_BYTES
+from purgekeeper.commands.web.auth import Tokens
+from purgekeeper.schema.tables import metadata
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
 
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 HOST = "host-token-5d1e"
 OPERATOR = "operator-token-a93b"
 TOKENS = Tokens(api=HOST, operator=OPERATOR)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from schema import ledger
+from purgekeeper.schema import ledger
 
 DATABASE = "d" * 32
 NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)

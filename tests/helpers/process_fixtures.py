@@ -15,10 +15,10 @@ import dramatiq
 import pytest
 import redis
 
-import commands
+import purgekeeper
+from purgekeeper.workers import broker
 from tests.helpers.databases import service_missing
 from tests.helpers.processes import Processes, RedisServer, free_port
-from workers import broker
 
 FAULT_SETTINGS = {
     "PURGEKEEPER_STEP_LEASE": "2",
@@ -115,13 +115,13 @@ def processes(fault_env: dict[str, str], tmp_path: Path, redis_client: redis.Red
 @pytest.fixture
 def open_handle(
     postgres_clone: str, roots: dict[str, Path], redis_server: RedisServer, redis_broker: dramatiq.Broker
-) -> Iterator[Callable[..., commands.Purgekeeper]]:
+) -> Iterator[Callable[..., purgekeeper.Purgekeeper]]:
     """Open handles on the test database (or ``database_url``) whose confirmations enqueue to
     the test's Redis (no in-process worker); they are closed at teardown."""
-    handles: list[commands.Purgekeeper] = []
+    handles: list[purgekeeper.Purgekeeper] = []
 
-    def open_one(database_url: str | None = None, **kwargs: Any) -> commands.Purgekeeper:
-        handle = commands.open(
+    def open_one(database_url: str | None = None, **kwargs: Any) -> purgekeeper.Purgekeeper:
+        handle = purgekeeper.open(
             database_url or postgres_clone,
             blob_root=roots["blob_root"],
             file_root=roots["file_root"],

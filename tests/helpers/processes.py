@@ -23,8 +23,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-import commands
-from workers import broker
+import purgekeeper
+from purgekeeper.workers import broker
 
 T = TypeVar("T")
 
@@ -190,13 +190,13 @@ class Processes:
         return proc
 
     def worker(self, failpoints: str = "", *, wait_ready: bool = True, env: dict[str, str] | None = None) -> Proc:
-        """``python -m commands.worker --processes 1 --threads 2`` (the Procfile's worker: the
+        """``python -m purgekeeper.commands.worker --processes 1 --threads 2`` (the Procfile's worker: the
         dramatiq CLI in purgekeeper's log format), optionally with failpoints and more
         environment."""
         argv = [
             sys.executable,
             "-m",
-            "commands.worker",
+            "purgekeeper.commands.worker",
             "--processes",
             "1",
             "--threads",
@@ -212,17 +212,24 @@ class Processes:
         """``purgectl scheduler``: sweeps every 0.2 s while it leads, optionally with
         failpoints (``retention.planned=exit``, say)."""
         extra = {"PURGEKEEPER_FAILPOINTS": failpoints} if failpoints else {}
-        proc = self._start("scheduler", [*self._command("purgectl", "commands.cli"), "scheduler"], extra)
+        proc = self._start("scheduler", [*self._command("purgectl", "purgekeeper.commands.cli"), "scheduler"], extra)
         return self._wait_ready(proc, SCHEDULER_READY)
 
     def serve(self, port: int) -> Proc:
         """``purgectl serve`` on 127.0.0.1 (the API only: a broker URL is set)."""
-        argv = [*self._command("purgectl", "commands.cli"), "serve", "--host", "127.0.0.1", "--port", str(port)]
+        argv = [
+            *self._command("purgectl", "purgekeeper.commands.cli"),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
         return self._wait_ready(self._start("api", argv, {}), "Uvicorn running on")
 
     def run_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """One ``purgectl`` command with the test's environment, to its end."""
-        argv = [*self._command("purgectl", "commands.cli"), *args]
+        argv = [*self._command("purgectl", "purgekeeper.commands.cli"), *args]
         return subprocess.run(argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=WAIT_S, check=False)
 
     def kill(self, proc: Proc) -> int:
@@ -335,7 +342,7 @@ def throwaway_cluster(prefix: str, conf: str, *, hba: str | None = None) -> Iter
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def open_transactions(pk: commands.Purgekeeper) -> int:
+def open_transactions(pk: purgekeeper.Purgekeeper) -> int:
     """Other sessions of the test database idle inside a transaction for more than half a
     second (a batch stopped mid-way; not the moment between two statements of a busy one)."""
     from sqlalchemy import text
@@ -349,7 +356,7 @@ def open_transactions(pk: commands.Purgekeeper) -> int:
         return int(conn.scalar(text(sql)))
 
 
-def seed_conversation(pk: commands.Purgekeeper, conversation_id: str, events: int) -> None:
+def seed_conversation(pk: purgekeeper.Purgekeeper, conversation_id: str, events: int) -> None:
     """A conversation of ``events`` events with bodies, written in two statements (the
     triggers fire): ``<conversation>-e1`` .. ``-e<events>``."""
     from sqlalchemy import text

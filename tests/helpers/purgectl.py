@@ -17,13 +17,13 @@ from typing import Any
 
 from sqlalchemy import bindparam, text
 
-import commands
-from commands import EventScope
-from schema import steps
-from schema.tables import UtcDateTime
-from workers import runner
+import purgekeeper
+from purgekeeper import EventScope
+from purgekeeper.schema import steps
+from purgekeeper.schema.tables import UtcDateTime
+from purgekeeper.workers import runner
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 REPOSITORY = Path(__file__).resolve().parents[2]
 WHO = ("--actor", "ops@example.org", "--reason", "the user asked")
 POLICY = runner.Policy(lease=dt.timedelta(seconds=2), backoff_base=dt.timedelta(milliseconds=10))
@@ -33,7 +33,7 @@ T0 = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
 
 @dataclass(frozen=True)
 class Purgectl:
-    """Runs ``python -m commands.cli`` with the test's database and roots in its environment."""
+    """Runs ``python -m purgekeeper.commands.cli`` with the test's database and roots in its environment."""
 
     env: dict[str, str]
 
@@ -41,7 +41,7 @@ class Purgectl:
         return Purgectl({**self.env, **extra})
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "commands.cli", *args]
+        command = [sys.executable, "-m", "purgekeeper.commands.cli", *args]
         return subprocess.run(command, env=self.env, cwd=REPOSITORY, capture_output=True, text=True, timeout=60)
 
     def json(self, *args: str, code: int = 0) -> Any:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy import bindparam, text
 
-from schema.db import Database
-from schema.errors import PurgekeeperError
-from schema.tables import UtcDateTime
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import PurgekeeperError
+from purgekeeper.schema.tables import UtcDateTime
 
 
 def statement(sql: str, params: dict[str, Any]) -> Any:

@@ -6,14 +6,14 @@ from typing import Any
 
 from sqlalchemy import text
 
-import commands
+import purgekeeper
 
 
-def rows(pk: commands.Purgekeeper, sql: str, **params: Any) -> list[Any]:
+def rows(pk: purgekeeper.Purgekeeper, sql: str, **params: Any) -> list[Any]:
     with pk.db.read() as conn:
         return list(conn.execute(text(sql), params))
 
 
-def scalar(pk: commands.Purgekeeper, sql: str, **params: Any) -> Any:
+def scalar(pk: purgekeeper.Purgekeeper, sql: str, **params: Any) -> Any:
     with pk.db.read() as conn:
         return conn.execute(text(sql), params).scalar()

@@ -6,16 +6,16 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-import commands
-from storage import signed_log
-from tlog.verify import Verifier, open_checkpoint, verify_consistency
+import purgekeeper
+from purgekeeper.storage import signed_log
+from purgekeeper.tlog.verify import Verifier, open_checkpoint, verify_consistency
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "op", "reason": "receipt test"}
 SECRET = "S3CR3T-receipt"
 
 
-def accept(pk: Pk, n: int, *, prefix: str = "c") -> list[commands.Acceptance]:
+def accept(pk: Pk, n: int, *, prefix: str = "c") -> list[purgekeeper.Acceptance]:
     """``n`` conversation purges (each its own group commit)."""
     return [pk.purge_conversation(f"{prefix}-{i}-{SECRET}", **WHO) for i in range(n)]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import datetime as dt
 import time
 
-import commands
+import purgekeeper
+from purgekeeper.workers import runner
 from tests.helpers.reads import rows
-from workers import runner
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 POLICY = runner.Policy(
     lease=dt.timedelta(seconds=5),

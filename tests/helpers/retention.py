@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-import commands
+import purgekeeper
 from tests.helpers.backups import Backups
 from tests.helpers.reads import scalar
 from tests.helpers.steps import settle
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 DAY = dt.timedelta(days=1)
 
 
@@ -22,7 +22,7 @@ def ago(days: float) -> dt.datetime:
     return dt.datetime.now(dt.UTC) - days * DAY
 
 
-def set_policy(pk: Pk, policy_id: str, days: int, conversation_id: str | None = None) -> commands.Acceptance:
+def set_policy(pk: Pk, policy_id: str, days: int, conversation_id: str | None = None) -> purgekeeper.Acceptance:
     preview = pk.preview_retention(max_age=days * DAY, conversation_id=conversation_id)
     return pk.set_retention(
         policy_id,
@@ -34,7 +34,7 @@ def set_policy(pk: Pk, policy_id: str, days: int, conversation_id: str | None = 
     )
 
 
-def turn(pk: Pk) -> list[commands.RetentionRunOutcome]:
+def turn(pk: Pk) -> list[purgekeeper.RetentionRunOutcome]:
     """One scheduler turn, and the cleanup of every run it accepted."""
     outcomes = pk.run_retention()
     for outcome in outcomes:
@@ -63,6 +63,6 @@ def restored_after(pk: Pk, backups: Backups, backup: str, open_pk: Callable[[], 
     pk.close()
     backups.restore(backup)
     handle = open_pk()
-    with pytest.raises(commands.MessagingUnavailable):
+    with pytest.raises(purgekeeper.MessagingUnavailable):
         handle.read_conversation("c1")  # the database lacks rows its checkpoint holds
     return handle, handle.merge_ledger(handle.settings.checkpoint_dir)

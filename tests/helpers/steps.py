@@ -7,9 +7,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import commands
-from storage.blobstore import BlobStore
-from workers import runner
+import purgekeeper
+from purgekeeper.storage.blobstore import BlobStore
+from purgekeeper.workers import runner
 
 # Short timings: a 2 s lease, a 10 ms backoff capped at 50 ms.
 POLICY = runner.Policy(
@@ -21,13 +21,13 @@ SETTLE_S = 10.0
 
 
 def settle(
-    pk: commands.Purgekeeper,
+    pk: purgekeeper.Purgekeeper,
     purge_id: str,
     ctx: Any = None,
     *,
     policy: runner.Policy = POLICY,
     timeout_s: float = SETTLE_S,
-) -> commands.PurgeStatus:
+) -> purgekeeper.PurgeStatus:
     """Run the purge's steps, as a worker would, until each is done or incomplete."""
     deadline = time.monotonic() + timeout_s
     while True:

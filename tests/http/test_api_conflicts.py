@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-import commands
-from commands import EventScope
+import purgekeeper
+from purgekeeper import EventScope
 from tests.helpers.cleanup import clean
 from tests.helpers.http import AS_OPERATOR, WHO, TestClient, make_client, refused
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 @pytest.fixture

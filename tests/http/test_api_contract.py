@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-import commands
-from commands.http import create_app, models, receipt_models
-from commands.web.auth import Tokens
-from schema.states import PurgeKind
+import purgekeeper
+from purgekeeper.commands.http import create_app, models, receipt_models
+from purgekeeper.commands.web.auth import Tokens
+from purgekeeper.schema.states import PurgeKind
 from tests.helpers.http import ENDPOINTS
 
 OPERATION_IDS = {
@@ -82,7 +82,7 @@ def document(sqlite_template: Any, tmp_path_factory: pytest.TempPathFactory) -> 
     root = tmp_path_factory.mktemp("contract")
     database = root / "purgekeeper.db"
     database.write_bytes(sqlite_template.read_bytes())
-    with commands.open(
+    with purgekeeper.open(
         f"sqlite:///{database}", blob_root=root / "blobs", checkpoint_dir=root / "l", workers="none"
     ) as pk:
         return create_app(pk, tokens=Tokens(api="t")).openapi()

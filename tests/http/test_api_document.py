@@ -12,9 +12,9 @@ from typing import Any
 import jsonschema_rs
 import pytest
 
-import commands
-from commands.http import create_app
-from commands.web.auth import Tokens
+import purgekeeper
+from purgekeeper.commands.http import create_app
+from purgekeeper.commands.web.auth import Tokens
 
 Document = dict[str, Any]
 
@@ -24,7 +24,9 @@ def document(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) ->
     root = tmp_path_factory.mktemp("document")
     database = root / "purgekeeper.db"
     database.write_bytes(sqlite_template.read_bytes())
-    with commands.open(f"sqlite:///{database}", blob_root=root / "b", checkpoint_dir=root / "l", workers="none") as pk:
+    with purgekeeper.open(
+        f"sqlite:///{database}", blob_root=root / "b", checkpoint_dir=root / "l", workers="none"
+    ) as pk:
         return create_app(pk, tokens=Tokens(api="t")).openapi()
 
 

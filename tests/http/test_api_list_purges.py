@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-import commands
-from commands import EventScope
+import purgekeeper
+from purgekeeper import EventScope
 from tests.helpers.http import AS_HOST, AS_OPERATOR, WHO, TestClient, make_client, ok, refused
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 @pytest.fixture

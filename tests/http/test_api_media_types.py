@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-import commands
+import purgekeeper
 from tests.helpers.http import AS_HOST, AS_OPERATOR, TestClient, make_client, ok, refused
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 NEW = b'{"conversation_id": "c2"}'
 
 

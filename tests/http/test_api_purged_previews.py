@@ -5,7 +5,7 @@ document declared the name a string. The answer now matches its model, as every 
 
 from __future__ import annotations
 
-from commands import EventScope, NewAttachment
+from purgekeeper import EventScope, NewAttachment
 from tests.helpers.cleanup import clean
 from tests.helpers.http import AS_HOST, WHO, Pk, make_client, ok
 

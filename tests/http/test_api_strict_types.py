@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-import commands
-from schema.tables import metadata
+import purgekeeper
+from purgekeeper.schema.tables import metadata
 from tests.helpers.http import AS_OPERATOR, WHO, TestClient, b64, make_client, ok, refused
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 DIGEST = "0" * 64
 
 
@@ -105,7 +105,7 @@ def test_a_time_is_an_iso_string_with_an_offset(pk: Pk, client: TestClient) -> N
 
 def test_form_and_query_flags_are_true_or_false(pk: Pk, client: TestClient, tmp_path: Path) -> None:
     """``from_other_database`` lets another database's ledger in: only ``true`` does."""
-    with commands.open(f"sqlite:///{tmp_path / 'other.db'}", checkpoint_dir=tmp_path / "o", workers="none") as other:
+    with purgekeeper.open(f"sqlite:///{tmp_path / 'other.db'}", checkpoint_dir=tmp_path / "o", workers="none") as other:
         other.purge_conversation("c-there", **WHO)
         upload = [("files", ("other.json", other.checkpoint_ledger(tmp_path / "o.json").path.read_bytes(), "x"))]
     failures = []

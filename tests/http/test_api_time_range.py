@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-import commands
-from commands import validation
-from schema.tables import events, metadata
+import purgekeeper
+from purgekeeper.commands import validation
+from purgekeeper.schema.tables import events, metadata
 from tests.helpers.http import AS_HOST, WHO, TestClient, make_client, ok, refused
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 LATEST = "9998-12-31T23:59:59.999999Z"
 OUTSIDE = ("9999-12-31T23:59:59.999999Z", "0001-01-01T00:00:00Z", "9999-01-01T00:00:00Z", "0001-12-31T23:59:59Z")
 

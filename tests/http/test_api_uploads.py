@@ -20,13 +20,14 @@ import anyio
 import pytest
 from fastapi import FastAPI
 
-import commands
-from commands import NewAttachment, validation
-from commands.http import app as http_app
-from commands.http import guard, uploads
+import purgekeeper
+from purgekeeper import NewAttachment
+from purgekeeper.commands import validation
+from purgekeeper.commands.http import app as http_app
+from purgekeeper.commands.http import guard, uploads
 from tests.helpers.http import AS_HOST, BODY_CAP, TOKENS, TestClient, World, make_client, ok, refused, snapshot
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 LIMIT = 200_000  # past the tests' 64 KiB JSON body cap: the upload route has its own
 BOUNDARY = "pk-test-boundary"
 CHUNK = 64 * 1024
@@ -353,12 +354,12 @@ def test_a_file_that_changes_before_it_is_stored_is_refused(pk: Pk, tmp_path: Pa
     source.write_bytes(b"reviewed bytes")
     attachment = NewAttachment.file_from(source, name="doc.txt")
     source.write_bytes(b"swapped bytes!")  # the same size, other bytes
-    with pytest.raises(commands.ValidationError, match="changed"):
+    with pytest.raises(purgekeeper.ValidationError, match="changed"):
         pk.ingest_event("c1", author="ada", body="x", attachments=[attachment])
     assert pk.read_conversation("c1") == []
     assert [p for p in pk.settings.file_root.rglob("*") if p.is_file()] == []
     for bad in (tmp_path / "missing", tmp_path / "empty"):
         if bad.name == "empty":
             bad.write_bytes(b"")
-        with pytest.raises(commands.ValidationError):
+        with pytest.raises(purgekeeper.ValidationError):
             NewAttachment.cas_from(bad, name="x")

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import bindparam, text
 
-import commands
-from commands.web import times
-from schema.tables import UtcDateTime
+import purgekeeper
+from purgekeeper.commands.web import times
+from purgekeeper.schema.tables import UtcDateTime
 from tests.helpers.console import (
     WHO,
     Element,
@@ -28,7 +28,7 @@ from tests.helpers.console import (
     stall,
 )
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 their leases, every attempt, the audit rows; 404 and 400 pages; a retry recorded under the
 signed-in operator's name, and every refusal (CSRF token missing, wrong or another session's,
 another site's Origin, no reason, a reason too long, nothing incomplete, no session) changing
-nothing. A worker holding a step is a real claim (``schema.steps.claim``) that never finishes.
+nothing. A worker holding a step is a real claim (``purgekeeper.schema.steps.claim``) that never finishes.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import commands
-from commands.http.app import create_app
-from commands.web.auth import COOKIE_NAME
-from commands.web.status import FORGED_FORM, OPERATOR_HEADER, RETRIED
+import purgekeeper
+from purgekeeper.commands.http.app import create_app
+from purgekeeper.commands.web.auth import COOKIE_NAME
+from purgekeeper.commands.web.status import FORGED_FORM, OPERATOR_HEADER, RETRIED
 from tests.helpers import settle
 from tests.helpers.console import (
     HOST,
@@ -42,7 +42,7 @@ from tests.helpers.console import (
 )
 from tests.helpers.steps import FailingStore
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 REASON = "freed the blob path; see ticket OPS-42"
 HOSTILE_NAME = "<img src=x onerror=alert(1)>"
 SAME_SITE = {"Origin": "null", "Sec-Fetch-Site": "same-origin"}  # as Chromium sends it under no-referrer

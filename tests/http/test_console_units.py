@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from commands import touched
-from commands.records import Attempt, AuditEntry, PurgeDetail, PurgeStatus, StepProgress, StepState
-from commands.settings import Settings
-from commands.touched import PurgeTouched
-from commands.web import overview_page, pages, purge_page, times
-from commands.web.auth import (
+from purgekeeper.commands import touched
+from purgekeeper.commands.records import Attempt, AuditEntry, PurgeDetail, PurgeStatus, StepProgress, StepState
+from purgekeeper.commands.settings import Settings
+from purgekeeper.commands.touched import PurgeTouched
+from purgekeeper.commands.web import overview_page, pages, purge_page, times
+from purgekeeper.commands.web.auth import (
     Operator,
     Session,
     SessionSigner,
@@ -26,9 +26,9 @@ from commands.web.auth import (
     same_origin,
     token_hint,
 )
-from commands.web.status import STEP_HELPERS, Filters, Frame
-from schema.errors import ValidationError
-from storage import blobstore
+from purgekeeper.commands.web.status import STEP_HELPERS, Filters, Frame
+from purgekeeper.schema.errors import ValidationError
+from purgekeeper.storage import blobstore
 
 NOW = dt.datetime(2026, 12, 1, 9, 30, tzinfo=dt.UTC)
 

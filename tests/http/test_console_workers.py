@@ -13,12 +13,12 @@ from collections.abc import Iterator
 
 import pytest
 
-import commands
-from schema.states import WorkerRole
+import purgekeeper
+from purgekeeper.schema.states import WorkerRole
 from tests.helpers.console import TestClient, app_of, claim, page, parse, purge_new_event, sign_in
 from tests.helpers.heartbeats import heartbeat, seen_ago
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-import commands
+import purgekeeper
 from tests.helpers.http import AS_HOST, WHO, TestClient, accepted, make_client, ok, refused
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 @pytest.fixture

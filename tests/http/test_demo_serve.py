@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-import commands
-from commands.http.server import open_for_serving, seed_demo
-from commands.settings import Settings
+import purgekeeper
+from purgekeeper.commands.http.server import open_for_serving, seed_demo
+from purgekeeper.commands.settings import Settings
 from tests.helpers import served
 
 TOKEN = "demo-host-token-4d1f"
@@ -72,7 +72,7 @@ def test_serving_opens_with_the_settings_it_was_given(tmp_path: Path, monkeypatc
         raise AssertionError("the environment was read again")
 
     monkeypatch.setattr(Settings, "from_env", classmethod(refuse))
-    with commands.open(settings=settings, workers="none") as seeding:
+    with purgekeeper.open(settings=settings, workers="none") as seeding:
         summary = seed_demo(seeding, settings)
     pk = open_for_serving(settings)
     try:

@@ -26,14 +26,14 @@ from sqlalchemy import select, text
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-import commands
-from commands import EventScope, NewAttachment
-from commands.http.app import MAX_JSON_DEPTH, MAX_WAIT_SECONDS, OPERATOR_TAG, create_app
-from commands.http.server import DEMO_BOT, DEMO_PURGED_EVENT, LOOPBACK, resolve_access, seed_demo
-from commands.settings import Settings
-from commands.web.auth import TOKEN_FILE_NAME, Tokens
-from schema import ledger
-from schema.tables import metadata
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.commands.http.app import MAX_JSON_DEPTH, MAX_WAIT_SECONDS, OPERATOR_TAG, create_app
+from purgekeeper.commands.http.server import DEMO_BOT, DEMO_PURGED_EVENT, LOOPBACK, resolve_access, seed_demo
+from purgekeeper.commands.settings import Settings
+from purgekeeper.commands.web.auth import TOKEN_FILE_NAME, Tokens
+from purgekeeper.schema import ledger
+from purgekeeper.schema.tables import metadata
 from tests.helpers.http import (
     AS_HOST,
     AS_OPERATOR,
@@ -54,7 +54,7 @@ from tests.helpers.http import (
     snapshot,
 )
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 @pytest.fixture
@@ -307,7 +307,7 @@ def test_operator_endpoints(client: TestClient, world: World) -> None:
 
 def test_merge_upload_of_another_database_s_file_needs_the_form_field(client: TestClient, tmp_path: Path) -> None:
     """Issue 11, case 13: refused (400) unless ``from_other_database=true`` is sent."""
-    with commands.open(
+    with purgekeeper.open(
         f"sqlite:///{tmp_path / 'other.db'}", checkpoint_dir=tmp_path / "other", workers="none"
     ) as other:
         other.purge_conversation("c-there", **WHO)
@@ -627,11 +627,13 @@ def test_unavailable_messaging_is_503_with_bounded_diagnostics(
     client: TestClient, pk: Pk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def closed() -> list[Any]:
-        raise commands.MessagingUnavailable("the ledger is behind its checkpoint", diagnostics=["row 3 missing"] * 50)
+        raise purgekeeper.MessagingUnavailable(
+            "the ledger is behind its checkpoint", diagnostics=["row 3 missing"] * 50
+        )
 
     monkeypatch.setattr(pk, "list_conversations", closed)
     body = refused(client.get("/v1/conversations"), 503, "messaging_unavailable")
-    assert body["diagnostics"] == ["row 3 missing"] * commands.MessagingUnavailable.MAX_DIAGNOSTICS
+    assert body["diagnostics"] == ["row 3 missing"] * purgekeeper.MessagingUnavailable.MAX_DIAGNOSTICS
 
 
 def test_a_bug_is_a_500_without_the_traceback(
@@ -725,7 +727,7 @@ def test_seed_demo_refuses_a_database_in_use(pk: Pk) -> None:
     the database is in use, and nothing is written."""
     pk.create_conversation("customer-1")
     before = _counts(pk)
-    with pytest.raises(commands.ValidationError, match="in use"):
+    with pytest.raises(purgekeeper.ValidationError, match="in use"):
         seed_demo(pk, pk.settings)
     assert _counts(pk) == before
 
@@ -767,7 +769,7 @@ def test_serve_seeds_serves_and_stops_on_sigterm(tmp_path: Path, backend: str) -
         port = probe.getsockname()[1]
     env = {**os.environ, "PURGEKEEPER_DATA_DIR": str(tmp_path / "data")}
     script = (
-        "from commands.http.server import serve; from commands.settings import Settings; "
+        "from purgekeeper.commands.http.server import serve; from purgekeeper.commands.settings import Settings; "
         f"serve(Settings.from_env(), host='0.0.0.0', port={port}, demo=True); print('closed')"
     )
     process = subprocess.Popen(
@@ -804,17 +806,17 @@ def _serving_token(token_file: Path, port: int) -> str:
 
 def test_python_api_refuses_a_time_out_of_range_with_a_validation_error(pk: Pk) -> None:
     pk.create_conversation("c1")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.ingest_event("c1", author="ada", body="x", occurred_at=_out_of_range_time())
 
 
 def test_python_api_scope_refuses_a_time_out_of_range(pk: Pk) -> None:
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         EventScope(conversation_id="c1", after=_out_of_range_time())
 
 
 def test_python_api_list_purges_refuses_a_cursor_beyond_64_bits(pk: Pk) -> None:
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.list_purges(after=2**63)
 
 
@@ -823,7 +825,7 @@ def test_python_api_refuses_deeply_nested_payloads(pk: Pk) -> None:
     deep: Any = 1
     for _ in range(100_000):
         deep = [deep]
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.add_derivative("c1", kind="k", payload=deep)
 
 
@@ -841,8 +843,8 @@ def test_python_api_wait_refuses_a_nan_timeout(pk: Pk, monkeypatch: pytest.Monke
         return real_status(purge_id)
 
     monkeypatch.setattr(pk, "status", counted)
-    monkeypatch.setattr("commands.operations.WAIT_POLL_S", 0.0)
-    with pytest.raises(commands.ValidationError):
+    monkeypatch.setattr("purgekeeper.commands.operations.WAIT_POLL_S", 0.0)
+    with pytest.raises(purgekeeper.ValidationError):
         pk.wait(accepted.purge_id, float("nan"))
 
 

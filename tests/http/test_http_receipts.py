@@ -8,14 +8,14 @@ from collections.abc import Iterator
 
 import pytest
 
-import commands
-from storage import signed_log
+import purgekeeper
+from purgekeeper.storage import signed_log
+from purgekeeper.tlog import tree
+from purgekeeper.tlog.verify import ReceiptInvalid, Verifier, open_checkpoint, verify_completion, verify_receipt
 from tests.helpers.http import AS_HOST, WHO, TestClient, make_client, ok
 from tests.helpers.restore import clean
-from tlog import tree
-from tlog.verify import ReceiptInvalid, Verifier, open_checkpoint, verify_completion, verify_receipt
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 NO_TOKEN = {"Authorization": ""}
 
 

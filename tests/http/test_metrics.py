@@ -17,13 +17,13 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import bindparam, event, text
 
-import commands
-from commands import EventScope, NewAttachment
-from commands.web import metrics
-from commands.web.auth import Tokens
-from schema import ledger, overview
-from schema.states import WorkerRole
-from schema.tables import UtcDateTime
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.commands.web import metrics
+from purgekeeper.commands.web.auth import Tokens
+from purgekeeper.schema import ledger, overview
+from purgekeeper.schema.states import WorkerRole
+from purgekeeper.schema.tables import UtcDateTime
 from tests.helpers import FailingStore, scalar, settle
 from tests.helpers.heartbeats import heartbeat
 
@@ -31,7 +31,7 @@ with warnings.catch_warnings():  # starlette warns at import when httpx2 is not 
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 OPERATOR = "operator-token-7f3a"
@@ -278,7 +278,7 @@ def test_a_merge_under_way_closes_messaging_at_once(pk: Pk, client: TestClient) 
         conn.execute(text("UPDATE ledger_head SET gate_reason = 'a ledger merge is under way' WHERE id = 1"))
     samples = scrape(client)
     assert (value(samples, "messaging_available"), value(samples, "ledger_verified")) == (0, 1)
-    with pytest.raises(commands.MessagingUnavailable):
+    with pytest.raises(purgekeeper.MessagingUnavailable):
         pk.read_conversation("c1")  # the metric tells what a read meets
 
 
@@ -346,7 +346,7 @@ def test_a_database_fault_is_a_503_with_the_error_body(
     pk: Pk, client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def busy(*args: Any, **kwargs: Any) -> Any:
-        raise commands.InfrastructureError("the database stayed busy after 5 attempts")
+        raise purgekeeper.InfrastructureError("the database stayed busy after 5 attempts")
 
     monkeypatch.setattr(overview, "step_totals", busy)
     response = client.get("/metrics", headers={"Authorization": f"Bearer {OPERATOR}"})

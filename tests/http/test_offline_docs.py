@@ -10,10 +10,10 @@ from urllib.parse import urljoin, urlsplit
 
 import pytest
 
-import commands
+import purgekeeper
 from tests.helpers.http import TestClient, make_client
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 BASE = "http://testserver"
 
 

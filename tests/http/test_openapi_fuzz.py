@@ -31,10 +31,10 @@ import pytest
 import schemathesis
 from schemathesis.engine import events, from_schema
 
-import commands
-from commands import NewAttachment
-from commands.http import create_app
-from commands.web.auth import Tokens
+import purgekeeper
+from purgekeeper import NewAttachment
+from purgekeeper.commands.http import create_app
+from purgekeeper.commands.web.auth import Tokens
 from tests.helpers.http import ENDPOINTS
 
 TOKEN = "fuzz-host-token"
@@ -82,7 +82,7 @@ class Finding:
         return f"{self.check} on {self.operation}: {self.status} {self.answer} <- {self.request}"
 
 
-def _seed(pk: commands.Purgekeeper, memory_root: Path) -> None:
+def _seed(pk: purgekeeper.Purgekeeper, memory_root: Path) -> None:
     for n, the_id in enumerate(SEED_IDS):
         repository = memory_root / f"bot-{n}"
         subprocess.run(["git", "init", "-q", str(repository)], check=True, capture_output=True)
@@ -102,10 +102,10 @@ def _seed(pk: commands.Purgekeeper, memory_root: Path) -> None:
 
 
 @pytest.fixture
-def fuzzed_pk(sqlite_template: Path, tmp_path: Path) -> Iterator[commands.Purgekeeper]:
+def fuzzed_pk(sqlite_template: Path, tmp_path: Path) -> Iterator[purgekeeper.Purgekeeper]:
     database = tmp_path / "purgekeeper.db"
     database.write_bytes(sqlite_template.read_bytes())
-    handle = commands.open(
+    handle = purgekeeper.open(
         f"sqlite:///{database}",
         blob_root=tmp_path / "blobs",
         file_root=tmp_path / "files",
@@ -208,7 +208,7 @@ def semantic(finding: Finding) -> bool:
 
 
 @pytest.mark.parametrize("phases", list(RUNS.values()), ids=list(RUNS))
-def test_the_document_tells_the_truth(fuzzed_pk: commands.Purgekeeper, phases: tuple[str, ...]) -> None:
+def test_the_document_tells_the_truth(fuzzed_pk: purgekeeper.Purgekeeper, phases: tuple[str, ...]) -> None:
     app = create_app(fuzzed_pk, tokens=Tokens(api=TOKEN), max_body_bytes=256 * 1024)
     findings, responses = _run(app, phases)
     assert responses > 100 * len(phases), responses  # the run reached the app
@@ -220,7 +220,7 @@ def test_the_fuzzed_operations_are_all_the_operations(sqlite_template: Path, tmp
     """Every route of the endpoint table is in the document, so the runs above reach it."""
     database = tmp_path / "purgekeeper.db"
     database.write_bytes(sqlite_template.read_bytes())
-    with commands.open(f"sqlite:///{database}", blob_root=tmp_path / "b", checkpoint_dir=tmp_path / "l") as pk:
+    with purgekeeper.open(f"sqlite:///{database}", blob_root=tmp_path / "b", checkpoint_dir=tmp_path / "l") as pk:
         schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(pk, tokens=Tokens(api=TOKEN)))
         served = {(result.ok().method.upper(), result.ok().path) for result in schema.get_all_operations()}
     assert served == set(ENDPOINTS)

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-import commands
-from commands.http import create_app
-from commands.web.auth import Tokens
+import purgekeeper
+from purgekeeper.commands.http import create_app
+from purgekeeper.commands.web.auth import Tokens
 
 SNAPSHOT = Path(__file__).with_name("openapi_operations.json")
 
@@ -43,7 +43,7 @@ def document(sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory) ->
     root = tmp_path_factory.mktemp("operations")
     database = root / "purgekeeper.db"
     database.write_bytes(sqlite_template.read_bytes())
-    with commands.open(
+    with purgekeeper.open(
         f"sqlite:///{database}", blob_root=root / "blobs", checkpoint_dir=root / "l", workers="none"
     ) as pk:
         return create_app(pk, tokens=Tokens(api="t")).openapi()

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-import commands
-from commands.http.app import OPERATOR_TAG
+import purgekeeper
+from purgekeeper.commands.http.app import OPERATOR_TAG
 from tests.helpers import scalar, settle
 from tests.helpers.http import AS_HOST, AS_OPERATOR, WHO, TestClient, accepted, make_client, ok, refused
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 DAY = 86_400
 ROUTES = {
     ("POST", "/v1/retention/preview"): "preview_retention",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from tests.helpers import served
 
-INFRASTRUCTURE_EXIT = 4  # commands.surface.ERROR_TABLE: InfrastructureError
+INFRASTRUCTURE_EXIT = 4  # purgekeeper.commands.surface.ERROR_TABLE: InfrastructureError
 
 
 def test_serve_on_a_busy_port_says_so_before_serving_and_exits_4(tmp_path: Path) -> None:

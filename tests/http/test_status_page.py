@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 from itsdangerous import URLSafeTimedSerializer
 from sqlalchemy import text
 
-import commands
-from commands.web import pages, times
-from commands.web.auth import COOKIE_NAME, SESSION_SALT, Session, Tokens
+import purgekeeper
+from purgekeeper.commands.web import pages, times
+from purgekeeper.commands.web.auth import COOKIE_NAME, SESSION_SALT, Session, Tokens
 from tests.helpers import settle
 from tests.helpers.console import (
     HOST,
@@ -55,7 +55,7 @@ from tests.helpers.console import (
     tamper_ledger,
 )
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 # -- the client ------------------------------------------------------------------------------------
@@ -456,7 +456,7 @@ def test_a_database_fault_is_a_503_page_not_a_traceback(
     pk: Pk, client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def busy(*args: Any, **kwargs: Any) -> Any:
-        raise commands.InfrastructureError("the database stayed busy after 5 attempts")
+        raise purgekeeper.InfrastructureError("the database stayed busy after 5 attempts")
 
     sign_in(client)
     monkeypatch.setattr(pk, "list_purges", busy)

@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-import commands
-from commands import NewAttachment
-from schema import cleanup_queries
-from schema.states import BlobKind
-from storage.blobstore import BlobStore
+import purgekeeper
+from purgekeeper import NewAttachment
+from purgekeeper.schema import cleanup_queries
+from purgekeeper.schema.states import BlobKind
+from purgekeeper.storage.blobstore import BlobStore
 from tests.helpers.cleanup import SECRET, blob, blob_file, expire_lease, run, run_when_due, step_of
 from tests.helpers.factories import purge_events
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 def doomed_event(pk: Pk, files: int, *, shared: bool = True) -> tuple[str, list[str]]:

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import commands
-from commands import NewAttachment
+import purgekeeper
+from purgekeeper import NewAttachment
 from tests.helpers import rows, scalar, settle
 from tests.helpers.backups import Backups
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
@@ -30,7 +30,7 @@ def blob_file(pk: Pk, blob_id: str) -> Path:
     return pk.blobs.root(row.kind) / row.path
 
 
-def erase(pk: Pk, author: str = "ada", **options: Any) -> commands.Acceptance:
+def erase(pk: Pk, author: str = "ada", **options: Any) -> purgekeeper.Acceptance:
     before = options.pop("before", None)
     preview = pk.preview_author_erasure(author, before=before)
     return pk.erase_author(
@@ -93,7 +93,7 @@ def world(pk: Pk) -> dict[str, Any]:
 
 def test_preview_counts_everything_the_author_wrote_everywhere(world: dict[str, Any], pk: Pk) -> None:
     preview = pk.preview_author_erasure("ada")
-    assert preview.totals == commands.ErasureTotals(
+    assert preview.totals == purgekeeper.ErasureTotals(
         events=3,
         placements=4,
         conversations=2,
@@ -124,11 +124,11 @@ def test_erasure_fences_at_once_and_cleanup_removes_it_everywhere(world: dict[st
     assert [e.id for e in pk.read_conversation("c1")] == ["e4"]
     assert pk.read_conversation("c2") == []
     assert [e.id for e in pk.read_conversation("c3")] == ["e5"]
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.open_attachment(world["attachment"])
-    with pytest.raises(commands.AuthorErased):
+    with pytest.raises(purgekeeper.AuthorErased):
         pk.ingest_event("c3", author="ada", body="I am back")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.place_event("e1", "c3")
     assert bodies(pk)["e1"] == "one"  # still on disk: the cleanup removes it
 
@@ -148,7 +148,7 @@ def test_erasure_fences_at_once_and_cleanup_removes_it_everywhere(world: dict[st
         for r in rows(pk, "SELECT id FROM tombstones WHERE kind = 'event' AND purge_id = :p", p=acceptance.purge_id)
     }
     assert fenced == {"e1", "e2", "e3"}
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.ingest_event("c3", author="carol", body="dup", provider_event_id="slack-3")
 
 
@@ -162,9 +162,9 @@ def test_a_repeat_is_already_purged_and_writes_nothing(world: dict[str, Any], pk
 def test_a_new_event_since_the_preview_is_a_stale_confirmation(world: dict[str, Any], pk: Pk) -> None:
     preview = pk.preview_author_erasure("ada")
     pk.ingest_event("c3", author="ada", body="late", occurred_at=at(9))
-    with pytest.raises(commands.StaleConfirmation, match="ingested since the preview"):
+    with pytest.raises(purgekeeper.StaleConfirmation, match="ingested since the preview"):
         pk.erase_author("ada", scope_digest=preview.scope_digest, actor="op", reason="r")
-    with pytest.raises(commands.StaleConfirmation, match="no preview"):  # another window, same digest
+    with pytest.raises(purgekeeper.StaleConfirmation, match="no preview"):  # another window, same digest
         pk.erase_author("ada", scope_digest=preview.scope_digest, actor="op", reason="r", before=at(2))
     assert scalar(pk, "SELECT count(*) FROM purge_ledger") == 0
     assert [e.id for e in pk.read_conversation("c3")][-1] != "e5"  # nothing fenced
@@ -175,7 +175,7 @@ def test_a_non_terminal_run_that_admitted_an_event_refuses_the_erasure(world: di
     pk.admit("e3", run.id, payload="p")
     preview = pk.preview_author_erasure("ada")
     assert preview.blocking_runs == (run.id,)
-    with pytest.raises(commands.ActiveRuns):
+    with pytest.raises(purgekeeper.ActiveRuns):
         pk.erase_author("ada", scope_digest=preview.scope_digest, actor="op", reason="r")
     assert scalar(pk, "SELECT count(*) FROM purge_ledger") == 0
 
@@ -184,7 +184,7 @@ def test_a_window_keeps_later_events_and_refuses_only_backfill_when_left_open(wo
     acceptance = erase(pk, before=at(2), close_author=False)
     assert [e.id for e in pk.read_conversation("c1")] == ["e2", "e4"]
     pk.ingest_event("c3", author="ada", body="new", event_id="e6", occurred_at=at(10))
-    with pytest.raises(commands.AuthorErased):
+    with pytest.raises(purgekeeper.AuthorErased):
         pk.ingest_event("c3", author="ada", body="backfill", occurred_at=at(0))
     settle(pk, acceptance.purge_id)
     assert bodies(pk)["e1"] is None and bodies(pk)["e2"] == "two" and bodies(pk)["e6"] == "new"
@@ -197,7 +197,7 @@ def test_idempotency_keys_work_as_for_content_purges(world: dict[str, Any], pk: 
     first = pk.erase_author("ada", scope_digest=preview.scope_digest, actor="op", reason="r", idempotency_key="k1")
     same = pk.erase_author("ada", scope_digest=preview.scope_digest, actor="op", reason="r", idempotency_key="k1")
     assert same == first
-    with pytest.raises(commands.IdempotencyConflict):
+    with pytest.raises(purgekeeper.IdempotencyConflict):
         pk.erase_author(
             "ada", scope_digest=preview.scope_digest, actor="op", reason="r", idempotency_key="k1", close_author=False
         )
@@ -206,13 +206,13 @@ def test_idempotency_keys_work_as_for_content_purges(world: dict[str, Any], pk: 
 def test_bad_input_is_refused_before_anything_is_written(pk: Pk) -> None:
     """What was tried: an empty author, a naive datetime, a digest that is not hex, a
     close_author that is not a bool."""
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.preview_author_erasure("")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.preview_author_erasure("ada", before=dt.datetime(2026, 1, 1))
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.erase_author("ada", scope_digest="nope", actor="op", reason="r")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.erase_author("ada", scope_digest="0" * 64, actor="op", reason="r", close_author="yes")  # type: ignore[arg-type]
     assert scalar(pk, "SELECT count(*) FROM purge_ledger") == 0
 
@@ -227,12 +227,12 @@ def test_a_restore_from_before_the_erasure_is_merged_and_erased_again(
     pk.close()
     backups.restore(backup)
     restored = open_pk()
-    with pytest.raises(commands.MessagingUnavailable):
+    with pytest.raises(purgekeeper.MessagingUnavailable):
         restored.read_conversation("c1")
     report = restored.merge_ledger(restored.settings.checkpoint_dir)
     assert report.appended == (acceptance.purge_id,)
     assert [e.id for e in restored.read_conversation("c1")] == ["e4"]  # fenced before any cleanup
-    with pytest.raises(commands.AuthorErased):
+    with pytest.raises(purgekeeper.AuthorErased):
         restored.ingest_event("c3", author="ada", body="back from the backup")
     assert report.steps_rearmed
     settle(restored, acceptance.purge_id)
@@ -248,17 +248,17 @@ def test_a_wider_window_of_an_open_author_is_a_new_erasure_that_refuses_more_bac
     assert erase(pk, before=at(1), close_author=False).outcome == "already_purged"  # a narrower one
     wider = erase(pk, before=at(9), close_author=False)
     assert wider.outcome == "accepted" and wider.purge_id != first.purge_id
-    with pytest.raises(commands.AuthorErased):
+    with pytest.raises(purgekeeper.AuthorErased):
         pk.ingest_event("c3", author="ada", body="backfill", occurred_at=at(5))
     closing = erase(pk, before=at(9))  # the same window, now closing the author
     assert closing.outcome == "accepted"
-    with pytest.raises(commands.AuthorErased):
+    with pytest.raises(purgekeeper.AuthorErased):
         pk.ingest_event("c3", author="ada", body="later", occurred_at=at(60))
 
 
 def test_a_content_purge_of_erased_events_is_already_purged_by_the_erasure(world: dict[str, Any], pk: Pk) -> None:
     erasure = erase(pk)
-    scope = commands.EventScope(event_ids=["e1", "e2"])
+    scope = purgekeeper.EventScope(event_ids=["e1", "e2"])
     preview = pk.preview_purge(scope)
     assert preview.already_fenced == ("e1", "e2")
     again = pk.confirm_purge(scope, scope_digest=preview.scope_digest, actor="op", reason="r")
@@ -288,5 +288,5 @@ def test_an_ingest_whose_transaction_began_before_the_preview_makes_it_stale(wor
         slow.execute(text(insert))
         slow.execute(text("INSERT INTO placements (event_id, conversation_id) VALUES ('e-slow', 'c3')"))
         slow.commit()
-    with pytest.raises(commands.StaleConfirmation, match="ingested since the preview"):
+    with pytest.raises(purgekeeper.StaleConfirmation, match="ingested since the preview"):
         pk.erase_author("ada", scope_digest=preview.scope_digest, actor="op", reason="r")

@@ -1,9 +1,10 @@
 """An author erasure fences everything the author wrote before its window's end (0008).
 
 Each test seeds rows with raw SQL, writes one ``author_erasures`` row the way an acceptance
-does (``schema.authors.insert_erasure``), and then tries raw writes, each in its own
+does (``purgekeeper.schema.authors.insert_erasure``), and then tries raw writes, each in its own
 transaction: the refusals are the triggers' own. Reads, the cleanup's batches and the
-preview's totals are the queries of ``schema.authors`` and ``schema.content_queries``. Both backends.
+preview's totals are the queries of ``purgekeeper.schema.authors`` and
+``purgekeeper.schema.content_queries``. Both backends.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from schema import authors, content_queries, restore
-from schema.db import Database
-from schema.errors import AuthorErased, ContentPurged, PurgekeeperError, ValidationError
+from purgekeeper.schema import authors, content_queries, restore
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import AuthorErased, ContentPurged, PurgekeeperError, ValidationError
 from tests.helpers.raw import refused, statement, value, write
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

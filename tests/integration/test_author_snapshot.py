@@ -19,12 +19,12 @@ import pytest
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
-import commands
-from schema import authors
-from schema.errors import AuthorErased, is_retryable, translate_db_error
+import purgekeeper
+from purgekeeper.schema import authors
+from purgekeeper.schema.errors import AuthorErased, is_retryable, translate_db_error
 from tests.helpers import scalar
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 NEW_EVENT = (
     "INSERT INTO events (id, author, occurred_at, body) "

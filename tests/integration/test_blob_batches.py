@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from schema.states import BlobKind
-from storage.blobstore import BlobStore, cas_path, file_path
+from purgekeeper.schema.states import BlobKind
+from purgekeeper.storage.blobstore import BlobStore, cas_path, file_path
 
 
 @dataclass(frozen=True)

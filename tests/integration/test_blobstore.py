@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from storage.blobstore import BlobStore, cas_path, file_path
+from purgekeeper.storage.blobstore import BlobStore, cas_path, file_path
 
 
 @pytest.fixture

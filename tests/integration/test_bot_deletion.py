@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import commands
-from commands import RepositoryIdentity
-from storage.memory import MARKER_NAME, OWNERSHIP_REASONS, write_marker
+import purgekeeper
+from purgekeeper import RepositoryIdentity
+from purgekeeper.storage.memory import MARKER_NAME, OWNERSHIP_REASONS, write_marker
 from tests.helpers import scalar
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 Roots = dict[str, Path]
 WHO = {"actor": "ops@example.org", "reason": "bot retired"}
 
@@ -47,7 +47,7 @@ def marker_of(repository: Path) -> dict[str, Any]:
     return dict(json.loads(marker_file(repository).read_text("utf-8")))
 
 
-def register(pk: Pk, bot_id: str, repository: Path) -> commands.Bot:
+def register(pk: Pk, bot_id: str, repository: Path) -> purgekeeper.Bot:
     return pk.register_bot(bot_id, name=f"Bot {bot_id}", memory_path=repository)
 
 
@@ -91,11 +91,11 @@ def _entry(path: Path) -> Any:
     return ("file", path.read_bytes())
 
 
-def delete(pk: Pk, bot_id: str, **kwargs: Any) -> commands.Acceptance:
+def delete(pk: Pk, bot_id: str, **kwargs: Any) -> purgekeeper.Acceptance:
     return pk.delete_bot(bot_id, **WHO, **kwargs)
 
 
-def delete_erasing(pk: Pk, bot_id: str) -> commands.Acceptance:
+def delete_erasing(pk: Pk, bot_id: str) -> purgekeeper.Acceptance:
     identity = pk.preview_bot_deletion(bot_id).memory.identity
     return delete(pk, bot_id, erase_memory=True, reviewed_repository=identity)
 
@@ -108,7 +108,7 @@ def assert_erasure_refused(pk: Pk, bot_id: str, reason: str, *watched: Path) -> 
     assert preview.memory.detail
     assert preview.memory.identity == RepositoryIdentity(bot_row(pk, bot_id).memory_path, bot_row(pk, bot_id).marker_id)
     before, files = written(pk), snapshot(*watched)
-    with pytest.raises(commands.MemoryErasureUnavailable) as refused:
+    with pytest.raises(purgekeeper.MemoryErasureUnavailable) as refused:
         delete(pk, bot_id, erase_memory=True, reviewed_repository=preview.memory.identity)
     assert refused.value.reason == reason
     assert written(pk) == before
@@ -148,16 +148,16 @@ def test_preview_of_a_bot_without_memory_has_no_repository(pk: Pk) -> None:
     memory = pk.preview_bot_deletion("b1").memory
     assert (memory.path, memory.erasable, memory.reason, memory.identity) == (None, False, "no_repository", None)
     made_up = RepositoryIdentity("/srv/memory/b1", "0" * 32)
-    with pytest.raises(commands.MemoryErasureUnavailable) as refused:
+    with pytest.raises(purgekeeper.MemoryErasureUnavailable) as refused:
         pk.delete_bot("b1", actor="op", reason="r", erase_memory=True, reviewed_repository=made_up)
     assert refused.value.reason == "no_repository"
     assert pk.delete_bot("b1", actor="op", reason="r").outcome == "accepted"
 
 
 def test_preview_and_delete_of_an_unknown_bot_are_not_found(pk: Pk) -> None:
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.preview_bot_deletion("nobody")
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         delete(pk, "nobody")
     assert written(pk) == (0, 0, 0)
 
@@ -238,12 +238,12 @@ def test_a_deleted_bot_id_is_reserved_and_closed_to_runs(pk: Pk, memory_root: Pa
     register(pk, "b1", git_repository(memory_root / "helper"))
     pk.create_conversation("c1")
     delete(pk, "b1")
-    with pytest.raises(commands.IdReserved):
+    with pytest.raises(purgekeeper.IdReserved):
         pk.register_bot("b1", name="Again")
-    with pytest.raises(commands.IdReserved):
+    with pytest.raises(purgekeeper.IdReserved):
         register(pk, "b1", git_repository(disk / "fresh"))
     assert not marker_file(disk / "fresh").exists()
-    with pytest.raises(commands.BotDeleted):
+    with pytest.raises(purgekeeper.BotDeleted):
         pk.start_run("c1", bot_id="b1")
     assert count(pk, "runs") == 0
 
@@ -257,7 +257,7 @@ def test_a_non_terminal_run_refuses_deletion_and_writes_nothing(pk: Pk, memory_r
     preview = pk.preview_bot_deletion("b1")
     assert preview.blocking_runs == ("r1",)
     before, files = written(pk), snapshot(repository)
-    with pytest.raises(commands.ActiveRuns) as refused:
+    with pytest.raises(purgekeeper.ActiveRuns) as refused:
         delete(pk, "b1", erase_memory=erase, reviewed_repository=preview.memory.identity if erase else None)
     assert refused.value.run_ids == ("r1",)
     assert written(pk) == before
@@ -270,9 +270,9 @@ def test_a_non_terminal_run_refuses_deletion_and_writes_nothing(pk: Pk, memory_r
 
 def test_erasure_without_the_reviewed_repository_is_invalid(pk: Pk, memory_root: Path) -> None:
     register(pk, "b1", git_repository(memory_root / "helper"))
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         delete(pk, "b1", erase_memory=True)
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         delete(pk, "b1", erase_memory=True, reviewed_repository=str(memory_root / "helper"))  # type: ignore[arg-type]
     assert written(pk) == (0, 0, 0)
     assert bot_row(pk, "b1").state == "active"
@@ -290,7 +290,7 @@ def test_a_reviewed_identity_that_no_longer_matches_is_refused(
         "path": RepositoryIdentity(str(disk / "other"), bot.marker_id or ""),
     }[wrong]
     files = snapshot(repository, disk)
-    with pytest.raises(commands.MemoryErasureUnavailable) as refused:
+    with pytest.raises(purgekeeper.MemoryErasureUnavailable) as refused:
         delete(pk, "b1", erase_memory=True, reviewed_repository=reviewed)
     assert refused.value.reason == "identity_changed"
     assert written(pk) == (0, 0, 0)
@@ -494,7 +494,7 @@ def test_a_memory_path_with_dotdot_is_refused_at_registration(pk: Pk, disk: Path
     names `a/repo`: the path is refused, so no proof can be fooled by it later."""
     path = dotdot_after_a_symlink(disk)
     git_repository(disk / "a" / "repo")
-    with pytest.raises(commands.ValidationError, match=r"\.\."):
+    with pytest.raises(purgekeeper.ValidationError, match=r"\.\."):
         register(pk, "b1", path)
     assert count(pk, "bots") == 0
     assert not (disk / "elsewhere" / "repo" / ".git" / MARKER_NAME).exists()
@@ -507,6 +507,6 @@ def test_a_memory_root_configured_through_a_symlink_is_not_erasable(
     root = git_repository(disk / "memory")
     (disk / "alias").symlink_to(disk, target_is_directory=True)
     settings = {k: v for k, v in roots.items() if k != "memory_root"}
-    with commands.open(database_url, **settings, memory_roots=[disk / "alias" / "memory"]) as handle:
+    with purgekeeper.open(database_url, **settings, memory_roots=[disk / "alias" / "memory"]) as handle:
         register(handle, "b1", root)
         assert_erasure_refused(handle, "b1", "memory_root", disk)

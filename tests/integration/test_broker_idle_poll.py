@@ -6,15 +6,15 @@ ups come one after another (its acceptance wakes the bodies step; the bodies ste
 batch unparks the attachments step and wakes it), each into an idle queue, so each waited
 half a second on average: about a second per purge that embedded mode never waits. The
 broker purgekeeper makes for a Redis URL bounds the idle sleep (``broker.IDLE_POLL_MS``),
-whoever starts a worker on it (``python -m commands.worker``, ``dramatiq commands.worker``).
+whoever starts a worker on it (``python -m purgekeeper.commands.worker``, ``dramatiq purgekeeper.commands.worker``).
 No timing is asserted: what is checked is the bound each consumer of a booted worker got."""
 
 from __future__ import annotations
 
 import dramatiq
 
+from purgekeeper.workers import broker
 from tests.helpers.processes import RedisServer
-from workers import broker
 
 
 def test_a_worker_on_the_redis_broker_polls_its_idle_queues_within_the_bound(

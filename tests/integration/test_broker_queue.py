@@ -1,4 +1,4 @@
-"""What the scheduler asks Redis (``workers.broker.queued_steps``): which due steps have a
+"""What the scheduler asks Redis (``purgekeeper.workers.broker.queued_steps``): which due steps have a
 wake-up that some worker will still run. On a Redis of the test's own, with dramatiq's own
 consumer taking the messages as a worker does."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import dramatiq
 from dramatiq.brokers.redis import RedisBroker
 
+from purgekeeper.workers import broker
 from tests.helpers.processes import RedisServer
-from workers import broker
 
 KEY = "db-under-test"
 

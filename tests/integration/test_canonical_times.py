@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import commands
-from schema.errors import AuthorErased, ValidationError
+import purgekeeper
+from purgekeeper.schema.errors import AuthorErased, ValidationError
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 WINDOW_END = dt.datetime(2026, 6, 1, 12, tzinfo=dt.UTC)
 # Each is 11:00Z, inside a window that ends at 12:00Z; as SQLite text, each sorts after it.

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-import commands
-from schema import ledger
-from storage import checkpoint, ledger_copy
+import purgekeeper
+from purgekeeper.schema import ledger
+from purgekeeper.storage import checkpoint, ledger_copy
 
 
-def purge(pk: commands.Purgekeeper, conversation_id: str) -> commands.Acceptance:
+def purge(pk: purgekeeper.Purgekeeper, conversation_id: str) -> purgekeeper.Acceptance:
     return pk.purge_conversation(conversation_id, actor="op", reason="checkpoint test")
 
 
-def test_an_export_holds_every_row_and_the_head_and_no_content(pk: commands.Purgekeeper, tmp_path: Path) -> None:
+def test_an_export_holds_every_row_and_the_head_and_no_content(pk: purgekeeper.Purgekeeper, tmp_path: Path) -> None:
     pk.create_conversation("c1")
     pk.ingest_event("c1", author="ada", body="TOP-SECRET", event_id="e1")
     for i in range(3):
@@ -40,6 +40,6 @@ def test_an_export_holds_every_row_and_the_head_and_no_content(pk: commands.Purg
     assert ledger_copy.open_source(written.path, pk.database_key).seq == 3
 
 
-def test_checkpoint_refuses_a_directory_as_its_path(pk: commands.Purgekeeper, tmp_path: Path) -> None:
-    with pytest.raises(commands.ValidationError):
+def test_checkpoint_refuses_a_directory_as_its_path(pk: purgekeeper.Purgekeeper, tmp_path: Path) -> None:
+    with pytest.raises(purgekeeper.ValidationError):
         pk.checkpoint_ledger(tmp_path)

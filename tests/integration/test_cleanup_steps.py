@@ -2,7 +2,7 @@
 protocol under duplicate and late deliveries, real faults, retry, resume and wait.
 
 Most tests call the plain functions with no background worker: ``runner.run_step`` on
-``pk.step_context()``, and ``schema.steps`` inside ``pk.db.transact``. Two end-to-end tests
+``pk.step_context()``, and ``purgekeeper.schema.steps`` inside ``pk.db.transact``. Two end-to-end tests
 run the in-process worker and scheduler. The faults are real: a blob's file replaced by a
 directory, a repository swapped for a symlink, a lease pushed into the past with raw SQL, and
 a re-upload made in the window between "marked deleting" and "unlinked".
@@ -32,14 +32,17 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
-import commands
-from commands import EventScope, NewAttachment
-from schema import steps
-from schema.errors import InfrastructureError
-from schema.states import BlobKind, StepStatus
-from schema.tables import metadata
-from storage import memory
-from storage.blobstore import BlobStore, cas_path
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.schema import steps
+from purgekeeper.schema.errors import InfrastructureError
+from purgekeeper.schema.states import BlobKind, StepStatus
+from purgekeeper.schema.tables import metadata
+from purgekeeper.storage import memory
+from purgekeeper.storage.blobstore import BlobStore, cas_path
+from purgekeeper.workers import broker, runner
+from purgekeeper.workers.cleanup import ASIDE_PREFIX
+from purgekeeper.workers.scheduler import Scheduler
 from tests.helpers import POLICY, SETTLE_S, rows, scalar
 from tests.helpers.cleanup import (
     SECRET,
@@ -59,11 +62,8 @@ from tests.helpers.cleanup import (
     step_of,
 )
 from tests.helpers.factories import purge_events
-from workers import broker, runner
-from workers.cleanup import ASIDE_PREFIX
-from workers.scheduler import Scheduler
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 Roots = dict[str, Path]
 
 
@@ -128,7 +128,7 @@ def interleaved(pk: Pk, meanwhile: Callable[[], None]) -> Any:
 @contextlib.contextmanager
 def in_process(database_url: str, roots: Roots) -> Iterator[Pk]:
     """A handle with the in-process worker and scheduler, on short timings."""
-    pk = commands.open(
+    pk = purgekeeper.open(
         database_url,
         blob_root=roots["blob_root"],
         file_root=roots["file_root"],
@@ -312,7 +312,7 @@ def _assert_no_secret_on_disk(roots: Roots) -> None:
 def _assert_nothing_fenced_is_readable(pk: Pk) -> None:
     sql = f"SELECT id FROM attachments a WHERE NOT {LIVE.format(e='a.event_id')}"
     for (attachment_id,) in rows(pk, sql):
-        with pytest.raises(commands.ContentPurged):
+        with pytest.raises(purgekeeper.ContentPurged):
             read_attachment(pk, attachment_id)
     fenced = {r[0] for r in rows(pk, "SELECT id FROM tombstones WHERE kind = 'event'")}
     purged = {r[0] for r in rows(pk, PURGED_CONVERSATIONS[1:-1])}
@@ -419,7 +419,7 @@ def test_a_cas_reupload_while_the_old_blob_is_deleted_keeps_the_new_bytes(pk: Pk
     old = pk.ingest_event("c1", author="ada", body=f"{SECRET} old", attachments=[NewAttachment.cas(data, name="x")])
     old_blob = old.attachments[0].blob_id
     purge_id = purge_events(pk, old.id)
-    reuploaded: list[commands.Event] = []
+    reuploaded: list[purgekeeper.Event] = []
 
     def reupload() -> None:  # the old blob is "deleting" now, its file not yet unlinked
         assert blob(pk, old_blob).state == "deleting"
@@ -479,7 +479,7 @@ def test_a_symlinked_shard_directory_makes_cleanup_touch_nothing_outside_the_roo
     assert str(outside) not in step.last_error and str(pk.settings.file_root) not in step.last_error
     assert target.read_bytes() == b"doomed"
     assert pk.status(purge_id).status == "incomplete"
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.open_attachment(attachment.id)
 
 
@@ -493,7 +493,7 @@ def test_a_live_file_swapped_for_a_symlink_never_serves_the_target(pk: Pk) -> No
     live_file = blob_file(pk, live.attachments[0].blob_id)
     live_file.unlink()
     live_file.symlink_to(blob_file(pk, fenced.attachments[0].blob_id))
-    with pytest.raises(commands.InfrastructureError, match="symlink") as refused:
+    with pytest.raises(purgekeeper.InfrastructureError, match="symlink") as refused:
         pk.open_attachment(live.attachments[0].id)
     assert str(pk.settings.file_root) not in str(refused.value)
 
@@ -835,7 +835,7 @@ def test_retry_hurries_a_retrying_step_and_says_who_and_why(pk: Pk, roots: Roots
     ]
     assert run(pk, step_id).status == "done"  # due now
     clean(pk, purge_id)
-    with pytest.raises(commands.Conflict, match="no incomplete or retrying step"):
+    with pytest.raises(purgekeeper.Conflict, match="no incomplete or retrying step"):
         pk.retry(purge_id, actor="oncall@example.org", reason="again")
     assert_purges_leave_nothing(pk, roots)
 
@@ -870,7 +870,7 @@ def test_an_actor_that_always_fails_ends_incomplete_and_retry_rearms_it(pk: Pk, 
     ]
     assert run(pk, step_id).status == "done"
     assert pk.status(purge_id).status == "complete"
-    with pytest.raises(commands.Conflict):
+    with pytest.raises(purgekeeper.Conflict):
         pk.retry(purge_id, actor="oncall@example.org", reason="again")  # nothing incomplete now
     assert len(rows(pk, "SELECT id FROM purge_audit")) == 1
     assert_purges_leave_nothing(pk, roots)
@@ -940,7 +940,7 @@ def test_conversation_purge_fences_what_lived_only_there_and_keeps_what_lives_el
     [kept] = pk.read_conversation("c2")
     assert (kept.id, kept.body) == ("e-both", "in both")
     assert read_attachment(pk, kept.attachments[0].id) == b"both"
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.ingest_event("c2", author="ada", body="redelivered", provider_event_id="p-only")
     assert pk.status(purge_id).status == "complete"
     assert_purges_leave_nothing(pk, roots)
@@ -1009,7 +1009,7 @@ def test_wait_returns_the_status_on_timeout(pk: Pk, monkeypatch: pytest.MonkeyPa
     looks: list[str] = []  # the status each look of wait saw
     real_status = pk.status
 
-    def look(purge: str) -> commands.PurgeStatus:
+    def look(purge: str) -> purgekeeper.PurgeStatus:
         seen = real_status(purge)
         looks.append(seen.status)
         return seen
@@ -1036,7 +1036,7 @@ def test_wait_returns_the_status_on_timeout(pk: Pk, monkeypatch: pytest.MonkeyPa
 
 def test_resume_resends_due_and_lease_expired_steps_and_counts_them(database_url: str, roots: Roots) -> None:
     sent: list[str] = []
-    pk = commands.open(
+    pk = purgekeeper.open(
         database_url,
         blob_root=roots["blob_root"],
         file_root=roots["file_root"],
@@ -1230,7 +1230,7 @@ def test_a_steps_last_batch_finishes_it_in_the_same_commit(pk: Pk, roots: Roots)
     running. Tried: the bodies and then the attachments step of a conversation purge, each
     claimed and carried out by ``cleanup.run`` directly, with no finish call afterwards; and a
     content purge's bodies step the same way."""
-    from workers import cleanup
+    from purgekeeper.workers import cleanup
 
     pk.create_conversation("c1")
     pk.ingest_event("c1", author="ada", body=f"{SECRET} gone", attachments=[NewAttachment.file(b"gone", name="g")])

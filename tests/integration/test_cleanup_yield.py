@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-import commands
-from commands.settings import Settings
-from schema import cleanup_queries
-from schema.errors import ValidationError
+import purgekeeper
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema import cleanup_queries
+from purgekeeper.schema.errors import ValidationError
+from purgekeeper.workers import cleanup, runner
 from tests.helpers import POLICY
-from workers import cleanup, runner
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 Once a purge's cleanup completes, ``pk.completion`` signs a statement with the log's key:
 each step's counts and the time its last step finished, bound to the acceptance's leaf. It
-verifies offline (``tlog.verify.verify_completion``), alone or with the purge's receipt; a
+verifies offline (``purgekeeper.tlog.verify.verify_completion``), alone or with the purge's receipt; a
 byte changed fails, and so does another purge's receipt. Before completion there is none
 (``CleanupNotComplete``); after a restore re-arms cleanup there is none until the re-armed
 steps finish, and the statement then is the later one."""
@@ -14,11 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
-import commands
-from tests.helpers.backups import Backups
-from tests.helpers.factories import conversation
-from tests.helpers.restore import clean
-from tlog.verify import (
+import purgekeeper
+from purgekeeper.tlog.verify import (
     COMPLETION_FORMAT,
     ReceiptInvalid,
     Verifier,
@@ -29,8 +26,11 @@ from tlog.verify import (
     verify_completion,
     verify_receipt,
 )
+from tests.helpers.backups import Backups
+from tests.helpers.factories import conversation
+from tests.helpers.restore import clean
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "op", "reason": "completion test"}
 
 
@@ -101,9 +101,9 @@ def test_one_byte_changed_fails_the_statement(pk: Pk, what: str) -> None:
 
 def test_no_statement_before_completion_nor_for_an_unknown_purge(pk: Pk) -> None:
     purge_id = conversation_purge(pk, "c1")
-    with pytest.raises(commands.CleanupNotComplete, match=r"has not completed: .*bodies pending"):
+    with pytest.raises(purgekeeper.CleanupNotComplete, match=r"has not completed: .*bodies pending"):
         pk.completion(purge_id)
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.completion("no-such-purge")
     clean(pk)
     assert verify_completion(pk.completion(purge_id), pk.log_key()).purge_id == purge_id
@@ -135,7 +135,7 @@ def test_after_a_restore_re_arms_cleanup_the_later_completion_counts(
     backups.handles.append(restored)
     report = restored.merge_ledger(restored.settings.checkpoint_dir)
     assert report.appended == (purge_id,) and report.steps_rearmed
-    with pytest.raises(commands.CleanupNotComplete):
+    with pytest.raises(purgekeeper.CleanupNotComplete):
         restored.completion(purge_id)
     clean(restored)
     second = verify_completion(restored.completion(purge_id), restored.log_key(), restored.receipt(purge_id))

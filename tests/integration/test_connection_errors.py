@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from schema.db import Database
-from schema.errors import InfrastructureError
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import InfrastructureError
 from tests.helpers.databases import POSTGRES_ADMIN_URL
 from tests.helpers.processes import Cluster, free_port, throwaway_cluster
 
@@ -178,7 +178,7 @@ def test_purgectl_reports_the_reason_and_the_hint(url: str, says: str) -> None:
     import sys
 
     env = {**os.environ, "PURGEKEEPER_DATABASE_URL": url}
-    command = [sys.executable, "-m", "commands.cli", "health", "--json"]
+    command = [sys.executable, "-m", "purgekeeper.commands.cli", "health", "--json"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 4, (done.stdout, done.stderr)
     refused = json.loads(done.stdout)

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import commands
-from commands import NewAttachment
-from commands.validation import MAX_NAME_LENGTH
-from schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus
+import purgekeeper
+from purgekeeper import NewAttachment
+from purgekeeper.commands.validation import MAX_NAME_LENGTH
+from purgekeeper.schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 TERMINAL = ["succeeded", "failed", "cancelled", "abandoned"]
 
 
@@ -73,7 +73,7 @@ def version(pk: Pk, conversation_id: str) -> int:
     return conversation.version
 
 
-def say(pk: Pk, conversation_id: str, body: str = "hello", **kwargs: Any) -> commands.Event:
+def say(pk: Pk, conversation_id: str, body: str = "hello", **kwargs: Any) -> purgekeeper.Event:
     return pk.ingest_event(conversation_id, author="ada", body=body, **kwargs)
 
 
@@ -103,9 +103,9 @@ def test_create_conversation_is_idempotent(pk: Pk) -> None:
 
 def test_create_conversation_with_another_kind_is_refused(pk: Pk) -> None:
     pk.create_conversation("c1")
-    with pytest.raises(commands.Conflict):  # the id exists, as something else: a conflict with the state (409)
+    with pytest.raises(purgekeeper.Conflict):  # the id exists, as something else: a conflict with the state (409)
         pk.create_conversation("c1", kind="channel")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.create_conversation("c1", kind="thread")
     assert pk.get_conversation("c1").kind == ConversationKind.CONVERSATION  # type: ignore[union-attr]
 
@@ -113,12 +113,12 @@ def test_create_conversation_with_another_kind_is_refused(pk: Pk) -> None:
 def test_create_conversation_with_another_bot_is_refused(pk: Pk) -> None:
     pk.register_bot("b1", name="One")
     pk.create_conversation("c1", bot_id="b1")
-    with pytest.raises(commands.Conflict):
+    with pytest.raises(purgekeeper.Conflict):
         pk.create_conversation("c1")
 
 
 def test_create_conversation_with_an_unknown_bot_is_not_found(pk: Pk) -> None:
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.create_conversation("c1", bot_id="nobody")
     assert pk.get_conversation("c1") is None
     assert count(pk, "conversations") == 0
@@ -156,7 +156,7 @@ def test_a_second_bot_cannot_claim_a_registered_repository(pk: Pk, tmp_path: Pat
     repository = git_repository(tmp_path / "repo")
     first = pk.register_bot("b1", name="One", memory_path=repository)
     before = marker_file(repository).read_bytes()
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.register_bot("b2", name="Two", memory_path=repository)
     assert marker_file(repository).read_bytes() == before
     assert json.loads(before)["marker_id"] == first.marker_id
@@ -167,9 +167,9 @@ def test_reregistering_a_bot_id_is_refused_and_keeps_the_marker(pk: Pk, tmp_path
     repository = git_repository(tmp_path / "repo")
     pk.register_bot("b1", name="One", memory_path=repository)
     before = marker_file(repository).read_bytes()
-    with pytest.raises(commands.Conflict):
+    with pytest.raises(purgekeeper.Conflict):
         pk.register_bot("b1", name="One", memory_path=repository)
-    with pytest.raises(commands.Conflict):
+    with pytest.raises(purgekeeper.Conflict):
         pk.register_bot("b1", name="One again")
     assert marker_file(repository).read_bytes() == before
     assert count(pk, "bots") == 1
@@ -178,7 +178,7 @@ def test_reregistering_a_bot_id_is_refused_and_keeps_the_marker(pk: Pk, tmp_path
 def test_reregistering_a_bot_id_on_another_repository_leaves_no_marker_there(pk: Pk, tmp_path: Path) -> None:
     pk.register_bot("b1", name="One", memory_path=git_repository(tmp_path / "repo"))
     other = git_repository(tmp_path / "other")
-    with pytest.raises(commands.Conflict):
+    with pytest.raises(purgekeeper.Conflict):
         pk.register_bot("b1", name="One", memory_path=other)
     assert not marker_file(other).exists()
 
@@ -330,7 +330,7 @@ def test_a_non_ascii_real_file_name_at_the_length_limit_is_stored_or_refused_as_
     name = "é" * MAX_NAME_LENGTH  # 255 characters, 510 bytes of UTF-8
     try:
         event = say(pk, "c1", attachments=[NewAttachment.file(b"x", name=name)])
-    except commands.ValidationError:
+    except purgekeeper.ValidationError:
         assert count(pk, "events") == 0
     else:
         assert read_bytes(pk, event.attachments[0].id) == b"x"
@@ -407,11 +407,11 @@ def test_reuse_of_a_deleting_blob_is_content_purged(pk: Pk, roots: dict[str, Pat
     with pk.db.write() as conn:
         conn.execute(text("UPDATE blobs SET state = 'deleting' WHERE id = :id"), {"id": old.blob_id})
     events_before = count(pk, "events")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         say(pk, "c1", attachments=[NewAttachment.reuse(old.blob_id, name="fwd")])
     assert count(pk, "events") == events_before
     assert count(pk, "attachments") == 1
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.open_attachment(old.id)
 
 
@@ -435,7 +435,7 @@ def test_place_event_shares_one_event_between_conversations(pk: Pk) -> None:
 def test_place_event_into_an_unknown_conversation_is_not_found(pk: Pk) -> None:
     pk.create_conversation("c1")
     event = say(pk, "c1")
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.place_event(event.id, "nowhere")
 
 
@@ -475,7 +475,7 @@ def test_finish_run_with_a_terminal_status_keeps_the_output(chat: Pk, status: st
 def test_finishing_a_run_twice_is_refused(chat: Pk) -> None:
     chat.start_run("c1", bot_id="b1", run_id="r1")
     chat.finish_run("r1", status="succeeded", output="first")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         chat.finish_run("r1", status="failed", output="second")
     with chat.db.read() as conn:
         stored = conn.execute(text("SELECT status, output FROM runs WHERE id = 'r1'")).one()
@@ -485,7 +485,7 @@ def test_finishing_a_run_twice_is_refused(chat: Pk) -> None:
 @pytest.mark.parametrize("status", ["queued", "running", "waiting", "done", "SUCCEEDED"])
 def test_finish_run_refuses_a_non_terminal_status(chat: Pk, status: str) -> None:
     chat.start_run("c1", bot_id="b1", run_id="r1")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         chat.finish_run("r1", status=status)
     with chat.db.read() as conn:
         assert conn.execute(text("SELECT status FROM runs WHERE id = 'r1'")).scalar_one() == "running"
@@ -505,7 +505,7 @@ def test_admit_records_the_payload(chat: Pk) -> None:
 def test_admitting_to_a_finished_run_is_refused(chat: Pk) -> None:
     chat.start_run("c1", bot_id="b1", run_id="r1")
     chat.finish_run("r1", status="cancelled")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         chat.admit("e1", "r1", payload={"x": 1})
     assert count(chat, "admissions") == 0
 
@@ -526,7 +526,7 @@ def test_add_derivative_links_its_sources(chat: Pk) -> None:
 
 
 def test_add_derivative_with_an_unknown_source_is_not_found(chat: Pk) -> None:
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         chat.add_derivative("c1", kind="summary", payload={"t": 1}, source_event_ids=["e1", "ghost"])
     assert count(chat, "derivatives") == 0
     assert count(chat, "derivative_sources") == 0
@@ -579,7 +579,7 @@ def test_every_write_in_a_row_keeps_raising_the_version(versioned: Pk) -> None:
 
 def test_a_refused_write_does_not_raise_the_version(versioned: Pk) -> None:
     before = version(versioned, "c1")
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         versioned.add_derivative("c1", kind="summary", payload="s", source_event_ids=["ghost"])
     assert version(versioned, "c1") == before
 
@@ -593,9 +593,9 @@ def test_a_fenced_event_is_omitted_and_its_attachment_unreadable(pk: Pk) -> None
     kept = say(pk, "c1", event_id="e-kept")
     tombstone(pk, "event", fenced.id)
     assert [e.id for e in pk.read_conversation("c1")] == [kept.id]
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.open_attachment(fenced.attachments[0].id)
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.place_event(fenced.id, "c1")
 
 
@@ -617,7 +617,7 @@ def test_a_purged_conversation_disappears_from_every_reader(pk: Pk) -> None:
     assert pk.get_conversation("c1") is None
     assert pk.read_conversation("c1") == []
     assert [c.id for c in pk.list_conversations()] == ["c2"]
-    with pytest.raises(commands.ConversationPurged):
+    with pytest.raises(purgekeeper.ConversationPurged):
         say(pk, "c1", body="after the purge")
     assert count(pk, "events") == 1
 
@@ -632,9 +632,9 @@ def test_a_shared_event_stays_readable_in_the_live_conversation(pk: Pk) -> None:
 
     assert [e.id for e in pk.read_conversation("c2")] == ["shared"]
     assert read_bytes(pk, shared.attachments[0].id) == b"kept"
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.place_event(only_here.id, "c2")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.open_attachment(only_here.attachments[0].id)
     assert [e.id for e in pk.read_conversation("c2")] == ["shared"]
 
@@ -642,7 +642,7 @@ def test_a_shared_event_stays_readable_in_the_live_conversation(pk: Pk) -> None:
 def test_a_fenced_provider_event_is_never_ingested_again(pk: Pk) -> None:
     pk.create_conversation("c1")
     tombstone(pk, "provider_event", "p-purged")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         say(pk, "c1", provider_event_id="p-purged")
     assert count(pk, "events") == 0
     assert say(pk, "c1", provider_event_id="p-other").provider_event_id == "p-other"
@@ -654,20 +654,20 @@ def test_a_redelivery_after_a_conversation_purge_never_reads_the_event_back(pk: 
     return that event, body included. Tried: the redelivery into another conversation right
     after the acceptance (no cleanup runs here), then after the bodies step (the event is
     fenced; its provider event id through it)."""
-    from workers import runner
+    from purgekeeper.workers import runner
 
     pk.create_conversation("c1")
     pk.create_conversation("c2")
     say(pk, "c1", body="secret", provider_event_id="p-gone", event_id="e-gone")
     purge_id = pk.purge_conversation("c1", actor="op", reason="test").purge_id
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         say(pk, "c2", body="redelivered", provider_event_id="p-gone")
     with pk.db.read() as conn:
         [step_id] = conn.execute(
             text("SELECT id FROM cleanup_steps WHERE purge_id = :p AND kind = 'bodies'"), {"p": purge_id}
         ).scalars()
     assert runner.run_step(pk.step_context(), step_id, policy=runner.Policy()).status == "done"
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         say(pk, "c2", body="redelivered", provider_event_id="p-gone")
     assert count(pk, "events") == 1 and pk.read_conversation("c2") == []
 
@@ -681,7 +681,7 @@ def test_a_deleted_channel_keeps_its_history_and_refuses_ingest(pk: Pk) -> None:
     assert pk.read_conversation("ch1") == [history]
     assert read_bytes(pk, history.attachments[0].id) == b"history"
     assert "ch1" in [c.id for c in pk.list_conversations()]
-    with pytest.raises(commands.ConversationDeleted):
+    with pytest.raises(purgekeeper.ConversationDeleted):
         say(pk, "ch1", body="new message")
     assert count(pk, "events") == 1
 
@@ -701,7 +701,7 @@ def test_creating_a_tombstoned_id_is_id_reserved(pk: Pk, kind: str, create: Call
     tombstone(pk, kind, "gone")
     tables = ("conversations", "bots", "events", "placements")
     before = {t: count(pk, t) for t in tables}
-    with pytest.raises(commands.IdReserved):
+    with pytest.raises(purgekeeper.IdReserved):
         create(pk)
     assert {t: count(pk, t) for t in tables} == before
 
@@ -710,7 +710,7 @@ def test_a_deleted_bot_starts_no_run(pk: Pk) -> None:
     pk.register_bot("b1", name="Helper")
     pk.create_conversation("c1")
     tombstone(pk, "bot", "b1")
-    with pytest.raises(commands.BotDeleted):
+    with pytest.raises(purgekeeper.BotDeleted):
         pk.start_run("c1", bot_id="b1")
     assert count(pk, "runs") == 0
 
@@ -733,42 +733,50 @@ def fenced_world(pk: Pk) -> Pk:
 
 
 FENCED_WRITES: list[Any] = [
-    pytest.param(lambda pk: pk.place_event("e-c1", "c-purged"), commands.ConversationPurged, id="place-into-purged"),
-    pytest.param(lambda pk: pk.start_run("c-purged", bot_id="b1"), commands.ConversationPurged, id="run-in-purged"),
+    pytest.param(lambda pk: pk.place_event("e-c1", "c-purged"), purgekeeper.ConversationPurged, id="place-into-purged"),
+    pytest.param(lambda pk: pk.start_run("c-purged", bot_id="b1"), purgekeeper.ConversationPurged, id="run-in-purged"),
     pytest.param(
-        lambda pk: pk.add_derivative("c-purged", kind="k", payload=1), commands.ConversationPurged, id="derive-purged"
+        lambda pk: pk.add_derivative("c-purged", kind="k", payload=1),
+        purgekeeper.ConversationPurged,
+        id="derive-purged",
     ),
     pytest.param(
-        lambda pk: pk.admit("e-c1", "r-c-purged", payload=1), commands.ConversationPurged, id="admit-to-purged-run"
+        lambda pk: pk.admit("e-c1", "r-c-purged", payload=1), purgekeeper.ConversationPurged, id="admit-to-purged-run"
     ),
     pytest.param(
-        lambda pk: pk.place_event("e-c1", "ch-deleted"), commands.ConversationDeleted, id="place-into-deleted"
+        lambda pk: pk.place_event("e-c1", "ch-deleted"), purgekeeper.ConversationDeleted, id="place-into-deleted"
     ),
-    pytest.param(lambda pk: pk.start_run("ch-deleted", bot_id="b1"), commands.ConversationDeleted, id="run-in-deleted"),
+    pytest.param(
+        lambda pk: pk.start_run("ch-deleted", bot_id="b1"), purgekeeper.ConversationDeleted, id="run-in-deleted"
+    ),
     pytest.param(
         lambda pk: pk.add_derivative("ch-deleted", kind="k", payload=1),
-        commands.ConversationDeleted,
+        purgekeeper.ConversationDeleted,
         id="derive-deleted",
     ),
     pytest.param(
-        lambda pk: pk.admit("e-c1", "r-ch-deleted", payload=1), commands.ConversationDeleted, id="admit-to-deleted-run"
+        lambda pk: pk.admit("e-c1", "r-ch-deleted", payload=1),
+        purgekeeper.ConversationDeleted,
+        id="admit-to-deleted-run",
     ),
-    pytest.param(lambda pk: pk.admit("e-fenced", "r-c1", payload=1), commands.ContentPurged, id="admit-fenced-event"),
     pytest.param(
-        lambda pk: pk.admit("e-c-purged", "r-c1", payload=1), commands.ContentPurged, id="admit-event-only-in-purged"
+        lambda pk: pk.admit("e-fenced", "r-c1", payload=1), purgekeeper.ContentPurged, id="admit-fenced-event"
+    ),
+    pytest.param(
+        lambda pk: pk.admit("e-c-purged", "r-c1", payload=1), purgekeeper.ContentPurged, id="admit-event-only-in-purged"
     ),
     pytest.param(
         lambda pk: pk.add_derivative("c1", kind="k", payload=1, source_event_ids=["e-fenced"]),
-        commands.ContentPurged,
+        purgekeeper.ContentPurged,
         id="derive-from-fenced-event",
     ),
-    pytest.param(lambda pk: pk.place_event("e-fenced", "c1"), commands.ContentPurged, id="place-fenced-event"),
+    pytest.param(lambda pk: pk.place_event("e-fenced", "c1"), purgekeeper.ContentPurged, id="place-fenced-event"),
 ]
 
 
 @pytest.mark.parametrize(("write", "error"), FENCED_WRITES)
 def test_writes_to_fenced_targets_raise_their_fence(
-    fenced_world: Pk, write: Callable[[Pk], object], error: type[commands.PurgekeeperError]
+    fenced_world: Pk, write: Callable[[Pk], object], error: type[purgekeeper.PurgekeeperError]
 ) -> None:
     tables = ("events", "placements", "runs", "admissions", "derivatives", "derivative_sources")
     before = {t: count(fenced_world, t) for t in tables}

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-import commands
-from commands import NewAttachment
+import purgekeeper
+from purgekeeper import NewAttachment
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
 
 
@@ -54,7 +54,7 @@ def test_a_preview_names_the_holds_that_would_refuse_the_purge(seeded: Pk) -> No
     seeded.place_hold("h-c1", conversation_ids=["c1"], **WHO)
     seeded.place_hold("h-bob", authors=["bob"], **WHO)
     assert seeded.preview_conversation_purge("c1").holds == ("h-bob", "h-c1")
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         seeded.purge_conversation("c1", **WHO)
 
 
@@ -75,9 +75,9 @@ def test_a_channel_preview_removes_nothing_and_keeps_the_history(seeded: Pk) -> 
     preview = seeded.preview_channel_deletion("ch1")
     assert (preview.kind, preview.events, preview.removes_content) == ("channel", 1, False)
     assert any("history stays readable" in d for d in preview.disclosures), preview.disclosures
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         seeded.preview_channel_deletion("ch9")
-    with pytest.raises(commands.ValidationError, match="not a channel"):
+    with pytest.raises(purgekeeper.ValidationError, match="not a channel"):
         seeded.preview_channel_deletion("c1")
 
 
@@ -96,5 +96,5 @@ def test_every_acceptance_says_whether_it_reserved_an_absent_id(seeded: Pk) -> N
 
 def test_a_bad_id_is_refused_before_any_read(pk: Pk) -> None:
     for bad in ("", "a" * 300, "line\nbreak"):
-        with pytest.raises(commands.ValidationError):
+        with pytest.raises(purgekeeper.ValidationError):
             pk.preview_conversation_purge(bad)

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-import commands
-from commands import EventScope
-from schema.content_queries import is_event_live
+import purgekeeper
+from purgekeeper import EventScope
+from purgekeeper.schema.content_queries import is_event_live
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 def count(pk: Pk, sql: str) -> int:
@@ -43,9 +43,9 @@ def test_purge_hides_everything_at_once_and_a_repeat_is_already_purged(convo: Pk
     assert convo.get_conversation("c1") is None
     assert convo.read_conversation("c1") == []
     assert "c1" not in {c.id for c in convo.list_conversations()}
-    with pytest.raises(commands.ConversationPurged):
+    with pytest.raises(purgekeeper.ConversationPurged):
         convo.ingest_event("c1", author="ada", body="late")
-    with pytest.raises(commands.IdReserved):
+    with pytest.raises(purgekeeper.IdReserved):
         convo.create_conversation("c1")
     again = convo.purge_conversation("c1", actor="op", reason="lost response", expected_version=version)
     assert (again.outcome, again.purge_id, again.ledger_seq) == ("already_purged", acceptance.purge_id, 1)
@@ -60,16 +60,16 @@ def test_shared_events_stay_readable_in_their_live_conversation(convo: Pk) -> No
     with convo.db.read() as conn:
         assert is_event_live(conn, "e-both")
         assert not is_event_live(conn, "e-only")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         convo.place_event("e-only", "c2")
 
 
 def test_version_conflict_and_active_runs_write_nothing(convo: Pk) -> None:
     current = convo.get_conversation("c1").version  # type: ignore[union-attr]
-    with pytest.raises(commands.VersionConflict, match=f"version {current}"):
+    with pytest.raises(purgekeeper.VersionConflict, match=f"version {current}"):
         convo.purge_conversation("c1", actor="op", reason="r", expected_version=current - 1)
     convo.start_run("c1", bot_id="b1", run_id="r-live")
-    with pytest.raises(commands.ActiveRuns) as info:
+    with pytest.raises(purgekeeper.ActiveRuns) as info:
         convo.purge_conversation("c1", actor="op", reason="r")
     assert info.value.run_ids == ("r-live",)
     assert ledger_rows(convo) == 0 and count(convo, "SELECT count(*) FROM tombstones") == 0
@@ -81,7 +81,7 @@ def test_an_absent_id_is_reserved(convo: Pk) -> None:
     acceptance = convo.purge_conversation("not-yet", actor="op", reason="reserve", expected_version=7)
     assert acceptance.outcome == "accepted"
     assert convo.status(acceptance.purge_id).status == "complete"  # nothing to clean
-    with pytest.raises(commands.IdReserved):
+    with pytest.raises(purgekeeper.IdReserved):
         convo.create_conversation("not-yet")
 
 
@@ -159,9 +159,9 @@ def test_delete_channel_keeps_history_and_closes_ingress(pk: Pk) -> None:
     assert pk.status(acceptance.purge_id).status == "complete"
     assert [e.body for e in pk.read_conversation("ch")] == ["history"]
     assert pk.get_conversation("ch").state == "deleted"  # type: ignore[union-attr]
-    with pytest.raises(commands.ConversationDeleted):
+    with pytest.raises(purgekeeper.ConversationDeleted):
         pk.ingest_event("ch", author="ada", body="late")
-    with pytest.raises(commands.IdReserved):
+    with pytest.raises(purgekeeper.IdReserved):
         pk.create_conversation("ch", kind="channel")
     assert pk.delete_channel("ch", actor="op", reason="again").outcome == "already_purged"
     purge = pk.purge_conversation("ch", actor="op", reason="and its content")
@@ -172,9 +172,9 @@ def test_delete_channel_keeps_history_and_closes_ingress(pk: Pk) -> None:
 
 def test_delete_channel_refuses_conversations_and_unknown_ids(pk: Pk) -> None:
     pk.create_conversation("c1")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.delete_channel("c1", actor="op", reason="r")
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.delete_channel("nope", actor="op", reason="r")
     assert ledger_rows(pk) == 0
 
@@ -197,7 +197,7 @@ def test_status_is_derived_from_the_steps(convo: Pk) -> None:
     assert status.status == "incomplete" and {s.last_error for s in status.steps} == {"disk on fire"}
     set_steps(convo, purge_id, "status = 'done'")
     assert convo.status(purge_id).status == "complete"
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         convo.status("no-such-purge")
 
 
@@ -240,7 +240,7 @@ def test_list_purges_pages_newest_first_and_filters(pk: Pk) -> None:
     ids=["unknown status", "zero limit", "huge limit", "zero cursor", "text cursor", "bool limit"],
 )
 def test_list_purges_refuses_bad_arguments(pk: Pk, kwargs: dict[str, Any]) -> None:
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.list_purges(**kwargs)
 
 
@@ -248,7 +248,7 @@ def test_list_purges_refuses_bad_arguments(pk: Pk, kwargs: dict[str, Any]) -> No
 def test_two_calls_with_one_idempotency_key_at_once_return_the_same_acceptance(convo: Pk) -> None:
     """What was tried: both calls pass the first key lookup while a third session holds the
     conversation's row lock; the lock goes, and they run one after the other."""
-    results: list[commands.Acceptance] = []
+    results: list[purgekeeper.Acceptance] = []
 
     def purge() -> None:
         results.append(convo.purge_conversation("c1", actor="op", reason="r", idempotency_key="twin"))

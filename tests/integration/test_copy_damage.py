@@ -28,22 +28,22 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-import commands
-from commands import EventScope
-from commands.http import create_app
-from commands.web import metrics
-from commands.web import status as status_page
-from commands.web.auth import Tokens
-from schema import ledger
-from storage import ledger_copy
-from storage.ledger_copy import CopyInvalid, LedgerCopy
+import purgekeeper
+from purgekeeper import EventScope
+from purgekeeper.commands.http import create_app
+from purgekeeper.commands.web import metrics
+from purgekeeper.commands.web import status as status_page
+from purgekeeper.commands.web.auth import Tokens
+from purgekeeper.schema import ledger
+from purgekeeper.storage import ledger_copy
+from purgekeeper.storage.ledger_copy import CopyInvalid, LedgerCopy
 from tests.helpers.backups import Backups
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "op", "reason": "copy damage test"}
 SECRET = "S3CR3T-damaged"
 TOKENS = Tokens(api="host-token-23", operator="operator-token-23")
@@ -78,13 +78,13 @@ def purgectl(pk: Pk, *args: str) -> subprocess.CompletedProcess[str]:
         "PURGEKEEPER_DATA_DIR": str(pk.settings.checkpoint_dir.parent / "data"),
     }
     return subprocess.run(
-        [sys.executable, "-m", "commands.cli", *args], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "purgekeeper.commands.cli", *args], env=env, capture_output=True, text=True, timeout=60
     )
 
 
-def assert_bounded(error: commands.MessagingUnavailable, pk: Pk, *must_name: str) -> None:
+def assert_bounded(error: purgekeeper.MessagingUnavailable, pk: Pk, *must_name: str) -> None:
     said = " ".join([str(error), *error.diagnostics])
-    assert error.diagnostics and len(error.diagnostics) <= commands.MessagingUnavailable.MAX_DIAGNOSTICS
+    assert error.diagnostics and len(error.diagnostics) <= purgekeeper.MessagingUnavailable.MAX_DIAGNOSTICS
     assert str(pk.settings.checkpoint_dir) not in said and SECRET not in said, said
     for needle in must_name:
         assert needle in said, f"{needle!r} not in {said!r}"
@@ -113,16 +113,16 @@ def test_a_lost_head_keeps_reads_closed_until_repaired_then_merged(
     pk: Pk, open_pk: Callable[[], Pk], backups: Backups
 ) -> None:
     restored, purge_id = restored_without_head(pk, open_pk, backups)
-    with pytest.raises(commands.MessagingUnavailable) as closed:
+    with pytest.raises(purgekeeper.MessagingUnavailable) as closed:
         restored.read_conversation("c1")  # the old code served the purged body here
     assert_bounded(closed.value, restored, "head.json", restored.copy.directory.name)
-    with pytest.raises(commands.MessagingUnavailable):
+    with pytest.raises(purgekeeper.MessagingUnavailable):
         restored.purge_conversation("c-other", **WHO)  # nothing is appended over the damage
     assert not restored.messaging_status().open
 
     repaired = restored.repair_ledger_copy()
     assert repaired.seq == 1 and (restored.copy.directory / ledger_copy.HEAD_FILE).is_file()
-    with pytest.raises(commands.MessagingUnavailable) as behind:  # the copy remembers the purge
+    with pytest.raises(purgekeeper.MessagingUnavailable) as behind:  # the copy remembers the purge
         restored.read_conversation("c1")
     assert_bounded(behind.value, restored, "behind")
     assert restored.merge_ledger(restored.settings.checkpoint_dir).appended == (purge_id,)
@@ -134,7 +134,7 @@ def test_a_lost_head_is_recovered_by_merging_the_checkpoint_directory(
     pk: Pk, open_pk: Callable[[], Pk], backups: Backups
 ) -> None:
     restored, purge_id = restored_without_head(pk, open_pk, backups)
-    with pytest.raises(commands.MessagingUnavailable):
+    with pytest.raises(purgekeeper.MessagingUnavailable):
         restored.read_conversation("c1")
     assert restored.merge_ledger(restored.settings.checkpoint_dir).appended == (purge_id,)
     assert [e.id for e in restored.read_conversation("c1")] == ["e-kept"]
@@ -148,7 +148,7 @@ def test_purgectl_ledger_repair_rebuilds_a_lost_head(pk: Pk) -> None:
     pk.purge_conversation("c-gone", **WHO)
     before = json.loads((pk.copy.directory / ledger_copy.HEAD_FILE).read_text())
     (pk.copy.directory / ledger_copy.HEAD_FILE).unlink()
-    with pytest.raises(commands.MessagingUnavailable):
+    with pytest.raises(purgekeeper.MessagingUnavailable):
         pk.read_conversation("c1")
     done = purgectl(pk, "ledger", "repair", "--json")
     assert done.returncode == 0, (done.stdout, done.stderr)
@@ -191,7 +191,7 @@ def test_a_truncated_open_segment_is_re_established_from_the_database(pk: Pk, cu
     segment.write_bytes(cut(whole))
     try:
         pk.purge_conversation("c-3", **WHO)
-    except commands.LedgerNotCopied:
+    except purgekeeper.LedgerNotCopied:
         pk.copy_ledger()  # the scheduler's repair
     data = segment.read_bytes()
     assert b"\x00" not in data, "the segment was padded"
@@ -297,12 +297,12 @@ def test_a_damaged_checkpoint_directory_gives_typed_errors_without_paths(
         "purge_conversation": lambda: pk.purge_conversation("c-x", **WHO),
     }
     for call in calls.values():
-        with pytest.raises(commands.MessagingUnavailable) as refused:
+        with pytest.raises(purgekeeper.MessagingUnavailable) as refused:
             call()
         assert_bounded(refused.value, pk, name)
     state = pk.messaging_status()
     assert not state.open and all(str(pk.settings.checkpoint_dir) not in p for p in state.problems)
-    with pytest.raises((commands.LedgerNotCopied, commands.MessagingUnavailable)) as not_copied:
+    with pytest.raises((purgekeeper.LedgerNotCopied, purgekeeper.MessagingUnavailable)) as not_copied:
         pk.copy_ledger()  # the scheduler's catch-up
     assert str(pk.settings.checkpoint_dir) not in str(not_copied.value)
 
@@ -321,10 +321,10 @@ def test_a_damaged_checkpoint_directory_gives_typed_errors_without_paths(
         assert [e.id for e in pk.read_conversation("c1")] == ["e-kept"]
         assert fresh_copy(pk).verify()[2] == []
         return
-    with pytest.raises(commands.MessagingUnavailable) as no_repair:
+    with pytest.raises(purgekeeper.MessagingUnavailable) as no_repair:
         pk.repair_ledger_copy()
     assert str(pk.settings.checkpoint_dir) not in str(no_repair.value) and name in str(no_repair.value)
-    with pytest.raises(commands.ValidationError) as no_merge:
+    with pytest.raises(purgekeeper.ValidationError) as no_merge:
         pk.merge_ledger(pk.settings.checkpoint_dir)
     assert str(pk.settings.checkpoint_dir) not in str(no_merge.value)
 
@@ -354,7 +354,7 @@ def test_a_head_that_claims_rows_its_segments_do_not_hold_is_rebuilt_by_repair(
     path = pk.copy.directory / ledger_copy.HEAD_FILE
     before = json.loads(path.read_text())
     path.write_text(json.dumps({**before, **forge(before)}))
-    with pytest.raises(commands.MessagingUnavailable):
+    with pytest.raises(purgekeeper.MessagingUnavailable):
         pk.read_conversation("c1")
     repaired = pk.repair_ledger_copy()
     assert repaired.head_rebuilt and repaired.seq == 2

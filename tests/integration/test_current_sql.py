@@ -34,8 +34,8 @@ from typing import NamedTuple
 import psycopg
 import pytest
 
-from schema import fences, migrate
-from schema.db import Database
+from purgekeeper.schema import fences, migrate
+from purgekeeper.schema.db import Database
 from tests.conftest import _admin_connect, create_database, drop_database, postgres_url
 
 TOKEN = re.compile(

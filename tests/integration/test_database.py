@@ -1,11 +1,11 @@
-"""Transactions of ``schema.db.Database`` on a real server."""
+"""Transactions of ``purgekeeper.schema.db.Database`` on a real server."""
 
 from __future__ import annotations
 
 import pytest
 
-from schema import db as dbmod
-from schema.db import Database
+from purgekeeper.schema import db as dbmod
+from purgekeeper.schema.db import Database
 
 
 @pytest.mark.postgres_only
@@ -38,7 +38,7 @@ def test_an_id_list_travels_as_one_parameter_and_arrives_intact(db: Database, id
     decoy, an empty list (matches nothing) and a single id."""
     from sqlalchemy import Column, MetaData, Table, Text, insert, select
 
-    from schema.idlists import IDS, among
+    from purgekeeper.schema.idlists import IDS, among
 
     table = Table("idlist_probe", MetaData(), Column("id", Text, primary_key=True))
     with db.write() as conn:

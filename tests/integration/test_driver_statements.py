@@ -1,4 +1,4 @@
-"""Statements run on the driver's own connection (``schema.driver``), on both backends: the
+"""Statements run on the driver's own connection (``purgekeeper.schema.driver``), on both backends: the
 types' bind and result processors still apply, and a driver error comes out as SQLAlchemy's
 would, so the domain errors and the retries stay the same."""
 
@@ -10,11 +10,11 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Connection, bindparam, insert, select
 
-from schema import ledger
-from schema.db import Database
-from schema.driver import DriverStatement
-from schema.idlists import IdList, among_many
-from schema.tables import events, tombstones
+from purgekeeper.schema import ledger
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.driver import DriverStatement
+from purgekeeper.schema.idlists import IdList, among_many
+from purgekeeper.schema.tables import events, tombstones
 
 WHEN = dt.datetime(2026, 12, 1, 12, 30, 15, 123456, tzinfo=dt.timezone(dt.timedelta(hours=2)))
 _INSERT_EVENT = DriverStatement(

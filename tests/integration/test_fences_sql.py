@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
-from schema.errors import (
+from purgekeeper.schema.errors import (
     BotDeleted,
     ContentPurged,
     ConversationDeleted,

@@ -23,19 +23,19 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
-import commands
-from commands import EventScope, NewAttachment
-from commands.web import metrics
-from commands.web import status as status_page
-from commands.web.auth import Tokens
-from storage import checkpoint, failpoints
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.commands.web import metrics
+from purgekeeper.commands.web import status as status_page
+from purgekeeper.commands.web.auth import Tokens
+from purgekeeper.storage import checkpoint, failpoints
 from tests.helpers import settle
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 ERRNOS = ["ENOSPC", "EACCES", "EROFS", "EIO"]
 TOKENS = Tokens(api="host-token-2", operator="operator-token-2")
 AS_OPERATOR = {"Authorization": "Bearer operator-token-2"}
@@ -79,8 +79,8 @@ def test_an_unlink_that_keeps_failing_ends_incomplete_with_its_reason(
 def test_an_unlink_that_fails_once_is_retried_and_completes(pk: Pk, armed: Callable[[str], None]) -> None:
     purge_id, _blob_id = purge_with_a_file(pk)
     armed("blobs.unlink=EIO")
+    from purgekeeper.workers import runner
     from tests.helpers import POLICY
-    from workers import runner
 
     [step] = [s for s in pk.status(purge_id).steps if s.kind == "attachments"]
     assert runner.run_step(pk.step_context(), step.id, policy=POLICY).status == "retrying"
@@ -129,7 +129,11 @@ def health(pk: Pk) -> subprocess.CompletedProcess[str]:
         "PURGEKEEPER_DATA_DIR": str(pk.settings.checkpoint_dir.parent / "data"),
     }
     return subprocess.run(
-        [sys.executable, "-m", "commands.cli", "health", "--json"], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "purgekeeper.commands.cli", "health", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -149,7 +153,7 @@ def test_an_unwritable_checkpoint_directory_shows_everywhere(pk: Pk, armed: Call
     pk.purge_conversation("c-gone", actor="op", reason="r")
     armed(f"checkpoint.write={name}")
     armed(f"ledger.copy={name}")
-    with pytest.raises(commands.LedgerNotCopied) as refused:  # accepted and fenced, not yet outside
+    with pytest.raises(purgekeeper.LedgerNotCopied) as refused:  # accepted and fenced, not yet outside
         pk.purge_conversation("c-also-gone", actor="op", reason="r")
     assert os.strerror(getattr(errno, name)) in str(refused.value) and refused.value.ledger_seq == 2
     assert pk.copy.head().seq == 1  # type: ignore[union-attr]

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import commands
-from commands import EventScope, NewAttachment
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
 from tests.helpers import scalar, settle
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 def write(pk: Pk, sql: str, **params: Any) -> int:
@@ -92,7 +92,7 @@ HELD_BY = {"conversation": {"conversation_ids": ["c1"]}, "author": {"authors": [
 def test_a_raw_writer_cannot_remove_held_content(chat: dict[str, Any], sql: str, held_by: dict[str, Any]) -> None:
     pk: Pk = chat["pk"]
     hold(pk, **held_by)
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(pk, sql.format(**chat))
     [event] = pk.read_conversation("c1")
     assert event.body == "e1's secret" and event.attachments[0].name == "e1.pdf"
@@ -110,9 +110,9 @@ def test_a_run_or_derivative_of_a_held_conversation_is_held_whatever_it_came_fro
     pk.finish_run("r-own", status="succeeded", output="the bot's own words")
     derived = pk.add_derivative("c1", kind="note", payload="from nothing").id
     hold(pk, conversation_ids=["c1"])
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(pk, "UPDATE runs SET output = NULL WHERE id = 'r-own'")
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(pk, "UPDATE derivatives SET payload = NULL WHERE id = :d", d=derived)
 
 
@@ -126,7 +126,7 @@ def test_content_no_hold_covers_can_still_be_removed(chat: dict[str, Any], sql: 
 def test_a_released_hold_preserves_nothing_more(chat: dict[str, Any]) -> None:
     pk: Pk = chat["pk"]
     hold(pk, conversation_ids=["c1"])
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(pk, "UPDATE events SET body = NULL WHERE id = 'e1'")
     pk.release_hold("case-1", actor="counsel@example.com", reason="settled")
     assert write(pk, "UPDATE events SET body = NULL WHERE id = 'e1'") == 1
@@ -137,7 +137,7 @@ def test_an_event_placed_in_a_held_conversation_is_held_wherever_it_is_read(chat
     pk: Pk = chat["pk"]
     pk.place_event("e3", "c1")
     hold(pk, conversation_ids=["c1"])
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(pk, "UPDATE events SET body = NULL WHERE id = 'e3'")
     assert [e.body for e in pk.read_conversation("c2") if e.id == "e3"] == ["cy's note"]
 
@@ -167,7 +167,7 @@ def test_the_cleanup_of_a_purge_accepted_before_the_hold_still_removes_what_it_f
         == 0
     )
     assert [e.body for e in pk.read_conversation("c2")] == ["cy's note"]  # held and live: kept
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(pk, "UPDATE events SET body = NULL WHERE id = 'e3'")
 
 
@@ -211,9 +211,9 @@ def test_what_makes_content_held_does_not_change_under_a_hold(chat: dict[str, An
     *setup, last = steps
     for sql in setup:
         write(pk, sql)
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(pk, last)
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(pk, "UPDATE events SET body = NULL WHERE id = 'e1'")
     assert scalar(pk, "SELECT body FROM events WHERE id = 'e1'") == "e1's secret"
 
@@ -227,7 +227,7 @@ def test_sqlite_replace_does_not_rewrite_a_held_event(chat: dict[str, Any]) -> N
     hold(pk, authors=["ada"])
     occurred_at = scalar(pk, "SELECT occurred_at FROM events WHERE id = 'e1'")
     replace = "INSERT OR REPLACE INTO events (id, author, occurred_at, body) VALUES ('e1', 'ada', :at, :body)"
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(pk, replace, at=occurred_at, body=None)
     assert scalar(pk, "SELECT body FROM events WHERE id = 'e1'") == "e1's secret"
     write(pk, "INSERT OR IGNORE INTO events (id, author, occurred_at, body) VALUES ('e1', 'ada', :at, :body)",

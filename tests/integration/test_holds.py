@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-import commands
-from commands import EventScope
+import purgekeeper
+from purgekeeper import EventScope
 from tests.helpers import scalar
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 def ledger_size(pk: Pk) -> int:
@@ -40,11 +40,11 @@ def world(pk: Pk, roots: dict[str, Path]) -> dict[str, Any]:
     return {"repository": repository}
 
 
-def hold(pk: Pk, hold_id: str = "case-1", **covers: Any) -> commands.Acceptance:
+def hold(pk: Pk, hold_id: str = "case-1", **covers: Any) -> purgekeeper.Acceptance:
     return pk.place_hold(hold_id, actor="counsel@example.com", reason="litigation hold", **covers)
 
 
-def confirm(pk: Pk, scope: EventScope, digest: str | None = None) -> commands.Acceptance:
+def confirm(pk: Pk, scope: EventScope, digest: str | None = None) -> purgekeeper.Acceptance:
     preview = pk.preview_purge(scope)
     return pk.confirm_purge(scope, scope_digest=digest or preview.scope_digest, actor="op", reason="request")
 
@@ -65,15 +65,15 @@ def test_a_hold_is_placed_listed_and_released(pk: Pk, world: dict[str, Any]) -> 
     assert again.disclosures == placed.disclosures  # a repeat says again what it does not undo
     hold(pk, "case-2", authors=["bob", "cy"])
     assert pk.count_holds() == [
-        commands.HoldCount("case-1", 2, 1, held.placed_at),
-        commands.HoldCount("case-2", 0, 2, pk.list_holds()[1].placed_at),
+        purgekeeper.HoldCount("case-1", 2, 1, held.placed_at),
+        purgekeeper.HoldCount("case-2", 0, 2, pk.list_holds()[1].placed_at),
     ]
     assert [h.hold_id for h in pk.count_holds(limit=1)] == ["case-1"]
     for limit in (0, 1001, True, "1"):
-        with pytest.raises(commands.ValidationError):
+        with pytest.raises(purgekeeper.ValidationError):
             pk.count_holds(limit=limit)  # type: ignore[arg-type]
     pk.release_hold("case-2", actor="counsel", reason="r")
-    with pytest.raises(commands.IdempotencyConflict):
+    with pytest.raises(purgekeeper.IdempotencyConflict):
         hold(pk, conversation_ids=["c1"])
 
     released = pk.release_hold("case-1", actor="counsel@example.com", reason="settled")
@@ -82,9 +82,9 @@ def test_a_hold_is_placed_listed_and_released(pk: Pk, world: dict[str, Any]) -> 
     assert (old.release_purge_id, old.released_by) == (released.purge_id, "counsel@example.com")
     assert old.released_at is not None
     assert pk.release_hold("case-1", actor="counsel", reason="again").purge_id == released.purge_id
-    with pytest.raises(commands.IdReserved):
+    with pytest.raises(purgekeeper.IdReserved):
         hold(pk, conversation_ids=["c1", "c2"], authors=["ada"])  # a hold id is never reused
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.release_hold("no-such-hold", actor="counsel", reason="?")
 
 
@@ -102,9 +102,9 @@ def test_a_hold_is_placed_listed_and_released(pk: Pk, world: dict[str, Any]) -> 
 )
 def test_bad_holds_are_refused_and_nothing_is_written(pk: Pk, world: dict[str, Any], covers: dict[str, Any]) -> None:
     before = ledger_size(pk)
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         hold(pk, **covers)
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.place_hold("bad id!", conversation_ids=["c1"], actor="counsel", reason="r")
     assert ledger_size(pk) == before and pk.list_holds() == []
 
@@ -115,11 +115,11 @@ def test_a_content_purge_of_held_events_is_refused_and_its_preview_marks_them(pk
     assert unheld.held == ()
     hold(pk, authors=["bob"])
     held = pk.preview_purge(scope)
-    assert held.held == (commands.HeldEvent("e3", ("case-1",)),)
+    assert held.held == (purgekeeper.HeldEvent("e3", ("case-1",)),)
     assert held.scope_digest != unheld.scope_digest  # the digest covers the marks
     before = ledger_size(pk)
     for digest in (held.scope_digest, unheld.scope_digest):
-        with pytest.raises(commands.LegalHold) as refused:
+        with pytest.raises(purgekeeper.LegalHold) as refused:
             confirm(pk, scope, digest)
         assert refused.value.hold_ids == ("case-1",)
     assert ledger_size(pk) == before and [e.body for e in pk.read_conversation("c2")] == ["three"]
@@ -128,10 +128,10 @@ def test_a_content_purge_of_held_events_is_refused_and_its_preview_marks_them(pk
 
 def test_a_conversation_purge_is_refused_while_a_hold_covers_what_it_removes(pk: Pk, world: dict[str, Any]) -> None:
     hold(pk, "on-c2", conversation_ids=["c2"])
-    with pytest.raises(commands.LegalHold, match="on-c2"):
+    with pytest.raises(purgekeeper.LegalHold, match="on-c2"):
         pk.purge_conversation("c2", actor="op", reason="r")
     hold(pk, "on-ada", authors=["ada"])
-    with pytest.raises(commands.LegalHold, match="on-ada") as refused:
+    with pytest.raises(purgekeeper.LegalHold, match="on-ada") as refused:
         pk.purge_conversation("c1", actor="op", reason="r")  # ada wrote e1 there
     assert refused.value.hold_ids == ("on-ada",)
     assert pk.purge_conversation("absent", actor="op", reason="reserve").outcome == "accepted"
@@ -145,14 +145,14 @@ def test_an_author_erasure_is_refused_while_a_hold_covers_their_content(pk: Pk, 
     held_preview = pk.preview_author_erasure("bob")
     assert held_preview.held_by == ("on-c2",) and held_preview.scope_digest != preview.scope_digest
     for digest in (preview.scope_digest, held_preview.scope_digest):
-        with pytest.raises(commands.LegalHold):
+        with pytest.raises(purgekeeper.LegalHold):
             pk.erase_author("bob", scope_digest=digest, actor="dpo", reason="GDPR")
     hold(pk, "on-cy", authors=["cy"])
     cy = pk.preview_author_erasure("cy")
-    with pytest.raises(commands.LegalHold, match="on-cy"):
+    with pytest.raises(purgekeeper.LegalHold, match="on-cy"):
         pk.erase_author("cy", scope_digest=cy.scope_digest, actor="dpo", reason="GDPR")
     pk.release_hold("on-c2", actor="counsel", reason="done")
-    with pytest.raises(commands.StaleConfirmation, match="legal holds"):
+    with pytest.raises(purgekeeper.StaleConfirmation, match="legal holds"):
         pk.erase_author("bob", scope_digest=held_preview.scope_digest, actor="dpo", reason="GDPR")
     fresh = pk.preview_author_erasure("bob")
     assert pk.erase_author("bob", scope_digest=fresh.scope_digest, actor="dpo", reason="GDPR").outcome == "accepted"
@@ -162,7 +162,7 @@ def test_memory_erasure_is_refused_for_a_bot_whose_conversations_are_held(pk: Pk
     hold(pk, conversation_ids=["c1"])
     preview = pk.preview_bot_deletion("bot-1")
     assert preview.held_by == ("case-1",) and preview.memory.erasable
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         pk.delete_bot("bot-1", actor="op", reason="r", erase_memory=True, reviewed_repository=preview.memory.identity)
     assert world["repository"].exists()
     # without erasure a deletion removes no content: a hold does not block it
@@ -186,7 +186,7 @@ def test_a_hold_placed_after_a_purge_does_not_undo_it_and_says_so(pk: Pk, world:
     assert "conversations c2" in said and "content by cy" in said
     assert "2 events" in said  # e1, fenced by its content purge; cy's e4, erased
     assert [e.id for e in pk.read_conversation("c1")] == ["e2", "e3"]  # e1 stays purged; e3 lives on in c1
-    with pytest.raises(commands.AuthorErased):
+    with pytest.raises(purgekeeper.AuthorErased):
         pk.ingest_event("ch", author="cy", body="back?")
 
 
@@ -211,7 +211,7 @@ def test_a_hold_and_a_purge_racing_for_the_same_content_are_serialised(pk: Pk, w
             start.wait()
             try:
                 results["purge"] = pk.confirm_purge(scope, scope_digest=digest, actor="op", reason="r")
-            except commands.LegalHold as exc:
+            except purgekeeper.LegalHold as exc:
                 results["purge"] = exc
 
         def place(round_: int = round_, results: dict[str, Any] = results, start: Any = start) -> None:
@@ -224,7 +224,7 @@ def test_a_hold_and_a_purge_racing_for_the_same_content_are_serialised(pk: Pk, w
         for thread in threads:
             thread.join(timeout=30)
         placed = results["hold"]
-        if isinstance(results["purge"], commands.LegalHold):
+        if isinstance(results["purge"], purgekeeper.LegalHold):
             outcomes.add("hold first")
             assert [e.id for e in pk.read_conversation("c2")][-1] == event_id
         else:
@@ -271,7 +271,7 @@ def test_a_hold_placed_again_is_the_same_hold_under_any_collation(postgres_templ
             f"CREATE DATABASE \"{name}\" TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
         )
     try:
-        with commands.open(postgres_url(name), checkpoint_dir=tmp_path / "l", blob_root=tmp_path / "b",
+        with purgekeeper.open(postgres_url(name), checkpoint_dir=tmp_path / "l", blob_root=tmp_path / "b",
                            file_root=tmp_path / "f", workers="none") as pk:  # fmt: skip
             first = pk.place_hold("h", authors=["Zed", "adam"], actor="counsel", reason="r")
             again = pk.place_hold("h", authors=["adam", "Zed"], actor="counsel", reason="r")

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-import commands
-from schema.errors import ContentPurged, LegalHold, ValidationError
+import purgekeeper
+from purgekeeper.schema.errors import ContentPurged, LegalHold, ValidationError
 from tests.helpers import scalar
 from tests.helpers.raw import refused, write
 from tests.helpers.retention import ago, body_of, set_policy, turn
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 DAY = dt.timedelta(days=1)
 CENTURY = 100 * 365 * 86400
 
@@ -165,10 +165,10 @@ def test_a_raw_release_does_not_lift_a_legal_hold(pk: Pk, policies: dict[str, An
         refused(pk.db, "UPDATE legal_holds SET released_by = :row WHERE hold_id = 'h1'", ValidationError, row=forged)
     with pytest.raises(LegalHold):
         pk.purge_conversation("c1", actor="ops", reason="cleanup")
-    preview = pk.preview_purge(commands.EventScope(event_ids=["old"]))
+    preview = pk.preview_purge(purgekeeper.EventScope(event_ids=["old"]))
     with pytest.raises(LegalHold):
         pk.confirm_purge(
-            commands.EventScope(event_ids=["old"]), scope_digest=preview.scope_digest, actor="ops", reason="x"
+            purgekeeper.EventScope(event_ids=["old"]), scope_digest=preview.scope_digest, actor="ops", reason="x"
         )
 
 

@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, text
 
-import commands
-from commands import EventScope
-from schema import ledger
-from schema.db import Database
+import purgekeeper
+from purgekeeper import EventScope
+from purgekeeper.schema import ledger
+from purgekeeper.schema.db import Database
 from tests.helpers.factories import conversation
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
-def accept(pk: Pk, event_ids: list[str]) -> commands.Acceptance:
+def accept(pk: Pk, event_ids: list[str]) -> purgekeeper.Acceptance:
     scope = EventScope(event_ids=event_ids)
     preview = pk.preview_purge(scope)
     return pk.confirm_purge(scope, scope_digest=preview.scope_digest, actor="op", reason="chain test")
@@ -138,7 +138,7 @@ def test_concurrent_confirmations_never_fork_or_lose_a_fence(pk: Pk) -> None:
     ids = [f"e{i:02d}" for i in range(40)]
     for i, event_id in enumerate(ids):
         pk.ingest_event(f"c{i % 4}", author="ada", body=f"secret {event_id}", event_id=event_id)
-    accepted: list[commands.Acceptance] = []
+    accepted: list[purgekeeper.Acceptance] = []
     gave_up: list[list[str]] = []  # windows whose every attempt was stale
     errors: list[BaseException] = []
     stop = threading.Event()
@@ -151,7 +151,7 @@ def test_concurrent_confirmations_never_fork_or_lose_a_fence(pk: Pk) -> None:
             for _attempt in range(5):
                 try:
                     acceptance = accept(pk, window)
-                except commands.StaleConfirmation:
+                except purgekeeper.StaleConfirmation:
                     continue
                 except BaseException as exc:
                     errors.append(exc)

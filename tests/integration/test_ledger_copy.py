@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from storage import ledger_copy
-from storage.ledger_copy import CopyDiverged, CopyGap, CopyInvalid, LedgerCopy
+from purgekeeper.storage import ledger_copy
+from purgekeeper.storage.ledger_copy import CopyDiverged, CopyGap, CopyInvalid, LedgerCopy
 from tests.helpers.ledger import DATABASE, chain
 
 

@@ -1,4 +1,4 @@
-"""Every process logs in the one format: real ``python -m commands.worker`` (the dramatiq CLI,
+"""Every process logs in the one format: real ``python -m purgekeeper.commands.worker`` (the dramatiq CLI,
 its main process and its worker process), ``purgectl scheduler``, ``purgectl serve`` and a
 one-shot ``purgectl`` command, on PostgreSQL and the test's own Redis (the processes of
 ``tests/faults``), with ``PURGEKEEPER_LOG_FORMAT=json`` and ``PURGEKEEPER_LOG_LEVEL=INFO``.
@@ -26,14 +26,14 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import commands
-from commands import EventScope, NewAttachment
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.workers import broker, runner
 from tests.helpers import POLICY
 from tests.helpers.cleanup import break_blob_file, claim_as, expire_lease, set_max_attempts
 from tests.helpers.processes import QUEUE, REPO, WAIT_S, WORKER_READY, Proc, Processes, free_port, wait_until
-from workers import broker, runner
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
 FIELDS = {"time", "level", "logger", "message", "process"}
 JSON_LOGS = {"PURGEKEEPER_LOG_FORMAT": "json", "PURGEKEEPER_LOG_LEVEL": "INFO"}
@@ -59,9 +59,19 @@ class SplitProcesses(Processes):
         return proc
 
     def launched_worker(self) -> Proc:
-        """``python -m commands.worker``: the dramatiq CLI with purgekeeper's log format in
+        """``python -m purgekeeper.commands.worker``: the dramatiq CLI with purgekeeper's log format in
         its main process too."""
-        argv = [sys.executable, "-m", "commands.worker", "--processes", "1", "--threads", "2", "--queues", QUEUE]
+        argv = [
+            sys.executable,
+            "-m",
+            "purgekeeper.commands.worker",
+            "--processes",
+            "1",
+            "--threads",
+            "2",
+            "--queues",
+            QUEUE,
+        ]
         return self._wait_ready(self._start("worker", argv, {}), WORKER_READY)
 
     def stop(self, proc: Proc) -> str:
@@ -155,7 +165,7 @@ def test_the_worker_logs_each_attempt_in_json_from_every_process_of_its_group(
 
 
 def test_the_scheduler_logs_the_wake_ups_it_sends(open_handle: Callable[..., Pk], processes: SplitProcesses) -> None:
-    """Needs ``purgectl scheduler`` to configure the log format (``commands.cli.process``)
+    """Needs ``purgectl scheduler`` to configure the log format (``purgekeeper.commands.cli.process``)
     and to pass its database to ``broker.enqueue``."""
     pk = open_handle(enqueue=lambda step_ids: None)  # nothing sent at acceptance: the sweep sends them
     purge_id = purge_with_a_file(pk, "c1")
@@ -177,7 +187,7 @@ def test_the_scheduler_logs_the_wake_ups_it_sends(open_handle: Callable[..., Pk]
 
 def test_the_api_logs_uvicorn_and_its_requests_in_json(processes: SplitProcesses) -> None:
     """Needs ``purgectl serve`` to configure the log format and uvicorn to keep none of its own
-    (``commands.http.server``)."""
+    (``purgekeeper.commands.http.server``)."""
     port = free_port()
     api = processes.serve(port)
     with pytest.raises(urllib.error.HTTPError) as refused:
@@ -195,8 +205,8 @@ def test_the_api_logs_uvicorn_and_its_requests_in_json(processes: SplitProcesses
 def test_a_one_shot_command_logs_on_stderr_in_json_and_prints_its_result_on_stdout(
     open_handle: Callable[..., Pk], processes: SplitProcesses
 ) -> None:
-    """Needs ``purgectl``'s group to configure the log format (``commands.cli.shared``) and the
-    handle to pass its database to ``broker.enqueue`` (``commands.handle``)."""
+    """Needs ``purgectl``'s group to configure the log format (``purgekeeper.commands.cli.shared``) and the
+    handle to pass its database to ``broker.enqueue`` (``purgekeeper.commands.handle``)."""
     pk = open_handle(enqueue=lambda step_ids: None)
     purge_id = purge_with_a_file(pk, "c1")
     kinds = step_kinds(pk, purge_id)
@@ -219,7 +229,7 @@ def test_a_delivery_that_finds_the_last_attempt_dead_logs_the_purge_incomplete(
     step_id = next(step.id for step in pk.status(purge_id).steps if step.kind == "bodies")
     claim_as(pk, step_id, "dies-every-time")
     expire_lease(pk, step_id)
-    with caplog.at_level(logging.INFO, logger="workers.runner"):
+    with caplog.at_level(logging.INFO, logger="purgekeeper.workers.runner"):
         assert runner.run_step(pk.step_context(), step_id, policy=POLICY).status == "skipped"
     [error] = [record for record in caplog.records if record.levelno == logging.ERROR]
     assert error.getMessage().startswith(f"purge {purge_id} is incomplete: its bodies step's worker stopped")

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import commands
-from schema import ledger
-from storage import ledger_copy
+import purgekeeper
+from purgekeeper.schema import ledger
+from purgekeeper.storage import ledger_copy
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
 # Same length as the original, so the copy's segment keeps its byte count: only the hash tells.
 FORGED = {"actor": "ops@example.net", "reason": "the user ASKED"}
@@ -69,7 +69,7 @@ def purge(pk: Pk, *conversation_ids: str) -> None:
 
 def assert_refused(pk: Pk, source: Path, seq: int) -> None:
     before = snapshot(pk)
-    with pytest.raises(commands.ValidationError) as refused:
+    with pytest.raises(purgekeeper.ValidationError) as refused:
         pk.merge_ledger(source)
     said = str(refused.value)
     assert f"tampered row at seq {seq}" in said and "nothing changed" in said, said
@@ -106,7 +106,7 @@ def test_an_export_ahead_of_the_ledger_with_a_forged_known_row_is_refused(
     restored = open_pk()
     backups.handles.append(restored)
     before = snapshot(restored)
-    with pytest.raises(commands.ValidationError) as refused:
+    with pytest.raises(purgekeeper.ValidationError) as refused:
         restored.merge_ledger(export)
     assert "tampered row at seq 1" in str(refused.value), refused.value
     assert snapshot(restored) == before

@@ -19,16 +19,16 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import bindparam, text
 
-import commands
-from commands.web import metrics
-from schema import ledger, migrate, overview, restore, steps
-from schema.overview import ATTEMPT_BUCKETS, Counter, Histogram
-from schema.states import StepStatus
-from schema.tables import UtcDateTime
+import purgekeeper
+from purgekeeper.commands.web import metrics
+from purgekeeper.schema import ledger, migrate, overview, restore, steps
+from purgekeeper.schema.overview import ATTEMPT_BUCKETS, Counter, Histogram
+from purgekeeper.schema.states import StepStatus
+from purgekeeper.schema.tables import UtcDateTime
 from tests.helpers import POLICY, FailingStore, rows, settle
 from tests.helpers.factories import confirm_events, event_with_attachments
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
 STEP_KINDS = ("bodies", "attachments", "memory")
@@ -127,7 +127,7 @@ def test_the_histogram_counts_every_attempt_and_the_failures_by_kind_survive_a_r
 
 
 def test_a_purge_a_restore_cleans_again_is_counted_complete_once(pk: Pk) -> None:
-    """A merge re-arms a done step when a restored file is back (``schema.restore.rearm_step``);
+    """A merge re-arms a done step when a restored file is back (``purgekeeper.schema.restore.rearm_step``);
     the purge completes a second time, weeks after its acceptance, but it completed once."""
     purge_id = purge_with_files(pk, "c-restored")
     assert settle(pk, purge_id).status == "complete"

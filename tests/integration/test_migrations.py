@@ -20,12 +20,12 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-import commands
-from commands.kinds import kind_of
-from schema import fences, ledger, migrate
-from schema.db import Database
-from schema.errors import SchemaMismatch
-from schema.tables import with_dialect_indexes
+import purgekeeper
+from purgekeeper.commands.kinds import kind_of
+from purgekeeper.schema import fences, ledger, migrate
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import SchemaMismatch
+from purgekeeper.schema.tables import with_dialect_indexes
 from tests.helpers.databases import create_database, drop_database, postgres_url
 
 
@@ -130,14 +130,16 @@ def test_a_database_newer_than_the_code_is_refused(db: Database, database_url: s
     with pytest.raises(SchemaMismatch, match="newer than this code"):
         migrate.upgrade(db)
     with pytest.raises(SchemaMismatch):
-        commands.open(database_url, blob_root=tmp_path / "b", file_root=tmp_path / "f", checkpoint_dir=tmp_path / "l")
+        purgekeeper.open(
+            database_url, blob_root=tmp_path / "b", file_root=tmp_path / "f", checkpoint_dir=tmp_path / "l"
+        )
     with db.read() as conn:
         assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "9999_from_the_future"
 
 
 def run_purgectl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "commands.cli", *args],
+        [sys.executable, "-m", "purgekeeper.commands.cli", *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
@@ -215,7 +217,7 @@ def test_an_upgrade_from_0004_with_data_purges_what_0004_wrote(empty_database_ur
     library and a raw INSERT of the same provider event id."""
     from alembic import command
 
-    from workers import runner
+    from purgekeeper.workers import runner
 
     db = Database(empty_database_url)
     config = migrate.alembic_config()
@@ -241,7 +243,7 @@ def test_an_upgrade_from_0004_with_data_purges_what_0004_wrote(empty_database_ur
     assert migrate.upgrade(db).changed
     db.dispose()
 
-    pk = commands.open(
+    pk = purgekeeper.open(
         empty_database_url,
         blob_root=tmp_path / "blobs",
         file_root=file_root,
@@ -265,9 +267,9 @@ def test_an_upgrade_from_0004_with_data_purges_what_0004_wrote(empty_database_ur
             assert path == f"{blob_id[:2]}/{blob_id[2:4]}/{blob_id}"
             assert conn.scalar(text("SELECT name FROM attachments WHERE id = 'a-old'")) is None
         pk.create_conversation("c-new")
-        with pytest.raises(commands.ContentPurged):
+        with pytest.raises(purgekeeper.ContentPurged):
             pk.ingest_event("c-new", author="ada", body="again", provider_event_id="p-old")
-        with pytest.raises(commands.ContentPurged), pk.db.write() as conn:
+        with pytest.raises(purgekeeper.ContentPurged), pk.db.write() as conn:
             conn.execute(
                 text(
                     "INSERT INTO events (id, provider_event_id, author, occurred_at, body) "
@@ -288,8 +290,10 @@ def test_0010_backfills_the_conversations_of_the_purges_already_in_the_ledger(
     erasure names none. The merge's derivation of a row from before 0010 (no
     ``conversation_ids`` in its selectors) agrees too. Both backends: the backfill's SQL is
     per dialect."""
-    backfill = importlib.import_module("schema.migrations.versions.0010_attempts_and_purge_conversations").BACKFILL
-    pk = commands.open(
+    backfill = importlib.import_module(
+        "purgekeeper.schema.migrations.versions.0010_attempts_and_purge_conversations"
+    ).BACKFILL
+    pk = purgekeeper.open(
         empty_database_url,
         blob_root=tmp_path / "blobs",
         file_root=tmp_path / "files",
@@ -307,11 +311,11 @@ def test_0010_backfills_the_conversations_of_the_purges_already_in_the_ledger(
         pk.create_conversation("c5")
         pk.ingest_event("c4", author="ada", body="y", event_id="e4")
         pk.place_event("e4", "c5")
-        by_ids = commands.EventScope(event_ids=["e4"])  # a content purge by ids, in two conversations
+        by_ids = purgekeeper.EventScope(event_ids=["e4"])  # a content purge by ids, in two conversations
         pk.confirm_purge(by_ids, scope_digest=pk.preview_purge(by_ids).scope_digest, **who)
         pk.purge_conversation("c1", **who)
         pk.delete_channel("ch1", **who)
-        scope = commands.EventScope(conversation_id="c3")
+        scope = purgekeeper.EventScope(conversation_id="c3")
         pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **who)
         pk.place_hold("h1", conversation_ids=["c2", "c9"], **who)
         preview = pk.preview_retention(max_age=dt.timedelta(days=30), conversation_id="c2")

@@ -1,4 +1,4 @@
-"""commands.open(): what it creates, and what it refuses."""
+"""purgekeeper.open(): what it creates, and what it refuses."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-import commands
+import purgekeeper
 
 
 def test_open_creates_only_the_directories_it_uses(database_url: str, roots: dict[str, Path], tmp_path: Path) -> None:
-    with commands.open(
+    with purgekeeper.open(
         database_url, blob_root=roots["blob_root"], file_root=roots["file_root"], checkpoint_dir=roots["checkpoint_dir"]
     ):
         pass
@@ -24,7 +24,7 @@ def test_open_on_the_embedded_default_creates_the_database_in_the_data_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PURGEKEEPER_DATA_DIR", str(tmp_path / "data"))
-    with commands.open() as pk:
+    with purgekeeper.open() as pk:
         pk.create_conversation("c1")
     assert (tmp_path / "data" / "purgekeeper.db").is_file()
     assert (tmp_path / "data" / "blobs").is_dir() and (tmp_path / "data" / "ledger").is_dir()
@@ -32,14 +32,14 @@ def test_open_on_the_embedded_default_creates_the_database_in_the_data_dir(
 
 @pytest.mark.parametrize("workers", ["many", "", None], ids=["unknown", "empty", "none-value"])
 def test_open_refuses_an_unknown_worker_mode(tmp_path: Path, workers: object) -> None:
-    with pytest.raises(commands.ValidationError):
-        commands.open(f"sqlite:///{tmp_path}/x.db", workers=workers)  # type: ignore[arg-type]
+    with pytest.raises(purgekeeper.ValidationError):
+        purgekeeper.open(f"sqlite:///{tmp_path}/x.db", workers=workers)  # type: ignore[arg-type]
     assert not (tmp_path / "x.db").exists()
 
 
 def test_open_refuses_an_unsupported_database(tmp_path: Path) -> None:
-    with pytest.raises(commands.ValidationError, match="unsupported database"):
-        commands.open("mysql://root@127.0.0.1/test", checkpoint_dir=tmp_path / "l")
+    with pytest.raises(purgekeeper.ValidationError, match="unsupported database"):
+        purgekeeper.open("mysql://root@127.0.0.1/test", checkpoint_dir=tmp_path / "l")
 
 
 def test_one_process_holds_an_embedded_handle_and_a_redis_handle(
@@ -51,8 +51,8 @@ def test_one_process_holds_an_embedded_handle_and_a_redis_handle(
     its own actor."""
     import redis
 
+    from purgekeeper.workers import broker
     from tests.helpers.databases import REDIS_URL, service_missing
-    from workers import broker
 
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
     try:
@@ -60,13 +60,13 @@ def test_one_process_holds_an_embedded_handle_and_a_redis_handle(
     except redis.RedisError as exc:
         service_missing("Redis", exc)
     client.flushdb()
-    with commands.open(
+    with purgekeeper.open(
         f"sqlite:///{tmp_path / 'embedded.db'}",
         blob_root=tmp_path / "e-blobs",
         file_root=tmp_path / "e-files",
         checkpoint_dir=tmp_path / "e-ledger",
     ) as embedded:
-        with commands.open(
+        with purgekeeper.open(
             database_url,
             blob_root=roots["blob_root"],
             file_root=roots["file_root"],
@@ -91,20 +91,20 @@ def test_one_process_holds_an_embedded_handle_and_a_redis_handle(
 
 def test_open_takes_the_settings_a_process_built_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``settings=``: the environment is not read again (a variable set since changes nothing)."""
-    settings = commands.Settings.from_env({"PURGEKEEPER_DATA_DIR": str(tmp_path / "built")})
+    settings = purgekeeper.Settings.from_env({"PURGEKEEPER_DATA_DIR": str(tmp_path / "built")})
     monkeypatch.setenv("PURGEKEEPER_DATA_DIR", str(tmp_path / "elsewhere"))
-    with commands.open(settings=settings, workers="none", checkpoint_dir=tmp_path / "given") as pk:
+    with purgekeeper.open(settings=settings, workers="none", checkpoint_dir=tmp_path / "given") as pk:
         assert pk.settings.data_dir == tmp_path / "built"
         assert pk.settings.checkpoint_dir == tmp_path / "given"  # an argument still wins
     assert (tmp_path / "built" / "purgekeeper.db").is_file()
     assert not (tmp_path / "elsewhere").exists()
-    with pytest.raises(commands.ValidationError, match="settings"):
-        commands.open(settings={"data_dir": tmp_path}, workers="none")  # type: ignore[arg-type]
+    with pytest.raises(purgekeeper.ValidationError, match="settings"):
+        purgekeeper.open(settings={"data_dir": tmp_path}, workers="none")  # type: ignore[arg-type]
 
 
 def test_open_and_purgectl_find_the_same_database_by_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One data directory: ``purgectl init`` (what ``make run`` runs first) with nothing
-    configured creates the database ``commands.open()`` then opens, under HOME."""
+    configured creates the database ``purgekeeper.open()`` then opens, under HOME."""
     import json
     import os
     import subprocess
@@ -112,26 +112,26 @@ def test_open_and_purgectl_find_the_same_database_by_default(tmp_path: Path, mon
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("XDG_DATA_HOME")
-    command = [sys.executable, "-m", "commands.cli", "init", "--json"]
+    command = [sys.executable, "-m", "purgekeeper.commands.cli", "init", "--json"]
     done = subprocess.run(command, env=dict(os.environ), capture_output=True, text=True, timeout=60, check=True)
     initialised = json.loads(done.stdout)
     data_dir = tmp_path / "home" / ".local" / "share" / "purgekeeper"
     assert initialised["data_dir"] == str(data_dir)
-    with commands.open(workers="none", migrate_schema=False) as pk:  # refuses a database it would create
+    with purgekeeper.open(workers="none", migrate_schema=False) as pk:  # refuses a database it would create
         assert pk.settings.database_url == initialised["database_url"] == f"sqlite:///{data_dir / 'purgekeeper.db'}"
 
 
 def test_a_database_not_initialised_is_named_with_its_password_masked(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'empty.db'}"
-    with pytest.raises(commands.SchemaMismatch, match=re.escape(f"the database {url} is not initialised")):
-        commands.open(url, workers="none", migrate_schema=False, checkpoint_dir=tmp_path / "l")
+    with pytest.raises(purgekeeper.SchemaMismatch, match=re.escape(f"the database {url} is not initialised")):
+        purgekeeper.open(url, workers="none", migrate_schema=False, checkpoint_dir=tmp_path / "l")
 
 
 def test_a_database_that_does_not_answer_is_named_with_its_password_masked(tmp_path: Path) -> None:
     port = _closed_port()
     url = f"postgresql://purgekeeper:s3cret-pw@127.0.0.1:{port}/nowhere"
-    with pytest.raises(commands.InfrastructureError) as refused:
-        commands.open(url, workers="none", checkpoint_dir=tmp_path / "l")
+    with pytest.raises(purgekeeper.InfrastructureError) as refused:
+        purgekeeper.open(url, workers="none", checkpoint_dir=tmp_path / "l")
     assert f"purgekeeper:***@127.0.0.1:{port}/nowhere is unavailable" in refused.value.detail
     assert "s3cret-pw" not in str(refused.value)
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
-import commands
-from schema import steps
-from schema.states import StepStatus
+import purgekeeper
+from purgekeeper.schema import steps
+from purgekeeper.schema.states import StepStatus
 from tests.helpers.backups import Backups
 from tests.helpers.cleanup import (
     WHO,
@@ -30,7 +30,7 @@ from tests.helpers.cleanup import (
 from tests.helpers.factories import purge_events
 from tests.helpers.retention import restored_after
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 def test_each_attempt_of_a_step_is_recorded_with_its_owner_times_outcome_and_error(pk: Pk) -> None:
@@ -112,14 +112,14 @@ def test_the_workers_view_lists_each_live_lease_owner_with_the_steps_it_holds(pk
     }
     expire_lease(pk, attachments)  # a frozen worker's lease ran out: it holds nothing now
     assert [w.owner for w in pk.worker_leases()] == ["worker-a:1"]
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.worker_leases(limit=0)
 
 
 def test_wait_reports_each_new_status_to_its_progress_callback(pk: Pk) -> None:
     seed_content(pk)
     purge_id = purge_events(pk, "e-doomed")
-    seen: list[commands.PurgeStatus] = []
+    seen: list[purgekeeper.PurgeStatus] = []
     assert pk.wait(purge_id, 0, on_progress=seen.append).status == "accepted"
     assert [s.status for s in seen] == ["accepted"]
     clean(pk, purge_id)
@@ -165,14 +165,14 @@ def test_list_purges_filters_by_kind_conversation_and_time(pk: Pk) -> None:
     ],
 )
 def test_list_purges_refuses_a_bad_filter_with_a_typed_error(pk: Pk, where: dict[str, object], says: str) -> None:
-    with pytest.raises(commands.ValidationError, match=says):
+    with pytest.raises(purgekeeper.ValidationError, match=says):
         pk.list_purges(**where)  # type: ignore[arg-type]
 
 
 def test_purge_detail_of_an_unknown_purge_is_not_found(pk: Pk) -> None:
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.purge_detail("no-such-purge")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.purge_detail("bad id")
 
 

@@ -20,19 +20,19 @@ from typing import Any
 
 import pytest
 
-import commands
-from commands import EventScope, NewAttachment
-from commands.http import create_app
-from commands.web.auth import Tokens
-from storage import failpoints
-from storage.ledger_copy import LedgerCopy
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.commands.http import create_app
+from purgekeeper.commands.web.auth import Tokens
+from purgekeeper.storage import failpoints
+from purgekeeper.storage.ledger_copy import LedgerCopy
 from tests.helpers.backups import Backups
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "op", "reason": "outside copy test"}
 SECRET = "S3CR3T-outside"
 
@@ -52,7 +52,7 @@ def copied_seq(pk: Pk) -> int:
     return head.seq if head else 0
 
 
-def confirm(pk: Pk, *event_ids: str, **kwargs: Any) -> commands.Acceptance:
+def confirm(pk: Pk, *event_ids: str, **kwargs: Any) -> purgekeeper.Acceptance:
     scope = EventScope(event_ids=list(event_ids))
     return pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **WHO, **kwargs)
 
@@ -67,7 +67,7 @@ def seed(pk: Pk) -> None:
     pk.ingest_event("c1", author="bob", body="kept", event_id="e-kept")
 
 
-ACCEPTANCES: dict[str, Callable[[Pk], commands.Acceptance]] = {
+ACCEPTANCES: dict[str, Callable[[Pk], purgekeeper.Acceptance]] = {
     "content": lambda pk: confirm(pk, "e1"),
     "conversation": lambda pk: pk.purge_conversation("c-gone", **WHO),
     "channel": lambda pk: pk.delete_channel("ch1", **WHO),
@@ -76,7 +76,9 @@ ACCEPTANCES: dict[str, Callable[[Pk], commands.Acceptance]] = {
 
 
 @pytest.mark.parametrize("accept", ACCEPTANCES.values(), ids=ACCEPTANCES.keys())
-def test_an_acceptance_returns_once_its_row_is_in_the_copy(pk: Pk, accept: Callable[[Pk], commands.Acceptance]) -> None:
+def test_an_acceptance_returns_once_its_row_is_in_the_copy(
+    pk: Pk, accept: Callable[[Pk], purgekeeper.Acceptance]
+) -> None:
     seed(pk)
     acceptance = accept(pk)
     row = copy_of(pk).row(acceptance.ledger_seq)
@@ -99,7 +101,7 @@ def test_a_restore_right_after_an_acceptance_keeps_reads_closed_until_merged(
     backups.restore(backup)
     restored = open_pk()
     backups.handles.append(restored)
-    with pytest.raises(commands.MessagingUnavailable) as closed:
+    with pytest.raises(purgekeeper.MessagingUnavailable) as closed:
         restored.read_conversation("c1")
     assert any("behind" in problem for problem in closed.value.diagnostics), closed.value.diagnostics
     report = restored.merge_ledger(restored.settings.checkpoint_dir)
@@ -116,10 +118,10 @@ def test_the_embedded_default_closed_within_seconds_of_its_purge(
     import shutil
 
     monkeypatch.setenv("PURGEKEEPER_DATA_DIR", str(tmp_path / "data"))
-    with commands.open() as first:
+    with purgekeeper.open() as first:
         seed(first)
     database = tmp_path / "data" / "purgekeeper.db"
-    with commands.open() as second:
+    with purgekeeper.open() as second:
         backup = tmp_path / "before.db"
         with second.db.write() as conn:  # fold the WAL in, then copy: a consistent backup
             conn.exec_driver_sql("SELECT 1")
@@ -129,7 +131,7 @@ def test_the_embedded_default_closed_within_seconds_of_its_purge(
     for suffix in ("-wal", "-shm"):
         Path(f"{database}{suffix}").unlink(missing_ok=True)
     shutil.copyfile(backup, database)
-    with commands.open() as restored, pytest.raises(commands.MessagingUnavailable):
+    with purgekeeper.open() as restored, pytest.raises(purgekeeper.MessagingUnavailable):
         restored.read_conversation("c1")
 
 
@@ -138,7 +140,7 @@ def test_a_copy_that_fails_after_the_commit_says_so_and_is_completed_later(
 ) -> None:
     seed(pk)
     armed("ledger.copy=EIO")
-    with pytest.raises(commands.LedgerNotCopied) as failed:
+    with pytest.raises(purgekeeper.LedgerNotCopied) as failed:
         confirm(pk, "e1", idempotency_key="k-1")
     assert failed.value.ledger_seq == 1 and failed.value.purge_id
     assert "accepted" in str(failed.value) and str(pk.settings.checkpoint_dir) not in str(failed.value)
@@ -167,13 +169,13 @@ def test_over_http_a_copy_that_failed_is_a_503_that_names_the_accepted_purge(
 def test_the_next_acceptance_or_a_sweep_completes_a_copy_that_failed(pk: Pk, armed: Callable[[str], None]) -> None:
     seed(pk)
     armed("ledger.copy=ENOSPC")
-    with pytest.raises(commands.LedgerNotCopied):
+    with pytest.raises(purgekeeper.LedgerNotCopied):
         pk.purge_conversation("c-one", **WHO)
     failpoints.disarm()
     pk.purge_conversation("c-two", **WHO)
     assert copied_seq(pk) == 2
     armed("ledger.copy=ENOSPC")
-    with pytest.raises(commands.LedgerNotCopied):
+    with pytest.raises(purgekeeper.LedgerNotCopied):
         pk.purge_conversation("c-three", **WHO)
     failpoints.disarm()
     assert pk.copy_ledger() == 3  # what the scheduler's sweep calls
@@ -182,12 +184,12 @@ def test_the_next_acceptance_or_a_sweep_completes_a_copy_that_failed(pk: Pk, arm
 
 CHILD = """
 import sys
-import commands
-from commands import EventScope
-from storage import failpoints
+import purgekeeper
+from purgekeeper import EventScope
+from purgekeeper.storage import failpoints
 failpoints.arm("ledger.copy=exit")
 url, checkpoints, blobs, files = sys.argv[1:5]
-pk = commands.open(url, checkpoint_dir=checkpoints, blob_root=blobs, file_root=files, workers="none")
+pk = purgekeeper.open(url, checkpoint_dir=checkpoints, blob_root=blobs, file_root=files, workers="none")
 scope = EventScope(event_ids=["e1"])
 pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, actor="op", reason="killed")
 print("the copy was written")
@@ -227,7 +229,7 @@ def test_a_process_killed_between_its_commit_and_its_copy_is_healed(
     backups.restore(backup)
     restored = open_pk()
     backups.handles.append(restored)
-    with pytest.raises(commands.MessagingUnavailable):
+    with pytest.raises(purgekeeper.MessagingUnavailable):
         restored.read_conversation("c1")
     assert len(restored.merge_ledger(restored.settings.checkpoint_dir).appended) == 2
     assert [e.id for e in restored.read_conversation("c1")] == ["e-kept"]
@@ -239,7 +241,7 @@ def test_close_gives_up_the_scheduler_lease(database_url: str, roots: dict[str, 
     from sqlalchemy import text
 
     def embedded() -> Pk:
-        return commands.open(
+        return purgekeeper.open(
             database_url,
             blob_root=roots["blob_root"],
             file_root=roots["file_root"],

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import commands
-from commands import EventScope, NewAttachment
-from commands import scope as scope_module
-from commands.purge_commands import MAX_REASON_LENGTH
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.commands import scope as scope_module
+from purgekeeper.commands.purge_commands import MAX_REASON_LENGTH
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
 
 
@@ -34,7 +34,7 @@ def written(pk: Pk) -> tuple[int, int, int]:
     )
 
 
-def confirm(pk: Pk, scope: EventScope, **kwargs: Any) -> commands.Acceptance:
+def confirm(pk: Pk, scope: EventScope, **kwargs: Any) -> purgekeeper.Acceptance:
     preview = pk.preview_purge(scope)
     return pk.confirm_purge(scope, scope_digest=preview.scope_digest, actor="op", reason="asked to", **kwargs)
 
@@ -120,19 +120,19 @@ BAD_SCOPES = {
 
 @pytest.mark.parametrize("build", BAD_SCOPES.values(), ids=BAD_SCOPES.keys())
 def test_a_bad_scope_is_a_validation_error(build: Any) -> None:
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         build()
 
 
 def test_empty_unknown_and_oversized_selections(pk: Pk, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(commands.ValidationError, match="selects no events"):
+    with pytest.raises(purgekeeper.ValidationError, match="selects no events"):
         pk.preview_purge(EventScope(conversation_id="c1", author="nobody"))
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.preview_purge(EventScope(event_ids=["e1", "ghost"]))
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.preview_purge(EventScope(conversation_id="nowhere"))
     monkeypatch.setattr(scope_module, "MAX_SCOPE_EVENTS", 2)
-    with pytest.raises(commands.ValidationError, match="more than 2 events"):
+    with pytest.raises(purgekeeper.ValidationError, match="more than 2 events"):
         pk.preview_purge(EventScope(conversation_id="c1"))
     assert written(pk) == (0, 0, 0)
 
@@ -145,9 +145,9 @@ def test_confirm_accepts_fences_and_creates_steps_in_one_go(pk: Pk, world: dict[
     acceptance = confirm(pk, EventScope(event_ids=["e1"]))
     assert acceptance.outcome == "accepted" and acceptance.ledger_seq == 1
     assert [e.id for e in pk.read_conversation("c1")] == ["e-shared", "e-late"]
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.open_attachment(world["e1"].attachments[0].id)
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.ingest_event("c1", author="ada", body="again", provider_event_id="prov-e1")
     status = pk.status(acceptance.purge_id)
     assert status.status == "accepted" and status.kind == "content"
@@ -173,8 +173,8 @@ def test_enqueue_hook_runs_after_the_commit_and_a_failure_does_not_undo(
 
     opened: dict[str, Any] = {name: roots[name] for name in ("blob_root", "file_root", "checkpoint_dir")}
     opened["workers"] = "none"
-    other = commands.open(database_url, **opened)
-    pk = commands.open(database_url, enqueue=hook, **opened)
+    other = purgekeeper.open(database_url, **opened)
+    pk = purgekeeper.open(database_url, enqueue=hook, **opened)
     try:
         pk.create_conversation("c1")
         pk.ingest_event("c1", author="ada", body="x", event_id="e1")
@@ -225,13 +225,13 @@ def test_a_changed_scope_is_stale_and_names_what_changed(
 ) -> None:
     preview = pk.preview_purge(scope)
     change(pk)
-    with pytest.raises(commands.StaleConfirmation, match=named):
+    with pytest.raises(purgekeeper.StaleConfirmation, match=named):
         pk.confirm_purge(scope, scope_digest=preview.scope_digest, actor="op", reason="r")
     assert written(pk) == (0, 0, 0)
 
 
 def test_an_unknown_digest_is_stale(pk: Pk, world: dict[str, Any]) -> None:
-    with pytest.raises(commands.StaleConfirmation, match="preview it again"):
+    with pytest.raises(purgekeeper.StaleConfirmation, match="preview it again"):
         pk.confirm_purge(EventScope(event_ids=["e1"]), scope_digest="a" * 64, actor="op", reason="r")
 
 
@@ -240,7 +240,7 @@ def test_active_runs_refuse_the_purge(pk: Pk, world: dict[str, Any]) -> None:
     scope = EventScope(event_ids=["e1"])
     preview = pk.preview_purge(scope)
     assert [r.id for r in preview.blocking_runs] == ["r-busy"]
-    with pytest.raises(commands.ActiveRuns) as info:
+    with pytest.raises(purgekeeper.ActiveRuns) as info:
         pk.confirm_purge(scope, scope_digest=preview.scope_digest, actor="op", reason="r")
     assert info.value.run_ids == ("r-busy",)
     assert written(pk) == (0, 0, 0)
@@ -272,9 +272,9 @@ def test_idempotency_key_replays_or_conflicts(pk: Pk, world: dict[str, Any]) -> 
     first = confirm(pk, scope, idempotency_key="req-1")
     again = confirm(pk, scope, idempotency_key="req-1")
     assert again == first
-    with pytest.raises(commands.IdempotencyConflict):
+    with pytest.raises(purgekeeper.IdempotencyConflict):
         confirm(pk, EventScope(event_ids=["e-late"]), idempotency_key="req-1")
-    with pytest.raises(commands.IdempotencyConflict):
+    with pytest.raises(purgekeeper.IdempotencyConflict):
         pk.purge_conversation("c2", actor="op", reason="r", idempotency_key="req-1")
     assert count(pk, "SELECT count(*) FROM purge_ledger") == 1
 
@@ -316,7 +316,7 @@ def test_an_idempotency_key_conflicts_on_every_other_request(pk: Pk, world: dict
         "another reason": lambda: _accept(pk, kind, first, reason="something else"),
     }
     for name, attempt in attempts.items():
-        with pytest.raises(commands.IdempotencyConflict):
+        with pytest.raises(purgekeeper.IdempotencyConflict):
             attempt()
         assert written(pk) == before, name
     assert _accept(pk, kind, first) == accepted
@@ -342,6 +342,6 @@ def test_bad_confirmation_input_writes_nothing(pk: Pk, world: dict[str, Any], ov
         "actor": "op",
         "reason": "r",
     } | override
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.confirm_purge(arguments.pop("scope"), **arguments)
     assert written(pk) == (0, 0, 0)

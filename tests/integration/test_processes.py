@@ -1,4 +1,4 @@
-"""commands.processes, what purgectl's process commands call, on SQLite and PostgreSQL: init,
+"""purgekeeper.commands.processes, what purgectl's process commands call, on SQLite and PostgreSQL: init,
 a handle on an initialised database, the health check and the scheduler's broker wiring."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from commands import processes
-from commands.settings import Settings
-from schema import ledger, migrate
-from schema.errors import MessagingUnavailable, SchemaMismatch
+from purgekeeper.commands import processes
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema import ledger, migrate
+from purgekeeper.schema.errors import MessagingUnavailable, SchemaMismatch
 
 
 def settings_for(database_url: str, roots: dict[str, Path], tmp_path: Path) -> Settings:
@@ -65,6 +65,6 @@ def test_a_broker_that_is_down_is_logged_and_the_next_sweep_sends_again(caplog: 
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    with caplog.at_level(logging.WARNING, logger="commands.processes"):
+    with caplog.at_level(logging.WARNING, logger="purgekeeper.commands.processes"):
         processes.enqueue_or_log(f"redis://127.0.0.1:{port}/0", "key", ["step-1", "step-2"])
     assert "enqueue of 2 step(s) failed" in caplog.text

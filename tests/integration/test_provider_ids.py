@@ -9,10 +9,10 @@ import json
 import pytest
 from sqlalchemy import text
 
-import commands
-from commands import ContentPurged, EventScope, NewAttachment
-from schema.db import Database
-from schema.errors import translate_db_error
+import purgekeeper
+from purgekeeper import ContentPurged, EventScope, NewAttachment
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import translate_db_error
 from tests import helpers
 
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
@@ -22,11 +22,11 @@ EMAIL = "<CAF=x+y@mail.gmail.com>"
 URL = "https://example.org/posts/1?x=y#z"
 
 
-def ingest(pk: commands.Purgekeeper, provider_event_id: str, body: str = "hello") -> commands.Event:
+def ingest(pk: purgekeeper.Purgekeeper, provider_event_id: str, body: str = "hello") -> purgekeeper.Event:
     return pk.ingest_event("c-1", author="ada", body=body, provider_event_id=provider_event_id)
 
 
-def purge(pk: commands.Purgekeeper, *event_ids: str) -> commands.Acceptance:
+def purge(pk: purgekeeper.Purgekeeper, *event_ids: str) -> purgekeeper.Acceptance:
     scope = EventScope(event_ids=event_ids)
     return pk.confirm_purge(scope, scope_digest=pk.preview_purge(scope).scope_digest, **WHO)
 
@@ -48,7 +48,7 @@ def raw_insert_refused(database_url: str, provider_event_id: str) -> None:
         db.dispose()
 
 
-def test_ingest_takes_real_provider_ids_and_is_idempotent_on_them(pk: commands.Purgekeeper) -> None:
+def test_ingest_takes_real_provider_ids_and_is_idempotent_on_them(pk: purgekeeper.Purgekeeper) -> None:
     pk.create_conversation("c-1")
     first = {p: ingest(pk, p) for p in (SLACK, MATRIX, EMAIL, URL)}
     assert {e.provider_event_id for e in first.values()} == {SLACK, MATRIX, EMAIL, URL}
@@ -57,7 +57,7 @@ def test_ingest_takes_real_provider_ids_and_is_idempotent_on_them(pk: commands.P
     assert [e.provider_event_id for e in pk.read_conversation("c-1")] == [SLACK, MATRIX, EMAIL, URL]
 
 
-def test_a_purged_matrix_id_or_url_is_never_ingested_again(pk: commands.Purgekeeper, database_url: str) -> None:
+def test_a_purged_matrix_id_or_url_is_never_ingested_again(pk: purgekeeper.Purgekeeper, database_url: str) -> None:
     pk.create_conversation("c-1")
     matrix = pk.ingest_event(
         "c-1",

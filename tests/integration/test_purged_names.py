@@ -20,22 +20,22 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import select
 
-import commands
-from commands import EventScope, NewAttachment
-from commands.http import create_app
-from commands.web import metrics
-from commands.web import status as status_page
-from commands.web.auth import Tokens
-from schema.tables import metadata
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.commands.http import create_app
+from purgekeeper.commands.web import metrics
+from purgekeeper.commands.web import status as status_page
+from purgekeeper.commands.web.auth import Tokens
+from purgekeeper.schema.tables import metadata
+from purgekeeper.workers import runner
 from tests.helpers import POLICY, settle
 from tests.helpers.backups import Backups
-from workers import runner
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
     warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
     from fastapi.testclient import TestClient
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 NAME = "divorce-papers-7731.pdf"
 CAS_NAME = "scan-of-the-passport-0042.png"
 TOKENS = Tokens(api="host-token-1", operator="operator-token-1")
@@ -47,7 +47,7 @@ def everything_in_the_database(pk: Pk) -> str:
         return "\n".join(repr(row) for table in metadata.sorted_tables for row in conn.execute(select(table)))
 
 
-def ingest_named(pk: Pk, conversation_id: str, event_id: str) -> commands.Event:
+def ingest_named(pk: Pk, conversation_id: str, event_id: str) -> purgekeeper.Event:
     return pk.ingest_event(
         conversation_id,
         author="ada",
@@ -151,7 +151,7 @@ def restored(pk: Pk, open_pk: Callable[[], Pk], database_url: str, tmp_path: Pat
 def test_a_closed_gate_names_its_checkpoint_by_file_name_only(restored: Any) -> None:
     handle, made = restored
     directory = str(handle.settings.checkpoint_dir)
-    with pytest.raises(commands.MessagingUnavailable) as closed:
+    with pytest.raises(purgekeeper.MessagingUnavailable) as closed:
         handle.read_conversation("c1")
     said = " ".join([str(closed.value), *closed.value.diagnostics, *handle.messaging_status().problems])
     assert made.name in said and directory not in said
@@ -168,7 +168,7 @@ def test_a_bad_checkpoint_is_named_by_its_file_name(pk: Pk, tmp_path: Path) -> N
     damaged = tmp_path / "somewhere" / "private" / "damaged.json"
     damaged.parent.mkdir(parents=True)
     damaged.write_text("{not json")
-    with pytest.raises(commands.ValidationError) as refused:
+    with pytest.raises(purgekeeper.ValidationError) as refused:
         pk.merge_ledger(damaged)
     assert "damaged.json" in str(refused.value) and str(damaged.parent) not in str(refused.value)
 
@@ -184,7 +184,7 @@ def test_run_step_logs_name_no_path(pk: Pk, monkeypatch: pytest.MonkeyPatch, cap
     def failing(*args: Any, **kwargs: Any) -> Any:
         raise FileNotFoundError(errno.ENOENT, "No such file or directory", f"/srv/files/{NAME}")
 
-    monkeypatch.setattr("workers.cleanup.remove_bodies", failing)
+    monkeypatch.setattr("purgekeeper.workers.cleanup.remove_bodies", failing)
     caplog.set_level(logging.DEBUG)
     assert runner.run_step(pk.step_context(), bodies.id, policy=POLICY).status == "retrying"
     logged = "\n".join(f"{record.getMessage()} {record.exc_text or ''}" for record in caplog.records)

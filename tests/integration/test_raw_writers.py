@@ -13,12 +13,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-import commands
-from commands import EventScope, NewAttachment
-from schema.errors import translate_db_error
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.schema.errors import translate_db_error
 from tests.helpers import rows, scalar, settle
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 def write(pk: Pk, sql: str, **params: Any) -> int:
@@ -63,9 +63,9 @@ def test_a_run_that_admitted_purged_content_refuses_its_output_again(chat: Pk) -
     assert settle(chat, purge_events(chat, "e1")).status == "complete"
     assert scalar(chat, "SELECT output FROM runs WHERE id = 'r'") is None
 
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "UPDATE runs SET output = '\"it is back\"' WHERE id = 'r'")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "UPDATE runs SET output = '\"it is back\"', status = 'succeeded' WHERE id = 'r'")
     assert scalar(chat, "SELECT output FROM runs WHERE id = 'r'") is None
     write(chat, "UPDATE runs SET output = NULL WHERE id = 'r'")  # NULLing stays allowed
@@ -85,7 +85,7 @@ def test_a_non_terminal_run_that_admitted_content_purged_elsewhere_finishes_with
     chat.start_run("c2", bot_id="b1", run_id="r3")
     chat.admit("e1", "r3", payload={"text": "divorce papers attached"})
     chat.purge_conversation("c1", actor="op", reason="test")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         chat.finish_run("r3", status="succeeded", output="about the papers")
     assert chat.finish_run("r3", status="succeeded").status == "succeeded"
 
@@ -100,9 +100,9 @@ def test_a_derivative_of_purged_content_refuses_a_payload_again(chat: Pk) -> Non
     derived = chat.add_derivative("c1", kind="summary", payload="papers", source_event_ids=["e1", "e-keep"])
     assert settle(chat, purge_events(chat, "e1")).status == "complete"
     assert scalar(chat, "SELECT payload FROM derivatives WHERE id = :d", d=derived.id) is None
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "UPDATE derivatives SET payload = '\"back\"' WHERE id = :d", d=derived.id)
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "UPDATE derivatives SET payload = '\"back\"', kind = 'other' WHERE id = :d", d=derived.id)
     assert scalar(chat, "SELECT payload FROM derivatives WHERE id = :d", d=derived.id) is None
 
@@ -115,9 +115,9 @@ def test_the_links_to_purged_content_cannot_be_deleted_to_re_set_a_payload(chat:
     chat.finish_run("r", status="succeeded", output="about e1")
     derived = chat.add_derivative("c2", kind="summary", payload="about e1", source_event_ids=["e1"])
     settle(chat, purge_events(chat, "e1"))
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "DELETE FROM admissions WHERE event_id = 'e1'")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "DELETE FROM derivative_sources WHERE event_id = 'e1'")
     assert scalar(chat, "SELECT count(*) FROM admissions WHERE event_id = 'e1'") == 1
     assert scalar(chat, "SELECT count(*) FROM derivative_sources WHERE derivative_id = :d", d=derived.id) == 1
@@ -140,13 +140,13 @@ def test_a_placement_shuffle_cannot_resurrect_a_conversation_purge(chat: Pk) -> 
     is readable; cleanup then removes it and the purge reports it."""
     [attachment] = chat.read_conversation("c1")[0].attachments
     purge_id = chat.purge_conversation("c1", actor="op", reason="test").purge_id
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "DELETE FROM placements WHERE conversation_id = 'c1'")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "INSERT INTO placements (event_id, conversation_id) VALUES ('e1', 'c2')")
     assert scalar(chat, "SELECT count(*) FROM placements WHERE event_id = 'e1'") == 1
     assert [e.id for e in chat.read_conversation("c2")] == ["e-keep"]
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         chat.open_attachment(attachment.id)
 
     status = settle(chat, purge_id)
@@ -154,7 +154,7 @@ def test_a_placement_shuffle_cannot_resurrect_a_conversation_purge(chat: Pk) -> 
     assert sum(step.progress.removed for step in status.steps) > 0
     assert scalar(chat, "SELECT body FROM events WHERE id = 'e1'") is None
     assert scalar(chat, "SELECT state FROM blobs WHERE id = :b", b=attachment.blob_id) == "deleted"
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "INSERT INTO placements (event_id, conversation_id) VALUES ('e1', 'c2')")
 
 
@@ -163,12 +163,12 @@ def test_an_unplaced_event_is_not_live(chat: Pk) -> None:
     An event whose last live placement is gone takes no content; its last placement in a live
     conversation cannot be deleted raw, and a move (place elsewhere first) still works."""
     write(chat, "INSERT INTO events (id, author, occurred_at, body) VALUES ('e-bare', 'eve', CURRENT_TIMESTAMP, 'x')")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "UPDATE events SET body = 'edited' WHERE id = 'e-bare'")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         chat.admit("e-bare", chat.start_run("c2", bot_id="b1").id, payload={"text": "x"})
     write(chat, "INSERT INTO placements (event_id, conversation_id) VALUES ('e-bare', 'c2')")  # a first placement
-    with pytest.raises(commands.ValidationError, match="last live placement"):
+    with pytest.raises(purgekeeper.ValidationError, match="last live placement"):
         write(chat, "DELETE FROM placements WHERE event_id = 'e-keep'")
     write(chat, "INSERT INTO placements (event_id, conversation_id) VALUES ('e-keep', 'c1')")
     assert write(chat, "DELETE FROM placements WHERE event_id = 'e-keep' AND conversation_id = 'c2'") == 1
@@ -191,11 +191,11 @@ def test_a_purged_event_row_cannot_be_deleted_so_its_provider_id_stays_fenced(ch
     redelivery of its provider event id then stays refused."""
     assert settle(chat, chat.purge_conversation("c1", actor="op", reason="test").purge_id).status == "complete"
     write(chat, "DELETE FROM attachments WHERE event_id = 'e1'")
-    with pytest.raises(commands.ValidationError, match="never deleted"):
+    with pytest.raises(purgekeeper.ValidationError, match="never deleted"):
         write(chat, "DELETE FROM events WHERE id = 'e1'")
-    with pytest.raises(commands.ValidationError, match="never deleted"):
+    with pytest.raises(purgekeeper.ValidationError, match="never deleted"):
         write(chat, "DELETE FROM events WHERE id = 'e-keep'")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         chat.ingest_event("c2", author="ada", body="new body", provider_event_id="p1")
     assert scalar(chat, "SELECT count(*) FROM events") == 2
 
@@ -203,7 +203,7 @@ def test_a_purged_event_row_cannot_be_deleted_so_its_provider_id_stays_fenced(ch
 @pytest.mark.postgres_only
 @pytest.mark.parametrize("table", ["events", "placements", "attachments", "admissions", "derivative_sources"])
 def test_content_tables_refuse_truncate(chat: Pk, table: str) -> None:
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         write(chat, f"TRUNCATE {table} CASCADE")
     assert scalar(chat, "SELECT count(*) FROM events") == 2
 
@@ -211,7 +211,7 @@ def test_content_tables_refuse_truncate(chat: Pk, table: str) -> None:
 def test_cleanup_steps_are_never_deleted(chat: Pk) -> None:
     """A purge whose steps were deleted would read as complete with its content still there."""
     purge_id = chat.purge_conversation("c1", actor="op", reason="test").purge_id
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         write(chat, "DELETE FROM cleanup_steps WHERE purge_id = :p", p=purge_id)
     assert chat.status(purge_id).status == "accepted"
 
@@ -223,7 +223,7 @@ def test_an_attachment_of_purged_content_cannot_be_unbound_while_its_bytes_remai
     """Deleting the binding would orphan the bytes: the attachments step would never find
     them and a reuse could bind them again."""
     purge_events(chat, "e1")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "DELETE FROM attachments WHERE event_id = 'e1'")
     assert scalar(chat, "SELECT count(*) FROM attachments WHERE event_id = 'e1'") == 1
 
@@ -235,11 +235,11 @@ def test_the_bytes_of_purged_content_cannot_be_reused(chat: Pk) -> None:
     [attachment] = chat.read_conversation("c1")[0].attachments
     cas = chat.ingest_event("c1", author="ada", body="cas", attachments=[NewAttachment.cas(b"CAS", name="c.bin")])
     purge_events(chat, "e1", cas.id)
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         chat.ingest_event(
             "c2", author="eve", body="fwd", attachments=[NewAttachment.reuse(attachment.blob_id, name="x")]
         )
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(
             chat,
             "INSERT INTO attachments (id, event_id, blob_id, binding, name) "
@@ -290,6 +290,6 @@ def test_a_reserved_id_is_refused_whatever_the_writer_s_snapshot(chat: Pk, reser
             reserve(chat)
             with pytest.raises(DBAPIError) as refused:
                 conn.execute(text(create))
-        assert isinstance(translate_db_error(refused.value), commands.IdReserved), refused.value
+        assert isinstance(translate_db_error(refused.value), purgekeeper.IdReserved), refused.value
     assert scalar(chat, "SELECT count(*) FROM conversations WHERE id = 'ghost'") == 0
     assert scalar(chat, "SELECT count(*) FROM bots WHERE id = 'ghost'") == 0

@@ -20,15 +20,15 @@ from typing import Any
 
 import pytest
 
-import commands
-from commands import EventScope, NewAttachment
-from schema import ledger
-from storage import checkpoint, ledger_copy
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.schema import ledger
+from purgekeeper.storage import checkpoint, ledger_copy
 from tests.helpers import rows
 from tests.helpers.backups import Backups
 from tests.helpers.factories import purge_conversation, purge_events
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 Roots = dict[str, Path]
 
 SECRET = "S3CR3T-gated"
@@ -135,18 +135,18 @@ CONTENT_CALLS: dict[str, Callable[[Pk, dict[str, Any]], Any]] = {
 }
 
 
-def assert_closed(pk: Pk, ids: dict[str, Any], *must_name: str) -> list[commands.MessagingUnavailable]:
+def assert_closed(pk: Pk, ids: dict[str, Any], *must_name: str) -> list[purgekeeper.MessagingUnavailable]:
     """Every content read and write, preview and acceptance raises MessagingUnavailable with
     bounded diagnostics naming ``must_name`` and never content; nothing is written."""
     before = ledger_rows(pk)
     refusals = []
     for name, call in CONTENT_CALLS.items():
-        with pytest.raises(commands.MessagingUnavailable) as refused:
+        with pytest.raises(purgekeeper.MessagingUnavailable) as refused:
             call(pk, ids)
         error = refused.value
         said = " ".join([str(error), error.detail, *error.diagnostics])
         assert error.diagnostics, name
-        assert len(error.diagnostics) <= commands.MessagingUnavailable.MAX_DIAGNOSTICS, name
+        assert len(error.diagnostics) <= purgekeeper.MessagingUnavailable.MAX_DIAGNOSTICS, name
         assert SECRET not in said, f"{name}: a diagnostic holds content: {said}"
         for needle in must_name:
             assert needle in said, f"{name}: {needle!r} is not named in {said!r}"
@@ -255,7 +255,7 @@ def test_a_durable_gate_reason_closes_every_handle_until_cleared(
     fresh = open_pk()
     state = fresh.messaging_status()
     assert not state.open and CRASHED_MERGE in state.problems
-    with pytest.raises(commands.MessagingUnavailable) as refused:
+    with pytest.raises(purgekeeper.MessagingUnavailable) as refused:
         fresh.read_conversation("c-kept")
     assert CRASHED_MERGE in refused.value.diagnostics
 
@@ -276,7 +276,7 @@ def test_a_verdict_taken_while_the_gate_was_closed_does_not_outlive_it(
     else:
         during = pk
         assert not during.messaging_status().open
-    with pytest.raises(commands.MessagingUnavailable):
+    with pytest.raises(purgekeeper.MessagingUnavailable):
         during.read_conversation("c-kept")
     open_pk().db.transact(lambda conn: ledger.set_gate(conn, None))
     assert [e.id for e in during.read_conversation("c-kept")] == ["e-kept"]
@@ -286,7 +286,7 @@ def test_a_handle_opened_before_a_merge_elsewhere_reopens_after_it(
     gated: Pk, backups: Backups, open_pk: Callable[[], Pk]
 ) -> None:
     server, ids = restored_behind(gated, backups, open_pk)
-    with pytest.raises(commands.MessagingUnavailable):
+    with pytest.raises(purgekeeper.MessagingUnavailable):
         server.read_conversation("c-kept")
     operator = open_pk()
     assert operator.merge_ledger(ids["checkpoint"]).gate.open
@@ -346,7 +346,7 @@ def test_a_running_handle_that_did_not_see_the_newer_head_closes_after_a_restore
     outside_copy(other)
     backups.restore(backup)
     assert rows(gated, "SELECT body FROM events WHERE id = 'e-doomed'")[0][0] == f"{SECRET} body"
-    with pytest.raises(commands.MessagingUnavailable):  # today: [Event(e-doomed, body=SECRET...)]
+    with pytest.raises(purgekeeper.MessagingUnavailable):  # today: [Event(e-doomed, body=SECRET...)]
         gated.read_conversation("c-doomed")
 
 
@@ -387,7 +387,7 @@ def test_a_corrupt_ledger_closes_content(pk: Pk, open_pk: Callable[[], Pk], tmp_
     assert pk.status(first).purge_id == first
     assert not pk.verify_ledger().ok
     for full in (False, True):
-        with pytest.raises(commands.MessagingUnavailable):  # a merge does not build on a corrupt ledger
+        with pytest.raises(purgekeeper.MessagingUnavailable):  # a merge does not build on a corrupt ledger
             pk.merge_ledger(taken_before, full=full)
     assert rows(pk, "SELECT gate_reason FROM ledger_head")[0][0] is None
 
@@ -424,7 +424,7 @@ def test_before_the_first_copy_a_newer_version_1_checkpoint_that_does_not_verify
     forged = forged_newer(valid, gated.database_key)
     (valid.parent / f"{gated.database_key}-{999:012d}.json").write_bytes(b'{"format": "purgekeeper-led')
 
-    with caplog.at_level(logging.WARNING, logger="commands.gate"):
+    with caplog.at_level(logging.WARNING, logger="purgekeeper.commands.gate"):
         state = open_pk().messaging_status()
     assert (state.open, state.problems, state.checkpoint) == (True, (), valid.name)
     assert len(state.warnings) == 2 and any(forged.name in w for w in state.warnings)
@@ -439,7 +439,7 @@ def test_before_the_first_copy_a_newer_version_1_checkpoint_that_does_not_verify
     assert all("f" * 32 not in problem for problem in state.problems)
     assert_closed(restored, ids, valid.name, content)
     assert not restored.copy.exists(), "no copy is made that would forget the file's purges"
-    with pytest.raises(commands.InfrastructureError, match="merge it"):
+    with pytest.raises(purgekeeper.InfrastructureError, match="merge it"):
         restored.copy_ledger()
     assert restored.merge_ledger(restored.settings.checkpoint_dir).appended == (content,)
     assert restored.copy_ledger() == 1 and restored.messaging_status().open
@@ -477,7 +477,7 @@ def test_a_merge_refuses_while_another_holds_the_merge_lock(pk: Pk, tmp_path: Pa
     own = pk.checkpoint_ledger(tmp_path / "own.json").path
     with pk.db.exclusive("merge") as held:
         assert held
-        with pytest.raises(commands.MessagingUnavailable, match="another merge is under way"):
+        with pytest.raises(purgekeeper.MessagingUnavailable, match="another merge is under way"):
             pk.merge_ledger(own)
         assert rows(pk, "SELECT gate_reason FROM ledger_head")[0][0] is None  # refused before closing anything
     assert pk.merge_ledger(own).appended == ()  # once the other is done
@@ -496,7 +496,7 @@ def test_a_stray_checkpoint_file_named_far_ahead_never_closes_the_gate(pk: Pk) -
 @pytest.mark.sqlite_only
 def test_sqlite_batches_search_the_index_for_an_id_list(pk: Pk) -> None:
     """``among`` must not compile to ``... = 1`` on SQLite: that hides the IN from the planner."""
-    from schema import cleanup_queries
+    from purgekeeper.schema import cleanup_queries
 
     with pk.db.read() as conn:
         compiled = cleanup_queries._NULL_BODIES.compile(dialect=conn.dialect)

@@ -1,7 +1,7 @@
 """The signed log never forks (issue 24 item 7), both backends: a checkpoint kept from before
 a restore and its merge, a second process appending, a crash between the commit and the
 copy, or a merge of another database's ledger is extended by every later checkpoint (checked
-with ``tlog.verify`` and, once, with Go's sumdb through ``tests/interop/tlogcheck``); a copy
+with ``purgekeeper.tlog.verify`` and, once, with Go's sumdb through ``tests/interop/tlogcheck``); a copy
 written again from a different history is refused rather than signed, until a new origin."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-import commands
-from storage import failpoints
+import purgekeeper
+from purgekeeper.storage import failpoints
+from purgekeeper.tlog.verify import Verifier, open_checkpoint, verify_receipt
 from tests.helpers.backups import Backups
 from tests.helpers.interop import Go
 from tests.helpers.receipts import accept, checkpoint_of, extends, log_dir
-from tlog.verify import Verifier, open_checkpoint, verify_receipt
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "op", "reason": "never fork test"}
 
 
@@ -50,7 +50,7 @@ def test_a_restore_and_its_merge_extend_the_log(open_pk: Callable[..., Pk], back
     kept = pk.receipt(lost[0].purge_id)
     backups.restore(backup)
     restored = open_pk()
-    with pytest.raises(commands.MessagingUnavailable):  # behind its copy: no acceptance, no signature
+    with pytest.raises(purgekeeper.MessagingUnavailable):  # behind its copy: no acceptance, no signature
         restored.purge_conversation("c-while-behind", **WHO)
     assert checkpoint_of(restored) == before
     restored.merge_ledger(restored.settings.checkpoint_dir)
@@ -92,7 +92,7 @@ def test_a_crash_between_the_commit_and_the_copy_extends_the_log(
     accept(pk, 2)
     before = checkpoint_of(pk)
     armed("ledger.copy=EIO")
-    with pytest.raises(commands.LedgerNotCopied):
+    with pytest.raises(purgekeeper.LedgerNotCopied):
         pk.purge_conversation("c-uncopied", **WHO)
     failpoints.disarm()
     assert checkpoint_of(pk) == before  # nothing signed for a row the copy lacks
@@ -107,7 +107,7 @@ def test_a_merge_of_another_database_extends_the_log(
     pk = open_pk()
     accept(pk, 2)
     before = checkpoint_of(pk)
-    other = commands.open(
+    other = purgekeeper.open(
         f"sqlite:///{tmp_path / 'other.db'}", checkpoint_dir=tmp_path / "other-ledger", blob_root=tmp_path / "ob",
         file_root=tmp_path / "of", memory_roots=[tmp_path / "om"], workers="none",
     )  # fmt: skip
@@ -129,18 +129,18 @@ def test_a_copy_written_again_from_another_history_is_not_signed_until_a_new_ori
     accept(pk, 1, prefix="signed")
     before = checkpoint_of(pk)
     backups.restore(backup)
-    elsewhere = commands.open(  # another row at seq 2, written beside another checkpoint directory
+    elsewhere = purgekeeper.open(  # another row at seq 2, written beside another checkpoint directory
         database_url, checkpoint_dir=tmp_path / "elsewhere", blob_root=tmp_path / "eb", file_root=tmp_path / "ef",
         memory_roots=[tmp_path / "em"], workers="none",
     )  # fmt: skip
     with elsewhere:
         accept(elsewhere, 1, prefix="diverging")
     restored = open_pk()
-    with pytest.raises(commands.MessagingUnavailable) as refused:
+    with pytest.raises(purgekeeper.MessagingUnavailable) as refused:
         restored.merge_ledger(restored.settings.checkpoint_dir)
     assert "PURGEKEEPER_LOG_ORIGIN" in str(refused.value) and "fork" in str(refused.value)
     assert checkpoint_of(restored) == before  # nothing signed under the old origin
-    with pytest.raises(commands.MessagingUnavailable):
+    with pytest.raises(purgekeeper.MessagingUnavailable):
         restored.read_conversation("c-anything")  # content stays closed
     monkeypatch.setenv("PURGEKEEPER_LOG_ORIGIN", "purgekeeper.example/after-divergence")
     renamed = open_pk()

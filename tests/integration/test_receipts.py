@@ -1,7 +1,7 @@
 """Verifiable purge receipts through the Python API (issue 24 items 1-4), both backends.
 
 Every acceptance signs a checkpoint of the ledger's Merkle log before it returns; a receipt
-verifies offline with ``tlog.verify`` and the log's key, a byte changed anywhere in it does
+verifies offline with ``purgekeeper.tlog.verify`` and the log's key, a byte changed anywhere in it does
 not; a consistency proof shows that a later checkpoint extends an earlier one; the log's
 directory holds the checkpoint and hash tiles only, never a row."""
 
@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-import commands
-from commands import EventScope
-from schema import ledger
-from storage import signed_log
-from storage.ledger_copy import LedgerCopy
+import purgekeeper
+from purgekeeper import EventScope
+from purgekeeper.schema import ledger
+from purgekeeper.storage import signed_log
+from purgekeeper.storage.ledger_copy import LedgerCopy
+from purgekeeper.tlog import receipt
+from purgekeeper.tlog.verify import ReceiptInvalid, open_checkpoint, verify_receipt
 from tests.helpers.receipts import SECRET, WHO, accept, log_dir
-from tlog import receipt
-from tlog.verify import ReceiptInvalid, open_checkpoint, verify_receipt
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 def flip_b64(text: str, at: int = 0) -> str:
@@ -73,7 +73,7 @@ def test_one_byte_changed_fails_the_receipt(pk: Pk, field: str) -> None:
 
 def test_a_receipt_of_an_unknown_purge_is_not_found(pk: Pk) -> None:
     accept(pk, 1)
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.receipt("no-such-purge")
 
 
@@ -87,7 +87,7 @@ def test_consistency_after_more_acceptances(pk: Pk) -> None:
     result = verify_receipt(before, pk.log_key(), newer_checkpoint=newer, consistency_proof=proof)
     assert result.newer is not None and result.newer.size == 9
     for bad in (0, 10, -1):
-        with pytest.raises(commands.ValidationError):
+        with pytest.raises(purgekeeper.ValidationError):
             pk.consistency(bad)
 
 
@@ -123,7 +123,7 @@ def test_signing_off_writes_no_log_and_gives_no_receipt(open_pk: Callable[..., P
     pk = open_pk(sign_checkpoints=False)
     accepted = accept(pk, 2)
     assert not log_dir(pk).exists()
-    with pytest.raises(commands.InfrastructureError):
+    with pytest.raises(purgekeeper.InfrastructureError):
         pk.receipt(accepted[0].purge_id)
     signing = open_pk()  # the log catches up from the copy once signing is on again
     document = signing.receipt(accepted[1].purge_id)
@@ -138,7 +138,7 @@ def test_the_origin_comes_from_the_settings(open_pk: Callable[..., Pk], monkeypa
 
 
 def test_a_named_key_file_is_used(open_pk: Callable[..., Pk], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tlog.note import Signer
+    from purgekeeper.tlog.note import Signer
 
     signer = Signer.generate("example.org/purges")
     path = tmp_path / "named.key"

@@ -35,17 +35,17 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
-import commands
-from commands import EventScope, NewAttachment
-from schema import ledger
-from schema.tables import metadata
-from storage import checkpoint, ledger_copy
+import purgekeeper
+from purgekeeper import EventScope, NewAttachment
+from purgekeeper.schema import ledger
+from purgekeeper.schema.tables import metadata
+from purgekeeper.storage import checkpoint, ledger_copy
+from purgekeeper.workers.cleanup import ASIDE_PREFIX
 from tests.helpers import rows, scalar
 from tests.helpers.databases import POSTGRES_ADMIN_URL
 from tests.helpers.restore import clean
-from workers.cleanup import ASIDE_PREFIX
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 Roots = dict[str, Path]
 
 SECRET = "S3CR3T-restored"
@@ -334,7 +334,7 @@ def restore_from_backup(
         lambda: restored.open_attachment(world.doomed_attachments[0]),
         lambda: restored.open_attachment(world.kept_attachment),
     ):
-        with pytest.raises(commands.MessagingUnavailable) as refused:
+        with pytest.raises(purgekeeper.MessagingUnavailable) as refused:
             attempt()
         assert SECRET not in " ".join([str(refused.value), *refused.value.diagnostics])
 
@@ -375,14 +375,14 @@ def assert_fenced_before_cleanup(pk: Pk, world: World) -> None:
     assert [e.id for e in content] == ["e-spared"]
     assert all(SECRET not in (e.body or "") for e in content)
     for attachment in (*world.doomed_attachments, world.whole_attachment):
-        with pytest.raises(commands.ContentPurged):
+        with pytest.raises(purgekeeper.ContentPurged):
             read_attachment(pk, attachment)
     assert read_attachment(pk, world.kept_attachment) == SHARED_BYTES
-    with pytest.raises(commands.ConversationPurged):
+    with pytest.raises(purgekeeper.ConversationPurged):
         pk.ingest_event("c-whole", author="ada", body="again")
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.ingest_event("c-content", author="ada", body="again", provider_event_id="p-doomed")
-    with pytest.raises(commands.IdReserved):
+    with pytest.raises(purgekeeper.IdReserved):
         pk.register_bot("b-mem", name="again")
     assert scalar(pk, "SELECT status FROM runs WHERE id = 'r-whole'") == "abandoned"
 
@@ -622,7 +622,7 @@ def test_damaged_checkpoints_are_rejected_with_the_reason_and_change_nothing(
         for paths in ((bad,), (tampering.valid, bad)):
             try:
                 destination.merge_ledger(*paths)
-            except commands.ValidationError as exc:
+            except purgekeeper.ValidationError as exc:
                 said = str(exc)
                 if reason not in said or "nothing changed" not in said or SECRET in said:
                     failures.append(f"{name}: the refusal does not say {reason!r}: {said}")
@@ -647,7 +647,7 @@ def test_two_files_that_disagree_about_an_unknown_purge_are_rejected(tampering: 
     other["rows"][2]["actor"] = "someone else"
     two = write_variant(tmp_path, "two", as_json(rechain(other)))
     before = snapshot(tampering.destination)
-    with pytest.raises(commands.ValidationError, match="differs between"):
+    with pytest.raises(purgekeeper.ValidationError, match="differs between"):
         tampering.destination.merge_ledger(one, two)
     assert snapshot(tampering.destination) == before
     assert tampering.destination.merge_ledger(one).appended == tampering.purges[1:]
@@ -705,7 +705,7 @@ def test_a_restored_file_of_a_deleted_blob_is_removed_by_the_merge(open_pk: Call
     assert (report.deleted_files_removed, report.steps_rearmed) == (1, ())
     assert not os.path.lexists(path)
     attachment = str(scalar(pk, "SELECT id FROM attachments WHERE event_id = 'e1'"))
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         read_attachment(pk, attachment)
 
 
@@ -749,7 +749,7 @@ def test_a_merge_that_fails_half_way_changes_nothing_and_leaves_the_gate_as_it_w
     def broken(conn: Any, entries: Any) -> int:
         raise RuntimeError("the fences could not be re-applied")
 
-    from commands import restore_commands
+    from purgekeeper.commands import restore_commands
 
     monkeypatch.setattr(restore_commands, "_reapply_fences", broken)
     with pytest.raises(RuntimeError):
@@ -767,7 +767,7 @@ def test_a_merge_that_fails_half_way_changes_nothing_and_leaves_the_gate_as_it_w
 
 def other_database_checkpoint(tmp_path: Path) -> tuple[Path, str, str]:
     """A checkpoint written by another database (its own random id) that purges c1 here."""
-    with commands.open(
+    with purgekeeper.open(
         f"sqlite:///{tmp_path / 'other.db'}",
         blob_root=tmp_path / "other" / "blobs",
         file_root=tmp_path / "other" / "files",
@@ -788,7 +788,7 @@ def test_another_database_s_checkpoint_is_merged_only_when_asked_for(open_pk: Ca
     pk.ingest_event("c1", author="ada", body=f"{SECRET} here", event_id="e1")
     path, other_id, purge_id = other_database_checkpoint(tmp_path)
     before = snapshot(pk)
-    with pytest.raises(commands.ValidationError, match="another database") as refused:
+    with pytest.raises(purgekeeper.ValidationError, match="another database") as refused:
         pk.merge_ledger(path)
     assert other_id in str(refused.value) and "nothing changed" in str(refused.value)
     assert snapshot(pk) == before and [e.id for e in pk.read_conversation("c1")] == ["e1"]

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-import commands
-from commands import NewAttachment
-from commands.kinds.retention_run import idempotency_key
-from schema.content_queries import utc_from_text
-from schema.ledger import utc_text
-from storage import failpoints
+import purgekeeper
+from purgekeeper import NewAttachment
+from purgekeeper.commands.kinds.retention_run import idempotency_key
+from purgekeeper.schema.content_queries import utc_from_text
+from purgekeeper.schema.ledger import utc_text
+from purgekeeper.storage import failpoints
 from tests.helpers import rows, scalar, settle
 from tests.helpers.retention import DAY, ago, body_of, set_policy, set_policy_of, texts, turn
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 def ledger_rows(pk: Pk, kind: str) -> int:
@@ -161,12 +161,12 @@ def test_removing_a_conversations_own_policy_hands_it_back_to_the_global_one(
 def test_backfill_past_a_standing_policys_cutoff_is_refused(pk: Pk, world: dict[str, Any]) -> None:
     set_policy(pk, "thirty", 30, "c1")
     before = ledger_rows(pk, "content") + int(scalar(pk, "SELECT count(*) FROM events"))
-    with pytest.raises(commands.ContentPurged, match="backfill cannot bring expired content back"):
+    with pytest.raises(purgekeeper.ContentPurged, match="backfill cannot bring expired content back"):
         pk.ingest_event("c1", author="ada", body="from the provider's history", occurred_at=ago(31))
     assert int(scalar(pk, "SELECT count(*) FROM events")) + ledger_rows(pk, "content") == before  # nothing written
     pk.ingest_event("c1", author="ada", body="recent history", occurred_at=ago(29))  # inside the policy: kept
     pk.ingest_event("c2", author="ada", body="c2 has no policy", occurred_at=ago(31))
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.place_event("old2", "c1")  # a forward of old content into the governed conversation
 
 
@@ -174,7 +174,7 @@ def test_a_redelivered_expired_event_is_refused(pk: Pk, world: dict[str, Any]) -
     pk.ingest_event("c2", author="bob", body="provider copy", provider_event_id="slack-9", occurred_at=ago(40))
     set_policy(pk, "all", 30)
     turn(pk)
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         pk.ingest_event("c2", author="bob", body="provider copy", provider_event_id="slack-9", occurred_at=ago(40))
 
 
@@ -235,7 +235,7 @@ def test_changing_a_policy_is_a_new_version_and_removing_it_ends_its_runs(pk: Pk
     assert pk.run_retention() == []
     assert pk.remove_retention("p", actor="dpo", reason="again").purge_id == removed.purge_id
     assert pk.status(removed.purge_id).label == "retention policy p removed"
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.remove_retention("never-set", actor="dpo", reason="?")
     set_policy(pk, "p", 30, "c1")  # an ended policy's id may stand again
     assert len(pk.list_retention()) == 1
@@ -246,7 +246,7 @@ def test_one_standing_policy_per_scope(pk: Pk, world: dict[str, Any]) -> None:
     set_policy(pk, "c1", 90, "c1")
     for policy_id, conversation_id in (("all-2", None), ("c1-2", "c1")):
         before = ledger_rows(pk, "retention")
-        with pytest.raises(commands.PolicyConflict):
+        with pytest.raises(purgekeeper.PolicyConflict):
             set_policy(pk, policy_id, 10, conversation_id)
         assert ledger_rows(pk, "retention") == before
 
@@ -256,15 +256,15 @@ def test_a_confirmation_needs_a_preview_of_that_definition(pk: Pk, world: dict[s
     malformed ones; nothing is written."""
     thirty = pk.preview_retention(max_age=30 * DAY, conversation_id="c1")
     for max_age, conversation_id in ((31 * DAY, "c1"), (30 * DAY, None), (30 * DAY, "c2")):
-        with pytest.raises(commands.StaleConfirmation):
+        with pytest.raises(purgekeeper.StaleConfirmation):
             pk.set_retention(
                 "p", max_age=max_age, conversation_id=conversation_id, scope_digest=thirty.scope_digest,
                 actor="dpo", reason="r",
             )  # fmt: skip
-    with pytest.raises(commands.StaleConfirmation):
+    with pytest.raises(purgekeeper.StaleConfirmation):
         pk.set_retention("p", max_age=30 * DAY, scope_digest="0" * 64, actor="dpo", reason="r")
     for digest in ("", "xyz", "A" * 64, None):
-        with pytest.raises(commands.ValidationError):
+        with pytest.raises(purgekeeper.ValidationError):
             pk.set_retention("p", max_age=30 * DAY, scope_digest=digest, actor="dpo", reason="r")  # type: ignore[arg-type]
     assert pk.list_retention() == [] and ledger_rows(pk, "retention") == 0
 
@@ -272,13 +272,13 @@ def test_a_confirmation_needs_a_preview_of_that_definition(pk: Pk, world: dict[s
 @pytest.mark.parametrize(
     ("max_age", "conversation_id", "error"),
     [
-        (dt.timedelta(0), None, commands.ValidationError),
-        (-DAY, None, commands.ValidationError),
-        (dt.timedelta(seconds=1.5), None, commands.ValidationError),
-        (dt.timedelta(days=365 * 101), None, commands.ValidationError),
-        (30, None, commands.ValidationError),
-        (DAY, "bad id!", commands.ValidationError),
-        (DAY, "nowhere", commands.NotFound),
+        (dt.timedelta(0), None, purgekeeper.ValidationError),
+        (-DAY, None, purgekeeper.ValidationError),
+        (dt.timedelta(seconds=1.5), None, purgekeeper.ValidationError),
+        (dt.timedelta(days=365 * 101), None, purgekeeper.ValidationError),
+        (30, None, purgekeeper.ValidationError),
+        (DAY, "bad id!", purgekeeper.ValidationError),
+        (DAY, "nowhere", purgekeeper.NotFound),
     ],
 )
 def test_bad_input_to_a_preview_is_refused(
@@ -290,7 +290,7 @@ def test_bad_input_to_a_preview_is_refused(
 
 def test_a_policy_of_a_purged_conversation_is_refused(pk: Pk, world: dict[str, Any]) -> None:
     pk.purge_conversation("c2", actor="op", reason="gone")
-    with pytest.raises(commands.ConversationPurged):
+    with pytest.raises(purgekeeper.ConversationPurged):
         pk.preview_retention(max_age=DAY, conversation_id="c2")
 
 
@@ -400,7 +400,7 @@ def test_an_operator_runs_a_policy_now_exactly_once_per_cutoff(pk: Pk, world: di
     again = pk.run_retention_policy("all")
     assert (again.purge_id, again.error) == (None, None)  # nothing new since that cutoff
     assert ledger_rows(pk, "retention_run") == 2
-    with pytest.raises(commands.NotFound):
+    with pytest.raises(purgekeeper.NotFound):
         pk.run_retention_policy("nowhere")
-    with pytest.raises(commands.ValidationError):
+    with pytest.raises(purgekeeper.ValidationError):
         pk.run_retention_policy("bad id!")

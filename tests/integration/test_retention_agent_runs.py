@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-import commands
-from schema.content_queries import utc_from_text
-from schema.ledger import utc_text
-from storage import failpoints
+import purgekeeper
+from purgekeeper.schema.content_queries import utc_from_text
+from purgekeeper.schema.ledger import utc_text
+from purgekeeper.storage import failpoints
 from tests.helpers import rows, scalar, settle
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 DAY = dt.timedelta(days=1)
 SCOPES = [pytest.param(None, id="global"), pytest.param("c1", id="conversation")]
 
@@ -36,7 +36,7 @@ def set_policy(pk: Pk, policy_id: str, days: int, conversation_id: str | None) -
     )  # fmt: skip
 
 
-def turn(pk: Pk) -> commands.RetentionRunOutcome:
+def turn(pk: Pk) -> purgekeeper.RetentionRunOutcome:
     """One scheduler turn of the one policy, and the cleanup of the run it accepted."""
     [outcome] = pk.run_retention()
     assert outcome.error is None
@@ -180,7 +180,7 @@ def test_an_acceptance_waits_for_an_admission_being_written(agent: Pk) -> None:
     pk.finish_run("r1", status="succeeded", output="done")
     pk.start_run("c1", bot_id="b1", run_id="r2")
     set_policy(pk, "thirty", 30, "c1")
-    outcomes: list[commands.RetentionRunOutcome] = []
+    outcomes: list[purgekeeper.RetentionRunOutcome] = []
     with pk.db.engine.connect() as writer:
         writer.execute(
             text("INSERT INTO admissions (id, event_id, run_id, payload) VALUES ('a2', 'later', 'r2', '\"late\"')")

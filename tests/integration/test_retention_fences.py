@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-import commands
-from schema.errors import ContentPurged, PurgekeeperError, ValidationError
+import purgekeeper
+from purgekeeper.schema.errors import ContentPurged, PurgekeeperError, ValidationError
 from tests.helpers import rows, scalar, settle
 from tests.helpers.raw import refused, write
 from tests.helpers.retention import ago, set_policy
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 DAY = dt.timedelta(days=1)
 
 

@@ -14,12 +14,12 @@ from collections.abc import Callable
 
 import pytest
 
-import commands
+import purgekeeper
 from tests.helpers import settle
 from tests.helpers.backups import Backups
 from tests.helpers.retention import ago, body_of, restored_after, set_policy, texts
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 @pytest.fixture
@@ -42,10 +42,10 @@ def test_a_hold_placed_after_the_backup_is_in_force_after_the_merge(
     assert report.appended == (placed.purge_id,)
     [held] = restored.list_holds()
     assert (held.hold_id, held.conversation_ids, held.authors) == ("case-1", ("c2",), ("ada",))
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         restored.purge_conversation("c2", actor="op", reason="after the restore")
     preview = restored.preview_author_erasure("ada")
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         restored.erase_author("ada", scope_digest=preview.scope_digest, actor="dpo", reason="r")
     set_policy(restored, "all", 30)
     [outcome] = restored.run_retention()
@@ -80,7 +80,7 @@ def test_a_run_after_the_backup_is_fenced_again_before_any_read_and_cleaned_agai
     assert texts(restored, "c1") == ["new"]  # ...and fenced before any reader sees it
     [standing] = restored.list_retention()
     assert (standing.policy_id, standing.last_purge_id) == ("thirty", outcome.purge_id)
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         restored.ingest_event("c1", author="ada", body="backfill", occurred_at=ago(31))
     assert report.steps_rearmed
     settle(restored, str(outcome.purge_id))

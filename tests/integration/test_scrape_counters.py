@@ -13,16 +13,16 @@ import dataclasses
 
 from sqlalchemy import text
 
-import commands
-from commands import status_overview
-from schema import ledger, restore
-from schema.overview import StepTotals
-from schema.retention_queries import Summary
+import purgekeeper
+from purgekeeper.commands import status_overview
+from purgekeeper.schema import ledger, restore
+from purgekeeper.schema.overview import StepTotals
+from purgekeeper.schema.retention_queries import Summary
 from tests.helpers import FailingStore, rows, settle
 from tests.helpers.factories import confirm_events, event_with_attachments
 from tests.helpers.retention import ago, set_policy
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
 
 

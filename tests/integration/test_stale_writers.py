@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError
 
-from schema.db import Database
-from schema.errors import ContentPurged, ConversationPurged, InfrastructureError, PurgekeeperError
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.errors import ContentPurged, ConversationPurged, InfrastructureError, PurgekeeperError
 
 SETUP = [
     "INSERT INTO bots (id, name) VALUES ('b1', 'Bot')",

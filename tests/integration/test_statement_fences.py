@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-import commands
+import purgekeeper
 from tests.helpers import scalar
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
 def write(pk: Pk, sql: str, **params: Any) -> int:
@@ -44,7 +44,7 @@ def hold(pk: Pk, **covers: Any) -> None:
 
 def test_one_held_body_among_many_refuses_the_statement(chat: Pk) -> None:
     hold(chat, authors=["bob"])
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(chat, "UPDATE events SET body = NULL WHERE id IN ('a1', 'a2', 'b1')")
     assert scalar(chat, "SELECT count(*) FROM events WHERE body IS NOT NULL") == 3
     assert write(chat, "UPDATE events SET body = NULL WHERE id IN ('a1', 'a2')") == 2
@@ -52,7 +52,7 @@ def test_one_held_body_among_many_refuses_the_statement(chat: Pk) -> None:
 
 def test_one_held_placement_among_many_refuses_the_statement(chat: Pk) -> None:
     hold(chat, conversation_ids=["c1"])
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(chat, "DELETE FROM placements WHERE event_id IN ('a1', 'a2', 'b1')")
     assert scalar(chat, "SELECT count(*) FROM placements") == 6
     assert write(chat, "DELETE FROM placements WHERE conversation_id = 'c2'") == 3
@@ -63,14 +63,14 @@ def test_a_held_last_placement_is_refused_as_held(chat: Pk) -> None:
     fired before the delete."""
     write(chat, "DELETE FROM placements WHERE conversation_id = 'c2'")
     hold(chat, conversation_ids=["c1"])
-    with pytest.raises(commands.LegalHold):
+    with pytest.raises(purgekeeper.LegalHold):
         write(chat, "DELETE FROM placements WHERE event_id = 'a1'")
     assert scalar(chat, "SELECT count(*) FROM placements WHERE event_id = 'a1'") == 1
 
 
 def test_without_a_hold_the_last_placement_rule_still_stands(chat: Pk) -> None:
     write(chat, "DELETE FROM placements WHERE conversation_id = 'c2'")
-    with pytest.raises(commands.ValidationError, match="keeps its last live placement"):
+    with pytest.raises(purgekeeper.ValidationError, match="keeps its last live placement"):
         write(chat, "DELETE FROM placements WHERE event_id IN ('a1', 'a2')")
     assert scalar(chat, "SELECT count(*) FROM placements") == 3
 
@@ -78,10 +78,10 @@ def test_without_a_hold_the_last_placement_rule_still_stands(chat: Pk) -> None:
 def test_a_purged_event_gets_no_body_back_in_a_statement_of_many(chat: Pk) -> None:
     """The purge's own shape (a body set to NULL) skips the update check; any other write of a
     fenced event's content is still refused, whatever else the statement writes."""
-    scope = commands.EventScope(event_ids=("a1",))
+    scope = purgekeeper.EventScope(event_ids=("a1",))
     preview = chat.preview_purge(scope)
     chat.confirm_purge(scope, scope_digest=preview.scope_digest, actor="op", reason="test")
     assert write(chat, "UPDATE events SET body = NULL WHERE id IN ('a1', 'a2')") == 2
-    with pytest.raises(commands.ContentPurged):
+    with pytest.raises(purgekeeper.ContentPurged):
         write(chat, "UPDATE events SET body = 'back' WHERE id IN ('a1', 'b1')")
     assert scalar(chat, "SELECT body FROM events WHERE id = 'b1'") == "b1's words"

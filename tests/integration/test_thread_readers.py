@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from commands.records import Attachment, Event, make_event
-from schema import migrate
-from schema.db import Database
-from schema.states import Binding
+from purgekeeper.commands.records import Attachment, Event, make_event
+from purgekeeper.schema import migrate
+from purgekeeper.schema.db import Database
+from purgekeeper.schema.states import Binding
 
 
 @pytest.fixture

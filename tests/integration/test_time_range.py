@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-import commands
-from commands import EventScope
-from commands import validation as v
-from commands.kinds.retention import MAX_AGE_LIMIT
-from schema.tables import events
+import purgekeeper
+from purgekeeper import EventScope
+from purgekeeper.commands import validation as v
+from purgekeeper.commands.kinds.retention import MAX_AGE_LIMIT
+from purgekeeper.schema.tables import events
 from tests.helpers import rows, scalar, settle
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "op", "reason": "GDPR"}
 OUTSIDE = [
     pytest.param(dt.datetime.max.replace(tzinfo=dt.UTC), id="datetime-max"),
@@ -43,7 +43,7 @@ def test_an_event_outside_the_range_is_refused_and_nothing_is_written(pk: Pk, wh
     """An event at datetime.max was taken, and then blocked its author's erasure (the window's
     end overflowed: an untyped OverflowError, a 500 over HTTP)."""
     pk.create_conversation("c1")
-    with pytest.raises(commands.ValidationError, match="occurred_at"):
+    with pytest.raises(purgekeeper.ValidationError, match="occurred_at"):
         pk.ingest_event("c1", author="ada", body="x", occurred_at=when)
     assert written(pk) == (0, 0, 0)
     assert pk.preview_author_erasure("ada").totals.events == 0
@@ -59,7 +59,7 @@ def test_an_author_with_events_at_both_ends_of_the_range_is_erased(pk: Pk) -> No
     assert pk.read_conversation("c1") == []
     assert settle(pk, acceptance.purge_id).status == "complete"
     assert [r.body for r in rows(pk, "SELECT body FROM events")] == [None, None]
-    with pytest.raises(commands.AuthorErased):
+    with pytest.raises(purgekeeper.AuthorErased):
         pk.ingest_event("c1", author="ada", body="again", occurred_at=v.LATEST_MOMENT)
 
 
@@ -88,7 +88,7 @@ def test_every_time_from_input_is_checked_against_the_range(pk: Pk, when: dt.dat
     }
     for name, call in calls.items():
         field = name.split()[-1] if " " in name else "before"
-        with pytest.raises(commands.ValidationError, match=field):
+        with pytest.raises(purgekeeper.ValidationError, match=field):
             call()
     assert written(pk) == before
 
@@ -99,7 +99,7 @@ def test_an_event_stored_at_datetime_max_before_the_range_existed_is_a_typed_ref
     pk.create_conversation("c1")
     pk.ingest_event("c1", author="ada", body="x", event_id="e1", occurred_at=v.LATEST_MOMENT)
     _store_at_datetime_max(pk, "e1")  # as an earlier version would have stored it
-    with pytest.raises(commands.ValidationError, match="purge that event by its id"):
+    with pytest.raises(purgekeeper.ValidationError, match="purge that event by its id"):
         pk.preview_author_erasure("ada")
     scope = EventScope(event_ids=["e1"])
     preview = pk.preview_purge(scope)
@@ -121,7 +121,7 @@ def test_the_durations_from_input_cannot_overflow_either(pk: Pk) -> None:
     pk.create_conversation("c1")
     assert pk.preview_retention(max_age=MAX_AGE_LIMIT).cutoff.year > 1900
     for too_long in (dt.timedelta.max, MAX_AGE_LIMIT + dt.timedelta(seconds=1)):
-        with pytest.raises(commands.ValidationError, match="max_age"):
+        with pytest.raises(purgekeeper.ValidationError, match="max_age"):
             pk.preview_retention(max_age=too_long)
     acceptance = pk.purge_conversation("c1", **WHO)
     settle(pk, acceptance.purge_id)

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.interop import Go
-from tlog import note, receipt, tree
-from tlog.verify import (
+from purgekeeper.tlog import note, receipt, tree
+from purgekeeper.tlog.verify import (
     Completion,
     CompletionStep,
     ReceiptInvalid,
@@ -25,6 +24,7 @@ from tlog.verify import (
     verify_completion,
     verify_receipt,
 )
+from tests.helpers.interop import Go
 
 ORIGIN = "purgekeeper.example/ledger/interop"
 SIZE = 600

@@ -1,5 +1,5 @@
 """The offline verifier as a host runs it: ``tlog/verify.py`` copied alone into another
-directory and run as a script, and ``python -m tlog.verify``; exit 0 with one line when the
+directory and run as a script, and ``python -m purgekeeper.tlog.verify``; exit 0 with one line when the
 receipt holds, 1 with one line giving the reason when it does not, 2 on a usage error."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tlog import note, receipt, tree
-from tlog.verify import leaf_hash
+from purgekeeper.tlog import note, receipt, tree
+from purgekeeper.tlog.verify import leaf_hash
 
 ORIGIN = "purgekeeper.example/ledger/cli"
 VERIFY = Path(__file__).parents[2] / "tlog" / "verify.py"
@@ -68,7 +68,7 @@ def test_a_copy_of_the_verifier_alone_checks_a_receipt(files: dict[str, Path], t
 
 def test_the_module_checks_a_newer_checkpoint_and_takes_the_key_from_a_file(files: dict[str, Path]) -> None:
     done = run(
-        "-m", "tlog.verify", files["receipt.json"], "--key", files["key.vkey"],
+        "-m", "purgekeeper.tlog.verify", files["receipt.json"], "--key", files["key.vkey"],
         "--newer", files["newer.checkpoint"], "--proof", files["proof.json"],
     )  # fmt: skip
     assert (done.returncode, done.stderr) == (0, "")
@@ -79,7 +79,7 @@ def test_a_changed_receipt_exits_1_with_one_line(files: dict[str, Path]) -> None
     document = json.loads(files["receipt.json"].read_text())
     document["purge_id"] = "p-8"
     files["receipt.json"].write_text(json.dumps(document))
-    done = run("-m", "tlog.verify", files["receipt.json"], "--key", files["key.vkey"])
+    done = run("-m", "purgekeeper.tlog.verify", files["receipt.json"], "--key", files["key.vkey"])
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == "receipt invalid: the leaf's purge_id and seq are not the receipt's\n"
 
@@ -88,7 +88,7 @@ def test_a_changed_newer_checkpoint_exits_1(files: dict[str, Path]) -> None:
     text = files["newer.checkpoint"].read_text()
     files["newer.checkpoint"].write_text(text.replace("\n25\n", "\n26\n", 1))
     done = run(
-        "-m", "tlog.verify", files["receipt.json"], "--key", files["key.vkey"],
+        "-m", "purgekeeper.tlog.verify", files["receipt.json"], "--key", files["key.vkey"],
         "--newer", files["newer.checkpoint"], "--proof", files["proof.json"],
     )  # fmt: skip
     assert done.returncode == 1
@@ -96,7 +96,15 @@ def test_a_changed_newer_checkpoint_exits_1(files: dict[str, Path]) -> None:
 
 
 def test_usage_errors_exit_2(files: dict[str, Path], tmp_path: Path) -> None:
-    alone = run("-m", "tlog.verify", files["receipt.json"], "--key", files["key.vkey"], "--newer", files["proof.json"])
-    assert (alone.returncode, alone.stderr) == (2, "tlog.verify: --newer and --proof go together\n")
-    missing = run("-m", "tlog.verify", tmp_path / "nothing.json", "--key", files["key.vkey"])
+    alone = run(
+        "-m",
+        "purgekeeper.tlog.verify",
+        files["receipt.json"],
+        "--key",
+        files["key.vkey"],
+        "--newer",
+        files["proof.json"],
+    )
+    assert (alone.returncode, alone.stderr) == (2, "purgekeeper.tlog.verify: --newer and --proof go together\n")
+    missing = run("-m", "purgekeeper.tlog.verify", tmp_path / "nothing.json", "--key", files["key.vkey"])
     assert missing.returncode == 2 and missing.stderr.startswith("cannot read")

@@ -1,5 +1,5 @@
-"""The heartbeats of worker, scheduler and embedded processes (``workers.heartbeat``,
-``schema.heartbeats``) on SQLite and PostgreSQL, read back through ``pk.list_workers()``:
+"""The heartbeats of worker, scheduler and embedded processes (``purgekeeper.workers.heartbeat``,
+``purgekeeper.schema.heartbeats``) on SQLite and PostgreSQL, read back through ``pk.list_workers()``:
 what a row says, the dead bound, a clean stop, the steps a process holds, the pruning of old
 rows, and "nobody to do the work": due steps are stalled at once once workers have beaten and
 none is alive. Real worker and scheduler processes: ``test_worker_processes.py``."""
@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 
-import commands
-from commands import status_overview
-from schema import heartbeats
-from schema.states import WorkerRole
+import purgekeeper
+from purgekeeper.commands import status_overview
+from purgekeeper.schema import heartbeats
+from purgekeeper.schema.states import WorkerRole
+from purgekeeper.workers import broker
+from purgekeeper.workers.scheduler import Scheduler
 from tests.helpers.console import claim, purge_new_event
 from tests.helpers.heartbeats import SLOW, heartbeat, seen_ago
-from workers import broker
-from workers.scheduler import Scheduler
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 
 
-def only(pk: Pk) -> commands.WorkerProcess:
+def only(pk: Pk) -> purgekeeper.WorkerProcess:
     [worker] = pk.list_workers()
     return worker
 
@@ -119,7 +119,7 @@ def test_an_embedded_handle_beats_as_one_embedded_process_until_it_closes(
     pk: Pk, database_url: str, roots: dict[str, Path]
 ) -> None:
     paths = {name: roots[name] for name in ("blob_root", "file_root", "checkpoint_dir")}
-    embedded = commands.open(
+    embedded = purgekeeper.open(
         database_url, **paths, memory_roots=[roots["memory_root"]], sweep_interval=dt.timedelta(milliseconds=200)
     )
     try:
@@ -138,5 +138,5 @@ def test_an_embedded_handle_beats_as_one_embedded_process_until_it_closes(
 
 @pytest.mark.parametrize("limit", [0, 1001, True])
 def test_the_listing_limit_is_checked(pk: Pk, limit: int) -> None:
-    with pytest.raises(commands.ValidationError, match="limit must be an integer from 1 to 1000"):
+    with pytest.raises(purgekeeper.ValidationError, match="limit must be an integer from 1 to 1000"):
         pk.list_workers(limit=limit)

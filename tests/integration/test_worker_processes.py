@@ -1,4 +1,4 @@
-"""Real worker and scheduler processes (``python -m commands.worker``, ``purgectl scheduler``) on
+"""Real worker and scheduler processes (``python -m purgekeeper.commands.worker``, ``purgectl scheduler``) on
 PostgreSQL and a Redis of the test's own beat as themselves: the Workers view's rows come from
 them, a worker's row shows the step it is running, a killed worker is dead within its bound
 and its purge needs attention at once, and a SIGTERM marks a process stopped. Heartbeats
@@ -11,16 +11,16 @@ import signal
 import socket
 from collections.abc import Callable
 
-import commands
-from schema import heartbeats
+import purgekeeper
+from purgekeeper.schema import heartbeats
+from purgekeeper.workers import broker
 from tests.helpers.processes import Proc, Processes, wait_until
-from workers import broker
 
-Pk = commands.Purgekeeper
+Pk = purgekeeper.Purgekeeper
 WHO = {"actor": "ops@example.org", "reason": "the user asked"}
 
 
-def row_of(pk: Pk, role: str, pid_group: int) -> commands.WorkerProcess | None:
+def row_of(pk: Pk, role: str, pid_group: int) -> purgekeeper.WorkerProcess | None:
     """The newest row of ``role`` whose process is in the group led by ``pid_group``."""
     for worker in pk.list_workers():
         if worker.role == role and _group(worker.pid) in (pid_group, None):
@@ -35,7 +35,7 @@ def _group(pid: int) -> int | None:
         return None
 
 
-def in_state(pk: Pk, role: str, proc: Proc, state: str) -> commands.WorkerProcess | None:
+def in_state(pk: Pk, role: str, proc: Proc, state: str) -> purgekeeper.WorkerProcess | None:
     found = row_of(pk, role, proc.pid)
     return found if found is not None and found.state == state else None
 

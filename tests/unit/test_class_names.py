@@ -1,5 +1,5 @@
 """No class name means a record, a kind and an HTTP model at once (issue 25): the records of
-the Python API (``commands.records`` and the modules it re-exports) keep the plain names, the
+the Python API (``purgekeeper.commands.records`` and the modules it re-exports) keep the plain names, the
 kinds are in ``commands/kinds``, and the HTTP API's models say which way they go: a response
 model ends in ``Out`` (``models``), a request body in ``In`` (``bodies``). Only the names
 changed: the union of scopes keeps the labels a 400's detail gives its cases."""
@@ -13,14 +13,18 @@ from pathlib import Path
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from commands.http import bodies, models
+from purgekeeper.commands.http import bodies, models
 
 ROOT = Path(__file__).resolve().parents[2]
-HTTP_MODULES = {"commands.http.models": "Out", "commands.http.bodies": "In"}  # module -> suffix
-RECORD_MODULES = ("commands.records", "commands.purge_records", "commands.retention_records")
+HTTP_MODULES = {"purgekeeper.commands.http.models": "Out", "purgekeeper.commands.http.bodies": "In"}  # module -> suffix
+RECORD_MODULES = (
+    "purgekeeper.commands.records",
+    "purgekeeper.commands.purge_records",
+    "purgekeeper.commands.retention_records",
+)
 KINDS = ROOT / "commands" / "kinds"
 # Bases of the bodies, never a body (nor a schema) on their own: they need no suffix.
-SHARED_BASES = {"commands.http.bodies": {"Accepting"}}
+SHARED_BASES = {"purgekeeper.commands.http.bodies": {"Accepting"}}
 
 
 def classes_defined_in(path: Path) -> set[str]:
@@ -47,7 +51,7 @@ def taken_names() -> dict[str, str]:
         taken.setdefault(record.__name__, record.__module__)
     for path in sorted(KINDS.glob("*.py")):
         for attribute in classes_defined_in(path):
-            taken.setdefault(attribute, f"commands.kinds.{path.stem}")
+            taken.setdefault(attribute, f"purgekeeper.commands.kinds.{path.stem}")
     return taken
 
 

@@ -1,4 +1,4 @@
-"""The collector's pause (``commands.collection``): counted across threads, and it resumes
+"""The collector's pause (``purgekeeper.commands.collection``): counted across threads, and it resumes
 only what was running."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import threading
 
-from commands import collection
+from purgekeeper.commands import collection
 
 
 def test_the_pause_ends_with_its_last_holder_and_resumes_only_a_running_collector() -> None:

@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from commands.kinds import AUTHOR
-from commands.kinds.author import ErasureConfirmation, Window
-from commands.kinds.kind import Already, Decision
-from commands.kinds.selector_fields import RowInvalid
-from schema import authors, holds, ledger, purges
-from schema.errors import ActiveRuns, LegalHold, StaleConfirmation
-from schema.states import StepKind
-from schema.tables import author_erasures
+from purgekeeper.commands.kinds import AUTHOR
+from purgekeeper.commands.kinds.author import ErasureConfirmation, Window
+from purgekeeper.commands.kinds.kind import Already, Decision
+from purgekeeper.commands.kinds.selector_fields import RowInvalid
+from purgekeeper.schema import authors, holds, ledger, purges
+from purgekeeper.schema.errors import ActiveRuns, LegalHold, StaleConfirmation
+from purgekeeper.schema.states import StepKind
+from purgekeeper.schema.tables import author_erasures
 from tests.helpers.decide_fakes import NO_DATABASE, Queries, row_of
 
 BEFORE = dt.datetime(2026, 5, 1, tzinfo=dt.UTC)

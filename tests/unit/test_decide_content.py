@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from commands.kinds import CONTENT
-from commands.kinds.content import ScopeConfirmation, describe_changes
-from commands.kinds.kind import Already, Decision
-from commands.kinds.selector_fields import RowInvalid
-from commands.scope import EventScope, HeldEvent, PreviewAttachment, PreviewEvent, PreviewRun, PurgePreview
-from schema import authors, purges
-from schema.errors import ActiveRuns, LegalHold, StaleConfirmation
-from schema.states import StepKind
+from purgekeeper.commands.kinds import CONTENT
+from purgekeeper.commands.kinds.content import ScopeConfirmation, describe_changes
+from purgekeeper.commands.kinds.kind import Already, Decision
+from purgekeeper.commands.kinds.selector_fields import RowInvalid
+from purgekeeper.commands.scope import EventScope, HeldEvent, PreviewAttachment, PreviewEvent, PreviewRun, PurgePreview
+from purgekeeper.schema import authors, purges
+from purgekeeper.schema.errors import ActiveRuns, LegalHold, StaleConfirmation
+from purgekeeper.schema.states import StepKind
 from tests.helpers.decide_fakes import NO_DATABASE, Queries
 
 AT = dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from schema import purges
-from schema.states import TombstoneKind
-from schema.tables import legal_holds
+from purgekeeper.schema import purges
+from purgekeeper.schema.states import TombstoneKind
+from purgekeeper.schema.tables import legal_holds
 from tests.helpers.decide_fakes import NO_DATABASE, Queries, row_of
 
 

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from commands.kinds import HOLD, HOLD_RELEASE, RETENTION, RETENTION_END, RETENTION_RUN, retention
-from commands.kinds.hold import Placing
-from commands.kinds.hold_release import Release
-from commands.kinds.kind import Already, Decision
-from commands.kinds.retention import Definition, Setting, digest_of
-from commands.kinds.retention_end import Removal
-from commands.kinds.retention_run import Run
-from schema import holds, ledger, purges, retention_queries
-from schema.errors import (
+from purgekeeper.commands.kinds import HOLD, HOLD_RELEASE, RETENTION, RETENTION_END, RETENTION_RUN, retention
+from purgekeeper.commands.kinds.hold import Placing
+from purgekeeper.commands.kinds.hold_release import Release
+from purgekeeper.commands.kinds.kind import Already, Decision
+from purgekeeper.commands.kinds.retention import Definition, Setting, digest_of
+from purgekeeper.commands.kinds.retention_end import Removal
+from purgekeeper.commands.kinds.retention_run import Run
+from purgekeeper.schema import holds, ledger, purges, retention_queries
+from purgekeeper.schema.errors import (
     ConversationPurged,
     IdempotencyConflict,
     IdReserved,
@@ -27,10 +27,10 @@ from schema.errors import (
     StaleConfirmation,
     ValidationError,
 )
-from schema.holds import AlreadyPurged, HoldRow
-from schema.retention_queries import Deferral
-from schema.states import StepKind
-from schema.tables import retention_policies
+from purgekeeper.schema.holds import AlreadyPurged, HoldRow
+from purgekeeper.schema.retention_queries import Deferral
+from purgekeeper.schema.states import StepKind
+from purgekeeper.schema.tables import retention_policies
 from tests.helpers.decide_fakes import NO_DATABASE, Queries, row_of
 
 DAY = 86_400

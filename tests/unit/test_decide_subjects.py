@@ -11,17 +11,24 @@ from typing import Any
 
 import pytest
 
-from commands.kinds import BOT, CHANNEL, CONVERSATION
-from commands.kinds.bot import BotDeletionRequest
-from commands.kinds.conversation import ConversationPurgeRequest
-from commands.kinds.kind import Already, Decision, Env
-from commands.kinds.selector_fields import RowInvalid
-from commands.records import RepositoryIdentity
-from schema import holds, purges
-from schema.errors import ActiveRuns, LegalHold, MemoryErasureUnavailable, NotFound, ValidationError, VersionConflict
-from schema.states import StepKind, TombstoneKind
-from schema.tables import bots, conversations
-from storage import memory
+from purgekeeper.commands.kinds import BOT, CHANNEL, CONVERSATION
+from purgekeeper.commands.kinds.bot import BotDeletionRequest
+from purgekeeper.commands.kinds.conversation import ConversationPurgeRequest
+from purgekeeper.commands.kinds.kind import Already, Decision, Env
+from purgekeeper.commands.kinds.selector_fields import RowInvalid
+from purgekeeper.commands.records import RepositoryIdentity
+from purgekeeper.schema import holds, purges
+from purgekeeper.schema.errors import (
+    ActiveRuns,
+    LegalHold,
+    MemoryErasureUnavailable,
+    NotFound,
+    ValidationError,
+    VersionConflict,
+)
+from purgekeeper.schema.states import StepKind, TombstoneKind
+from purgekeeper.schema.tables import bots, conversations
+from purgekeeper.storage import memory
 from tests.helpers.decide_fakes import NO_DATABASE, Queries, row_of
 
 

@@ -1,4 +1,4 @@
-"""``commands.delegation.delegate``: a method declared in one line that forwards to a service.
+"""``purgekeeper.commands.delegation.delegate``: a method declared in one line that forwards to a service.
 On an instance it is the service's bound method; on the class a function with the service
 method's docstring, signature and ``__wrapped__``; to mypy, exactly the method's parameters
 and return type. No I/O beyond a temporary directory for mypy's run."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from mypy import api
 
-from commands import delegation
-from commands.delegation import Delegate, delegate
+from purgekeeper.commands import delegation
+from purgekeeper.commands.delegation import Delegate, delegate
 
 
 class Service:

@@ -1,5 +1,5 @@
 """docs/design.md stays true to the code: every error code of the tree is in its error table,
-with the status and exit code ``commands.surface`` gives it; every ledger kind is in its kinds
+with the status and exit code ``purgekeeper.commands.surface`` gives it; every ledger kind is in its kinds
 section; every section the code cites exists; and nothing cites a design file outside the
 repository. No I/O beyond reading this repository's own files."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from commands import kinds, surface
-from schema import errors
-from schema.states import PurgeKind
+from purgekeeper.commands import kinds, surface
+from purgekeeper.schema import errors
+from purgekeeper.schema.states import PurgeKind
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 DESIGN = REPOSITORY / "docs" / "design.md"
@@ -45,7 +45,7 @@ def section(text: str, title: str) -> str:
 
 def error_classes() -> list[type[errors.PurgekeeperError]]:
     """The tree drawn in schema/errors.py: the root and every subclass defined there (a
-    private subclass elsewhere, such as ``schema.db._Retryable``, is not part of it)."""
+    private subclass elsewhere, such as ``purgekeeper.schema.db._Retryable``, is not part of it)."""
     found: list[type[errors.PurgekeeperError]] = []
     pending: list[type[errors.PurgekeeperError]] = [errors.PurgekeeperError]
     while pending:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from schema import fences, rules
+from purgekeeper.schema import fences, rules
 
 
 @pytest.mark.parametrize("dialect", rules.DIALECTS)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from commands.kinds.content import _hashable, _hashed_event
-from commands.scope import PreviewEvent
-from schema.ledger import canonical_json
+from purgekeeper.commands.kinds.content import _hashable, _hashed_event
+from purgekeeper.commands.scope import PreviewEvent
+from purgekeeper.schema.ledger import canonical_json
 
 
 def test_an_event_hashes_the_same_by_either_path() -> None:

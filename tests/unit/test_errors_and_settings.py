@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import exc as sa_exc
 
-import commands
-from commands.settings import Settings
-from schema import errors
-from schema.errors import (
+import purgekeeper
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema import errors
+from purgekeeper.schema.errors import (
     TRIGGER_ERRORS,
     ContentPurged,
     InfrastructureError,
@@ -25,14 +25,14 @@ from schema.errors import (
     ValidationError,
     translate_db_error,
 )
-from storage.blobstore import cas_path, file_path
+from purgekeeper.storage.blobstore import cas_path, file_path
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 SHA = "abcdef" + "0" * 58
 PUBLIC_ERRORS = [
-    getattr(commands, name)
-    for name in sorted(commands.__all__)
-    if isinstance(getattr(commands, name), type) and issubclass(getattr(commands, name), PurgekeeperError)
+    getattr(purgekeeper, name)
+    for name in sorted(purgekeeper.__all__)
+    if isinstance(getattr(purgekeeper, name), type) and issubclass(getattr(purgekeeper, name), PurgekeeperError)
 ]
 
 
@@ -394,15 +394,15 @@ def test_file_path_is_sharded_by_blob_id_and_holds_no_attachment_name() -> None:
 
 
 def test_commands_all_is_sorted_and_unique() -> None:
-    assert commands.__all__ == sorted(commands.__all__)
-    assert len(set(commands.__all__)) == len(commands.__all__)
+    assert purgekeeper.__all__ == sorted(purgekeeper.__all__)
+    assert len(set(purgekeeper.__all__)) == len(purgekeeper.__all__)
 
 
 def test_every_name_in_commands_all_is_importable() -> None:
     namespace: dict[str, object] = {}
-    exec("from commands import *", namespace)
-    for name in commands.__all__:
-        assert getattr(commands, name) is namespace[name]
+    exec("from purgekeeper import *", namespace)
+    for name in purgekeeper.__all__:
+        assert getattr(purgekeeper, name) is namespace[name]
 
 
 def test_commands_exports_the_documented_api() -> None:
@@ -426,22 +426,30 @@ def test_commands_exports_the_documented_api() -> None:
         "MessagingUnavailable",
         "InfrastructureError",
     }
-    assert documented <= set(commands.__all__)
+    assert documented <= set(purgekeeper.__all__)
 
 
 # -- one direction of imports: commands -> workers -> storage -> schema ------------------
 
 
 def imported_packages(source: str) -> set[str]:
-    """The top-level packages a module imports absolutely (relative imports stay inside)."""
+    """The packages a module imports absolutely (relative imports stay inside): a third party's
+    top-level name, or purgekeeper's layer (``purgekeeper`` itself re-exports ``commands``)."""
     tree = ast.parse(source)
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            found.update(layer_of(alias.name) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.add(node.module.split(".")[0])
+            found.add(layer_of(node.module))
     return found
+
+
+def layer_of(module: str) -> str:
+    top, *rest = module.split(".")
+    if top != "purgekeeper":
+        return top
+    return rest[0] if rest else "commands"
 
 
 def modules_under(package: str) -> list[Path]:
@@ -452,15 +460,17 @@ def modules_under(package: str) -> list[Path]:
 
 def test_the_import_parser_sees_every_form_of_import() -> None:
     source = (
-        "import os, workers.runner as m\n"
+        "import os, purgekeeper.workers.runner as m\n"
+        "import purgekeeper\n"
         "from . import sibling\n"
         "from .tables import metadata\n"
         "def f():\n"
-        "    from commands.content_commands import ContentCommands\n"
+        "    from purgekeeper.commands.content_commands import ContentCommands\n"
         "if True:\n"
-        "    import schema.db\n"
+        "    import purgekeeper.schema.db\n"
     )
     assert imported_packages(source) == {"os", "workers", "commands", "schema"}
+    assert imported_packages("from purgekeeper import open") == {"commands"}
 
 
 @pytest.mark.parametrize("path", modules_under("schema"), ids=lambda p: str(p.relative_to(REPOSITORY)))
@@ -482,8 +492,8 @@ def test_a_retryable_database_fault_reports_a_documented_code() -> None:
     """``db.read()``/``db.write()`` can raise the transaction's private retry signal as it
     is (only ``transact`` turns it into InfrastructureError): a client must see the code of
     the error tree's InfrastructureError, not the private class's name."""
-    from commands import surface
-    from schema import db
+    from purgekeeper.commands import surface
+    from purgekeeper.schema import db
 
     signal = db._Retryable("deadlock detected")
     assert signal.code == InfrastructureError("x").code

@@ -1,6 +1,6 @@
 """The handle is composed, not inherited (issue 25): ``Purgekeeper`` holds its services
 (acceptance, the enqueuer, content, purges, retention, holds, restore, operations,
-receipts) and delegates to them, most in one line each (``commands.delegation``); its
+receipts) and delegates to them, most in one line each (``purgekeeper.commands.delegation``); its
 public methods are the ones it had as a stack of mixins, with the same signatures. No I/O
 beyond reading this repository's own source files."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from commands import wiring
-from commands.delegation import Delegate
-from commands.handle import Purgekeeper
+from purgekeeper.commands import wiring
+from purgekeeper.commands.delegation import Delegate
+from purgekeeper.commands.handle import Purgekeeper
 
 COMMANDS = Path(__file__).resolve().parents[2] / "commands"
 

@@ -13,11 +13,11 @@ from typing import Any, get_args, get_origin
 
 import pytest
 
-from commands import kinds
-from commands.kinds.kind import OPTIONAL_STAGES, STAGES, Kind
-from schema import states
-from schema.states import PurgeKind
-from workers import cleanup
+from purgekeeper.commands import kinds
+from purgekeeper.commands.kinds.kind import OPTIONAL_STAGES, STAGES, Kind
+from purgekeeper.schema import states
+from purgekeeper.schema.states import PurgeKind
+from purgekeeper.workers import cleanup
 
 
 def stages_missing(kind_class: type) -> list[str]:
@@ -40,7 +40,7 @@ def test_each_registered_kind_defines_every_stage(name: PurgeKind) -> None:
 def test_every_purge_kind_has_a_registered_module() -> None:
     assert set(kinds.KINDS) == set(PurgeKind)
     for kind in kinds.KINDS.values():
-        assert type(kind).__module__ == f"commands.kinds.{kind.name.value}"
+        assert type(kind).__module__ == f"purgekeeper.commands.kinds.{kind.name.value}"
 
 
 def test_a_kind_lacking_a_stage_is_caught() -> None:
@@ -70,7 +70,7 @@ def test_the_workers_get_each_bodies_step_from_the_process_not_from_an_import() 
     assert set(given) == {"content", "conversation", "author", "retention_run"}
     assert not [name for name in vars(cleanup) if name.upper() == "_BODIES"]  # no registry filled at import
     for name, step in given.items():
-        assert step.__module__ == f"commands.kinds.{name}"  # the kind's own module holds it
+        assert step.__module__ == f"purgekeeper.commands.kinds.{name}"  # the kind's own module holds it
 
 
 def test_an_unknown_kind_is_a_row_the_merge_rejects() -> None:
@@ -97,7 +97,7 @@ def test_each_kind_says_in_its_module_how_its_row_is_shown(name: PurgeKind) -> N
 
 
 def test_a_row_is_labelled_by_its_kind_with_the_policy_or_hold_it_names() -> None:
-    from schema.ledger import LedgerEntry
+    from purgekeeper.schema.ledger import LedgerEntry
 
     def row(kind: str, **selectors: str) -> LedgerEntry:
         return LedgerEntry(
@@ -123,9 +123,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from commands.kinds.kind import Already, Decision, Env, Kind
-from schema.ledger import LedgerEntry
-from schema.states import StepKind
+from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
+from purgekeeper.schema.ledger import LedgerEntry
+from purgekeeper.schema.states import StepKind
 
 
 @dataclass(frozen=True)
@@ -166,11 +166,11 @@ def test_a_toy_kind_is_found_checked_shown_and_run_from_its_module_alone(
     passes every check above, its row is labelled and hidden from hosts, and the workers
     are given its bodies step; the one thing left is the migration (the ledger's CHECK and
     ``PurgeKind``), which ``test_every_purge_kind_has_a_registered_module`` asks for."""
-    spec = importlib.util.spec_from_file_location("commands.kinds.toy", tmp_path / "toy.py")
+    spec = importlib.util.spec_from_file_location("purgekeeper.commands.kinds.toy", tmp_path / "toy.py")
     (tmp_path / "toy.py").write_text(TOY_MODULE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "commands.kinds.toy", module)
+    monkeypatch.setitem(sys.modules, "purgekeeper.commands.kinds.toy", module)
     spec.loader.exec_module(module)
     found = kinds.discover([module, *(importlib.import_module(type(k).__module__) for k in kinds.KINDS.values())])
     toy = found["toy"]
@@ -213,7 +213,7 @@ def test_kind_lists_are_found() -> None:
 
 
 def test_no_other_module_lists_the_kinds() -> None:
-    """Outside ``commands/kinds/``, ``schema.states.PurgeKind`` and the migrations, no shipped
+    """Outside ``commands/kinds/``, ``purgekeeper.schema.states.PurgeKind`` and the migrations, no shipped
     module holds a list of kinds (a label table, a visibility set, a Literal of kinds): a new
     kind touches none."""
     root = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-import commands
+import purgekeeper
 
 HEAVY = (
     *("sqlalchemy", "fastapi", "dramatiq", "redis", "psycopg", "alembic", "jinja2", "uvicorn", "pydantic"),
@@ -39,14 +39,14 @@ def _loaded_after(statement: str, env: dict[str, str] | None = None) -> list[str
 
 
 def test_the_cli_s_help_loads_no_database_or_http_stack() -> None:
-    assert _loaded_after("import commands.cli") == []
-    assert _loaded_after("import commands") == []
+    assert _loaded_after("import purgekeeper.commands.cli") == []
+    assert _loaded_after("import purgekeeper") == []
 
 
 def test_a_command_s_help_loads_none_either() -> None:
     assert (
         _loaded_after(
-            "from click.testing import CliRunner\nfrom commands import cli\n"
+            "from click.testing import CliRunner\nfrom purgekeeper.commands import cli\n"
             "assert CliRunner().invoke(cli.main, ['status', '--help']).exit_code == 0"
         )
         == []
@@ -55,17 +55,21 @@ def test_a_command_s_help_loads_none_either() -> None:
 
 @pytest.mark.parametrize("command", [["status", "no-such-purge"], ["list"]])
 def test_status_and_list_load_no_migration_or_http_stack(tmp_path: Path, command: list[str]) -> None:
-    """``status`` and ``list`` read the schema's revision with one query (``schema.migrate``):
+    """``status`` and ``list`` read the schema's revision with one query (``purgekeeper.schema.migrate``):
     alembic's runtime (with mako and pygments) was a quarter of their start-up, and neither
     serves HTTP or talks to a broker. On SQLite they load no PostgreSQL driver or dialect."""
     env = {**os.environ, "PURGEKEEPER_DATA_DIR": str(tmp_path)}
     env.pop("PURGEKEEPER_DATABASE_URL", None)
     env.pop("PURGEKEEPER_BROKER_URL", None)
     subprocess.run(
-        [sys.executable, "-m", "commands.cli", "init"], env=env, capture_output=True, check=True, timeout=120
+        [sys.executable, "-m", "purgekeeper.commands.cli", "init"],
+        env=env,
+        capture_output=True,
+        check=True,
+        timeout=120,
     )
     modules = _modules_after(
-        "from click.testing import CliRunner\nfrom commands import cli\n"
+        "from click.testing import CliRunner\nfrom purgekeeper.commands import cli\n"
         f"print(CliRunner().invoke(cli.main, {command!r}).output)",
         env=env,
     )
@@ -76,15 +80,15 @@ def test_status_and_list_load_no_migration_or_http_stack(tmp_path: Path, command
     assert [m for m in modules if m.startswith("sqlalchemy.dialects.postgresql")] == []
 
 
-@pytest.mark.parametrize("name", commands.__all__)
+@pytest.mark.parametrize("name", purgekeeper.__all__)
 def test_every_public_name_resolves_to_its_home_module_s_object(name: str) -> None:
-    value = getattr(commands, name)
+    value = getattr(purgekeeper, name)
     home = getattr(value, "__module__", None)
-    if home is not None and home.startswith(("commands.", "schema.")):
+    if home is not None and home.startswith(("purgekeeper.commands.", "purgekeeper.schema.")):
         assert getattr(importlib.import_module(home), getattr(value, "__name__", name)) is value
-    assert name in dir(commands)
+    assert name in dir(purgekeeper)
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="no_such_name"):
-        commands.no_such_name  # noqa: B018
+        purgekeeper.no_such_name  # noqa: B018

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 
-from schema.ledger import utc_text
+from purgekeeper.schema.ledger import utc_text
 
 DEFINITION = "%Y-%m-%dT%H:%M:%S.%fZ"
 
@@ -35,8 +35,8 @@ def test_the_fast_path_formats_as_the_definition_does() -> None:
 
 
 def test_sqlite_timestamps_read_fast_are_read_as_the_column_type_reads_them() -> None:
-    from schema.content_queries import utc_from_text
-    from schema.tables import UtcDateTime
+    from purgekeeper.schema.content_queries import utc_from_text
+    from purgekeeper.schema.tables import UtcDateTime
 
     column = UtcDateTime()
     for stored in (

@@ -1,4 +1,4 @@
-"""The two rules of ``schema.lifecycle`` (when a step is due; a purge's status) in their
+"""The two rules of ``purgekeeper.schema.lifecycle`` (when a step is due; a purge's status) in their
 Python and SQL forms give the same answers, for any steps (hypothesis), on a SQLite table
 of the real ``cleanup_steps`` definition (no triggers, no migrations: the rules only)."""
 
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import Engine, create_engine, delete, insert, literal, select
 
-from schema import lifecycle
-from schema.states import PurgeStatus, StepKind, StepStatus
-from schema.tables import cleanup_steps
+from purgekeeper.schema import lifecycle
+from purgekeeper.schema.states import PurgeStatus, StepKind, StepStatus
+from purgekeeper.schema.tables import cleanup_steps
 
 NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
 STALL = dt.timedelta(minutes=10)

@@ -1,4 +1,4 @@
-"""``commands.logs``: the one log format of every process. The formatter follows
+"""``purgekeeper.commands.logs``: the one log format of every process. The formatter follows
 ``PURGEKEEPER_LOG_FORMAT``, a JSON line parses and carries the fields, the text line appends the
 purge and step it is about, the level follows ``PURGEKEEPER_LOG_LEVEL``, and bad values are
 typed errors. Each test puts the root logger back as it found it (pytest's own handlers)."""
@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from commands import logs
-from commands.settings import Settings
-from schema.errors import ValidationError
+from purgekeeper.commands import logs
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema.errors import ValidationError
 
 UTC_MILLIS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 STEP = {"purge_id": "p-1", "step_id": "s-1", "step_kind": "bodies"}
@@ -44,7 +44,7 @@ def configured(env: dict[str, str], process: str = "worker") -> io.StringIO:
 
 
 def record(message: str = "step claimed", level: int = logging.INFO, **extra: object) -> logging.LogRecord:
-    made = logging.LogRecord("workers.runner", level, __file__, 1, message, (), None)
+    made = logging.LogRecord("purgekeeper.workers.runner", level, __file__, 1, message, (), None)
     made.created, made.msecs = MOMENT, 250.0
     made.__dict__.update(extra)
     return made
@@ -52,13 +52,15 @@ def record(message: str = "step claimed", level: int = logging.INFO, **extra: ob
 
 def test_text_is_the_default_format_and_a_line_names_its_purge_and_step() -> None:
     stream = configured({})
-    logging.getLogger("workers.runner").info("step claimed: attempt %d of %d", 1, 5, extra=STEP)
-    logging.getLogger("workers.scheduler").info("scheduler leads now")
+    logging.getLogger("purgekeeper.workers.runner").info("step claimed: attempt %d of %d", 1, 5, extra=STEP)
+    logging.getLogger("purgekeeper.workers.scheduler").info("scheduler leads now")
     claimed, leads = stream.getvalue().splitlines()
     time, level, process, logger, *message = claimed.split(" ")
-    assert UTC_MILLIS.match(time) and (level, process, logger) == ("INFO", "worker", "workers.runner:")
+    assert UTC_MILLIS.match(time) and (level, process, logger) == ("INFO", "worker", "purgekeeper.workers.runner:")
     assert " ".join(message) == "step claimed: attempt 1 of 5 purge_id=p-1 step_kind=bodies step_id=s-1"
-    assert leads.endswith(" INFO worker workers.scheduler: scheduler leads now")  # no context: nothing appended
+    assert leads.endswith(
+        " INFO worker purgekeeper.workers.scheduler: scheduler leads now"
+    )  # no context: nothing appended
 
 
 def test_the_text_time_is_utc_with_milliseconds() -> None:
@@ -69,13 +71,13 @@ def test_the_text_time_is_utc_with_milliseconds() -> None:
 def test_a_json_line_parses_and_carries_time_level_logger_message_and_the_extra_fields() -> None:
     stream = configured({"PURGEKEEPER_LOG_FORMAT": "json"}, process="scheduler")
     extra = {**STEP, "attempt": 2, "duration_s": 0.5}
-    logging.getLogger("workers.runner").warning("step finished: attempt %d failed", 2, extra=extra)
+    logging.getLogger("purgekeeper.workers.runner").warning("step finished: attempt %d failed", 2, extra=extra)
     (line,) = stream.getvalue().splitlines()
     parsed = json.loads(line)
     assert UTC_MILLIS.match(parsed.pop("time"))
     assert parsed == {
         "level": "WARNING",
-        "logger": "workers.runner",
+        "logger": "purgekeeper.workers.runner",
         "message": "step finished: attempt 2 failed",
         "process": "scheduler",
         **extra,
@@ -94,7 +96,7 @@ def test_a_json_traceback_stays_inside_its_one_line() -> None:
     try:
         raise RuntimeError("the disk said no")
     except RuntimeError:
-        logging.getLogger("commands.http.app").exception("internal error")
+        logging.getLogger("purgekeeper.commands.http.app").exception("internal error")
     (line,) = stream.getvalue().splitlines()
     parsed = json.loads(line)
     assert parsed["level"] == "ERROR" and "RuntimeError: the disk said no" in parsed["exc_info"]
@@ -102,8 +104,8 @@ def test_a_json_traceback_stays_inside_its_one_line() -> None:
 
 def test_the_level_follows_the_setting() -> None:
     stream = configured({"PURGEKEEPER_LOG_LEVEL": "warning"})
-    logging.getLogger("workers.broker").info("step sent")
-    logging.getLogger("workers.runner").error("purge p-1 is incomplete")
+    logging.getLogger("purgekeeper.workers.broker").info("step sent")
+    logging.getLogger("purgekeeper.workers.runner").error("purge p-1 is incomplete")
     assert [line.split(" ")[1] for line in stream.getvalue().splitlines()] == ["ERROR"]
 
 
@@ -111,7 +113,7 @@ def test_settings_configure_as_the_environment_does() -> None:
     settings = Settings.from_env({"PURGEKEEPER_LOG_FORMAT": "json", "PURGEKEEPER_LOG_LEVEL": "DEBUG"})
     stream = io.StringIO()
     logs.configure(settings, process="cli", stream=stream)
-    logging.getLogger("commands.purge_commands").debug("a detail")
+    logging.getLogger("purgekeeper.commands.purge_commands").debug("a detail")
     assert json.loads(stream.getvalue())["process"] == "cli"
 
 
@@ -135,7 +137,7 @@ def test_alembic_info_lines_are_silenced() -> None:
     configured({"PURGEKEEPER_LOG_LEVEL": "DEBUG"})
     assert not logging.getLogger("alembic.runtime.migration").isEnabledFor(logging.INFO)
     assert logging.getLogger("alembic.runtime.migration").isEnabledFor(logging.WARNING)
-    assert logging.getLogger("workers.runner").isEnabledFor(logging.DEBUG)
+    assert logging.getLogger("purgekeeper.workers.runner").isEnabledFor(logging.DEBUG)
 
 
 def test_configure_replaces_its_own_handler_and_a_basic_config_one_and_keeps_the_others() -> None:
@@ -194,9 +196,9 @@ def test_a_bad_log_variable_leaves_purgectl_the_default_format_for_the_command_t
 
 def test_the_worker_module_run_as_spawns_main_sets_nothing_up(monkeypatch: pytest.MonkeyPatch) -> None:
     """Under the spawn start method (``--use-spawn``, macOS) a worker process first runs the
-    main module again as ``__mp_main__``, then dramatiq imports ``commands.worker``: only
+    main module again as ``__mp_main__``, then dramatiq imports ``purgekeeper.commands.worker``: only
     the import may set the worker up, or each process would have two brokers and engines.
     Without a broker URL, setting up exits; run as ``__mp_main__``, nothing is tried."""
     monkeypatch.delenv("PURGEKEEPER_BROKER_URL", raising=False)
-    namespace = runpy.run_module("commands.worker", run_name="__mp_main__")
+    namespace = runpy.run_module("purgekeeper.commands.worker", run_name="__mp_main__")
     assert "database" not in namespace

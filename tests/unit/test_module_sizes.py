@@ -44,8 +44,8 @@ def test_no_function_is_over_60_lines(path: Path) -> None:
 
 def test_a_split_module_still_names_what_it_named() -> None:
     """The modules split for issue 25 still name what other code imports from them."""
-    from schema import content_queries, purges, retention_queries, tables
-    from storage import ledger_copy, signed_log
+    from purgekeeper.schema import content_queries, purges, retention_queries, tables
+    from purgekeeper.storage import ledger_copy, signed_log
 
     assert {"LedgerCopy", "CopyHead", "catch_up", "reconcile", "open_source", "write_export", "SEGMENT_ROWS"} <= set(
         dir(ledger_copy)
@@ -64,9 +64,9 @@ def test_a_split_module_still_names_what_it_named() -> None:
 
 
 def test_the_copy_reads_its_segment_size_from_storage_ledger_copy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests shrink ``storage.ledger_copy.SEGMENT_ROWS``: the copy's reading and writing parts,
+    """Tests shrink ``purgekeeper.storage.ledger_copy.SEGMENT_ROWS``: the copy's reading and writing parts,
     in their own modules, read it from there at every use."""
-    from storage import ledger_copy
+    from purgekeeper.storage import ledger_copy
 
     copy = ledger_copy.LedgerCopy(Path("/nonexistent"), "d")
     assert copy.segment_rows == ledger_copy.SEGMENT_ROWS

@@ -1,4 +1,4 @@
-"""``storage.memory.prove_ownership`` on a corpus of real directories and symlinks.
+"""``purgekeeper.storage.memory.prove_ownership`` on a corpus of real directories and symlinks.
 
 Each case builds its situation under ``tmp_path`` (real ``git init``, real markers, real
 symlinks) and names what it tried. This touches the filesystem but no database. Home
@@ -17,7 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from storage.memory import MARKER_NAME, OWNERSHIP_REASONS, PROVEN, marker_path, prove_ownership, write_marker
+from purgekeeper.storage.memory import (
+    MARKER_NAME,
+    OWNERSHIP_REASONS,
+    PROVEN,
+    marker_path,
+    prove_ownership,
+    write_marker,
+)
 
 BOT = "bot-1"
 OTHER_BOT = "bot-2"

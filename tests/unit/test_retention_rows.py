@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from commands import kinds
-from commands.kinds import retention_run
-from commands.kinds.retention import Definition, check_max_age, digest_of
-from schema.errors import ValidationError
-from schema.states import PurgeKind
+from purgekeeper.commands import kinds
+from purgekeeper.commands.kinds import retention_run
+from purgekeeper.commands.kinds.retention import Definition, check_max_age, digest_of
+from purgekeeper.schema.errors import ValidationError
+from purgekeeper.schema.states import PurgeKind
 
 CUTOFF = "2026-11-02T05:00:00.000000Z"
 VALID: dict[PurgeKind, dict[str, Any]] = {

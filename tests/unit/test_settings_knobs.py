@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from commands.settings import Settings
-from schema.errors import ValidationError
+from purgekeeper.commands.settings import Settings
+from purgekeeper.schema.errors import ValidationError
 
 
 def test_the_defaults_are_text_logs_at_info_and_no_worker_metrics_port() -> None:

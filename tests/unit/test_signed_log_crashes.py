@@ -1,4 +1,4 @@
-"""Crashes against the signed log's unsynced right edge (``storage.signed_log``'s docstring):
+"""Crashes against the signed log's unsynced right edge (``purgekeeper.storage.signed_log``'s docstring):
 the files a power loss could leave are written by hand (partial tiles missing, empty or
 zero-filled at their length, the narrower one's unlink kept, head.json older than the
 checkpoint), and fresh ``LedgerCopy``/``SignedLog`` objects play the processes that start
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from commands.receipts import Receipts
-from schema import ledger
-from storage import signed_log
-from storage.ledger_copy import LedgerCopy
-from storage.signed_log import LogRefused, SignedLog
+from purgekeeper.commands.receipts import Receipts
+from purgekeeper.schema import ledger
+from purgekeeper.storage import signed_log
+from purgekeeper.storage.ledger_copy import LedgerCopy
+from purgekeeper.storage.signed_log import LogRefused, SignedLog
+from purgekeeper.tlog import tree
+from purgekeeper.tlog.verify import verify_consistency, verify_inclusion
 from tests.unit.test_signed_log_memory import DATABASE_ID, ORIGIN, SIGNER, Rows, assert_sound, writer
-from tlog import tree
-from tlog.verify import verify_consistency, verify_inclusion
 
 
 def log_dir(root: Path) -> Path:

@@ -1,5 +1,5 @@
 """The signed log's writer keeps the tree's right edge and the hashes it read in memory
-(``storage.signed_log``): appends in one process read no tile, another writer in between is
+(``purgekeeper.storage.signed_log``): appends in one process read no tile, another writer in between is
 noticed by the checkpoint's text, a retired directory starts afresh, and a group commit
 still puts its files on disk in the order the module's docstring gives (tiles and their
 directories, then the checkpoint and its directory, then the copy's head)."""
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from schema import ledger
-from storage import signed_log
-from storage.ledger_copy import LedgerCopy
-from storage.signed_log import SignedLog
-from tlog import note, tree
-from tlog.verify import open_checkpoint, verify_consistency, verify_inclusion
+from purgekeeper.schema import ledger
+from purgekeeper.storage import signed_log
+from purgekeeper.storage.ledger_copy import LedgerCopy
+from purgekeeper.storage.signed_log import SignedLog
+from purgekeeper.tlog import note, tree
+from purgekeeper.tlog.verify import open_checkpoint, verify_consistency, verify_inclusion
 
 DATABASE_ID = "db-memory"
 ORIGIN = "purgekeeper.example/memory"

@@ -1,4 +1,4 @@
-"""Keys, signed notes and checkpoints (``tlog.note``, read back by ``tlog.verify``): Go's
+"""Keys, signed notes and checkpoints (``purgekeeper.tlog.note``, read back by ``purgekeeper.tlog.verify``): Go's
 sumdb/note test vector, round trips, and the notes that must be refused."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import base64
 
 import pytest
 
-from tlog import note
-from tlog.verify import Checkpoint, ReceiptInvalid, Verifier, open_checkpoint, open_note, parse_checkpoint
+from purgekeeper.tlog import note
+from purgekeeper.tlog.verify import Checkpoint, ReceiptInvalid, Verifier, open_checkpoint, open_note, parse_checkpoint
 
 # The test vector of golang.org/x/mod/sumdb/note (note_test.go, TestSign).
 GO_SKEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"

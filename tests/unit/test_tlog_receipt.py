@@ -1,4 +1,4 @@
-"""Receipts (``tlog.receipt`` written, ``tlog.verify.verify_receipt`` read): a receipt made
+"""Receipts (``purgekeeper.tlog.receipt`` written, ``purgekeeper.tlog.verify.verify_receipt`` read): a receipt made
 from a ledger verifies, alone and against a newer checkpoint, and every change is refused
 with a reason. Also: ``tlog/verify.py`` imports only the standard library and cryptography."""
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tlog import note, receipt, tree
-from tlog.verify import ReceiptInvalid, leaf_hash, verify_receipt
+from purgekeeper.tlog import note, receipt, tree
+from purgekeeper.tlog.verify import ReceiptInvalid, leaf_hash, verify_receipt
 
 ORIGIN = "purgekeeper.example/ledger/db-1"
 

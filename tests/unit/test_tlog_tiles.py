@@ -1,4 +1,4 @@
-"""The C2SP tlog-tiles layout (``tlog.tree``): tile paths, which tiles an append writes, and
+"""The C2SP tlog-tiles layout (``purgekeeper.tlog.tree``): tile paths, which tiles an append writes, and
 reading stored hashes back from tiles gives the same roots and proofs as the hashes."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from tlog import tree
-from tlog.verify import leaf_hash
+from purgekeeper.tlog import tree
+from purgekeeper.tlog.verify import leaf_hash
 
 
 def leaf_hashes(count: int, *, start: int = 0) -> list[bytes]:

@@ -1,5 +1,5 @@
-"""The Merkle tree (``tlog.tree``) against RFC 6962's reference tree, and its proofs against
-the verifier (``tlog.verify``) for many sizes: every proof verifies, one changed byte fails."""
+"""The Merkle tree (``purgekeeper.tlog.tree``) against RFC 6962's reference tree, and its proofs against
+the verifier (``purgekeeper.tlog.verify``) for many sizes: every proof verifies, one changed byte fails."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from tlog import tree
-from tlog.verify import EMPTY_ROOT, ReceiptInvalid, leaf_hash, verify_consistency, verify_inclusion
+from purgekeeper.tlog import tree
+from purgekeeper.tlog.verify import EMPTY_ROOT, ReceiptInvalid, leaf_hash, verify_consistency, verify_inclusion
 
 # The Certificate Transparency reference tree (RFC 6962's test data, as the C++ and Go
 # implementations and transparency-dev/merkle carry it): leaves, and the root at each size.

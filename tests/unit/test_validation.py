@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from commands import validation as v
-from commands.attachments import NewAttachment
-from schema.errors import ValidationError
+from purgekeeper.commands import validation as v
+from purgekeeper.commands.attachments import NewAttachment
+from purgekeeper.schema.errors import ValidationError
 
 UTC_PLUS_2 = dt.timezone(dt.timedelta(hours=2))
 WIDEST_OFFSET = dt.timedelta(hours=24) - dt.timedelta(microseconds=1)  # what a tzinfo may return
@@ -136,14 +136,14 @@ def test_check_provider_id_names_the_field_and_none_is_optional() -> None:
 
 
 def test_a_provider_id_fits_the_columns_that_hold_it() -> None:
-    from schema.tables import ID_LENGTH, events, tombstones
+    from purgekeeper.schema.tables import ID_LENGTH, events, tombstones
 
     assert v.MAX_PROVIDER_ID_LENGTH == ID_LENGTH
     assert events.c.provider_event_id.type.length == tombstones.c.id.type.length == ID_LENGTH  # type: ignore[attr-defined]
 
 
 def test_a_ledger_row_takes_the_provider_ids_an_ingest_takes() -> None:
-    from commands.kinds import selector_fields
+    from purgekeeper.commands.kinds import selector_fields
 
     selector_fields.provider_ids({"provider_event_ids": list(PROVIDER_IDS.values())}, "provider_event_ids")
     for bad in ("a b", "", "a\x00b", 7):

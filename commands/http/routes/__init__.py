@@ -3,7 +3,7 @@ acceptances and the purges' status), ``ledger`` (receipts, completion statements
 consistency proof; and the signed log's public part, the one group outside ``/v1``, under
 ``/log``), ``operator`` (re-arming, re-sending and the ledger itself), ``retention``
 (retention policies and legal holds); ``common`` holds what they share. ``host_routers``,
-``operator_routers`` and ``log_routes`` build them for ``commands.http.app.create_app``.
+``operator_routers`` and ``log_routes`` build them for ``purgekeeper.commands.http.app.create_app``.
 
 Acceptances (``202``): every route that accepts a purge, a deletion, a retention policy or
 a legal hold answers ``202 Accepted`` with a ``Location: /v1/purges/{purge_id}`` header and
@@ -62,10 +62,10 @@ accepted_at < ``until``, ISO 8601 with an offset: a naive or malformed time is a
 newest first, a page of ``limit`` at a time (``after``: the previous page's ``next_after``).
 A policy's ``max_age`` is sent as ``max_age_seconds`` and returned as ``max_age`` in
 seconds; the lists come back as ``{"policies": [...]}`` and ``{"holds": [...]}``. ``/status``
-and ``/metrics`` come from ``commands.web.status`` and ``commands.web.metrics`` and do their
+and ``/metrics`` come from ``purgekeeper.commands.web.status`` and ``purgekeeper.commands.web.metrics`` and do their
 own authentication.
 
-Authentication (``commands.web.auth``): every ``/v1`` request needs ``Authorization: Bearer
+Authentication (``purgekeeper.commands.web.auth``): every ``/v1`` request needs ``Authorization: Bearer
 <token>``, checked before the body is read. Host endpoints take the host or the operator
 token; operator endpoints take the operator token when one is configured, else the host
 token. A missing or wrong token is ``401 {"error": "unauthorized"}``. ``/openapi.json`` and
@@ -80,12 +80,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from commands.handle import Purgekeeper
-from commands.http.routes.content_routes import content_routes
-from commands.http.routes.ledger_routes import log_routes, proof_routes
-from commands.http.routes.operator import operator_routes
-from commands.http.routes.purge_routes import purge_routes, status_routes
-from commands.http.routes.retention_routes import hold_routes, retention_routes
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.http.routes.content_routes import content_routes
+from purgekeeper.commands.http.routes.ledger_routes import log_routes, proof_routes
+from purgekeeper.commands.http.routes.operator import operator_routes
+from purgekeeper.commands.http.routes.purge_routes import purge_routes, status_routes
+from purgekeeper.commands.http.routes.retention_routes import hold_routes, retention_routes
 
 __all__ = ["host_routers", "log_routes", "operator_routers"]
 

@@ -10,13 +10,13 @@ from fastapi import APIRouter, Request, Security
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPBearer
 
-from commands import kinds, surface
-from commands.http import models
-from commands.http.bodies import Accepting
-from commands.http.guard import API_PREFIX, OPERATOR_STATE
-from commands.http.media_types import JsonBodyRoute
-from commands.records import Acceptance, PurgeStatus
-from schema.errors import NotFound
+from purgekeeper.commands import kinds, surface
+from purgekeeper.commands.http import models
+from purgekeeper.commands.http.bodies import Accepting
+from purgekeeper.commands.http.guard import API_PREFIX, OPERATOR_STATE
+from purgekeeper.commands.http.media_types import JsonBodyRoute
+from purgekeeper.commands.records import Acceptance, PurgeStatus
+from purgekeeper.schema.errors import NotFound
 
 OPERATOR_TAG = "operator"
 ORIGIN = "http"

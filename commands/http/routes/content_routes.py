@@ -16,10 +16,10 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
-from commands.attachments import NewAttachment
-from commands.handle import Purgekeeper
-from commands.http import models, uploads
-from commands.http.bodies import (
+from purgekeeper.commands.attachments import NewAttachment
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.http import models, uploads
+from purgekeeper.commands.http.bodies import (
     CasAttachmentIn,
     FileAttachmentIn,
     NewAdmissionIn,
@@ -34,9 +34,9 @@ from commands.http.bodies import (
     upload_schema,
     uploaded_event,
 )
-from commands.http.field_types import IdPath
-from commands.http.routes.common import BINARY, UPLOAD_RESPONSES, as_json, v1
-from schema.errors import ValidationError
+from purgekeeper.commands.http.field_types import IdPath
+from purgekeeper.commands.http.routes.common import BINARY, UPLOAD_RESPONSES, as_json, v1
+from purgekeeper.schema.errors import ValidationError
 
 
 def content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:

@@ -10,10 +10,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from commands.handle import Purgekeeper
-from commands.http import receipt_models
-from commands.http.field_types import MAX_SEQ, IdPath
-from commands.http.routes.common import as_json, visible
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.http import receipt_models
+from purgekeeper.commands.http.field_types import MAX_SEQ, IdPath
+from purgekeeper.commands.http.routes.common import as_json, visible
 
 
 def proof_routes(router: APIRouter, pk: Purgekeeper) -> None:

@@ -15,13 +15,13 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BeforeValidator
 from starlette.background import BackgroundTask
 
-from commands import surface
-from commands.handle import Purgekeeper
-from commands.http import models
-from commands.http.bodies import RetryRequestIn
-from commands.http.field_types import IdPath, flag
-from commands.http.routes.common import BINARY, OPERATOR_TAG, as_json, v1
-from schema.errors import ValidationError
+from purgekeeper.commands import surface
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.http import models
+from purgekeeper.commands.http.bodies import RetryRequestIn
+from purgekeeper.commands.http.field_types import IdPath, flag
+from purgekeeper.commands.http.routes.common import BINARY, OPERATOR_TAG, as_json, v1
+from purgekeeper.schema.errors import ValidationError
 
 MAX_MERGE_FILES = 64
 MERGE_EXAMPLE = {"files": ["(the bytes of a file from GET /v1/ledger/checkpoint)"], "from_other_database": False}

@@ -9,10 +9,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
 
-from commands import validation
-from commands.handle import Purgekeeper
-from commands.http import models
-from commands.http.bodies import (
+from purgekeeper.commands import validation
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.http import models
+from purgekeeper.commands.http.bodies import (
     AuthorErasureIn,
     AuthorWindowIn,
     BotDeletionIn,
@@ -21,11 +21,11 @@ from commands.http.bodies import (
     ConversationPurgeIn,
     ScopeIn,
 )
-from commands.http.field_types import ID_PATTERN, MAX_SEQ, IdPath, RequestId, UtcTime
-from commands.http.routes.common import ACCEPTED, accepted, as_json, by_operator, causal, v1, visible
-from commands.purge_reads import MAX_PAGE
-from commands.records import RepositoryIdentity
-from schema.states import PurgeKind
+from purgekeeper.commands.http.field_types import ID_PATTERN, MAX_SEQ, IdPath, RequestId, UtcTime
+from purgekeeper.commands.http.routes.common import ACCEPTED, accepted, as_json, by_operator, causal, v1, visible
+from purgekeeper.commands.purge_reads import MAX_PAGE
+from purgekeeper.commands.records import RepositoryIdentity
+from purgekeeper.schema.states import PurgeKind
 
 MAX_WAIT_SECONDS = 30.0
 

@@ -11,17 +11,17 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 
-from commands.handle import Purgekeeper
-from commands.http import models
-from commands.http.bodies import (
+from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.http import models
+from purgekeeper.commands.http.bodies import (
     HoldPlacingIn,
     HoldReleaseIn,
     RetentionDefinitionIn,
     RetentionRemovalIn,
     RetentionSettingIn,
 )
-from commands.http.field_types import IdPath, RequestId, flag
-from commands.http.routes.common import ACCEPTED, OPERATOR_TAG, accepted, as_json, causal, v1
+from purgekeeper.commands.http.field_types import IdPath, RequestId, flag
+from purgekeeper.commands.http.routes.common import ACCEPTED, OPERATOR_TAG, accepted, as_json, causal, v1
 
 
 def retention_routes(pk: Purgekeeper) -> APIRouter:

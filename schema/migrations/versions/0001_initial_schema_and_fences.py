@@ -12,8 +12,8 @@ import uuid
 import sqlalchemy as sa
 from alembic import op
 
-from schema import fences
-from schema.migrations.ledger_triggers import create_sqlite_ledger_triggers
+from purgekeeper.schema import fences
+from purgekeeper.schema.migrations.ledger_triggers import create_sqlite_ledger_triggers
 
 ACTIVE_RUNS = "status IN ('queued', 'running', 'waiting')"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from schema import fences
+from purgekeeper.schema import fences
 
 revision = "0003"
 down_revision = "0002"

@@ -28,7 +28,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from schema import fences
+from purgekeeper.schema import fences
 
 revision = "0005"
 down_revision = "0004"

@@ -16,7 +16,7 @@ Revises: 0007
   an event by an author whose erasure covers its time, or who is closed, is refused
   (``author_erased``), and an erased event's author and time never change. On PostgreSQL
   every such check first takes the author's advisory lock shared; an erasure's acceptance
-  takes it exclusively (``schema.authors.lock_author``), so a writer that began before the
+  takes it exclusively (``purgekeeper.schema.authors.lock_author``), so a writer that began before the
   erasure and checks after its commit sees it.
 """
 
@@ -25,9 +25,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from schema import fences
-from schema.migrations.ledger_triggers import create_sqlite_ledger_triggers
-from schema.migrations.purge_kinds import widen_purge_kinds
+from purgekeeper.schema import fences
+from purgekeeper.schema.migrations.ledger_triggers import create_sqlite_ledger_triggers
+from purgekeeper.schema.migrations.purge_kinds import widen_purge_kinds
 
 revision = "0008"
 down_revision = "0007"

@@ -24,9 +24,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from schema import fences
-from schema.migrations.ledger_triggers import create_sqlite_ledger_triggers
-from schema.migrations.purge_kinds import widen_purge_kinds
+from purgekeeper.schema import fences
+from purgekeeper.schema.migrations.ledger_triggers import create_sqlite_ledger_triggers
+from purgekeeper.schema.migrations.purge_kinds import widen_purge_kinds
 
 revision = "0009"
 down_revision = "0008"

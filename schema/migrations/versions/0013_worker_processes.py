@@ -4,7 +4,7 @@ Revision ID: 0013
 Revises: 0012
 
 - ``worker_processes``: one row per start of a worker, scheduler or embedded process, renewed
-  by its heartbeat (``schema.heartbeats``): host, pid, role, queues, threads, when it started
+  by its heartbeat (``purgekeeper.schema.heartbeats``): host, pid, role, queues, threads, when it started
   and was last seen (the database clock), until when it counts as alive, when it stopped
   cleanly, and the lease owners of the attempts it runs now. The Workers view lists them,
   ``/metrics`` counts the live ones by role, and a due step with no live worker is stalled

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from schema import fences
+from purgekeeper.schema import fences
 
 revision = "0014"
 down_revision = "0013"

@@ -10,7 +10,7 @@ Revises: 0015
   batch's blobs among every blob of the purge's fenced events, again for every batch, a cost
   that grew with the purge's size times its batches (``bench/cleanup.py --statements``: 31 ms
   per batch with 10,000 events, 4.4 ms with 1,000).
-  Lookups by purge alone (a restore merge, ``schema.purge_touched``) use the same index by
+  Lookups by purge alone (a restore merge, ``purgekeeper.schema.purge_touched``) use the same index by
   its first column.
 """
 
