@@ -45,13 +45,14 @@ def clean_environment(**extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def serving(env: Mapping[str, str], cwd: Path, *flags: str) -> Iterator[Served]:
-    """``purgectl serve --port <free> <flags>``, answering, until the block ends."""
+def serving(env: Mapping[str, str], cwd: Path, *flags: str, purgectl: Path = BIN / "purgectl") -> Iterator[Served]:
+    """``purgectl serve --port <free> <flags>``, answering, until the block ends; ``purgectl``
+    is this venv's unless another (an installed wheel's) is named."""
     port = free_port()
     log = cwd / f"serve-{port}.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [str(BIN / "purgectl"), "serve", "--port", str(port), *flags],
+            [str(purgectl), "serve", "--port", str(port), *flags],
             env=dict(env),
             cwd=cwd,
             stdout=sink,
