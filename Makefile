@@ -6,9 +6,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
+PROCFILE := $(VENV)/.installed-procfile
 DEV := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench clean
+.PHONY: run procfile test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +18,10 @@ $(BIN)/python:
 $(RUNTIME): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	@touch $(RUNTIME)
+
+$(PROCFILE): pyproject.toml $(RUNTIME)
+	$(BIN)/python -m pip install --quiet -e '.[procfile]'
+	@touch $(PROCFILE)
 
 $(DEV): pyproject.toml $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -46,6 +51,14 @@ run: $(RUNTIME)
 # API as a process, and where PYTHONDONTWRITEBYTECODE is set each would compile them again.
 TEST_TMP ?= $(shell [ -d /dev/shm ] && [ -w /dev/shm ] && echo /dev/shm/purgekeeper-tests-$$(pwd | cksum | cut -d' ' -f1))
 PYTEST_FLAGS ?= -n auto --maxprocesses 4 --dist worksteal --durations=25
+
+# The Procfile's three processes (api, worker, scheduler) on PostgreSQL and Redis, under honcho
+# (installed here, from the `procfile` extra). PURGEKEEPER_DATABASE_URL and
+# PURGEKEEPER_BROKER_URL must name them: the worker line refuses to start without a broker.
+# Ctrl+C sends SIGTERM to every process, and each stops cleanly (docs/guides/stopping.md).
+procfile: $(PROCFILE)
+	$(BIN)/purgectl init
+	$(BIN)/honcho start
 
 test: $(DEV)
 	@$(BIN)/python -m compileall -q -j 0 commands schema workers storage tlog
