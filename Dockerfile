@@ -20,7 +20,7 @@ WORKDIR /app
 
 # The dependencies first, from pyproject.toml alone, so this layer is rebuilt only when they
 # change: install a stub of the package (its name and version, no code), then drop the stub.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 RUN mkdir -p purgekeeper \
     && echo '__version__ = "0"' > purgekeeper/__init__.py \
     && pip install . \

@@ -61,7 +61,7 @@ procfile: $(PROCFILE)
 	$(BIN)/honcho start
 
 test: $(DEV)
-	@$(BIN)/python -m compileall -q -j 0 commands schema workers storage tlog
+	@$(BIN)/python -m compileall -q -j 0 purgekeeper commands schema workers storage tlog
 	@status=0; $(BIN)/python -m pytest $(PYTEST_FLAGS) $(if $(TEST_TMP),--basetemp=$(TEST_TMP)) || status=$$?; \
 		$(if $(TEST_TMP),rm -rf $(TEST_TMP);) exit $$status
 

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,16 @@ NEVER_IN_THE_IMAGE = [
     "test-artifacts/status-page.png",
     "commands/__pycache__/handle.cpython-311.pyc",
 ]
-IN_THE_IMAGE = ["pyproject.toml", "README.md", "commands/handle.py", "schema/migrations/env.py", "workers/runner.py"]
+IN_THE_IMAGE = [
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",  # the package's license-files: the stub install reads it
+    "purgekeeper/__init__.py",
+    "purgekeeper/commands",  # the symlinks that make the layers purgekeeper's subpackages
+    "commands/handle.py",
+    "schema/migrations/env.py",
+    "workers/runner.py",
+]
 
 
 def docker_pattern(pattern: str) -> re.Pattern[str]:
@@ -145,6 +155,23 @@ def test_make_run_installs_the_program_only_and_make_test_the_dev_tools(tmp_path
     assert "purgectl init" in run and "purgectl serve" in run
     assert "PURGEKEEPER_DATA_DIR" not in run  # purgectl's default: the same database as purgectl's
     assert "pip install --quiet -e '.[dev]'" in test and "pytest" in test
+
+
+def test_make_procfile_installs_honcho_and_runs_the_procfile_under_it(tmp_path: Path) -> None:
+    """Issue 34: the README's Procfile instructions used honcho, which no target installed."""
+    procfile = make_dry_run("procfile", tmp_path)
+    assert "pip install --quiet -e '.[procfile]'" in procfile and "[dev]" not in procfile
+    assert procfile.index("purgectl init") < procfile.index("honcho start")
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert [requirement.split(">=")[0] for requirement in extras["procfile"]] == ["honcho"]
+
+
+def test_the_stub_install_copies_what_the_package_s_metadata_names() -> None:
+    """The dependency layer installs a stub package from the manifest alone: every file the
+    metadata names (the readme, the license files) must be copied before it."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    manifest = next(args for op, args in instructions() if op == "COPY" and "pyproject.toml" in args)
+    assert {project["readme"], *project["license-files"]} <= set(manifest.split()[:-1])
 
 
 def _procfile_command(process: str, **env: str) -> str:
