@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tarfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,6 +96,14 @@ def test_the_sdist_and_the_wheel_pass_twine_check(dist: Path) -> None:
     files = sorted(dist.iterdir())
     assert sorted(path.suffix for path in files) == [".gz", ".whl"]
     assert "PASSED" in build(sys.executable, "-m", "twine", "check", "--strict", *files)
+
+
+def test_the_sdist_holds_each_module_once(dist: Path) -> None:
+    """Under purgekeeper/ only: the top-level directories its symlinks point to stay out."""
+    (sdist,) = dist.glob("*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        tops = {member.name.split("/")[1] for member in archive.getmembers() if member.name.count("/") >= 2}
+    assert tops == {"purgekeeper", "purgekeeper.egg-info"}
 
 
 def test_the_wheel_installs_purgekeeper_alone(wheel: Path) -> None:
