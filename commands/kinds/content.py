@@ -3,7 +3,8 @@ an author), previewed with their dependency report and confirmed with its digest
 
 ``scope_digest`` is the SHA-256 of the canonical JSON of exactly what the report shows,
 except the marks on events that are already fenced: a purge that fences some of them in the
-meantime does not make a confirmation stale, it only leaves less to fence. The records the
+meantime does not make a confirmation stale, it only leaves less to fence, and one that fences
+them all makes it ``already_purged``, whatever the digest (its cleanup changes the report). The records the
 report is made of are the API's (``purgekeeper.commands.scope``)."""
 
 from __future__ import annotations
@@ -99,8 +100,14 @@ class ContentKind(Kind[ScopeConfirmation, PurgePreview]):
         return build_report(conn, args.scope, lock=True)
 
     def decide(self, conn: Connection, env: Env, args: ScopeConfirmation, locked: PurgePreview) -> Decision | Already:
+        """Nothing left to fence is ``already_purged`` before anything else is looked at: it
+        writes nothing, so neither the digest (the covering purge's cleanup changes the report
+        it hashed) nor a run started since may refuse it; a repeat after a lost response gets
+        the purge it repeats."""
         report = locked
         fresh = [e for e in report.events if not e.already_fenced]
+        if not fresh:
+            return _covering(conn, report.event_ids)
         fresh_ids = {e.id for e in fresh}
         held = [mark for mark in report.held if mark.event_id in fresh_ids]  # read under the locks
         hold_ids = sorted({hold_id for mark in held for hold_id in mark.hold_ids})
@@ -108,12 +115,6 @@ class ContentKind(Kind[ScopeConfirmation, PurgePreview]):
         if report.scope_digest != args.scope_digest:
             raise StaleConfirmation(describe_changes(purges.saved_preview(conn, args.scope_digest), report))
         skeleton.refuse_active_runs([r.id for r in report.blocking_runs])
-        if not fresh:  # fenced by event tombstones, or by an author erasure not cleaned up yet
-            found = [
-                purges.latest_covering_purge(conn, report.event_ids),
-                authors.covering_erasure(conn, report.event_ids),
-            ]
-            return skeleton.already(max((row for row in found if row is not None), key=lambda row: row.seq or 0))
         event_ids = sorted(fresh_ids)
         attachments = report.exclusive_attachments + report.shared_attachments
         attached = any(a.event_id in fresh_ids for a in attachments)
@@ -143,6 +144,13 @@ class ContentKind(Kind[ScopeConfirmation, PurgePreview]):
         if restore.bytes_left(conn, entry.purge_id):
             needed.append((StepKind.ATTACHMENTS, False))
         return needed
+
+
+def _covering(conn: Connection, event_ids: Sequence[str]) -> Already:
+    """The latest purge that fences these events: by event tombstones, or by an author
+    erasure whose cleanup has not tombstoned them yet."""
+    found = [purges.latest_covering_purge(conn, event_ids), authors.covering_erasure(conn, event_ids)]
+    return skeleton.already(max((row for row in found if row is not None), key=lambda row: row.seq or 0))
 
 
 # -- the preview: the dependency report -----------------------------------------------------
