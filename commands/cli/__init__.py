@@ -12,7 +12,14 @@ settings) inside the command; ``tests/unit/test_lazy_imports.py`` holds them to 
 ``bench/cli_startup.py`` measures it.
 """
 
+import click
+
+from purgekeeper import __version__
 from purgekeeper.commands.cli import content_purges, ledger_commands, operate, policies, process, receipt_commands  # noqa: F401 (they register)
 from purgekeeper.commands.cli.shared import main
+
+# The version is the package's own constant, not the installed metadata's (importlib.metadata
+# walks sys.path): --version stays as cheap as --help, and a source tree answers it too.
+click.version_option(__version__, "--version", prog_name="purgectl", message="%(prog)s %(version)s")(main)
 
 __all__ = ["main"]
