@@ -1,4 +1,7 @@
-"""The HTTP API: a thin layer over the same ``commands`` methods, everything under ``/v1``.
+"""The HTTP API: a thin layer over the same ``commands`` methods, each under ``/v1``.
+
+``GET /`` redirects to the operator console (``/status``; see ``_serve_root``), and the probes
+``/healthz`` and ``/readyz`` answer without a token (``routes.probes``).
 
 The OpenAPI document is at ``/openapi.json``, and readable at ``/docs`` (Swagger UI) and
 ``/redoc`` (ReDoc), which work without internet: their scripts, styles and icon are the files
@@ -46,7 +49,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 
@@ -75,7 +78,8 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 DEFAULT_MAX_UPLOAD_BYTES = 64 * 1_048_576
 UPLOAD_ALLOWANCE_BYTES = 1_048_576  # an upload's fields and multipart framing, beside its attachments
-WEB_ROUTER_MODULES = ("purgekeeper.commands.web.status", "purgekeeper.commands.web.metrics")
+CONSOLE_MODULE = "purgekeeper.commands.web.status"
+WEB_ROUTER_MODULES = (CONSOLE_MODULE, "purgekeeper.commands.web.metrics")
 VALIDATION_SCHEMAS = ("HTTPValidationError", "ValidationError")
 DOCS_ASSETS = "/docs/assets"
 
@@ -102,8 +106,11 @@ def create_app(
     for router in routers:
         app.include_router(router)
     app.include_router(routes.log_routes(pk))
-    _include_web_routers(app, pk, tokens)
-    install_error_handlers(app, _api_routes(*routers))
+    served = _include_web_routers(app, pk, tokens)
+    probes = routes.probe_routes(pk)
+    app.include_router(probes)
+    _serve_root(app, "/status" if CONSOLE_MODULE in served else "/docs")
+    install_error_handlers(app, _api_routes(*routers, probes))
     _document_400_not_422(app)
     uploads.sweep_stale(pk.settings.blob_root)
     streamed = {"merge_ledger": max_upload_bytes, "upload_event": max_attachment_bytes + UPLOAD_ALLOWANCE_BYTES}
@@ -126,12 +133,9 @@ def _serve_docs(app: FastAPI) -> None:
     app.mount(DOCS_ASSETS, StaticFiles(directory=static), name="docs-assets")
     title = f"{app.title} API"
 
-    def prefix(request: Request) -> str:  # behind a --root-path, the URLs carry it
-        return str(request.scope.get("root_path", "")).rstrip("/")
-
     @app.get("/docs", include_in_schema=False)
     def swagger_ui(request: Request) -> HTMLResponse:
-        root = prefix(request)
+        root = _prefix(request)
         return get_swagger_ui_html(
             openapi_url=root + app.openapi_url if app.openapi_url else "",
             title=title,
@@ -143,7 +147,7 @@ def _serve_docs(app: FastAPI) -> None:
 
     @app.get("/redoc", include_in_schema=False)
     def redoc(request: Request) -> HTMLResponse:
-        root = prefix(request)
+        root = _prefix(request)
         return get_redoc_html(
             openapi_url=root + app.openapi_url if app.openapi_url else "",
             title=title,
@@ -151,6 +155,25 @@ def _serve_docs(app: FastAPI) -> None:
             redoc_favicon_url=f"{root}{DOCS_ASSETS}/favicon.png",
             with_google_fonts=False,
         )
+
+
+def _serve_root(app: FastAPI, target: str) -> None:
+    """``GET /`` redirects (307, temporary) to ``target``: the operator console, ``/status``.
+    The URL that ``make run`` and ``purgectl serve`` print is opened in a browser, by a
+    person, and the console is where a person starts (it asks for the operator token to sign
+    in, and shows nothing before). A redirect rather than an index page of its own: one page
+    fewer to keep, and nothing more served without a token. The API's clients never ask for
+    ``/`` (the document is ``/openapi.json``, readable at ``/docs``, where ``/`` leads when
+    the console's module is not installed)."""
+
+    @app.get("/", include_in_schema=False)
+    def root(request: Request) -> RedirectResponse:
+        return RedirectResponse(_prefix(request) + target, status_code=307)
+
+
+def _prefix(request: Request) -> str:
+    """Behind a ``--root-path`` (or a ``Mount``), the URLs the app sends carry it."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
 
 
 def _api_routes(*routers: APIRouter) -> list[APIRoute]:
@@ -175,8 +198,10 @@ def _document_400_not_422(app: FastAPI) -> None:
     app.openapi = document  # type: ignore[method-assign]
 
 
-def _include_web_routers(app: FastAPI, pk: Purgekeeper, tokens: Tokens) -> None:
-    """``/status`` and ``/metrics`` live in their own modules; a missing one is skipped."""
+def _include_web_routers(app: FastAPI, pk: Purgekeeper, tokens: Tokens) -> list[str]:
+    """``/status`` and ``/metrics`` live in their own modules; a missing one is skipped. The
+    modules whose routes are served."""
+    served = []
     for name in WEB_ROUTER_MODULES:
         try:
             module = importlib.import_module(name)
@@ -186,3 +211,5 @@ def _include_web_routers(app: FastAPI, pk: Purgekeeper, tokens: Tokens) -> None:
             log.warning("%s is not available; its routes are not served", name)
             continue
         app.include_router(module.router(pk, tokens))
+        served.append(name)
+    return served

@@ -410,6 +410,23 @@ class HoldListOut(_Model):
     holds: list[HoldOut]
 
 
+# -- probes (``routes.probes``: no token, and nothing in them but a status) ---------------------
+
+
+class ProbeOut(_Model):
+    status: Literal["ok"]
+
+
+NotReadyReason = Literal["database_unreachable", "messaging_unavailable"]
+
+
+class NotReadyOut(_Model):
+    status: Literal["unavailable"]
+    reason: NotReadyReason = Field(
+        description="the database did not answer, or content reads and writes are closed (the gate)"
+    )
+
+
 # -- errors ---------------------------------------------------------------------------------
 
 
@@ -426,7 +443,7 @@ class ErrorOut(_Model):
     ledger_seq: int | None = Field(default=None, description="ledger_not_copied: its ledger row")
 
 
-# Each model and the record it mirrors (the wrappers, ResumedOut and ErrorOut mirror none).
+# Each model and the record it mirrors (the wrappers, ResumedOut, the probes' and ErrorOut mirror none).
 MIRRORS: dict[type[BaseModel], type[Any]] = {
     ConversationOut: records.Conversation,
     BotOut: records.Bot,

@@ -62,6 +62,8 @@ OPERATION_IDS = {
     ("POST", "/v1/holds/{hold_id}/release"): "release_hold",
     ("GET", "/v1/holds"): "list_holds",
 }
+# Outside /v1, with no token and no error of the API's own (routes/probes.py).
+PROBES = {("GET", "/healthz"): "healthz", ("GET", "/readyz"): "readyz"}
 ACCEPTANCES = {
     "confirm_purge",
     "purge_conversation",
@@ -94,11 +96,26 @@ def operations(document: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]
 
 def test_every_operation_has_its_command_s_operation_id(document: dict[str, Any]) -> None:
     assert set(OPERATION_IDS) == set(ENDPOINTS)
-    assert {key: op["operationId"] for key, op in operations(document).items()} == OPERATION_IDS
+    assert {key: op["operationId"] for key, op in operations(document).items()} == OPERATION_IDS | PROBES
+
+
+def test_the_probes_are_documented_without_a_token_or_the_api_s_errors(document: dict[str, Any]) -> None:
+    """So a generated client and the HTTP reference show them, under their own tag."""
+    found = {key: op for key, op in operations(document).items() if key in PROBES}
+    assert {key: op["tags"] for key, op in found.items()} == {key: ["probes"] for key in PROBES}
+    assert all("security" not in op for op in found.values())
+    assert {key: sorted(op["responses"]) for key, op in found.items()} == {
+        ("GET", "/healthz"): ["200"],
+        ("GET", "/readyz"): ["200", "503"],
+    }
+    not_ready = found[("GET", "/readyz")]["responses"]["503"]["content"]["application/json"]["schema"]
+    assert not_ready == {"$ref": "#/components/schemas/NotReadyOut"}
 
 
 def test_the_document_lists_the_400_the_api_answers_and_no_422(document: dict[str, Any]) -> None:
     for key, operation in operations(document).items():
+        if key in PROBES:
+            continue
         responses = operation["responses"]
         assert "422" not in responses, key
         assert responses["400"]["content"]["application/json"]["schema"] == ERROR_BODY, key
@@ -158,4 +175,5 @@ def test_every_response_model_is_a_mirror_or_a_wrapper_of_mirrors() -> None:
         for value in vars(models).values()
         if isinstance(value, type) and issubclass(value, models.BaseModel) and value.__module__ == models.__name__
     }
-    assert declared - {models._Model, models.ErrorOut} == set(models.MIRRORS) | wrappers
+    bodies_of_their_own = {models._Model, models.ErrorOut, models.ProbeOut, models.NotReadyOut}
+    assert declared - bodies_of_their_own == set(models.MIRRORS) | wrappers

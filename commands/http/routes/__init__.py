@@ -1,9 +1,10 @@
 """The API's routes, one module per area: ``content`` (tag ``content``), ``purges`` (the
 acceptances and the purges' status), ``ledger`` (receipts, completion statements and the
-consistency proof; and the signed log's public part, the one group outside ``/v1``, under
-``/log``), ``operator`` (re-arming, re-sending and the ledger itself), ``retention``
-(retention policies and legal holds); ``common`` holds what they share. ``host_routers``,
-``operator_routers`` and ``log_routes`` build them for ``purgekeeper.commands.http.app.create_app``.
+consistency proof; and the signed log's public part under ``/log``, outside ``/v1`` like the
+probes), ``operator`` (re-arming, re-sending and the ledger itself), ``retention``
+(retention policies and legal holds), ``probes`` (``/healthz`` and ``/readyz``); ``common`` holds
+what they share. ``host_routers``, ``operator_routers``, ``log_routes`` and ``probe_routes``
+build them for ``purgekeeper.commands.http.app.create_app``.
 
 Acceptances (``202``): every route that accepts a purge, a deletion, a retention policy or
 a legal hold answers ``202 Accepted`` with a ``Location: /v1/purges/{purge_id}`` header and
@@ -52,6 +53,8 @@ GET      /v1/retention                               list_retention            2
 PUT      /v1/holds/{id}                              place_hold                202     operator
 POST     /v1/holds/{id}/release                      release_hold              202     operator
 GET      /v1/holds                                   list_holds                200     operator
+GET      /healthz                                    healthz                   200     anyone
+GET      /readyz                                     readyz (503: not ready)   200     anyone
 =======  ==========================================  ========================  ======  ========
 
 Hosts poll status, so ``status``, ``list_purges`` and ``wait`` are host endpoints; the
@@ -63,7 +66,8 @@ newest first, a page of ``limit`` at a time (``after``: the previous page's ``ne
 A policy's ``max_age`` is sent as ``max_age_seconds`` and returned as ``max_age`` in
 seconds; the lists come back as ``{"policies": [...]}`` and ``{"holds": [...]}``. ``/status``
 and ``/metrics`` come from ``purgekeeper.commands.web.status`` and ``purgekeeper.commands.web.metrics`` and do their
-own authentication.
+own authentication. The probes, ``GET /healthz`` and ``GET /readyz`` (``probes``, tag ``probes``),
+need no token and say nothing but a status.
 
 Authentication (``purgekeeper.commands.web.auth``): every ``/v1`` request needs ``Authorization: Bearer
 <token>``, checked before the body is read. Host endpoints take the host or the operator
@@ -84,10 +88,11 @@ from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.commands.http.routes.content_routes import content_routes
 from purgekeeper.commands.http.routes.ledger_routes import log_routes, proof_routes
 from purgekeeper.commands.http.routes.operator import operator_routes
+from purgekeeper.commands.http.routes.probes import probe_routes
 from purgekeeper.commands.http.routes.purge_routes import purge_routes, status_routes
 from purgekeeper.commands.http.routes.retention_routes import hold_routes, retention_routes
 
-__all__ = ["host_routers", "log_routes", "operator_routers"]
+__all__ = ["host_routers", "log_routes", "operator_routers", "probe_routes"]
 
 
 def host_routers(pk: Purgekeeper, max_attachment_bytes: int) -> tuple[APIRouter, ...]:
