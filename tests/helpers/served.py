@@ -73,7 +73,7 @@ def wait_until_answering(served: Served) -> None:
         if served.process.poll() is not None:
             pytest.fail(f"purgectl serve exited with {served.process.returncode}:\n{served.output()}")
         try:
-            if httpx.get(f"{served.url}/openapi.json", timeout=1.0).status_code == 200:
+            if httpx.get(f"{served.url}/healthz", timeout=1.0).status_code == 200:
                 return
         except httpx.TransportError:
             pass
