@@ -5,7 +5,8 @@
 
 The script's output passes through unchanged. Every line of it that is a JSON object is kept;
 the last one is the run's figures (each script ends with one). The record goes to
-``bench/results/<UTC time>-<script>.json`` (git-ignored; ``--results`` moves it) with the
+``bench/results/<UTC time>-<script>.json`` (``--results`` moves it; commit the records the
+manual's performance page should show: ``performance.py`` writes it from them) with the
 commit (and whether the tree had changes), the arguments, the machine's CPU count and its
 load average before and after, so that ``compare.py`` can say what moved, and a reader can
 say whether the machine was quiet.
