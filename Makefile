@@ -9,7 +9,7 @@ RUNTIME := $(VENV)/.installed-runtime
 PROCFILE := $(VENV)/.installed-procfile
 DEV := $(VENV)/.installed-dev
 
-.PHONY: run procfile test lint bench clean
+.PHONY: run procfile test lint docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,11 @@ lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# The manual (mkdocs.yml) into site/: strict, so a broken link or a missing reference fails
+# it, as tests/test_docs.py does on every `make test`.
+docs: $(DEV)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 bench: $(DEV)
 	@set -e; found=0; for script in bench/acceptance.py bench/cleanup.py bench/interference.py bench/broker_mode.py bench/scrape.py bench/scale.py bench/erasure.py bench/retention.py bench/receipts.py; do \
