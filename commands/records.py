@@ -73,6 +73,9 @@ from purgekeeper.commands.retention_records import (
     HoldCount as HoldCount,
 )
 from purgekeeper.commands.retention_records import (
+    PolicyDeferral as PolicyDeferral,
+)
+from purgekeeper.commands.retention_records import (
     RetentionPolicy as RetentionPolicy,
 )
 from purgekeeper.commands.retention_records import (
@@ -80,6 +83,9 @@ from purgekeeper.commands.retention_records import (
 )
 from purgekeeper.commands.retention_records import (
     RetentionRunOutcome as RetentionRunOutcome,
+)
+from purgekeeper.commands.retention_records import (
+    StandingPolicy as StandingPolicy,
 )
 from purgekeeper.schema.ledger import LedgerReport as LedgerReport  # re-exported: the report of verify_ledger()
 from purgekeeper.schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus

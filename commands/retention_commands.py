@@ -16,6 +16,13 @@ transaction (``purgekeeper.schema.retention_queries.quiet_turns``); each of the 
    acceptance. The acceptance lowers the run's cutoff below what agent runs admitted
    (``purgekeeper.commands.kinds.retention_run``), and the turn's outcome says what waits.
 3. **Schedule** the next turn one ``retention_interval`` later.
+
+**Who takes a turn, and why** (:class:`TurnTaker`): the scheduler, when a policy is due; or an
+operator, now (``take_turn``: ``purgectl retention run --actor --reason``). The policy records
+the last turn's (``last_run_by``, ``last_run_reason``), and the ledger row of a run an
+operator's turn accepts names the operator and their reason (the scheduler's rows say what
+the run expires). A turn that agent runs defer records since when they hold the policy back
+(``purgekeeper.schema.retention_queries.record_turn``), which ``/metrics`` and the console show.
 """
 
 from __future__ import annotations
@@ -36,10 +43,17 @@ from purgekeeper.commands.kinds.retention_end import Removal
 from purgekeeper.commands.kinds.retention_run import Run, idempotency_key
 from purgekeeper.commands.kinds.skeleton import Causal
 from purgekeeper.commands.purge_commands import check_digest
-from purgekeeper.commands.records import Acceptance, RetentionPolicy, RetentionPreview, RetentionRunOutcome
+from purgekeeper.commands.records import (
+    Acceptance,
+    RetentionPolicy,
+    RetentionPreview,
+    RetentionRunOutcome,
+    StandingPolicy,
+)
 from purgekeeper.schema import ledger, retention_queries
 from purgekeeper.schema.db import Database
-from purgekeeper.schema.errors import NotFound, PurgekeeperError
+from purgekeeper.schema.errors import IdempotencyConflict, NotFound, PurgekeeperError
+from purgekeeper.schema.states import PurgeKind
 from purgekeeper.schema.ledger import utc_text
 from purgekeeper.storage import failpoints
 
@@ -48,7 +62,24 @@ log = logging.getLogger(__name__)
 DUE_LIMIT = 100  # policies taken per turn; the rest are due at the next sweep
 SCHEDULER_ACTOR = "purgekeeper-scheduler"
 SCHEDULER_ORIGIN = "scheduler"
+DUE_TURN = "its turn was due"  # the scheduler's reason, on the policy
+EARLY_TURN = "its turn, taken now (run_retention_policy)"
 NOTHING_WAITS = retention_queries.Deferral()
+
+
+@dataclass(frozen=True)
+class TurnTaker:
+    """Who takes a policy's turn, why, and through what (``origin``): recorded on the policy,
+    and in the ledger row of a run the turn accepts, except that a ``scheduled`` turn's row
+    keeps the scheduler's own reason, which says what the run expires."""
+
+    actor: str
+    reason: str
+    origin: str
+    scheduled: bool = False
+
+
+SCHEDULER = TurnTaker(SCHEDULER_ACTOR, DUE_TURN, SCHEDULER_ORIGIN, scheduled=True)
 
 
 @dataclass(frozen=True)
@@ -118,8 +149,13 @@ class RetentionCommands:
 
     def list_retention(self) -> list[RetentionPolicy]:
         """The standing policies, by id."""
+        return [standing.policy for standing in self.list_standing()]
+
+    def list_standing(self) -> list[StandingPolicy]:
+        """The standing policies, by id, each with who took its last turn and why, and what
+        non-terminal agent runs hold back of it (``purgectl retention list``, the console)."""
         with self.db.read() as conn:
-            return [RetentionPolicy.from_row(row) for row in retention_queries.list_policies(conn)]
+            return [StandingPolicy.from_row(row) for row in retention_queries.list_policies(conn)]
 
     def run_retention(self) -> list[RetentionRunOutcome]:
         """Take the turn of every policy that is due now (the leading scheduler does at every
@@ -129,44 +165,78 @@ class RetentionCommands:
         if not due:
             return []
         quiet = self.db.transact(
-            functools.partial(retention_queries.quiet_turns, policy_ids=due, interval=self.retention_interval)
+            functools.partial(
+                retention_queries.quiet_turns,
+                policy_ids=due,
+                interval=self.retention_interval,
+                by=SCHEDULER.actor,
+                why=SCHEDULER.reason,
+            )
         )
-        return [RetentionRunOutcome(p, None, None) if p in quiet else self._turn(p) for p in due]
+        return [RetentionRunOutcome(p, None, None) if p in quiet else self._turn(p, SCHEDULER) for p in due]
 
     def run_retention_policy(self, policy_id: str) -> RetentionRunOutcome:
         """Take one standing policy's turn now, whenever its next one was due (an operator
         after a hold's release, rather than wait ``retention_interval``): exactly what the
         scheduler's turn does, so a run is accepted once per cutoff and a second call at once
-        finds nothing new. NotFound for a policy that does not stand."""
+        finds nothing new. NotFound for a policy that does not stand. The turn is recorded as
+        the scheduler's (``take_turn`` records who takes it, and why)."""
+        return self._turn_now(policy_id, TurnTaker(SCHEDULER_ACTOR, EARLY_TURN, SCHEDULER_ORIGIN, scheduled=True))
+
+    def take_turn(
+        self, policy_id: str, *, actor: str, reason: str, origin: str | None = None
+    ) -> RetentionRunOutcome:
+        """``run_retention_policy``, taken by ``actor`` for ``reason`` (``purgectl retention run
+        --actor --reason``): recorded on the policy, and in the ledger row of the run the turn
+        accepts. ValidationError for an empty or too long actor or reason."""
+        causal = Causal.check(actor, reason, None, None, origin)
+        return self._turn_now(policy_id, TurnTaker(causal.actor, causal.reason, causal.origin))
+
+    def _turn_now(self, policy_id: str, taker: TurnTaker) -> RetentionRunOutcome:
         validation.check_id(policy_id, "policy_id")
         if not self.db.transact(functools.partial(retention_queries.due_now, policy_id=policy_id)):
             raise NotFound(f"no standing retention policy {policy_id}")
-        return self._turn(policy_id)
+        return self._turn(policy_id, taker)
 
-    def _turn(self, policy_id: str) -> RetentionRunOutcome:
+    def _turn(self, policy_id: str, taker: TurnTaker) -> RetentionRunOutcome:
         """Plan, accept, schedule (see the module docstring); a failure is logged and left for
         the next turn, which finds the planned run as it was."""
         cutoff: dt.datetime | None = None
         try:
-            plan = self.db.transact(functools.partial(_plan, policy_id=policy_id, interval=self.retention_interval))
+            planning = functools.partial(_plan, policy_id=policy_id, interval=self.retention_interval, taker=taker)
+            plan = self.db.transact(planning)
             if plan is None or plan.cutoff is None:
                 return _quiet_outcome(policy_id, plan.deferral if plan else NOTHING_WAITS)
             cutoff = plan.cutoff
             failpoints.hit("retention.planned")
-            acceptance = self.acceptance.accept(
-                kinds.RETENTION_RUN,
-                Run(policy_id, cutoff),
-                {"policy_id": policy_id, "cutoff": utc_text(cutoff)},
-                _scheduler_causal(policy_id, plan.policy_purge_id, cutoff),
-            )
+            purge_id = self._accept(policy_id, plan, taker)
             failpoints.hit("retention.accepted")
-            self.db.transact(functools.partial(_schedule, policy_id=policy_id, interval=self.retention_interval))
-            outcome = self._accepted_outcome(policy_id, acceptance.purge_id, cutoff)
+            outcome = self._accepted_outcome(policy_id, purge_id, cutoff)
+            self.db.transact(
+                functools.partial(
+                    _schedule, policy_id=policy_id, interval=self.retention_interval, taker=taker, outcome=outcome
+                )
+            )
         except Exception as exc:  # one policy's failure never stops the others' turns
             detail = exc.detail if isinstance(exc, PurgekeeperError) else f"unexpected {type(exc).__name__}"
             log.warning("retention policy %s: its turn failed (%s); the next one tries again", policy_id, detail)
             return RetentionRunOutcome(policy_id, cutoff, None, error=detail)
         return outcome
+
+    def _accept(self, policy_id: str, plan: _Plan, taker: TurnTaker) -> str:
+        """The planned run, accepted under ``taker``'s name; when another turn (the scheduler's)
+        accepted it first from the same plan, under its own name, that run."""
+        assert plan.cutoff is not None
+        causal = _run_causal(taker, policy_id, plan.policy_purge_id, plan.cutoff)
+        request = {"policy_id": policy_id, "cutoff": utc_text(plan.cutoff)}
+        try:
+            return self.acceptance.accept(kinds.RETENTION_RUN, Run(policy_id, plan.cutoff), request, causal).purge_id
+        except IdempotencyConflict:
+            with self.db.read() as conn:
+                entry = ledger.entry_by_idempotency_key(conn, str(causal.idempotency_key))
+            if entry is None or entry.kind != PurgeKind.RETENTION_RUN or entry.selectors.get("policy_id") != policy_id:
+                raise
+            return entry.purge_id
 
     def _accepted_outcome(self, policy_id: str, purge_id: str, planned: dt.datetime) -> RetentionRunOutcome:
         """The run as its ledger row says (a replayed acceptance's too): its cutoff, and what
@@ -191,7 +261,7 @@ def _quiet_outcome(policy_id: str, deferral: retention_queries.Deferral) -> Rete
     )
 
 
-def _plan(conn: Connection, *, policy_id: str, interval: dt.timedelta) -> _Plan | None:
+def _plan(conn: Connection, *, policy_id: str, interval: dt.timedelta, taker: TurnTaker) -> _Plan | None:
     """The run to accept, if any; None when the policy is not due (another leader took it)."""
     row = retention_queries.policy_row(conn, policy_id, lock=True)
     if row is None or row.ended_by is not None:
@@ -213,22 +283,34 @@ def _plan(conn: Connection, *, policy_id: str, interval: dt.timedelta) -> _Plan 
         retention_queries.nothing_to_expire(
             conn, policy_id, max(lowered, start or lowered), ledger.clock(conn, plus=interval)
         )
+        _record(conn, policy_id, taker, deferral.events, deferral.run_ids)
         return _Plan(row.purge_id, None, deferral)
     retention_queries.plan_run(conn, policy_id, cutoff)  # the acceptance lowers it again, on what it finds then
     return _Plan(row.purge_id, cutoff)
 
 
-def _schedule(conn: Connection, *, policy_id: str, interval: dt.timedelta) -> None:
+def _schedule(
+    conn: Connection, *, policy_id: str, interval: dt.timedelta, taker: TurnTaker, outcome: RetentionRunOutcome
+) -> None:
     retention_queries.schedule(conn, policy_id, ledger.clock(conn, plus=interval))
+    _record(conn, policy_id, taker, outcome.deferred_events, outcome.deferred_run_ids)
 
 
-def _scheduler_causal(policy_id: str, policy_purge_id: str, cutoff: dt.datetime) -> Causal:
+def _record(conn: Connection, policy_id: str, taker: TurnTaker, events: int, run_ids: tuple[str, ...]) -> None:
+    retention_queries.record_turn(
+        conn, policy_id, by=taker.actor, why=taker.reason, deferred_events=events, deferred_run_ids=run_ids
+    )
+
+
+def _run_causal(taker: TurnTaker, policy_id: str, policy_purge_id: str, cutoff: dt.datetime) -> Causal:
+    """The run's ledger row names who took the turn; the scheduler's says what the run expires."""
+    expires = f"retention policy {policy_id}: expire what occurred before {utc_text(cutoff)}"
     return Causal(
-        actor=SCHEDULER_ACTOR,
-        reason=f"retention policy {policy_id}: expire what occurred before {utc_text(cutoff)}",
+        actor=taker.actor,
+        reason=expires if taker.scheduled else taker.reason,
         idempotency_key=idempotency_key(policy_purge_id, cutoff),
         request_id=uuid.uuid4().hex,
-        origin=SCHEDULER_ORIGIN,
+        origin=taker.origin,
     )
 
 

@@ -4,6 +4,7 @@ them)."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,44 @@ class RetentionPolicy:
             last_purge_id=row.last_purge_id,
             next_run=row.next_run_at,
         )
+
+
+@dataclass(frozen=True)
+class PolicyDeferral:
+    """What non-terminal agent runs hold back of a standing policy, as its last turn found:
+    ``events`` it would expire that they admitted (what occurred after the earliest of them
+    waits too), admitted by ``run_ids`` (the first 20), since ``since``: the first turn of
+    this deferral (each turn since deferred something)."""
+
+    since: dt.datetime
+    events: int
+    run_ids: tuple[str, ...]
+
+    def age(self, now: dt.datetime) -> dt.timedelta:
+        """How long the policy has been held back at ``now`` (the database clock)."""
+        return max(now - self.since, dt.timedelta(0))
+
+
+@dataclass(frozen=True)
+class StandingPolicy:
+    """A standing policy as the operator's surfaces list it (``purgectl retention list``, the
+    console): the ``policy``, who took its last turn and why (``last_run_by``,
+    ``last_run_reason``: the scheduler's, or an operator's ``retention run``; None for a turn
+    taken before migration 0017 recorded them), and what agent runs hold back of it (``deferral``;
+    None when its last turn deferred nothing)."""
+
+    policy: RetentionPolicy
+    last_run_by: str | None
+    last_run_reason: str | None
+    deferral: PolicyDeferral | None
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> StandingPolicy:
+        deferral = None
+        if row.deferred_since is not None:
+            run_ids = tuple(str(run) for run in json.loads(row.deferred_run_ids or "[]"))
+            deferral = PolicyDeferral(row.deferred_since, int(row.deferred_events), run_ids)
+        return cls(RetentionPolicy.from_row(row), row.last_run_by, row.last_run_reason, deferral)
 
 
 @dataclass(frozen=True)

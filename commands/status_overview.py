@@ -57,6 +57,13 @@ class Snapshot:
     def messaging_available(self) -> bool:
         return not self.gate_problems
 
+    @property
+    def oldest_deferral_age(self) -> dt.timedelta:
+        """How long the standing policy that non-terminal agent runs have held back longest has
+        been held back (from the first turn they deferred); 0 when none is."""
+        since = self.retention_summary.oldest_deferral
+        return dt.timedelta(0) if since is None else max(self.now - since, dt.timedelta(0))
+
     def of_kind(self, kind: StepKind) -> StepTotals:
         groups = [totals for (_status, k), totals in self.steps.items() if k == kind.value]
         return overview.summed(groups)

@@ -57,6 +57,7 @@ purge_ledger = Table(
     UniqueConstraint("purge_id"),
     Index("ix_purge_ledger_idempotency_key", "idempotency_key"),
     Index("ix_purge_ledger_kind_seq", "kind", "seq"),  # list_purges(kind=...), newest first (0010)
+    Index("ix_purge_ledger_actor_seq", "actor", "seq"),  # the console's search by actor, newest first (0017)
     # and a partial index of the retention runs: dialect_indexes() below
     enum_check("kind", PURGE_KINDS, "kind"),
 )
@@ -139,6 +140,12 @@ retention_policies = Table(
     Column("last_run_at", UtcDateTime()),
     Column("last_cutoff", UtcDateTime()),
     Column("last_purge_id", String(64)),
+    # Who took the last turn and why, and what agent runs hold back (0017: NULL, 0 before it).
+    Column("last_run_by", Text),
+    Column("last_run_reason", Text),
+    Column("deferred_since", UtcDateTime()),  # the first turn of a deferral that still lasts
+    Column("deferred_events", BigInteger, nullable=False, server_default="0"),
+    Column("deferred_run_ids", Text),  # a JSON list, the first 20
     CheckConstraint("max_age_seconds > 0", name="max_age_positive"),
     Index("ix_retention_policies_next_run_at", "next_run_at"),
     Index("ix_retention_policies_conversation_id", "conversation_id"),

@@ -156,11 +156,14 @@ _BUSY_CONVERSATION_POLICIES = select(_due.c.policy_id).where(
 )
 
 
-def quiet_turns(conn: Connection, *, policy_ids: Sequence[str], interval: dt.timedelta) -> set[str]:
+def quiet_turns(
+    conn: Connection, *, policy_ids: Sequence[str], interval: dt.timedelta, by: str, why: str
+) -> set[str]:
     """The turns of these due policies that find nothing to expire, taken together in this
     transaction (a statement for all the conversation policies, an EXISTS for the global one,
     one UPDATE): their windows move to now - max_age, their next turns are due an
-    ``interval`` later, and no ledger row is written. Returns them; the others (something to
+    ``interval`` later, taken ``by`` someone for a reason (``why``), deferring nothing, and no
+    ledger row is written. Returns them; the others (something to
     expire, a run planned, or no longer due) are for one turn each. An event a non-terminal
     agent run admitted is something to expire here: its policy's turn lowers the cutoff below
     it (``deferral``), so no window moves past it while it waits."""
@@ -189,6 +192,11 @@ def quiet_turns(conn: Connection, *, policy_ids: Sequence[str], interval: dt.tim
                 expired_through=case((behind, each_cutoff), else_=_POLICY.expired_through),
                 last_run_at=ledger.clock(conn),
                 next_run_at=ledger.clock(conn, plus=interval),
+                last_run_by=by,
+                last_run_reason=why,
+                deferred_since=None,
+                deferred_events=0,
+                deferred_run_ids=None,
             ),
             {"ids": quiet, "now": now},
         )

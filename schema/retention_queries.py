@@ -29,6 +29,8 @@ deferrals and preview totals in ``retention_preview``. Every name is importable 
 from __future__ import annotations
 
 import datetime as dt
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,6 +197,26 @@ def nothing_to_expire(conn: Connection, policy_id: str, cutoff: dt.datetime, nex
     )
 
 
+def record_turn(
+    conn: Connection, policy_id: str, *, by: str, why: str, deferred_events: int, deferred_run_ids: Sequence[str]
+) -> None:
+    """Who took the policy's turn and why, and what non-terminal agent runs held back of it
+    (0017): a deferral keeps the moment of its first turn (``deferred_since``) for as long as
+    each turn defers something; a turn that defers nothing clears it."""
+    deferring = deferred_events > 0
+    conn.execute(
+        update(retention_policies)
+        .where(_POLICY.policy_id == policy_id)
+        .values(
+            last_run_by=by,
+            last_run_reason=why,
+            deferred_since=func.coalesce(_POLICY.deferred_since, ledger.clock(conn)) if deferring else None,
+            deferred_events=deferred_events,
+            deferred_run_ids=json.dumps(list(deferred_run_ids)) if deferring else None,
+        )
+    )
+
+
 def schedule(conn: Connection, policy_id: str, next_run_at: Any) -> None:
     conn.execute(
         update(retention_policies).where(_POLICY.policy_id == policy_id, _STANDING).values(next_run_at=next_run_at)
@@ -256,6 +278,7 @@ class Summary:
     held: int
     holds: int
     fences: int
+    oldest_deferral: dt.datetime | None = None  # the first turn of the oldest deferral that lasts
 
 
 # Kept by the triggers of 0015 as the runs are accepted and their bodies steps are done
@@ -293,13 +316,14 @@ _SUMMARY = select(
     select(func.count()).where(_STANDING).scalar_subquery().label("policies"),
     select(func.count()).where(legal_holds.c.released_by.is_(None)).scalar_subquery().label("holds"),
     select(func.count()).select_from(retention_fences).scalar_subquery().label("fences"),
+    select(func.min(_POLICY.deferred_since)).where(_STANDING).scalar_subquery().label("oldest_deferral"),
 ).select_from(_UNFINISHED_RUN_STEPS)
 
 
 def summary(conn: Connection) -> Summary:
-    """One statement: the runs' counters, the progress of their bodies steps not done yet, and
-    three counts. Its cost follows the standing policies, the holds, the fences and the
-    unfinished steps: what changes, not the runs accepted over the years."""
+    """One statement: the runs' counters, the progress of their bodies steps not done yet, three
+    counts and the oldest deferral. Its cost follows the standing policies, the holds, the
+    fences and the unfinished steps: what changes, not the runs accepted over the years."""
     row = conn.execute(_SUMMARY).one()
     return Summary(
         policies=int(row.policies),
@@ -308,6 +332,7 @@ def summary(conn: Connection) -> Summary:
         held=int(row.held),
         holds=int(row.holds),
         fences=int(row.fences),
+        oldest_deferral=row.oldest_deferral,
     )
 
 
@@ -343,6 +368,7 @@ __all__ = [
     "preview_totals",
     "quiet_turns",
     "record_run",
+    "record_turn",
     "schedule",
     "set_policy",
     "standing_for_scope",

@@ -76,6 +76,7 @@ def test_every_alert_waits_has_a_severity_and_says_what_to_do() -> None:
         "PurgekeeperLedgerDamaged",
         "PurgekeeperMessagingUnavailable",
         "PurgekeeperRetentionOverdue",
+        "PurgekeeperRetentionDeferred",
     }
     for rule in rules:
         assert re.fullmatch(r"[1-9][0-9]*[mh]", rule.get("for", "")), rule["alert"]

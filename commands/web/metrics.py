@@ -35,6 +35,9 @@ costs the same with 100,000 retention runs as with 10 (``bench/scrape.py``). The
     retention_held_events_total          counter    events legal holds kept out of retention runs
     legal_holds                          gauge      legal holds in force
     retention_fences                     gauge      retention runs whose cleanup has not finished
+    oldest_retention_deferral_age_seconds
+                                         gauge      how long the standing policy held back longest by
+                                                    non-terminal agent runs has been (0: none is)
     build_info{version,python,schema_revision}
                                          gauge      1; what is running
 
@@ -47,6 +50,12 @@ an attempt whose lease ran out is measured until another claim found it lost.
 thousand rows a second, a new round every few minutes): a scrape never walks the chain. A
 tampered old row shows as ``ledger_verified 0`` once the audit's round reaches it, and the
 gate closes at the same moment; ``purgectl ledger verify`` walks the whole chain at once.
+
+``oldest_retention_deferral_age_seconds`` counts from the first turn of a policy that a
+non-terminal agent run deferred (the events it admitted, and what occurred after the earliest
+of them, wait), as long as each turn since deferred something; turns come one
+``retention_interval`` apart (an hour), so it moves in those steps. A stuck agent run shows
+here, and the ``PurgekeeperRetentionDeferred`` alert fires once it passes a day.
 """
 
 from __future__ import annotations
@@ -110,6 +119,11 @@ class PurgekeeperCollector(Collector):
         yield from self._work(snap)
         yield from self._attempts(snap)
         yield from self._retention(snap.retention_summary)
+        yield _gauge(
+            "oldest_retention_deferral_age_seconds",
+            "Seconds the standing retention policy held back longest by non-terminal agent runs has waited.",
+            snap.oldest_deferral_age.total_seconds(),
+        )
         yield _gauge("ledger_rows", "Rows in the purge ledger.", snap.ledger_seq)
         yield _gauge("ledger_verified", "0 once the audit found the ledger hash chain damaged.", int(snap.ledger.ok))
         yield _gauge(
