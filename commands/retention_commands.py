@@ -53,8 +53,8 @@ from purgekeeper.commands.records import (
 from purgekeeper.schema import ledger, retention_queries
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.errors import IdempotencyConflict, NotFound, PurgekeeperError
-from purgekeeper.schema.states import PurgeKind
 from purgekeeper.schema.ledger import utc_text
+from purgekeeper.schema.states import PurgeKind
 from purgekeeper.storage import failpoints
 
 log = logging.getLogger(__name__)
@@ -183,9 +183,7 @@ class RetentionCommands:
         the scheduler's (``take_turn`` records who takes it, and why)."""
         return self._turn_now(policy_id, TurnTaker(SCHEDULER_ACTOR, EARLY_TURN, SCHEDULER_ORIGIN, scheduled=True))
 
-    def take_turn(
-        self, policy_id: str, *, actor: str, reason: str, origin: str | None = None
-    ) -> RetentionRunOutcome:
+    def take_turn(self, policy_id: str, *, actor: str, reason: str, origin: str | None = None) -> RetentionRunOutcome:
         """``run_retention_policy``, taken by ``actor`` for ``reason`` (``purgectl retention run
         --actor --reason``): recorded on the policy, and in the ledger row of the run the turn
         accepts. ValidationError for an empty or too long actor or reason."""

@@ -156,9 +156,7 @@ _BUSY_CONVERSATION_POLICIES = select(_due.c.policy_id).where(
 )
 
 
-def quiet_turns(
-    conn: Connection, *, policy_ids: Sequence[str], interval: dt.timedelta, by: str, why: str
-) -> set[str]:
+def quiet_turns(conn: Connection, *, policy_ids: Sequence[str], interval: dt.timedelta, by: str, why: str) -> set[str]:
     """The turns of these due policies that find nothing to expire, taken together in this
     transaction (a statement for all the conversation policies, an EXISTS for the global one,
     one UPDATE): their windows move to now - max_age, their next turns are due an
