@@ -2,7 +2,16 @@
 list of purges. ``purgectl status`` and ``list`` open only these (``purgekeeper.commands.reading``), not
 the whole handle, and load one purge kind per kind they show (``purgekeeper.commands.kinds.kind_of``), so
 they start sooner (``bench/cli_startup.py``). The handle's operator commands
-(``purgekeeper.commands.operations.OperatorCommands``) are these reads and the rest."""
+(``purgekeeper.commands.operations.OperatorCommands``) are these reads and the rest.
+
+``purgectl status`` takes the start of a purge id, as the console's search does
+(:meth:`PurgeReads.operator_status`): the one purge whose id begins with it; several are a
+``ValidationError`` that names them (exit 2: the input does not say which purge), none a
+``NotFound`` (exit 1). It also says where to act on a failed unlink (the root and the path
+below it, ``purgekeeper.commands.touched.FailurePlaces``), as the console's page of the purge does.
+The list filters by a purge's derived status, or by ``retrying``: the purges with a step
+waiting for its next attempt after a failed one (they are ``cleaning``, or ``incomplete`` when
+another step gave up)."""
 
 from __future__ import annotations
 
@@ -11,11 +20,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from purgekeeper.commands import kinds, validation
-from purgekeeper.commands.records import PurgePage, PurgeStatus, StepState
-from purgekeeper.schema import heartbeats, ledger, lifecycle, purges, states
+from purgekeeper.commands import kinds, touched, validation
+from purgekeeper.commands.records import OperatorStatus, PurgePage, PurgeStatus, StepState
+from purgekeeper.schema import heartbeats, ledger, lifecycle, purge_touched, purges, states
 from purgekeeper.schema.errors import NotFound, ValidationError
-from purgekeeper.schema.states import FINISHED_PURGE_STATUSES, PurgeKind, values
+from purgekeeper.schema.states import FINISHED_PURGE_STATUSES, PurgeKind, StepStatus, values
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -27,6 +36,9 @@ MAX_PAGE = states.MAX_PAGE
 PURGE_STATUSES = values(states.PurgeStatus)
 FINISHED = FINISHED_PURGE_STATUSES
 PURGE_KINDS = tuple(kind.value for kind in PurgeKind)
+RETRYING = StepStatus.RETRYING.value
+LIST_STATUSES = (*PURGE_STATUSES, RETRYING)  # a purge's status, or a step of it retrying
+NAMED_IN_ERRORS = 20  # the purges an id's start could mean, named in its validation error
 
 
 def derive_status(steps: Sequence[StepState]) -> str:
@@ -55,11 +67,15 @@ def completed_at(entry: ledger.LedgerEntry, steps: Sequence[StepState]) -> dt.da
 
 class PurgeReads:
     """A purge's status and the list of purges, read from ``db``; a step due for longer than
-    ``stall_after`` (or at all while no worker is alive) stalls its purge."""
+    ``stall_after`` (or at all while no worker is alive) stalls its purge. ``places`` finds
+    where to act on a failed unlink (without it, ``operator_status`` names no place)."""
 
-    def __init__(self, db: Database, stall_after: dt.timedelta = STALL_AFTER) -> None:
+    def __init__(
+        self, db: Database, stall_after: dt.timedelta = STALL_AFTER, *, places: touched.FailurePlaces | None = None
+    ) -> None:
         self.db = db
         self.stall_after = stall_after
+        self.places = places
 
     def status(self, purge_id: str) -> PurgeStatus:
         """A purge's derived status, with each step's attempts, progress and last error."""
@@ -69,6 +85,18 @@ class PurgeReads:
             if entry is None:
                 raise NotFound(f"no purge {purge_id}")
             return self._statuses(conn, [entry])[0]
+
+    def operator_status(self, given: str) -> OperatorStatus:
+        """The purge whose id is ``given``, or the one whose id begins with it, and where to act
+        on the failures of its steps not done. NotFound when no purge id begins with it;
+        ValidationError naming them (the first 20, newest first) when several do."""
+        validation.check_id(given, "purge_id")
+        with self.db.read() as conn:
+            status = self._statuses(conn, [_one_entry(conn, given)])[0]
+            failing = {s.kind: s.last_error for s in status.steps if s.status != StepStatus.DONE and s.last_error}
+            found = self.places.found(conn, failing.values()) if self.places else {}
+        where = {kind: tuple(touched.places_in(error, found)) for kind, error in failing.items()}
+        return OperatorStatus(status, {kind: places for kind, places in where.items() if places})
 
     def list_purges(
         self,
@@ -82,12 +110,15 @@ class PurgeReads:
         after: int | None = None,
         operator_rows: bool = True,
     ) -> PurgePage:
-        """Purges newest first: of one derived ``status``, one ``kind``, concerning one
-        conversation or channel, accepted in ``[since, until)``, as given. ``after`` is the
-        ``next_after`` of the previous page. ``operator_rows=False`` leaves out the policies'
-        and holds' rows (``OPERATOR_KINDS``), as a host is shown the list."""
+        """Purges newest first: of one derived ``status`` (or ``retrying``: with a step waiting
+        for its next attempt after a failed one), one ``kind``, concerning one conversation or
+        channel, accepted in ``[since, until)``, as given. ``after`` is the ``next_after`` of the
+        previous page. ``operator_rows=False`` leaves out the policies' and holds' rows
+        (``OPERATOR_KINDS``), as a host is shown the list."""
+        chosen = None if status is None else validation.check_choice(status, "status", LIST_STATUSES)
         where = purges.LedgerFilter(
-            status=None if status is None else validation.check_choice(status, "status", PURGE_STATUSES),
+            status=None if chosen == RETRYING else chosen,
+            step_status=RETRYING if chosen == RETRYING else None,
             kind=None if kind is None else validation.check_choice(kind, "kind", PURGE_KINDS),
             conversation_id=validation.check_optional_id(conversation_id, "conversation_id"),
             since=validation.check_optional_moment(since, "since"),
@@ -131,3 +162,27 @@ class PurgeReads:
             policy_id=str(entry.selectors["policy_id"]) if kinds.names_policy(entry.kind) else None,
             completed_at=completed_at(entry, steps) if status == "complete" else None,
         )
+
+
+def _one_entry(conn: Connection, given: str) -> ledger.LedgerEntry:
+    """The ledger row of the purge ``given`` names: its whole id, or the start of one id only."""
+    entry = ledger.entry_by_purge_id(conn, given)
+    if entry is not None:
+        return entry
+    found = purge_touched.purge_ids_starting(conn, given, limit=NAMED_IN_ERRORS + 1)
+    if not found:
+        raise NotFound(f"no purge {given}")  # nor one whose id begins with it
+    entries = [e for e in (ledger.entry_by_purge_id(conn, purge_id) for purge_id in found) if e is not None]
+    if len(entries) > 1:
+        raise ValidationError(_ambiguous(given, entries))
+    return entries[0]
+
+
+def _ambiguous(given: str, entries: Sequence[ledger.LedgerEntry]) -> str:
+    """Which purges the start of an id could mean, newest first, so that the next try is one."""
+    many = f"more than {NAMED_IN_ERRORS}" if len(entries) > NAMED_IN_ERRORS else str(len(entries))
+    named = "; ".join(
+        f"{e.purge_id} ({kinds.label_of(e)}, accepted {ledger.utc_text(e.accepted_at)})"
+        for e in entries[:NAMED_IN_ERRORS]
+    )
+    return f"{many} purges begin with {given}: {named}; give more of the id"

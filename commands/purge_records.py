@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Row
+
+if TYPE_CHECKING:
+    from purgekeeper.commands.touched import FailurePlace
 
 # -- purges -----------------------------------------------------------------------------------
 
@@ -102,6 +106,18 @@ class PurgeStatus:
     def duration(self) -> dt.timedelta | None:
         """From acceptance to complete."""
         return None if self.completed_at is None else self.completed_at - self.accepted_at
+
+
+@dataclass(frozen=True)
+class OperatorStatus:
+    """A purge's status as ``purgectl status`` shows it, found by its id or the start of one:
+    the ``status``, and where to act on what its steps not done failed at now (``where``: by
+    step kind, the places of the files they could not unlink; see
+    ``purgekeeper.commands.touched.FailurePlace``). A place is the same one the console's page
+    of the purge names, once."""
+
+    status: PurgeStatus
+    where: Mapping[str, tuple[FailurePlace, ...]]
 
 
 @dataclass(frozen=True)

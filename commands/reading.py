@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from purgekeeper.commands.purge_reads import PurgeReads
+from purgekeeper.commands.touched import FailurePlaces
 from purgekeeper.schema import migrate
 from purgekeeper.schema.errors import SchemaMismatch
 
@@ -33,10 +34,11 @@ def require_initialised(settings: Settings, db: Database) -> str:
 @contextlib.contextmanager
 def reading(settings: Settings, *, role: str = "cli") -> Iterator[PurgeReads]:
     """The purge reads of the initialised database ``settings`` names, as the handle's
-    ``status`` and ``list_purges`` answer them (stalled after the same ``STALL_AFTER``)."""
+    ``status`` and ``list_purges`` answer them (stalled after the same ``STALL_AFTER``), with
+    the roots ``settings`` name for where to act on a failed unlink."""
     db = settings.open_database(role=role)
     try:
         require_initialised(settings, db)
-        yield PurgeReads(db)
+        yield PurgeReads(db, places=FailurePlaces.of(settings))
     finally:
         db.dispose()

@@ -43,6 +43,9 @@ from purgekeeper.commands.purge_records import (
     MemoryPreview as MemoryPreview,
 )
 from purgekeeper.commands.purge_records import (
+    OperatorStatus as OperatorStatus,
+)
+from purgekeeper.commands.purge_records import (
     PurgeDetail as PurgeDetail,
 )
 from purgekeeper.commands.purge_records import (

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection
@@ -87,8 +88,7 @@ class PurgeTouched:
 
     def places_in(self, error: str | None) -> list[FailurePlace]:
         """The places an error text names (its failed blobs), in the order it names them."""
-        found = FAILED_BLOB.findall(error or "")
-        return [self.failures[blob_id] for blob_id in dict.fromkeys(found) if blob_id in self.failures]
+        return places_in(error, self.failures)
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,43 @@ class PurgeSearch:
         return tuple(dict.fromkeys((*self.by_id, *self.by_conversation)))
 
 
+@dataclass(frozen=True)
+class FailurePlaces:
+    """Where failed unlinks are, under ``blob_root`` and ``file_root``: a place names the root
+    by its setting and its directory's name, never its whole path (the console's purge page
+    and ``purgectl status`` both show them)."""
+
+    blob_root: Path
+    file_root: Path
+
+    @classmethod
+    def of(cls, settings: Settings) -> FailurePlaces:
+        return cls(settings.blob_root, settings.file_root)
+
+    def found(self, conn: Connection, errors: Iterable[str | None]) -> dict[str, FailurePlace]:
+        """The places of the blobs these error texts name, by blob id."""
+        blob_ids = {blob_id for error in errors if error for blob_id in FAILED_BLOB.findall(error)}
+        if not blob_ids:
+            return {}
+        return {row.id: self.place(row) for row in purge_touched.blob_places(conn, sorted(blob_ids))}
+
+    def place(self, row: Any) -> FailurePlace:
+        """Where a blob's file is: its root and the path below it, never an attachment name."""
+        kind = BlobKind(row.kind)
+        root, setting = ROOTS[kind]
+        directory = (self.file_root if kind is BlobKind.FILE else self.blob_root).name
+        canonical = blobstore.file_path(row.id) if kind is BlobKind.FILE else blobstore.cas_path(row.sha256, row.id)
+        if row.path == canonical:
+            return FailurePlace(row.id, root, setting, directory, canonical)
+        return FailurePlace(row.id, root, setting, directory, "/".join(row.path.split("/")[:2]) + "/", complete=False)
+
+
+def places_in(error: str | None, failures: Mapping[str, FailurePlace]) -> list[FailurePlace]:
+    """The places an error text names (its failed blobs), in the order it names them."""
+    found = FAILED_BLOB.findall(error or "")
+    return [failures[blob_id] for blob_id in dict.fromkeys(found) if blob_id in failures]
+
+
 class TouchedCommands:
     """The reads of :class:`commands.Purgekeeper` behind the console's purge page and search
     (each documented there): on ``db``, with the roots ``settings`` name."""
@@ -114,6 +151,7 @@ class TouchedCommands:
     def __init__(self, db: Database, settings: Settings) -> None:
         self.db = db
         self.settings = settings
+        self.places = FailurePlaces.of(settings)
 
     def purge_touched(self, purge_id: str) -> PurgeTouched:
         """What the purge touched, in ids and counts (its conversations, events and attachments
@@ -146,20 +184,11 @@ class TouchedCommands:
     def _failures(self, conn: Connection, purge_id: str) -> dict[str, FailurePlace]:
         errors = [row.last_error for row in purges.steps_of(conn, [purge_id])]
         errors += [row.error for row in purges.attempts_of(conn, purge_id)]
-        blob_ids = {blob_id for error in errors if error for blob_id in FAILED_BLOB.findall(error)}
-        if not blob_ids:
-            return {}
-        return {row.id: self.place(row) for row in purge_touched.blob_places(conn, sorted(blob_ids))}
+        return self.places.found(conn, errors)
 
     def place(self, row: Any) -> FailurePlace:
-        """Where a blob's file is: its root and the path below it, never an attachment name."""
-        kind = BlobKind(row.kind)
-        root, setting = ROOTS[kind]
-        directory = (self.settings.file_root if kind is BlobKind.FILE else self.settings.blob_root).name
-        canonical = blobstore.file_path(row.id) if kind is BlobKind.FILE else blobstore.cas_path(row.sha256, row.id)
-        if row.path == canonical:
-            return FailurePlace(row.id, root, setting, directory, canonical)
-        return FailurePlace(row.id, root, setting, directory, "/".join(row.path.split("/")[:2]) + "/", complete=False)
+        """Where a blob's file is (``FailurePlaces.place``)."""
+        return self.places.place(row)
 
 
 def _subjects(conn: Connection, entry: ledger.LedgerEntry) -> dict[str, Any]:

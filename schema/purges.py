@@ -21,6 +21,7 @@ from sqlalchemy import (
     Connection,
     Row,
     bindparam,
+    exists,
     func,
     insert,
     not_,
@@ -267,11 +268,13 @@ def steps_of(conn: Connection, purge_ids: Sequence[str]) -> list[Row[Any]]:
 
 @dataclass(frozen=True)
 class LedgerFilter:
-    """Which ledger rows ``list_ledger`` returns: of one derived status, one kind, naming one
-    conversation (``purge_conversations``), accepted in ``[since, until)``, none of
-    ``hidden_kinds``."""
+    """Which ledger rows ``list_ledger`` returns: of one derived status, with a step in one
+    ``step_status`` (``retrying``: waiting for its next attempt after a failed one), of one
+    kind, naming one conversation (``purge_conversations``), accepted in ``[since, until)``,
+    none of ``hidden_kinds``."""
 
     status: str | None = None
+    step_status: str | None = None
     kind: str | None = None
     conversation_id: str | None = None
     since: dt.datetime | None = None
@@ -286,6 +289,9 @@ def list_ledger(conn: Connection, *, where: LedgerFilter, limit: int, before_seq
     query = select(purge_ledger).order_by(row.seq.desc()).limit(limit)
     if where.status is not None:
         query = query.where(lifecycle.status_clause(where.status, row.purge_id))
+    if where.step_status is not None:
+        step = cleanup_steps.c
+        query = query.where(exists().where(step.purge_id == row.purge_id, step.status == where.step_status))
     if where.kind is not None:
         query = query.where(row.kind == where.kind)
     if where.hidden_kinds:

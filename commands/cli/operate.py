@@ -12,7 +12,14 @@ import click
 
 from purgekeeper.commands import surface
 from purgekeeper.commands.cli.options import DURATION_SYNTAX, Duration, Timestamp, who_options
-from purgekeeper.commands.cli.render import counted, render_page, render_status, render_workers
+from purgekeeper.commands.cli.render import (
+    counted,
+    operator_status_document,
+    render_operator_status,
+    render_page,
+    render_status,
+    render_workers,
+)
 from purgekeeper.commands.cli.shared import (
     DEFAULT_PAGE,
     DEFAULT_WAIT_S,
@@ -22,7 +29,7 @@ from purgekeeper.commands.cli.shared import (
     run_with_handle,
     run_with_reads,
 )
-from purgekeeper.schema.states import MAX_PAGE, PurgeKind, values
+from purgekeeper.schema.states import MAX_PAGE, PurgeKind, StepStatus, values
 from purgekeeper.schema.states import PurgeStatus as Statuses
 
 if TYPE_CHECKING:
@@ -33,6 +40,8 @@ if TYPE_CHECKING:
     )
 
 EXIT_INCOMPLETE = 5  # `wait --fail-on-incomplete`: the purge ended incomplete
+# What `list --status` takes (purgekeeper.commands.purge_reads.LIST_STATUSES, not imported: --help stays light)
+LIST_STATUSES = (*values(Statuses), StepStatus.RETRYING.value)
 
 # -- operating
 
@@ -40,12 +49,24 @@ EXIT_INCOMPLETE = 5  # `wait --fail-on-incomplete`: the purge ended incomplete
 @json_command(main)
 @click.argument("purge_id")
 def status(purge_id: str, as_json: bool) -> None:
-    """Show a purge's status and each cleanup step's attempts, progress and last error."""
-    run_with_reads(as_json, lambda reads: reads.status(purge_id), render_status)
+    """Show a purge's status and each cleanup step's attempts, progress and last error, and
+    where to act on a file a step could not unlink (the root, its setting and the path below
+    it). PURGE_ID is a purge's id or its first characters, as the console's search takes it:
+    when several purges begin with them, none is shown and the error names them
+    (validation_error, exit 2); none is not_found (exit 1). JSON: the status, with
+    "where_to_act": [{"step", "root", "setting", "directory", "path", ...}]."""
+    run_with_reads(
+        as_json, lambda reads: reads.operator_status(purge_id), render_operator_status, operator_status_document
+    )
 
 
 @json_command(main, "list")
-@click.option("--status", "status_filter", type=click.Choice(values(Statuses)), help="Only purges in this status.")
+@click.option(
+    "--status",
+    "status_filter",
+    type=click.Choice(LIST_STATUSES),
+    help="Only purges in this status; retrying: with a step waiting for its next attempt after a failed one.",
+)
 @click.option("--kind", type=click.Choice(values(PurgeKind)), help="Only ledger rows of this kind.")
 @click.option("--conversation", metavar="ID", help="Only purges that concern this conversation or channel.")
 @click.option("--since", type=Timestamp(), help="Only purges accepted at or after TIME.")

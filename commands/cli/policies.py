@@ -10,12 +10,13 @@ import click
 
 from purgekeeper.commands import surface
 from purgekeeper.commands.cli.options import DURATION_SYNTAX, Duration, idempotency_option, who_options
-from purgekeeper.commands.cli.render import (
+from purgekeeper.commands.cli.render import render_ledger_change
+from purgekeeper.commands.cli.render_policies import (
     render_holds,
-    render_ledger_change,
-    render_policies,
     render_retention_preview,
     render_run_outcome,
+    render_standing,
+    standing_documents,
 )
 from purgekeeper.commands.cli.shared import ORIGIN, json_command, main, run_with_handle
 from purgekeeper.schema.errors import NotFound
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from purgekeeper.commands.records import (
         Acceptance,
         RetentionPreview,
+        RetentionRunOutcome,
     )
 
     """Place legal hold HOLD_ID on conversations and authors (at least one). It does not undo
@@ -120,23 +122,27 @@ def retention_remove(policy_id: str, actor: str, reason: str, idempotency_key: s
 
 @json_command(retention_group, "list")
 def retention_list(as_json: bool) -> None:
-    """List the standing retention policies, with their last and next runs. JSON:
-    {"policies": [...]}."""
-    run_with_handle(
-        as_json,
-        lambda pk: pk.list_retention(),
-        render_policies,
-        lambda policies: {"policies": surface.plain(policies)},
-    )
+    """List the standing retention policies, with their last and next runs, who took the last
+    turn and why, and what non-terminal agent runs hold back (since when, how many events,
+    which runs). JSON: {"policies": [...]}, each with "last_run_by", "last_run_reason" and
+    "deferral" ({"since", "events", "run_ids"} or null)."""
+    run_with_handle(as_json, lambda pk: pk.retention.list_standing(), render_standing, standing_documents)
 
 
 @json_command(retention_group, "run")
 @click.argument("policy_id")
-def retention_run(policy_id: str, as_json: bool) -> None:
+@who_options
+def retention_run(policy_id: str, actor: str, reason: str, as_json: bool) -> None:
     """Take retention policy POLICY_ID's turn now, rather than at its next run (after a hold's
     release, say): what the scheduler's turn does, so a run is accepted once per cutoff, and
-    run again at once it finds nothing new. An unknown policy is not_found (exit 1)."""
-    run_with_handle(as_json, lambda pk: pk.run_retention_policy(policy_id), render_run_outcome)
+    run again at once it finds nothing new. The actor and reason are recorded on the policy
+    (retention list) and in the ledger row of the run the turn accepts (status, list). An
+    unknown policy is not_found (exit 1)."""
+
+    def action(pk: Purgekeeper) -> RetentionRunOutcome:
+        return pk.retention.take_turn(policy_id, actor=actor, reason=reason, origin=ORIGIN)
+
+    run_with_handle(as_json, action, render_run_outcome)
 
 
 @main.group("hold")

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from purgekeeper.commands import surface
-from purgekeeper.commands.cli.options import duration_text
+from purgekeeper.schema.states import StepStatus
 
 if TYPE_CHECKING:
     from purgekeeper.commands.records import (
@@ -16,17 +16,15 @@ if TYPE_CHECKING:
         AuthorErasurePreview,
         BotDeletionPreview,
         ConversationPreview,
-        Hold,
         LedgerReport,
+        OperatorStatus,
         PurgePage,
         PurgeStatus,
         RepositoryIdentity,
-        RetentionPolicy,
-        RetentionPreview,
-        RetentionRunOutcome,
         StepState,
     )
     from purgekeeper.commands.scope import PurgePreview
+    from purgekeeper.commands.touched import FailurePlace
     from purgekeeper.commands.worker_records import WorkerProcess
     from purgekeeper.storage import checkpoint
 
@@ -106,7 +104,7 @@ def render_status(status: PurgeStatus) -> str:
             ("purge", status.purge_id),
             ("what", status.label or status.kind),
             ("kind", status.kind),
-            ("status", status.status + (" (stalled)" if status.stalled else "")),
+            ("status", status_text(status)),
             ("accepted", f"{cell(status.accepted_at)} by {status.actor}"),
             ("reason", status.reason),
             ("ledger seq", status.ledger_seq),
@@ -132,6 +130,45 @@ def render_status(status: PurgeStatus) -> str:
     return summary + "\n\n" + table(headers, rows)
 
 
+def status_text(status: PurgeStatus) -> str:
+    """``cleaning: attachments retrying, next attempt T``: the purge's status, stalled or not,
+    and each step waiting for its next attempt after a failed one."""
+    told = status.status + (" (stalled)" if status.stalled else "")
+    retrying = [f"{s.kind} retrying, next attempt {cell(s.next_attempt_at)}" for s in status.steps if is_retrying(s)]
+    return told + (": " + "; ".join(retrying) if retrying else "")
+
+
+def is_retrying(step: StepState) -> bool:
+    return step.status == StepStatus.RETRYING
+
+
+def next_retry(status: PurgeStatus) -> dt.datetime | None:
+    """When the purge's first retrying step is tried next (None: no step is retrying)."""
+    return min((s.next_attempt_at for s in status.steps if is_retrying(s)), default=None)
+
+
+def render_operator_status(found: OperatorStatus) -> str:
+    """``status``, then where to act on each failure of a step not done, once, and the retry."""
+    text = render_status(found.status)
+    if not found.where:
+        return text
+    lines = [f"where to act: {kind}: {place_text(place)}" for kind, places in found.where.items() for place in places]
+    retry = f"then: purgectl retry {found.status.purge_id} --actor WHO --reason WHY"
+    return "\n".join([text, "", *lines, retry])
+
+
+def place_text(place: FailurePlace) -> str:
+    """As the console says it: the root, its setting, and the path below it."""
+    older = "" if place.complete else " (a file of the older layout, named after the attachment: not shown)"
+    return f"the {place.root} ({place.setting}), {place.shown}{older}"
+
+
+def operator_status_document(found: OperatorStatus) -> dict[str, Any]:
+    """``status --json``: the status's fields, and ``where_to_act``: each place with its step."""
+    where = [{"step": kind, **surface.plain(place)} for kind, places in found.where.items() for place in places]
+    return {**surface.plain(found.status), "where_to_act": where}
+
+
 def step_error(step: StepState) -> str | None:
     """The step's last error; once the step is done, marked as history (as the console marks it)."""
     if step.last_error and step.status == "done":
@@ -142,15 +179,16 @@ def step_error(step: StepState) -> str | None:
 def render_page(page: PurgePage, *, next_command: Callable[[int], str]) -> str:
     if not page.purges:
         return "no purges"
-    headers = ("purge", "what", "status", "stalled", "steps done", "removed", "accepted", "actor")
+    headers = ("purge", "what", "status", "stalled", "steps done", "removed", "next attempt", "accepted", "actor")
     rows = [
         (
             p.purge_id,
             p.label or p.kind,
-            p.status,
+            p.status + (", retrying" if any(is_retrying(s) for s in p.steps) else ""),
             p.stalled,
             f"{sum(s.status == 'done' for s in p.steps)}/{len(p.steps)}",
             sum(s.progress.removed for s in p.steps),
+            next_retry(p),
             p.accepted_at,
             p.actor,
         )
@@ -316,106 +354,6 @@ def erase_hint(bot_id: str, identity: RepositoryIdentity) -> str:
         f"purgectl delete-bot {shlex.quote(bot_id)} --actor WHO --reason WHY --erase-memory "
         f"--reviewed-path {shlex.quote(identity.path)} --reviewed-marker {shlex.quote(identity.marker_id)}"
     )
-
-
-def render_retention_preview(preview: RetentionPreview) -> str:
-    conversation = f" --conversation {shlex.quote(preview.conversation_id)}" if preview.conversation_id else ""
-    more = preview.conversations - len(preview.by_conversation)
-    touched = counted(preview.conversations, "conversation")
-    elsewhere = list(preview.governed_elsewhere)
-    pairs: list[tuple[str, Any]] = [
-        ("scope", scope_text(preview.conversation_id)),
-        ("max age", f"{duration_text(preview.max_age)} ({int(preview.max_age.total_seconds())} s)"),
-        ("cutoff", preview.cutoff),
-        (
-            "expires now",
-            f"{counted(preview.events, 'event')}, from {counted(preview.placements, 'placement')} in {touched}",
-        ),
-        ("kept elsewhere", f"{preview.kept_elsewhere} of them stay live in a conversation the policy leaves alone"),
-        (
-            "held",
-            counted(preview.held, "event") + (f" (holds {', '.join(preview.hold_ids)})" if preview.hold_ids else ""),
-        ),
-        ("replaces", f"policy {preview.replaces}" if preview.replaces else None),
-    ]
-    lines = [
-        f"scope digest  {preview.scope_digest}",
-        "",
-        fields(pairs),
-        "",
-        f"conversations touched ({preview.conversations}):",
-        table(("conversation", "events"), [(c.conversation_id, c.events) for c in preview.by_conversation]),
-        *([f"  ... and {more} more"] if more > 0 else []),
-        *([listed("left to their own policies", elsewhere)] if elsewhere else []),
-        "",
-        "not erased:",
-        *(f"  - {d}" for d in preview.disclosures),
-        "",
-        f"to confirm: purgectl retention set POLICY_ID --max-age {duration_text(preview.max_age)}{conversation} "
-        f"--digest {preview.scope_digest} --actor WHO --reason WHY",
-    ]
-    return "\n".join(lines)
-
-
-def render_run_outcome(outcome: RetentionRunOutcome) -> str:
-    """One policy's turn: the run it accepted, or why there was none."""
-    if outcome.error is not None:
-        return f"retention policy {outcome.policy_id}: its turn failed ({outcome.error}); the next turn tries again"
-    if outcome.purge_id is None:
-        said = f"retention policy {outcome.policy_id}: nothing new to expire since its last cutoff; no run accepted"
-    else:
-        cutoff = outcome.cutoff.strftime("%Y-%m-%dT%H:%M:%SZ") if outcome.cutoff else "-"
-        said = (
-            f"retention policy {outcome.policy_id}: run {outcome.purge_id} accepted (cutoff {cutoff})\n"
-            f"follow it: purgectl wait {outcome.purge_id}"
-        )
-    if outcome.deferred_events:
-        said += f"\n{counted(outcome.deferred_events, 'event')} admitted by agent runs wait for a later run"
-    return said
-
-
-def render_policies(policies: Sequence[RetentionPolicy]) -> str:
-    if not policies:
-        return "no retention policies"
-    headers = ("policy", "scope", "max age", "last run", "last cutoff", "last purge", "next run", "set by")
-    rows = [
-        (
-            p.policy_id,
-            scope_text(p.conversation_id),
-            duration_text(p.max_age),
-            p.last_run,
-            p.last_cutoff,
-            p.last_purge_id,
-            p.next_run,
-            p.set_by,
-        )
-        for p in policies
-    ]
-    return table(headers, rows)
-
-
-def render_holds(holds: Sequence[Hold], *, include_released: bool) -> str:
-    if not holds:
-        return "no legal holds" if include_released else "no legal holds in force"
-    headers = ("hold", "conversations", "authors", "placed at", "placed by", "released at", "released by")
-    rows = [
-        (h.hold_id, few(h.conversation_ids), few(h.authors), h.placed_at, h.placed_by, h.released_at, h.released_by)
-        for h in holds
-    ]
-    width = len(headers) if include_released else len(headers) - 2
-    return table(headers[:width], [row[:width] for row in rows])
-
-
-def scope_text(conversation_id: str | None) -> str:
-    return f"conversation {conversation_id}" if conversation_id else "every conversation"
-
-
-def few(ids: Sequence[str], limit: int = 3) -> str:
-    """A count, and the first few ids: a hold may name a thousand."""
-    if not ids:
-        return "-"
-    shown = ", ".join(ids[:limit]) + (", ..." if len(ids) > limit else "")
-    return f"{len(ids)}: {shown}"
 
 
 def render_report(report: LedgerReport) -> str:

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 import purgekeeper
 from purgekeeper.commands import cli
-from purgekeeper.commands.cli import options, render
+from purgekeeper.commands.cli import options, render, render_policies
 from purgekeeper.commands.cli.shared import DEFAULT_WAIT_S
 from purgekeeper.commands.gate import GateState
 from purgekeeper.commands.restore_commands import CopyRepair, MergeReport
@@ -155,7 +155,7 @@ def test_retention_preview_counts_are_plural_only_when_more_than_one() -> None:
         disclosures=(),
         scope_digest="d",
     )
-    shown = render.render_retention_preview(preview)
+    shown = render_policies.render_retention_preview(preview)
     assert "1 event, from 1 placement in 1 conversation" in shown, shown
     assert "1 event (holds h1)" in shown, shown
     assert not re.search(r"\b1 (events|placements|conversations)\b", shown), shown

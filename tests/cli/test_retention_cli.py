@@ -277,11 +277,11 @@ def test_retention_run_takes_a_policy_s_turn_now_once_per_cutoff(pk: Pk, purgect
     [first] = pk.run_retention()
     assert first.purge_id is not None and [e.body for e in pk.read_conversation("c2")] == ["old2"]
     pk.release_hold("h-bob", actor="counsel@example.com", reason="settled")
-    ran = purgectl.text("retention", "run", "p-all").stdout
+    ran = purgectl.text("retention", "run", "p-all", *WHO).stdout
     run_id = re.search(r"run (\w+) accepted", ran)
     assert run_id is not None, ran
     assert f"purgectl wait {run_id.group(1)}" in ran and pk.read_conversation("c2") == []
-    again = purgectl.json("retention", "run", "p-all")
+    again = purgectl.json("retention", "run", "p-all", *WHO)
     assert (again["policy_id"], again["purge_id"], again["error"]) == ("p-all", None, None)
-    unknown = purgectl.run("retention", "run", "p-none")
+    unknown = purgectl.run("retention", "run", "p-none", *WHO)
     assert unknown.returncode == 1 and "not_found" in unknown.stderr
