@@ -142,12 +142,14 @@ def _in_directory(directory: Path, database_id: str) -> checkpoint.Source:
     if newest_file is not None:
         return checkpoint.from_file(newest_file)
     others = sorted(
-        {p.name for p in directory.glob(f"*{SUFFIX}") if p.is_dir()} | {p.name for p in directory.glob("*-*.json")}
+        {p.name for p in directory.glob(f"*{SUFFIX}") if p.is_dir() and p != own}
+        | {p.name for p in directory.glob("*-*.json")}
     )
     shown = ", ".join(others[:5]) or "none"
     reason = f"; skipped: {skipped[0]}" if skipped else ""
+    empty = f" (this database's copy holds no rows yet: {own.name})" if own.is_dir() else ""
     raise checkpoint.CheckpointInvalid(
-        f"{directory.name}: holds no ledger of this database ({database_id}){reason}; "
+        f"{directory.name}: holds no ledger of this database ({database_id}){empty}{reason}; "
         f"of other databases: {shown} (name one to merge it, with --from-other-database)"
     )
 

@@ -43,3 +43,21 @@ def test_an_export_holds_every_row_and_the_head_and_no_content(pk: purgekeeper.P
 def test_checkpoint_refuses_a_directory_as_its_path(pk: purgekeeper.Purgekeeper, tmp_path: Path) -> None:
     with pytest.raises(purgekeeper.ValidationError):
         pk.checkpoint_ledger(tmp_path)
+
+
+@pytest.mark.parametrize("own_directory", [False, True], ids=["no-copy-yet", "empty-copy"])
+def test_a_directory_without_this_database_s_rows_never_names_its_own_copy_as_another_s(
+    tmp_path: Path, own_directory: bool
+) -> None:
+    """Tried: a fresh database's checkpoint directory, before any acceptance, with and without
+    its (empty) copy's directory: the refusal said "of other databases: <its own id>.ledger",
+    and advised --from-other-database for the database's own copy."""
+    database_id = "f64e5abac433480a85beca64a9f0ec71"
+    if own_directory:
+        (tmp_path / f"{database_id}{ledger_copy.SUFFIX}").mkdir()
+    (tmp_path / f"0ther{ledger_copy.SUFFIX}").mkdir()
+    with pytest.raises(checkpoint.CheckpointInvalid) as refused:
+        ledger_copy.open_source(tmp_path, database_id)
+    message = str(refused.value)
+    assert f"of other databases: 0ther{ledger_copy.SUFFIX} " in message
+    assert ("this database's copy holds no rows yet" in message) is own_directory
