@@ -1,4 +1,4 @@
-"""The handle a host application holds (``commands.open()``, in ``purgekeeper.commands.opening``, builds one)."""
+"""The handle a host application holds (``purgekeeper.open()``, in ``purgekeeper.commands.opening``, builds one)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from purgekeeper.workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
 
 
 class Purgekeeper:
-    """One database and its roots. Use ``commands.open()`` to get one; ``close()`` it after.
+    """One database and its roots. Use ``purgekeeper.open()`` to get one; ``close()`` it after.
 
     ``workers="auto"`` without a broker URL runs an in-process dramatiq worker (StubBroker,
     threads) and scheduler; with a broker URL, wake-ups go to Redis and the ``worker`` and

@@ -1,4 +1,4 @@
-"""``commands.open()``: the settings resolved, the schema migrated, the handle built."""
+"""``purgekeeper.open()``: the settings resolved, the schema migrated, the handle built."""
 
 from __future__ import annotations
 

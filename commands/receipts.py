@@ -60,7 +60,7 @@ from purgekeeper.tlog.verify import (
 )
 
 _T = TypeVar("_T")
-NOT_SIGNED = "this handle does not sign checkpoints (commands.open(sign_checkpoints=False)): no receipts"
+NOT_SIGNED = "this handle does not sign checkpoints (purgekeeper.open(sign_checkpoints=False)): no receipts"
 
 
 def signer_for(settings: Settings, database_id: str) -> note.Signer:

@@ -6,7 +6,7 @@ variable                   meaning
 PURGEKEEPER_DATABASE_URL   default ``sqlite:///<data dir>/purgekeeper.db``
 PURGEKEEPER_BROKER_URL     ``redis://...``; unset means the in-process worker
 PURGEKEEPER_DATA_DIR       default ``$XDG_DATA_HOME/purgekeeper`` (``~/.local/share/...``),
-                           for every process: ``purgectl``, ``make run``, ``commands.open()``
+                           for every process: ``purgectl``, ``make run``, ``purgekeeper.open()``
 PURGEKEEPER_BLOB_ROOT      default ``<data dir>/blobs``
 PURGEKEEPER_FILE_ROOT      default ``<data dir>/files``
 PURGEKEEPER_MEMORY_ROOTS   ``os.pathsep``-separated; default ``<data dir>/memory``
@@ -37,7 +37,7 @@ PURGEKEEPER_FAILPOINTS     fault tests only: ``bodies.batch=exit`` and the like
 ========================== ==============================================================
 
 Build it once per process (``Settings.from_env()`` in an entry point) and hand it down:
-``commands.open(settings=...)``, ``purgekeeper.commands.processes``.
+``purgekeeper.open(settings=...)``, ``purgekeeper.commands.processes``.
 """
 
 from __future__ import annotations

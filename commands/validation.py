@@ -1,6 +1,6 @@
 """Input checks: bad input raises ``ValidationError`` before anything is written.
 
-The limits are part of the contract and are listed in the README:
+The limits are part of the contract and are listed in the manual (docs/reference/errors.md):
 
 =============================  ==========================================================
 value                          limit

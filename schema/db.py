@@ -326,7 +326,7 @@ class _ThreadReaders:
     own connection instead (made as the pool makes them, pragmas included, then detached from
     it, so it holds no pool slot). It is closed when its thread ends, when a read on it fails
     (a new one next time), and by ``close_all`` (``Database.dispose``: before another file is
-    put in place, see README, "Restore"). A child process never uses its parent's."""
+    put in place, see docs/guides/backups.md). A child process never uses its parent's."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -379,7 +379,7 @@ def _close_quietly(pooled: Any) -> None:
 def _sqlite_engine(url: str, busy_timeout_ms: int) -> Engine:
     # A small pool: opening a connection and setting its pragmas costs several times a small
     # read, on every content call. ``dispose()`` closes the idle ones (before a restore puts
-    # another file in place: see README, "Restore").
+    # another file in place: see docs/guides/backups.md).
     engine = create_engine(
         url, poolclass=QueuePool, pool_size=5, max_overflow=15, connect_args={"check_same_thread": False}
     )

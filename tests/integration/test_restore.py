@@ -1,6 +1,6 @@
 """Restore from an old backup, end to end, and ``merge_ledger``'s refusal of bad files.
 
-The end-to-end tests follow what an operator does (README, "Backups"): the database dump
+The end-to-end tests follow what an operator does (docs/guides/backups.md): the database dump
 first (PostgreSQL: ``pg_dump -Fc``; SQLite: ``VACUUM INTO``), then the attachment roots and
 the Memory repository, then a ledger export. Purges follow and their cleanup completes;
 each acceptance added its ledger row to the copy in the checkpoint directory, which lives
