@@ -11,8 +11,10 @@ behind the console's page of one purge and its search box.
   and the root directory's own name, and its path relative to that root. A canonical path
   holds no attachment name; a path of the layout before 0005 does, so only its directory is
   given.
-- **Finding** (:class:`PurgeSearch`): the purges whose id begins with what was typed, and the
-  purges that name a conversation of that id.
+- **Finding** (:class:`PurgeSearch`): the purges whose id begins with what was typed, the
+  purges that name a conversation of that id, the rows of the legal hold and of the retention
+  policy of that id, and the purges of that actor (the rows they accepted, the purges they
+  retried). What is no id (an operator's name with a space) is looked for as an actor only.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from purgekeeper.commands.kinds.selector_fields import RowInvalid
 from purgekeeper.commands.settings import Settings
 from purgekeeper.schema import ledger, purge_touched, purges
 from purgekeeper.schema.db import Database
-from purgekeeper.schema.errors import NotFound
+from purgekeeper.schema.errors import NotFound, ValidationError
 from purgekeeper.schema.states import BlobKind
 from purgekeeper.storage import blobstore
 
 COUNT_CAP = 10_000  # counts stop here ("10000+"): a page of one purge reads a bounded number of rows
 LISTED_CONVERSATIONS = 50
 SEARCH_LIMIT = 20
+MAX_QUERY_LENGTH = 200  # an id's, and an actor's (purgekeeper.commands.kinds.skeleton.MAX_ACTOR_LENGTH)
 # The text ``purgekeeper.storage.blobstore.discard_failed`` gives a failed unlink: its blob, by id.
 FAILED_BLOB = re.compile(r"could not unlink the file of blob ([0-9A-Za-z_-]{4,64})")
 ROOTS = {
@@ -93,18 +96,25 @@ class PurgeTouched:
 
 @dataclass(frozen=True)
 class PurgeSearch:
-    """What a search found: purges whose id begins with ``query`` (``by_id``), and purges that
-    name the conversation ``query`` (``by_conversation``), newest first; ``more``: either list
-    was cut at the limit."""
+    """What a search found, each list newest first: purges whose id begins with ``query``
+    (``by_id``), that name the conversation ``query`` (``by_conversation``), the rows that
+    placed and released the legal hold ``query`` (``by_hold``), that set, removed and ran the
+    retention policy ``query`` (``by_policy``), and the purges the actor ``query`` accepted or
+    retried (``by_actor``); ``more``: a list was cut at the limit."""
 
     query: str
     by_id: tuple[str, ...]
     by_conversation: tuple[str, ...]
     more: bool
+    by_hold: tuple[str, ...] = ()
+    by_policy: tuple[str, ...] = ()
+    by_actor: tuple[str, ...] = ()
 
     @property
     def purge_ids(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys((*self.by_id, *self.by_conversation)))
+        """Every purge found, once."""
+        found = (*self.by_id, *self.by_conversation, *self.by_hold, *self.by_policy, *self.by_actor)
+        return tuple(dict.fromkeys(found))
 
 
 @dataclass(frozen=True)
@@ -171,15 +181,20 @@ class TouchedCommands:
             )
 
     def find_purges(self, query: str, *, limit: int = SEARCH_LIMIT) -> PurgeSearch:
-        """The purges whose id begins with ``query``, and those that name the conversation
-        ``query``, newest first, at most ``limit`` of each."""
-        wanted = validation.check_id(query.strip() if isinstance(query, str) else query, "search")
-        where = purges.LedgerFilter(conversation_id=wanted)
+        """The purges whose id begins with ``query``, those that name the conversation, the
+        legal hold or the retention policy ``query``, and those the actor ``query`` accepted or
+        retried, newest first, at most ``limit`` of each. A query that is no id is looked for
+        as an actor only; one too long for an actor is a ValidationError."""
+        typed = query.strip() if isinstance(query, str) else query
+        wanted = validation.check_text(typed, "search", max_length=MAX_QUERY_LENGTH)
         with self.db.read() as conn:
-            by_id = purge_touched.purge_ids_starting(conn, wanted, limit=limit + 1)
-            named = [row.purge_id for row in purges.list_ledger(conn, where=where, limit=limit + 1, before_seq=None)]
-        more = len(by_id) > limit or len(named) > limit
-        return PurgeSearch(wanted, tuple(by_id[:limit]), tuple(named[:limit]), more)
+            found = _by_ids(conn, wanted, limit + 1) if _is_id(wanted) else {}
+            found["actor"] = purge_touched.actor_rows(conn, wanted, limit=limit + 1)
+        more = any(len(ids) > limit for ids in found.values())
+        way = {name: tuple(found.get(name, [])[:limit]) for name in ("id", "conversation", "hold", "policy", "actor")}
+        return PurgeSearch(
+            wanted, way["id"], way["conversation"], more, way["hold"], way["policy"], by_actor=way["actor"]
+        )
 
     def _failures(self, conn: Connection, purge_id: str) -> dict[str, FailurePlace]:
         errors = [row.last_error for row in purges.steps_of(conn, [purge_id])]
@@ -189,6 +204,26 @@ class TouchedCommands:
     def place(self, row: Any) -> FailurePlace:
         """Where a blob's file is (``FailurePlaces.place``)."""
         return self.places.place(row)
+
+
+def _is_id(text: str) -> bool:
+    try:
+        validation.check_id(text, "search")
+    except ValidationError:
+        return False
+    return True
+
+
+def _by_ids(conn: Connection, wanted: str, limit: int) -> dict[str, list[str]]:
+    """What an id finds, newest first, at most ``limit`` of each: purges whose id begins with
+    it, and the rows of the conversation, the hold and the policy of that id."""
+    where = purges.LedgerFilter(conversation_id=wanted)
+    return {
+        "id": purge_touched.purge_ids_starting(conn, wanted, limit=limit),
+        "conversation": [row.purge_id for row in purges.list_ledger(conn, where=where, limit=limit, before_seq=None)],
+        "hold": purge_touched.hold_rows(conn, wanted),
+        "policy": purge_touched.policy_rows(conn, wanted, limit=limit),
+    }
 
 
 def _subjects(conn: Connection, entry: ledger.LedgerEntry) -> dict[str, Any]:

@@ -1,9 +1,11 @@
-"""What a purge touched, in ids and counts, and finding purges by id: the queries behind the
-console's page of one purge and its search box.
+"""What a purge touched, in ids and counts, and finding purges by id, hold, policy or actor:
+the queries behind the console's page of one purge and its search box.
 
 Each read is bounded: counts stop at a cap (``count_upto``), lists at a limit, and every one is
-driven from the purge's own event tombstones (``ix_tombstones_event_purge_id``) or a primary
-key. None reads a body, a payload or an attachment's name.
+driven from the purge's own event tombstones (``ix_tombstones_event_purge_id``), a primary
+key, or an index range (the ledger by actor, ``ix_purge_ledger_actor_seq``; a policy's rows
+through the ledger's kinds, only once its primary key says it exists). None reads a body, a
+payload or an attachment's name.
 """
 
 from __future__ import annotations
@@ -11,9 +13,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import Connection, String, bindparam, func, literal_column, or_, select
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
-from purgekeeper.schema.tables import IS_EVENT_TOMBSTONE, attachments, blobs, placements, purge_ledger, tombstones
+from purgekeeper.schema.states import PurgeKind
+from purgekeeper.schema.tables import (
+    IS_EVENT_TOMBSTONE,
+    attachments,
+    blobs,
+    legal_holds,
+    placements,
+    purge_audit,
+    purge_ledger,
+    retention_policies,
+    tombstones,
+)
 
 LIKE_ESCAPE = "\\"
 
@@ -64,6 +80,73 @@ def purge_ids_starting(conn: Connection, prefix: str, *, limit: int) -> list[str
     query = (
         select(purge_ledger.c.purge_id)
         .where(purge_ledger.c.purge_id.like(pattern, escape=LIKE_ESCAPE))
+        .order_by(purge_ledger.c.seq.desc())
+        .limit(limit)
+    )
+    return list(conn.scalars(query))
+
+
+# -- finding purges by a hold, a policy or an actor -------------------------------------------
+
+
+def hold_rows(conn: Connection, hold_id: str) -> list[str]:
+    """The rows that placed and released the legal hold ``hold_id``, newest first (its row in
+    ``legal_holds``: a hold's id is never reused)."""
+    row = conn.execute(
+        select(legal_holds.c.purge_id, legal_holds.c.released_by).where(legal_holds.c.hold_id == hold_id)
+    ).first()
+    return [] if row is None else [purge_id for purge_id in (row.released_by, row.purge_id) if purge_id]
+
+
+class _selector_text(FunctionElement[str]):
+    """A top-level field of a ledger row's selectors (canonical JSON text), as text."""
+
+    type = String()
+    inherit_cache = True
+    name = "pk_selector_text"
+
+
+@compiles(_selector_text, "postgresql")
+def _selector_text_postgresql(element: _selector_text, compiler: SQLCompiler, **kw: Any) -> str:
+    selectors, field = (compiler.process(clause, **kw) for clause in element.clauses)
+    return f"(CAST({selectors} AS jsonb) ->> {field})"
+
+
+@compiles(_selector_text, "sqlite")
+def _selector_text_sqlite(element: _selector_text, compiler: SQLCompiler, **kw: Any) -> str:
+    selectors, field = (compiler.process(clause, **kw) for clause in element.clauses)
+    return f"json_extract({selectors}, '$.' || {field})"
+
+
+_POLICY_KINDS = (PurgeKind.RETENTION.value, PurgeKind.RETENTION_END.value, PurgeKind.RETENTION_RUN.value)
+_POLICY_ROWS = (
+    select(purge_ledger.c.purge_id)
+    .where(
+        purge_ledger.c.kind.in_(_POLICY_KINDS),
+        _selector_text(purge_ledger.c.selectors, literal_column("'policy_id'")) == bindparam("policy_id"),
+    )
+    .order_by(purge_ledger.c.seq.desc())
+    .limit(bindparam("limit"))
+)
+
+
+def policy_rows(conn: Connection, policy_id: str, *, limit: int) -> list[str]:
+    """The rows that set, removed and ran the retention policy ``policy_id``, newest first, at
+    most ``limit``: none unless the policy exists (a policy is never deleted), so an id that
+    names no policy costs one primary-key probe, not a walk of the policies' rows."""
+    known = select(retention_policies.c.policy_id).where(retention_policies.c.policy_id == policy_id)
+    if conn.execute(known).first() is None:
+        return []
+    return list(conn.scalars(_POLICY_ROWS, {"policy_id": policy_id, "limit": limit}))
+
+
+def actor_rows(conn: Connection, actor: str, *, limit: int) -> list[str]:
+    """The purges ``actor`` accepted (the ledger row's actor) or retried (an audit row),
+    newest first, at most ``limit``."""
+    retried = select(purge_audit.c.purge_id).where(purge_audit.c.actor == actor)
+    query = (
+        select(purge_ledger.c.purge_id)
+        .where(or_(purge_ledger.c.actor == actor, purge_ledger.c.purge_id.in_(retried)))
         .order_by(purge_ledger.c.seq.desc())
         .limit(limit)
     )
