@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, or_, select, update
+from sqlalchemy import Connection, case, func, insert, or_, select, update
 
 from purgekeeper.schema import lifecycle, overview
 from purgekeeper.schema.content_queries import upsert_insert
@@ -36,6 +36,7 @@ from purgekeeper.schema.tables import cleanup_steps, leader_leases, purge_comple
 
 LEASE_EXPIRED = "the worker stopped during its last attempt (lease expired)"
 LEASE_LOST = "lease_lost"  # an attempt's outcome: its lease ran out before it finished
+STOPPED = "stopped"  # an attempt's outcome: its worker stopped cleanly and gave the step back
 FAILED_OUTCOMES = frozenset({StepStatus.RETRYING.value, StepStatus.INCOMPLETE.value, LEASE_LOST})
 # A step parked behind another (a conversation's attachments wait for its bodies step).
 PARKED_UNTIL = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
@@ -311,6 +312,33 @@ def release(conn: Connection, owner: str) -> int:
         .returning(c.id)
     )
     return len(list(rows))
+
+
+def give_back(conn: Connection, owner: str) -> int:
+    """Give back every step ``owner`` holds (a worker that stops cleanly): each is waiting and
+    due now, its lease cleared, with what its committed batches did, and its attempt given
+    back (closed ``stopped``, no failure, and not counted: a stop is not the step's fault, so
+    a step stopped by every deploy never ends incomplete for it). A batch of ``owner``'s still
+    running is refused from then on (its UPDATE is guarded by the lease owner) and rolls
+    back. Returns how many steps were given back."""
+    now = database_now(conn)
+    c = cleanup_steps.c
+    rows = conn.execute(
+        update(cleanup_steps)
+        .where(c.lease_owner == owner, c.status == StepStatus.RUNNING.value)
+        .values(
+            status=case((c.attempts > 1, StepStatus.RETRYING.value), else_=StepStatus.PENDING.value),
+            attempts=c.attempts - 1,
+            next_attempt_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+        )
+        .returning(c.id)
+    ).all()
+    for row in rows:
+        _close_attempts(conn, row.id, outcome=STOPPED, error=None, owner=owner, at=now)
+    return len(rows)
 
 
 def unpark(conn: Connection, purge_id: str, kind: str) -> list[str]:
