@@ -89,12 +89,24 @@ def register(key: str, runtime: Runtime) -> None:
         _holders[key] = _holders.get(key, 0) + 1
 
 
-def unregister(key: str) -> None:
+def unregister(key: str) -> Runtime | None:
+    """One handle fewer serves ``key``; returns the runtime whose serving the last one ended
+    (its attempts still running are the caller's to wind down), else None."""
     with _lock:
         _holders[key] = _holders.get(key, 1) - 1
-        if _holders[key] <= 0:
-            _holders.pop(key, None)
-            _runtimes.pop(key, None)
+        if _holders[key] > 0:
+            return None
+        _holders.pop(key, None)
+        return _runtimes.pop(key, None)
+
+
+def stop_soon(key: str) -> None:
+    """The attempts serving ``key`` in this process end at their next safe point, and no new
+    one begins (a signal handler may call this; ``unregister`` and
+    ``purgekeeper.workers.runner.wind_down`` then end the serving)."""
+    runtime = _runtimes.get(key)
+    if runtime is not None:
+        runtime.ctx.stopping.set()
 
 
 def run_cleanup_step(broker_url: str | None, database_key: str, step_id: str) -> None:

@@ -4,6 +4,10 @@ Each works in small batches; each batch is its own transaction, which also recor
 and renews the lease (``purgekeeper.schema.steps.progress``): a lost lease rolls the batch back. Every
 batch is idempotent, so an attempt that dies half-way is simply run again. Liveness is
 decided when the step runs, never earlier.
+
+Between two batches is a safe point: once the process is stopping (``StepContext.stopping``)
+the next batch does not begin, and the attempt ends there (:class:`Stopping`), with its step
+given back (``purgekeeper.workers.runner``).
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import functools
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +51,10 @@ PROGRESS_FIELDS = frozenset({"removed", "retained", "reasons", "remaining", "res
 ASIDE_PREFIX = ".purgekeeper-aside-"
 
 
+class Stopping(Exception):
+    """The process is stopping: the attempt ends at a safe point, before its next batch."""
+
+
 class NotProvable(Exception):
     """Memory ownership is no longer provable: no retry can fix that, nothing is deleted."""
 
@@ -65,7 +74,10 @@ class StepContext:
     a lock (a frozen session's, until the server ends it) burns no attempt.
 
     ``yield_share``: after a batch that met other busy sessions, the step pauses that share
-    of the batch's time, at most ``max_yield`` (0 never pauses; see ``run_batch``)."""
+    of the batch's time, at most ``max_yield`` (0 never pauses; see ``run_batch``).
+
+    ``stopping``: set when the process that serves with this context stops; each attempt
+    then ends before its next batch (``purgekeeper.workers.runner.wind_down``)."""
 
     db: Database
     blobs: BlobStore
@@ -78,6 +90,7 @@ class StepContext:
     max_lock_wait: dt.timedelta = DEFAULT_MAX_LOCK_WAIT
     yield_share: float = DEFAULT_YIELD_SHARE
     max_yield: dt.timedelta = DEFAULT_MAX_YIELD
+    stopping: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     @property
     def batch_lock_timeout(self) -> dt.timedelta:
@@ -129,7 +142,10 @@ def run_batch(
     A batch that ran while other sessions of the database were running statements is
     followed by a pause of ``ctx.yield_share`` of its time (at most ``ctx.max_yield``): the
     foreground's latency pays for the cleanup only while a batch runs, and the cleanup runs
-    at full speed when nothing else does."""
+    at full speed when nothing else does.
+
+    A batch does not begin, nor wait on a lock again, once ``ctx.stopping`` is set: it raises
+    :class:`Stopping` instead, at that safe point."""
     busy = 0
 
     def transaction(conn: Connection) -> dict[str, Any]:
@@ -145,6 +161,8 @@ def run_batch(
 
     waited = dt.timedelta(0)
     while True:
+        if ctx.stopping.is_set():
+            raise Stopping(f"the process is stopping: step {held.step_id} is given back before its next batch")
         try:
             began = time.monotonic()
             done = ctx.db.transact(transaction)

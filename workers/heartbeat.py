@@ -25,6 +25,7 @@ from purgekeeper.schema.db import Database
 from purgekeeper.schema.heartbeats import ProcessIdentity
 from purgekeeper.schema.states import WorkerRole
 from purgekeeper.workers import runner
+from purgekeeper.workers.shutdown import STOP_JOIN
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
+        self._stopped = False
+        self._stopping = threading.Lock()
 
     def start(self) -> None:
         """Beat once now, then every ``interval`` in a thread (once: a second call does nothing)."""
@@ -89,10 +92,16 @@ class Heartbeat:
             self.beat()
 
     def stop(self) -> None:
-        """End the beats and mark the row stopped (best effort: unmarked, it runs out)."""
+        """End the beats and mark the row stopped (best effort: unmarked, it runs out); once.
+        A beat still under way after ``STOP_JOIN`` is not waited for: a late beat never
+        brings a stopped process back (``purgekeeper.schema.heartbeats.beat``)."""
+        with self._stopping:
+            if self._stopped:
+                return
+            self._stopped = True
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=STOP_JOIN.total_seconds())
         try:
             self.db.transact(functools.partial(heartbeats.stop, process_id=self.process.id))
         except Exception as exc:

@@ -7,6 +7,11 @@ with its outcome and duration: INFO when done, WARNING when it will be retried o
 was lost, ERROR when the step ends incomplete (the purge is then incomplete until an
 operator's retry), with the error. A delivery that finds the step's last attempt dead (its
 lease ran out) ends the step incomplete, and logs that ERROR too.
+
+A process that stops winds its attempts down (:func:`wind_down`): each ends at its next safe
+point, between two batches, and gives its step back (``step finished: given back``, INFO); an
+attempt still inside a batch when the grace is over is abandoned, and its step given back for
+it. A delivery that comes while the process stops leaves its step alone.
 """
 
 from __future__ import annotations
@@ -26,10 +31,12 @@ from sqlalchemy import Connection
 from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponential
 
 from purgekeeper.schema import ledger, retry_policy, steps
+from purgekeeper.schema.db import bound_lock_waits
 from purgekeeper.schema.errors import InfrastructureError, LockTimeout, connection_lost
 from purgekeeper.schema.states import StepStatus
 from purgekeeper.workers import cleanup
-from purgekeeper.workers.cleanup import NotProvable, StepContext, log_fields
+from purgekeeper.workers.cleanup import NotProvable, StepContext, Stopping, log_fields
+from purgekeeper.workers.shutdown import STOP_GRACE, STOP_LOCK_WAIT
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,7 +58,7 @@ class Policy:
 
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # "skipped", "done", "retrying", "incomplete" or "lease_lost"
+    status: str  # "skipped", "done", "retrying", "incomplete", "lease_lost" or "stopped"
     wake: tuple[str, ...] = ()
 
 
@@ -60,25 +67,70 @@ def worker_identity() -> str:
     return f"{socket.gethostname()}:{threading.get_native_id()}:{uuid.uuid4().hex[:8]}"
 
 
-_active: set[str] = set()
-_active_lock = threading.Lock()
+_active: dict[str, StepContext] = {}  # lease owner -> the context its attempt runs with
+_active_changed = threading.Condition()
 
 
-def active_owners() -> list[str]:
-    """The lease owners of the attempts running in this process now."""
-    with _active_lock:
-        return sorted(_active)
+def active_owners(ctx: StepContext | None = None) -> list[str]:
+    """The lease owners of the attempts running in this process now (with ``ctx`` only)."""
+    with _active_changed:
+        return _owners(ctx)
+
+
+def _owners(ctx: StepContext | None) -> list[str]:
+    return sorted(owner for owner, running in _active.items() if ctx is None or running is ctx)
 
 
 def run_step(ctx: StepContext, step_id: str, *, policy: Policy) -> Outcome:
     owner = worker_identity()
-    with _active_lock:
-        _active.add(owner)
+    with _active_changed:
+        _active[owner] = ctx
     try:
+        if ctx.stopping.is_set():  # looked at once listed: wind_down waits for it, or it is not claimed
+            log.debug("the process is stopping: step %s is left to another worker", step_id)
+            return Outcome("skipped")
         return _run_step(ctx, step_id, owner, policy)
     finally:
-        with _active_lock:
-            _active.discard(owner)
+        with _active_changed:
+            del _active[owner]
+            _active_changed.notify_all()
+
+
+def wind_down(ctx: StepContext, *, grace: dt.timedelta = STOP_GRACE) -> int:
+    """Stop the attempts running with ``ctx``: each ends at its next safe point and gives its
+    step back; after ``grace``, the steps of those still inside a batch are given back for
+    them (their batches are refused from then on, and roll back). No attempt with ``ctx``
+    begins afterwards. Returns how many attempts were abandoned."""
+    ctx.stopping.set()
+    with _active_changed:
+        _active_changed.wait_for(lambda: not _owners(ctx), timeout=grace.total_seconds())
+        abandoned = _owners(ctx)
+    if not abandoned:
+        log.info("stopping: no attempt is running any more")
+        return 0
+    released = sum(_give_back(ctx, owner) for owner in abandoned)
+    log.warning(
+        "stopping: %d attempt(s) abandoned mid-batch after %gs, %d step(s) given back",
+        len(abandoned),
+        grace.total_seconds(),
+        released,
+    )
+    return len(abandoned)
+
+
+def _give_back(ctx: StepContext, owner: str) -> int:
+    """Give back the steps of ``owner`` (waiting briefly for a row lock: a stop is bounded);
+    a failure is logged, and those steps' leases run out instead."""
+
+    def give_back(conn: Connection) -> int:
+        bound_lock_waits(conn, STOP_LOCK_WAIT)
+        return steps.give_back(conn, owner)
+
+    try:
+        return ctx.db.transact(give_back)
+    except Exception as exc:  # the database is unreachable: the lease runs out by itself
+        log.warning("could not give back the steps of %s (%s); their leases run out", owner, exc)
+        return 0
 
 
 def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Outcome:
@@ -112,6 +164,9 @@ def _attempt(
         ran = _with_transient_retries(lambda: cleanup.run(ctx, held, entry), patience=policy.lease)
     except steps.LeaseLost:
         return Outcome("lease_lost"), "the lease was lost; this attempt's writes were rejected"
+    except Stopping:
+        _give_back(ctx, held.owner)
+        return Outcome(steps.STOPPED), None
     except NotProvable as exc:
         error = f"memory erasure unavailable: {exc}"
         return _finish(ctx, held, StepStatus.INCOMPLETE, error), error
@@ -147,6 +202,9 @@ def _log_finished(held: steps.Claim, outcome: Outcome, error: str | None, second
         return
     if outcome.status == StepStatus.DONE.value:
         log.info("step finished: done after %.3fs (attempt %d)", seconds, held.attempt, extra=fields)
+        return
+    if outcome.status == steps.STOPPED:
+        log.info("step finished: given back after %.3fs, its worker is stopping", seconds, extra=fields)
         return
     then = "lease lost" if outcome.status == "lease_lost" else "retrying"
     log.warning(

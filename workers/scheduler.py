@@ -23,6 +23,7 @@ from purgekeeper.schema.db import Database
 from purgekeeper.schema.states import WorkerRole
 from purgekeeper.workers.heartbeat import Heartbeat, this_process
 from purgekeeper.workers.runner import worker_identity
+from purgekeeper.workers.shutdown import STOP_JOIN
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class Scheduler:
         self.owner = worker_identity()
         self.heartbeat = heartbeat or Heartbeat(db, this_process(WorkerRole.SCHEDULER), interval=interval)
         self._stop = threading.Event()
+        self._sweeping = True
         self._thread: threading.Thread | None = None
 
     def lead(self) -> bool:
@@ -84,7 +86,7 @@ class Scheduler:
         A round that failed (the database or the broker was down) forgets what was sent: a
         wake-up a worker took meanwhile may have found no database to claim its step in."""
         try:
-            if not self.lead():
+            if not self._sweeping or not self.lead():
                 return 0
             sent = sweep(self.db, self._send_unless_recent)
         except Exception:
@@ -129,6 +131,11 @@ class Scheduler:
         finally:
             self.heartbeat.stop()
 
+    def stop_sweeping(self) -> None:
+        """Send nothing more, and run no more duties, but go on beating until ``stop`` (a handle
+        that stops winds its in-process worker down meanwhile)."""
+        self._sweeping = False
+
     def stop_soon(self) -> None:
         """Ask the loop to end after the current tick (from a signal handler)."""
         self._stop.set()
@@ -140,10 +147,12 @@ class Scheduler:
         self._thread.start()
 
     def stop(self) -> None:
-        """End the loop, then give up the leader lease (best effort: it runs out anyway)."""
+        """End the loop, mark the process stopped, then give up the leader lease (best effort:
+        it runs out anyway). A round still under way after ``STOP_JOIN`` is not waited for."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=STOP_JOIN.total_seconds())
+        self.heartbeat.stop()
         self.release()
 
     def release(self) -> None:
