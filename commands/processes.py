@@ -27,6 +27,7 @@ from purgekeeper.schema.db import Database
 from purgekeeper.schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
 from purgekeeper.storage import checkpoint, failpoints
 from purgekeeper.workers.scheduler import Scheduler
+from purgekeeper.workers.shutdown import StopSignals
 
 log = logging.getLogger(__name__)
 
@@ -111,16 +112,18 @@ def check_health(settings: Settings, *, quick: bool = False) -> Health:
 
 
 def run_scheduler(settings: Settings, *, announce: Announce = log.info) -> None:
-    """The scheduler process, until a SIGTERM: while it holds the leader lease, every
-    ``sweep_interval`` it takes the due retention turns, re-sends due and lease-expired steps
-    to the broker, and copies the ledger out. A SIGTERM gives the lease up, so the next
-    scheduler leads at once. Needs a broker URL: embedded mode runs it in-process."""
+    """The scheduler process, until a SIGTERM (or SIGINT): while it holds the leader lease,
+    every ``sweep_interval`` it takes the due retention turns, re-sends due and lease-expired
+    steps to the broker, and copies the ledger out. The first SIGTERM ends the loop after its
+    round, marks the process stopped and gives the lease up, so the next scheduler leads at
+    once; a repeat is ignored, and a round that outlasts ``STOP_BOUND`` is ended by the
+    watchdog (``purgekeeper.workers.shutdown``). Needs a broker URL: embedded mode runs it in-process."""
     if not settings.broker_url:
         raise ValidationError("purgectl scheduler needs PURGEKEEPER_BROKER_URL; embedded mode runs it in-process")
     failpoints.arm(settings.failpoints)
     with opened(settings, role="scheduler") as pk:
         loop = scheduler_of(pk, settings.broker_url)
-        signal.signal(signal.SIGTERM, lambda *_: loop.stop_soon())
+        StopSignals(lambda _signum: loop.stop_soon()).install((signal.SIGTERM, signal.SIGINT))
         announce(f"scheduler {loop.owner}: sweeping every {settings.sweep_interval.total_seconds():g}s")
         loop.run()
         loop.release()

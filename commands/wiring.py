@@ -4,7 +4,8 @@
 read gate on the ledger's copy, the enqueuer that wakes the workers, the ``Acceptor`` every
 kind's preview and confirmation go through, and the services the handle delegates its
 commands to. ``start_in_process`` starts the in-process dramatiq worker and scheduler of a
-handle with ``workers="auto"`` and no broker URL; ``stop`` ends what a handle started."""
+handle with ``workers="auto"`` and no broker URL; ``stop_soon`` asks its attempts to end at
+their next safe point, and ``stop`` ends what a handle started."""
 
 from __future__ import annotations
 
@@ -123,14 +124,28 @@ def start_in_process(
     return scheduler
 
 
+def stop_soon(database_key: str) -> None:
+    """The in-process worker's attempts on the database end at their next safe point, and no
+    new one begins (``serve`` calls it from its SIGTERM handler; ``stop`` ends the rest)."""
+    from purgekeeper.workers import broker  # lazy: dramatiq, which a one-shot command never needs
+
+    broker.stop_soon(database_key)
+
+
 def stop(db: Database, gate: Gate, database_key: str, scheduler: Scheduler | None) -> None:
-    """End what a handle started: its scheduler and its serving of the database in this
-    process (when ``start_in_process`` started them), the gate's audit; then release the
-    database connections."""
+    """End what a handle started: its serving of the database in this process (the last
+    handle serving it winds its attempts down: each ends at a safe point and gives its step
+    back, one still inside a batch after ``purgekeeper.workers.shutdown.STOP_GRACE`` is abandoned and
+    its step given back for it) and its scheduler, which marks the process stopped (when
+    ``start_in_process`` started them), the gate's audit; then release the database
+    connections."""
     if scheduler is not None:
         from purgekeeper.workers import broker  # lazy: dramatiq, which a one-shot command never needs
 
+        scheduler.stop_sweeping()  # no wake-up for a worker that is going away
+        runtime = broker.unregister(database_key)
+        if runtime is not None:
+            runner.wind_down(runtime.ctx)
         scheduler.stop()
-        broker.unregister(database_key)
     gate.stop_audit()
     db.dispose()

@@ -7,8 +7,8 @@ Each worker process imports this module: it reads the settings (``PURGEKEEPER_DA
 ``PURGEKEEPER_BROKER_URL``, the roots, the step knobs), logs in purgekeeper's format
 (``purgekeeper.commands.logs``), sets up the Redis broker and the actor, serves the configured database,
 warns when Redis could evict queued messages, beats as a ``worker`` process from its boot
-(``purgekeeper.workers.heartbeat``, every ``PURGEKEEPER_SWEEP_INTERVAL``), and on SIGTERM releases its
-leases, then marks itself stopped once its threads are done. With
+(``purgekeeper.workers.heartbeat``, every ``PURGEKEEPER_SWEEP_INTERVAL``), and stops cleanly on
+SIGTERM (below). With
 ``PURGEKEEPER_WORKER_METRICS_PORT`` set, dramatiq's Prometheus middleware serves the worker's
 own metrics on that port.
 
@@ -19,15 +19,29 @@ the worker processes, a worker process that died) keep dramatiq's format.
 first and runs the CLI with ``--skip-logging``: every line of the group, the worker processes'
 included (they are forked from it, and their lines reach stderr through dramatiq's pipe), is
 then in purgekeeper's format.
+
+**Stopping.** dramatiq's main process passes a SIGTERM on to its worker processes, and a
+worker process that gets a second one is killed where it stands ("Killing worker process..."),
+in the middle of its shutdown. A SIGTERM to the whole process group, or to every process (honcho,
+systemd, ``docker stop``, Kubernetes), is just that: the supervisor's and the one passed on.
+So each worker process answers its first SIGTERM (dramatiq's own stop, and the watchdog of
+``purgekeeper.workers.shutdown``) and ignores a repeat. Its stop then winds its attempts down
+(``purgekeeper.workers.runner.wind_down``: each ends at a safe point between two batches and gives
+its step back, one still inside a batch after ``shutdown.STOP_GRACE`` is abandoned and its step given
+back for it) and marks the process stopped, before dramatiq joins its threads; under
+``python -m purgekeeper.commands.worker`` that join waits ``JOIN_AFTER_WIND_DOWN_MS`` (only abandoned
+attempts are left to it; the bare ``dramatiq`` command waits its own 10 minutes, unless given
+``--worker-shutdown-timeout``). The process exits within ``shutdown.STOP_BOUND`` of the SIGTERM.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 import dramatiq
@@ -35,7 +49,7 @@ from dramatiq.middleware import Middleware
 
 from purgekeeper.commands import kinds, logs
 from purgekeeper.commands.settings import Settings
-from purgekeeper.schema import ledger, migrate, steps
+from purgekeeper.schema import ledger, migrate
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.errors import PurgekeeperError
 from purgekeeper.schema.states import WorkerRole
@@ -44,29 +58,33 @@ from purgekeeper.storage.blobstore import BlobStore
 from purgekeeper.workers import broker, runner
 from purgekeeper.workers.cleanup import StepContext
 from purgekeeper.workers.heartbeat import Heartbeat, this_process
+from purgekeeper.workers.shutdown import StopSignals
 
 log = logging.getLogger("purgekeeper.worker")
 SAFE_EVICTION_POLICIES = ("noeviction",)
 METRICS_PORT_VARIABLE = "PURGEKEEPER_WORKER_METRICS_PORT"
 MODULE = "purgekeeper.commands.worker"
+# How long dramatiq joins a worker process's threads once its attempts are wound down: only
+# abandoned ones are still running by then, and they are left to end with the process.
+JOIN_AFTER_WIND_DOWN_MS = 1000
 
 
-class ReleaseLeasesOnShutdown(Middleware):
-    """A SIGTERM releases this process's leases, so another worker takes the steps at once."""
+class StopAtSafePoints(Middleware):
+    """A stop ends each attempt at a safe point and gives its step back, so another worker
+    takes it at once; an attempt still inside a batch after the grace is abandoned, and its
+    step given back for it (``purgekeeper.workers.runner.wind_down``)."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
+    def __init__(self, ctx: StepContext) -> None:
+        self.ctx = ctx
 
     def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
-        released = 0
-        for owner in runner.active_owners():
-            released += self.db.transact(functools.partial(steps.release, owner=owner))
-        log.info("released %d lease(s) on shutdown", released)
+        runner.wind_down(self.ctx)
 
 
 class BeatWhileRunning(Middleware):
     """The worker process's heartbeat, every ``interval`` from its boot (with the queues and
-    threads dramatiq gave it) to the end of its shutdown, which marks it stopped."""
+    threads dramatiq gave it) until its attempts are wound down (added after
+    :class:`StopAtSafePoints`, whose shutdown hook runs first), when it is marked stopped."""
 
     def __init__(self, db: Database, interval: dt.timedelta) -> None:
         self.db = db
@@ -79,9 +97,27 @@ class BeatWhileRunning(Middleware):
         self.heartbeat = Heartbeat(self.db, process, interval=self.interval)
         self.heartbeat.start()
 
-    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
         if self.heartbeat is not None:
             self.heartbeat.stop()
+
+
+def stop_once(ctx: StepContext) -> None:
+    """In a dramatiq worker process: its first SIGTERM (or SIGHUP) stops the attempts at their
+    next safe point at once (dramatiq's main loop looks only once a second), runs dramatiq's
+    handler (the worker stops) and arms the watchdog; a repeat is ignored instead of killing
+    the process mid-shutdown. Nothing is changed outside dramatiq's worker processes."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    dramatiqs = signal.getsignal(signal.SIGTERM)
+    if not callable(dramatiqs):  # not a worker process of the dramatiq CLI
+        return
+
+    def stop(signum: int) -> None:
+        ctx.stopping.set()
+        dramatiqs(signum, None)
+
+    StopSignals(stop).install((signal.SIGTERM, signal.SIGHUP))
 
 
 def warn_if_redis_may_evict(client: object) -> None:
@@ -139,8 +175,9 @@ def configure() -> Database:
     broker.register(
         key, broker.Runtime(ctx, runner.Policy(lease=settings.step_lease, backoff_base=settings.backoff_base))
     )
-    the_broker.add_middleware(ReleaseLeasesOnShutdown(db))
-    the_broker.add_middleware(BeatWhileRunning(db, settings.sweep_interval))
+    stop_once(ctx)
+    the_broker.add_middleware(StopAtSafePoints(ctx))
+    the_broker.add_middleware(BeatWhileRunning(db, settings.sweep_interval))  # after: stopped once wound down
     if settings.worker_metrics_port is not None:
         add_prometheus(the_broker, settings.worker_metrics_port)
     warn_if_redis_may_evict(getattr(the_broker, "client", None))
@@ -162,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = cli.make_argument_parser().parse_args([MODULE, *given])
     args.skip_logging = True
+    if not any(arg.startswith("--worker-shutdown-timeout") for arg in given):
+        args.worker_shutdown_timeout = JOIN_AFTER_WIND_DOWN_MS
     sys.argv = [sys.executable, "-m", MODULE, *given]  # what a reload on SIGHUP runs again
     return int(cli.main(args))
 

@@ -12,12 +12,17 @@
   that cannot be bound) is an ``InfrastructureError`` naming the port and how to pick
   another (``--port``; ``make run SERVE_FLAGS="--port N"``), exit 4 as documented, and
   "serving on" is printed only once the socket is bound. uvicorn serves on that socket.
-- SIGTERM and SIGINT stop uvicorn gracefully (in-flight requests finish), then purgekeeper
-  is closed and ``serve`` returns.
+- SIGTERM and SIGINT stop uvicorn gracefully (in-flight requests get ``REQUEST_GRACE`` to
+  finish, then are cancelled), then purgekeeper is closed, which winds the in-process
+  worker's attempts down (each ends at a safe point and gives its step back) and marks the
+  process stopped, and ``serve`` returns. A repeated signal is ignored; the process exits
+  within ``STOP_BOUND`` of the first one, or its watchdog ends it
+  (``purgekeeper.workers.shutdown``).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import errno
 import signal
 import socket
@@ -29,7 +34,7 @@ from types import FrameType
 import uvicorn
 
 import purgekeeper
-from purgekeeper.commands import logs
+from purgekeeper.commands import logs, wiring
 from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.commands.http import create_app
 from purgekeeper.commands.http.demo import DEMO_BOT, DEMO_PURGED_EVENT, no_wakeup, purges_text, seed_demo
@@ -37,6 +42,7 @@ from purgekeeper.commands.settings import Settings
 from purgekeeper.commands.web.auth import Tokens, load_or_create_token
 from purgekeeper.schema.errors import InfrastructureError
 from purgekeeper.workers import runner
+from purgekeeper.workers.shutdown import Watchdog
 
 __all__ = [  # DEMO_BOT, DEMO_PURGED_EVENT and seed_demo live in purgekeeper.commands.http.demo
     "DEFAULT_PORT",
@@ -55,6 +61,10 @@ __all__ = [  # DEMO_BOT, DEMO_PURGED_EVENT and seed_demo live in purgekeeper.com
 LOOPBACK = "127.0.0.1"
 LOOPBACK_NAMES = frozenset({LOOPBACK, "localhost", "::1"})
 DEFAULT_PORT = 8080
+# After a SIGTERM, the requests in flight get this long to finish (a purge's wait polls for
+# up to 30 s: its caller asks again, elsewhere); then uvicorn cancels them, and purgekeeper is
+# closed, all within purgekeeper.workers.shutdown.STOP_BOUND.
+REQUEST_GRACE = dt.timedelta(seconds=3)
 
 
 Echo = Callable[[str], object]
@@ -78,21 +88,39 @@ def serve(
                 summary = seed_demo(seeding, settings)
             echo(f"demo data ready: {summary['conversations']} conversations; {purges_text(summary['purges'])}")
         pk = open_for_serving(settings)
-        try:
-            server = _BoundServer(
-                uvicorn.Config(create_app(pk, tokens=tokens), host=bind, port=port, **logs.uvicorn_options())
-            )
-            echo(f"purgekeeper serving on {_url(bind, port)} (API under /v1, /status, /metrics, /openapi.json)")
-            with _quiet_signals():
+        watchdog = Watchdog()
+        with _quiet_signals(watchdog):  # until purgekeeper is closed: a repeated SIGTERM is ignored
+            try:
+                config = uvicorn.Config(
+                    create_app(pk, tokens=tokens),
+                    host=bind,
+                    port=port,
+                    timeout_graceful_shutdown=int(REQUEST_GRACE.total_seconds()),
+                    **logs.uvicorn_options(),
+                )
+                server = _BoundServer(config, watchdog, on_exit=lambda: wiring.stop_soon(pk.database_key))
+                echo(f"purgekeeper serving on {_url(bind, port)} (API under /v1, /status, /metrics, /openapi.json)")
                 server.run(sockets=[listener])
-        finally:
-            pk.close()
+            finally:
+                pk.close()
 
 
 class _BoundServer(uvicorn.Server):
     """uvicorn on a socket bound beforehand logs no "Uvicorn running on" (it expects a
     supervisor to have done so); this one logs it as uvicorn does when it binds itself, so the
-    readiness line that logs and process supervisors wait for is the same either way."""
+    readiness line that logs and process supervisors wait for is the same either way. The
+    signal that stops it arms the process's watchdog and runs ``on_exit`` (the in-process
+    worker's attempts end at their next safe point while the requests finish)."""
+
+    def __init__(self, config: uvicorn.Config, watchdog: Watchdog, *, on_exit: Callable[[], object]) -> None:
+        super().__init__(config)
+        self.watchdog = watchdog
+        self.on_exit = on_exit
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.watchdog.arm()
+        self.on_exit()
+        super().handle_exit(sig, frame)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -164,16 +192,18 @@ def _url(host: str, port: int) -> str:
 
 
 @contextmanager
-def _quiet_signals() -> Iterator[None]:
+def _quiet_signals(watchdog: Watchdog) -> Iterator[None]:
     """uvicorn re-raises the signal that stopped it once it has shut down; with the default
-    handlers that would kill the process before purgekeeper is closed. While serving, they do
-    nothing instead, and the old handlers come back afterwards."""
+    handlers that would kill the process before purgekeeper is closed. While serving and
+    closing, they only arm the watchdog (uvicorn's own handler did, or purgekeeper is being
+    closed already), and the old handlers come back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def ignore(signum: int, frame: FrameType | None) -> None:
-        """uvicorn already shut down gracefully."""
+        """uvicorn already shut down gracefully, or purgekeeper is closing."""
+        watchdog.arm()
 
     previous = {sig: signal.signal(sig, ignore) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
