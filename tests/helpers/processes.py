@@ -175,9 +175,9 @@ class Processes:
         self.started.append(proc)
         return proc
 
-    def _wait_ready(self, proc: Proc, marker: str) -> Proc:
+    def _wait_ready(self, proc: Proc, marker: str, *, count: int = 1) -> Proc:
         def ready() -> bool:
-            if marker in proc.output():
+            if proc.output().count(marker) >= count:
                 return True
             if not proc.alive():
                 raise AssertionError(f"{proc.name} exited ({proc.popen.returncode}) before it was ready")
@@ -189,16 +189,23 @@ class Processes:
             raise AssertionError(f"{exc}\n{proc.tail()}") from None
         return proc
 
-    def worker(self, failpoints: str = "", *, wait_ready: bool = True, env: dict[str, str] | None = None) -> Proc:
+    def worker(
+        self,
+        failpoints: str = "",
+        *,
+        wait_ready: bool = True,
+        env: dict[str, str] | None = None,
+        worker_processes: int = 1,
+    ) -> Proc:
         """``python -m purgekeeper.commands.worker --processes 1 --threads 2`` (the Procfile's worker: the
-        dramatiq CLI in purgekeeper's log format), optionally with failpoints and more
-        environment."""
+        dramatiq CLI in purgekeeper's log format), optionally with failpoints, more
+        environment, and more worker processes (each one is ready before this returns)."""
         argv = [
             sys.executable,
             "-m",
             "purgekeeper.commands.worker",
             "--processes",
-            "1",
+            str(worker_processes),
             "--threads",
             "2",
             "--queues",
@@ -206,7 +213,7 @@ class Processes:
         ]
         extra = {"PURGEKEEPER_FAILPOINTS": failpoints} if failpoints else {}
         proc = self._start("worker", argv, {**extra, **(env or {})})
-        return self._wait_ready(proc, WORKER_READY) if wait_ready else proc
+        return self._wait_ready(proc, WORKER_READY, count=worker_processes) if wait_ready else proc
 
     def scheduler(self, failpoints: str = "") -> Proc:
         """``purgectl scheduler``: sweeps every 0.2 s while it leads, optionally with
