@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from purgekeeper.workers import shutdown
+
 try:
     import yaml  # PyYAML comes with the dev tools (schemathesis needs it)
 except ImportError:  # pragma: no cover - then the text of compose.yaml is read as it is laid out
@@ -139,6 +141,8 @@ def test_compose_restarts_every_process_and_shares_one_data_directory() -> None:
         assert services[name]["environment"]["PURGEKEEPER_DATA_DIR"] == "/var/lib/purgekeeper", name
     for name in ("api", "worker", "scheduler"):  # checked every few seconds: the O(1) check
         assert services[name]["healthcheck"]["test"] == ["CMD", "purgectl", "health", "--quick"], name
+        # docker stop's SIGKILL comes after the grace period: longer than the documented bound
+        assert int(services[name]["stop_grace_period"].removesuffix("s")) > shutdown.STOP_BOUND.total_seconds(), name
 
 
 def make_dry_run(target: str, tmp_path: Path) -> str:
