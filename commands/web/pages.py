@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
 }
 AGE_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
+ERROR_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_]{0,39})(?::|$)")
 
 
 def policy_age(max_age: dt.timedelta) -> str:
@@ -44,6 +46,13 @@ def policy_age(max_age: dt.timedelta) -> str:
     name, size = next((name, size) for name, size in AGE_UNITS if seconds % size == 0)
     count = seconds // size
     return f"{count} {name}" + ("" if count == 1 else "s")
+
+
+def error_name(error: str) -> str:
+    """What kind of error a step's text is, for its steps-table cell: the exception's name it
+    begins with ("IsADirectoryError"), else "error"; the whole text has a row of its own."""
+    named = ERROR_NAME.match(error)
+    return named.group(1) if named else "error"
 
 
 def retained_count(detail: object) -> object:
@@ -59,7 +68,13 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters |= {"utc": times.utc, "span": times.span, "policy_age": policy_age, "retained": retained_count}
+    env.filters |= {
+        "utc": times.utc,
+        "span": times.span,
+        "policy_age": policy_age,
+        "retained": retained_count,
+        "error_name": error_name,
+    }
     env.globals |= {
         "relative": times.relative,
         "due": times.due,

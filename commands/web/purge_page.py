@@ -5,6 +5,10 @@ template is given besides the frame.
 - **What it touched** (``Purgekeeper.purge_touched``): conversations, counts of events and
   attachments, the erased author, the deleted bot, a hold's subjects; and where each failed
   unlink is (the root and the path below it).
+- **Where to act**, once, above the steps: the places the last errors of the steps not done
+  name (an attempt's error is history: it names no place). A step's last error has a row of
+  its own under the step, the table's whole width, so that at 1,024 px nothing of it hides
+  behind a scrollbar (``tests/browser/test_purge_page_width.py``).
 - **Rounds**: an operator's retry gives a step fresh attempts, numbered from 1 again. Each
   retry that re-armed a step starts a new round of it, so an attempt is told as "round 2,
   attempt 1" and never seems to repeat.
@@ -18,8 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from purgekeeper.commands.handle import Purgekeeper
-from purgekeeper.commands.records import Attempt, AuditEntry, PurgeDetail
-from purgekeeper.commands.touched import PurgeTouched
+from purgekeeper.commands.records import Attempt, AuditEntry, PurgeDetail, StepState
+from purgekeeper.commands.touched import FailurePlace, PurgeTouched
+from purgekeeper.schema.states import StepStatus
 
 TEMPLATE = "purge.html"
 
@@ -40,6 +45,12 @@ class PurgeView:
     attempts: tuple[NumberedAttempt, ...]
     rounds: dict[str, int]  # each step's round now, by step id
 
+    @property
+    def where(self) -> tuple[tuple[StepState, FailurePlace], ...]:
+        """Where to act: each step not done, and the places its last error names."""
+        steps = [step for step in self.detail.status.steps if step.status != StepStatus.DONE]
+        return tuple((step, place) for step in steps for place in self.touched.places_in(step.last_error))
+
     def context(self) -> dict[str, Any]:
         """What the template is given besides the frame."""
         return {
@@ -48,6 +59,7 @@ class PurgeView:
             "touched": self.touched,
             "attempts": self.attempts,
             "rounds": self.rounds,
+            "where": self.where,
         }
 
 

@@ -98,15 +98,20 @@ def test_an_incomplete_purge_shows_its_steps_attempts_and_the_retry_form(pk: Pk,
     assert shown.by_id("purge-duration").text.endswith(" so far")
 
     failed = shown.find("tr", cls="step", data_kind="attachments").cells()
-    assert failed[:3] == ["attachments", "incomplete", "1/1"] and failed[7:9] == ["", ""]  # no lease held
-    assert failed[-1].startswith("OSError: could not unlink the file of blob ")
+    assert failed[:3] == ["attachments", "incomplete", "1/1"] and failed[7] == ""  # no lease held
+    assert failed[-1] == "OSError"  # its name; the whole text has a row of its own (issue 34)
+    error_row = shown.find("tr", cls="step-error", data_error_of="attachments")
+    assert error_row.find("td", cls="last-error").attrs["colspan"] == str(len(failed))
+    error = error_row.find("span", cls="error-text").text
+    assert error.startswith("OSError: could not unlink the file of blob ")
     with pk.db.read() as conn:
         [blob_id] = conn.execute(text("SELECT blob_id FROM attachments")).scalars().all()
-    where = shown.find("tr", cls="step", data_kind="attachments").find("div", cls="where")
+    [where] = shown.by_id("where-to-act").find_all("div", cls="where")  # once, above the steps
     assert where.text == (
-        f"Where to act: the file root (PURGEKEEPER_FILE_ROOT), {pk.settings.file_root.name}/"
+        f"attachments: the file root (PURGEKEEPER_FILE_ROOT), {pk.settings.file_root.name}/"
         f"{blob_id[:2]}/{blob_id[2:4]}/{blob_id}"
     )  # issue 26: the root by name and the path below it, which holds no attachment name
+    assert where.attrs["data-step"] == "attachments" and len(shown.find_all("div", cls="where")) == 1
     assert str(pk.settings.file_root) not in html
     attempts = {
         row.attrs["data-step"]: row.cells() for row in shown.by_id("attempt-rows").find_all("tr", cls="attempt")
@@ -114,7 +119,7 @@ def test_an_incomplete_purge_shows_its_steps_attempts_and_the_retry_form(pk: Pk,
     [failed_attempt] = [cells for cells in attempts.values() if cells[0] == "attachments"]
     assert failed_attempt[1:3] == ["1", "1"] and failed_attempt[7] == "incomplete"  # round 1, attempt 1
     assert re.fullmatch(r"[\d.]+ s", failed_attempt[6]) and failed_attempt[3]  # a duration, an owner
-    assert failed_attempt[8] == failed[-1]  # the attempt's own error
+    assert failed_attempt[8] == error  # the attempt's own error, and no place again
     assert "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in html and "<script" not in html
     assert "No operator has acted on this purge." in shown.by_id("audit").text
 
@@ -182,7 +187,7 @@ def test_a_step_a_worker_holds_shows_its_lease_and_the_page_refreshes(pk: Pk, cl
     shown = parse(html)
     row = shown.find("tr", cls="step", data_kind="bodies")
     assert row.find("td", cls="lease-owner").text == "worker-a:7:f00d"
-    expires = row.find("td", cls="lease-expires").text
+    expires = row.find("td", cls="next-attempt").find("time").text  # the lease's end is its next attempt
     assert re.fullmatch(r"in [45] min", expires), expires
     assert row.find("td", cls="next-attempt").text == f"running, lease ends {expires}"
     running = shown.find("tr", cls="attempt", data_step=bodies)
@@ -370,6 +375,10 @@ def test_a_done_step_shows_its_earlier_error_as_history_not_as_a_failure(pk: Pk,
         conn.execute(
             text("UPDATE cleanup_steps SET last_error = 'OSError: disk full' WHERE purge_id = :p"), {"p": purge_id}
         )
-    shown = purge_page(client, purge_id).find("tr", data_kind="bodies")
+    page_of = purge_page(client, purge_id)
+    shown = page_of.find("tr", cls="step-error", data_error_of="bodies")
     assert shown.find("span", cls="earlier-error").text == "before it was done: OSError: disk full"
     assert shown.find_all("span", cls="error-text") == []
+    named = page_of.find("tr", cls="step", data_kind="bodies").find("td", cls="error-name").find("a")
+    assert named.text == "OSError" and "earlier" in named.classes
+    assert not page_of.has_id("where-to-act")  # history: nothing to act on

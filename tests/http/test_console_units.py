@@ -196,6 +196,7 @@ def test_every_text_a_page_shows_is_escaped_and_the_purges_own_actor_and_reason_
         touched=touched,
         attempts=purge_page.numbered(detail.attempts),
         rounds={"s1": 2},
+        where=(),
         error=HOSTILE,
         notice=HOSTILE,
         reason=HOSTILE,
@@ -291,3 +292,10 @@ def test_the_sign_in_page_says_where_the_token_is_never_the_token(tmp_path: Path
     assert str(path) in in_file.where and in_file.command == f'cat "${{PURGEKEEPER_DATA_DIR:-{tmp_path}}}/api-token"'
     assert token not in repr(in_file)
     assert token_hint(Tokens(api="another"), settings).where.startswith("the host token the server was started")
+
+
+def test_a_step_s_error_is_named_by_its_exception_and_nothing_else() -> None:
+    """Issue 34: the steps table names the error (its whole text has a row of its own)."""
+    assert pages.error_name("IsADirectoryError: [Errno 21] could not unlink the file of blob b1") == "IsADirectoryError"
+    assert pages.error_name("LockTimeout") == "LockTimeout"
+    assert pages.error_name(HOSTILE) == "error" and pages.error_name("a b: c") == "error"
