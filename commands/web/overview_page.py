@@ -1,6 +1,9 @@
 """The console's overview (``/status``): its query (filters and the cursor), what it reads,
 and what its table shows of each purge: one row with its status, kind, age, steps done of
-total and the last error of a step that is not done.
+total and the last error of a step that is not done. Its retention section lists each
+standing policy with its last turn (who took it, and why) and what non-terminal agent runs
+hold back of it, for how long: past ``LATE_DEFERRAL`` (a day, when the shipped alert fires)
+it is marked.
 
 The route, the sign-in and the frame live with the other routes (``commands/web/status.py``).
 """
@@ -8,6 +11,7 @@ The route, the sign-in and the frame live with the other routes (``commands/web/
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +19,7 @@ from urllib.parse import urlencode
 
 from purgekeeper.commands import status_overview
 from purgekeeper.commands.handle import Purgekeeper
-from purgekeeper.commands.records import HoldCount, PurgeStatus, RetentionPolicy, StepState
+from purgekeeper.commands.records import HoldCount, PurgeStatus, StandingPolicy, StepState
 from purgekeeper.schema.errors import NotFound, ValidationError
 from purgekeeper.schema.states import StepStatus
 from purgekeeper.schema.steps import PARKED_UNTIL
@@ -25,6 +29,7 @@ LISTED = 100  # policies and holds listed; the summary counts them all
 ATTENTION = ("incomplete", "stalled")
 MAX_CURSOR_DIGITS = 19
 FAILING = (StepStatus.INCOMPLETE, StepStatus.RETRYING)  # whose last error is the purge's present trouble
+LATE_DEFERRAL = dt.timedelta(days=1)  # PurgekeeperRetentionDeferred's threshold (deploy/prometheus/alerts.yml)
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ class Overview:
     attention: tuple[PurgeStatus, ...] | None  # incomplete and stalled, newest first; None when filtered
     purges: tuple[PurgeStatus, ...]  # this page of the list, without those above
     next_after: int | None  # the cursor of the next, older page
-    policies: tuple[RetentionPolicy, ...]  # the standing retention policies, the first LISTED of them
+    policies: tuple[StandingPolicy, ...]  # the standing retention policies, the first LISTED of them
     holds: tuple[HoldCount, ...]  # the legal holds in force, the first LISTED of them, in counts
 
 
@@ -128,7 +133,7 @@ def gather(pk: Purgekeeper, check: status_overview.LedgerCheck, filters: Filters
         attention=attention,
         purges=tuple(purge for purge in page.purges if purge.purge_id not in shown),
         next_after=page.next_after,
-        policies=tuple(pk.list_retention()[:LISTED]),
+        policies=tuple(pk.retention.list_standing()[:LISTED]),
         holds=tuple(pk.count_holds(limit=LISTED)),
     )
 

@@ -2,7 +2,8 @@
 
 ===========================================  =============================================
 ``GET /status``                              the purges, newest first, filtered by ``status``
-                                             and ``kind``, one page at a time (``after``)
+                                             (or ``retrying``) and ``kind``, one page at a time
+                                             (``after``); retention policies and legal holds
 ``GET /status/purges/{id}``                  one purge: what it touched, steps, leases, attempts
                                              by round, where a failure is, audit rows
 ``GET /status/search?q=``                    a purge id (or its start) or a conversation id
@@ -57,7 +58,7 @@ from fastapi.responses import RedirectResponse, Response
 from purgekeeper.commands import status_overview, validation
 from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.commands.purge_commands import MAX_ACTOR_LENGTH, MAX_REASON_LENGTH
-from purgekeeper.commands.purge_reads import PURGE_KINDS, PURGE_STATUSES
+from purgekeeper.commands.purge_reads import LIST_STATUSES, PURGE_KINDS
 from purgekeeper.commands.surface import error_body, http_status
 from purgekeeper.commands.web import overview_page, pages, purge_page, search_page, workers_page
 from purgekeeper.commands.web.auth import (
@@ -279,7 +280,8 @@ class Console:
             frame=frame,
             view=view,
             filters=filters,
-            purge_statuses=PURGE_STATUSES,
+            purge_statuses=LIST_STATUSES,
+            late_deferral=overview_page.LATE_DEFERRAL,
             purge_kinds=PURGE_KINDS,
             step_statuses=[status.value for status in StepStatus],
             step_kinds=sorted({kind for _status, kind in view.snapshot.steps}),
