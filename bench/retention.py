@@ -51,7 +51,7 @@ from scratch import ScratchDatabase, shown_url
 from purgekeeper.commands import kinds
 from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.commands.kinds.retention_run import Run
-from purgekeeper.commands.retention_commands import _plan, _scheduler_causal
+from purgekeeper.commands.retention_commands import SCHEDULER, _plan, _run_causal
 from purgekeeper.schema import migrate
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.ledger import utc_text
@@ -153,9 +153,10 @@ def due_turn(pk: Purgekeeper, url: str, policies: int) -> dict[str, float]:
 
 
 def accept_timed(pk: Purgekeeper, policy_id: str) -> float:
-    plan = pk.db.transact(lambda conn: _plan(conn, policy_id=policy_id, interval=pk.retention_interval))
+    interval = pk.retention_interval
+    plan = pk.db.transact(lambda conn: _plan(conn, policy_id=policy_id, interval=interval, taker=SCHEDULER))
     assert plan is not None and plan.cutoff is not None, policy_id
-    causal = _scheduler_causal(policy_id, plan.policy_purge_id, plan.cutoff)
+    causal = _run_causal(SCHEDULER, policy_id, plan.policy_purge_id, plan.cutoff)
     request = {"policy_id": policy_id, "cutoff": utc_text(plan.cutoff)}
     return timed(lambda: pk.acceptance.accept(kinds.RETENTION_RUN, Run(policy_id, plan.cutoff), request, causal))
 
