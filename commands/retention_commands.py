@@ -18,10 +18,11 @@ transaction (``purgekeeper.schema.retention_queries.quiet_turns``); each of the 
 3. **Schedule** the next turn one ``retention_interval`` later.
 
 **Who takes a turn, and why** (:class:`TurnTaker`): the scheduler, when a policy is due; or an
-operator, now (``take_turn``: ``purgectl retention run --actor --reason``). The policy records
-the last turn's (``last_run_by``, ``last_run_reason``), and the ledger row of a run an
-operator's turn accepts names the operator and their reason (the scheduler's rows say what
-the run expires). A turn that agent runs defer records since when they hold the policy back
+operator, now (``run_retention_policy`` with an actor and a reason: ``purgectl retention run
+--actor --reason``). The policy records the last turn's (``last_run_by``,
+``last_run_reason``), and the ledger row of a run an operator's turn accepts names the
+operator and their reason (the scheduler's rows say what the run expires). A turn that agent
+runs defer records since when they hold the policy back
 (``purgekeeper.schema.retention_queries.record_turn``), which ``/metrics`` and the console show.
 """
 
@@ -175,18 +176,23 @@ class RetentionCommands:
         )
         return [RetentionRunOutcome(p, None, None) if p in quiet else self._turn(p, SCHEDULER) for p in due]
 
-    def run_retention_policy(self, policy_id: str) -> RetentionRunOutcome:
+    def run_retention_policy(
+        self,
+        policy_id: str,
+        *,
+        actor: str | None = None,
+        reason: str | None = None,
+        origin: str | None = None,
+    ) -> RetentionRunOutcome:
         """Take one standing policy's turn now, whenever its next one was due (an operator
         after a hold's release, rather than wait ``retention_interval``): exactly what the
         scheduler's turn does, so a run is accepted once per cutoff and a second call at once
-        finds nothing new. NotFound for a policy that does not stand. The turn is recorded as
-        the scheduler's (``take_turn`` records who takes it, and why)."""
-        return self._turn_now(policy_id, TurnTaker(SCHEDULER_ACTOR, EARLY_TURN, SCHEDULER_ORIGIN, scheduled=True))
-
-    def take_turn(self, policy_id: str, *, actor: str, reason: str, origin: str | None = None) -> RetentionRunOutcome:
-        """``run_retention_policy``, taken by ``actor`` for ``reason`` (``purgectl retention run
-        --actor --reason``): recorded on the policy, and in the ledger row of the run the turn
-        accepts. ValidationError for an empty or too long actor or reason."""
+        finds nothing new. NotFound for a policy that does not stand. Taken by ``actor`` for
+        ``reason`` (``purgectl retention run --actor --reason``): recorded on the policy, and in
+        the ledger row of the run the turn accepts; without both, the turn is recorded as the
+        scheduler's. ValidationError for one without the other, or an empty or too long one."""
+        if actor is None and reason is None:
+            return self._turn_now(policy_id, TurnTaker(SCHEDULER_ACTOR, EARLY_TURN, SCHEDULER_ORIGIN, scheduled=True))
         causal = Causal.check(actor, reason, None, None, origin)
         return self._turn_now(policy_id, TurnTaker(causal.actor, causal.reason, causal.origin))
 

@@ -140,7 +140,7 @@ def retention_run(policy_id: str, actor: str, reason: str, as_json: bool) -> Non
     unknown policy is not_found (exit 1)."""
 
     def action(pk: Purgekeeper) -> RetentionRunOutcome:
-        return pk.retention.take_turn(policy_id, actor=actor, reason=reason, origin=ORIGIN)
+        return pk.run_retention_policy(policy_id, actor=actor, reason=reason, origin=ORIGIN)
 
     run_with_handle(as_json, action, render_run_outcome)
 

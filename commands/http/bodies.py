@@ -264,6 +264,15 @@ class RetryRequestIn(_Body):
     reason: Reason
 
 
+class RetentionTurnIn(_Body):
+    """Who takes a policy's turn now, and why (without a body, the turn is the scheduler's)."""
+
+    model_config = example(actor="oncall@example.org", reason="the hold LEGAL-7 was released")
+
+    actor: Actor
+    reason: Reason
+
+
 MaxAgeSeconds = Annotated[
     int,
     Field(ge=1, le=int(MAX_AGE_LIMIT.total_seconds()), description="whole seconds, at most 100 years"),

@@ -186,6 +186,7 @@ BODIES: dict[str, list[dict[str, Any]]] = {
         },
     ],
     "retry": [WHO],
+    "run_retention_policy": [WHO],
     "preview_retention": [{"max_age_seconds": 2_592_000, "conversation_id": "c1"}],
     "set_retention": [
         {"max_age_seconds": 2_592_000, "conversation_id": "c1", "scope_digest": DIGEST, **WHO, "idempotency_key": "k1"}

@@ -52,7 +52,7 @@ def test_a_policy_shows_its_last_turn_and_what_agent_runs_hold_back(short_turns:
     pk.start_run("c1", bot_id="b1", run_id="r-stuck")
     pk.admit("admitted", "r-stuck", payload="the prompt")
     set_policy(pk, "p-all", days=30)
-    pk.retention.take_turn("p-all", actor="Grace Oncall", reason="after the release (LEGAL-7)")
+    pk.run_retention_policy("p-all", actor="Grace Oncall", reason="after the release (LEGAL-7)")
 
     shown = parse(page(client))
     row = shown.find("tr", cls="policy", data_policy="p-all")

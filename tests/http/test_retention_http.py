@@ -112,6 +112,13 @@ def test_a_policy_is_previewed_set_listed_run_and_removed(operator: TestClient, 
 
     again = ok(operator.post("/v1/retention/p-all/run"))  # run now: nothing new since its cutoff
     assert (again["policy_id"], again["purge_id"], again["error"]) == ("p-all", None, None)
+    turn = {"actor": "grace@example.org", "reason": "after the release (LEGAL-7)"}
+    taken = ok(operator.post("/v1/retention/p-all/run", json=turn))  # an operator's turn, recorded
+    assert (taken["policy_id"], taken["purge_id"]) == ("p-all", None)
+    standing = pk.retention.list_standing()[0]
+    assert (standing.last_run_by, standing.last_run_reason) == (turn["actor"], turn["reason"])
+    alone = refused(operator.post("/v1/retention/p-all/run", json={"actor": "grace"}), 400, "validation_error")
+    assert "reason" in alone["detail"]
 
     removed = accepted(operator.post("/v1/retention/p-all/remove", json=WHO))
     assert removed["outcome"] == "accepted"

@@ -1,10 +1,10 @@
 """Who takes a retention policy's turn and why, and what agent runs hold a policy back (issue 34,
 item 7: what an operator met on the demo), on both backends.
 
-- An operator's turn (``retention.take_turn``, ``purgectl retention run --actor --reason``) is
-  recorded under their name and reason: in the ledger row of the run it accepts, and on the
-  policy (``last_run_by``, ``last_run_reason``, migration 0017) also when the turn finds
-  nothing to expire. The scheduler's turns are recorded as the scheduler's.
+- An operator's turn (``run_retention_policy`` with an actor and a reason, ``purgectl
+  retention run --actor --reason``) is recorded under their name and reason: in the ledger
+  row of the run it accepts, and on the policy (``last_run_by``, ``last_run_reason``,
+  migration 0017) also when the turn finds nothing to expire. The scheduler's turns are recorded as the scheduler's.
 - A turn that a non-terminal agent run defers records since when (the first turn of the
   deferral), how many events and which runs; the next turn that defers keeps the start; the
   first that defers nothing clears it. The overview's summary and ``/metrics`` give the oldest
@@ -94,7 +94,7 @@ def test_an_operator_s_turn_is_recorded_under_their_name_and_reason(short_turns:
         pk.ingest_event(conversation, author="ada", body=event_id, event_id=event_id, occurred_at=ago(40))
     pk.place_hold("h2", conversation_ids=["c2"], actor="counsel", reason="litigation")
     set_policy(pk)
-    ran = pk.retention.take_turn("thirty", **OPERATOR, origin="cli")
+    ran = pk.run_retention_policy("thirty", **OPERATOR, origin="cli")
     assert ran.purge_id is not None and ran.error is None
     assert tuple(ledger_row(pk, ran.purge_id)) == (OPERATOR["actor"], OPERATOR["reason"], "cli")
     policy = standing(pk)
@@ -102,7 +102,7 @@ def test_an_operator_s_turn_is_recorded_under_their_name_and_reason(short_turns:
     assert policy.policy.last_purge_id == ran.purge_id and policy.deferral is None
     assert pk.status(ran.purge_id).actor == OPERATOR["actor"]  # where runs are listed: status and list
 
-    quiet = pk.retention.take_turn("thirty", actor="grace@example.org", reason="checking", origin="cli")
+    quiet = pk.run_retention_policy("thirty", actor="grace@example.org", reason="checking", origin="cli")
     assert quiet.purge_id is None  # nothing new: no ledger row, but the turn is the operator's
     assert (standing(pk).last_run_by, standing(pk).last_run_reason) == ("grace@example.org", "checking")
 
@@ -125,11 +125,15 @@ def test_an_operator_s_turn_refuses_a_missing_actor_or_reason_and_an_unknown_pol
     pk = short_turns
     set_policy(pk)
     with pytest.raises(purgekeeper.ValidationError, match="actor"):
-        pk.retention.take_turn("thirty", actor=" ", reason="r")
+        pk.run_retention_policy("thirty", actor=" ", reason="r")
     with pytest.raises(purgekeeper.ValidationError, match="reason"):
-        pk.retention.take_turn("thirty", actor="ops", reason="x" * 1001)
+        pk.run_retention_policy("thirty", actor="ops", reason="x" * 1001)
+    with pytest.raises(purgekeeper.ValidationError, match="reason"):  # an actor alone
+        pk.run_retention_policy("thirty", actor="ops")
+    with pytest.raises(purgekeeper.ValidationError, match="actor"):  # a reason alone
+        pk.run_retention_policy("thirty", reason="checking")
     with pytest.raises(purgekeeper.NotFound):
-        pk.retention.take_turn("nobody", **OPERATOR)
+        pk.run_retention_policy("nobody", **OPERATOR)
     assert standing(pk).last_run_by is None
 
 
@@ -154,7 +158,7 @@ def test_an_operator_s_turn_answers_the_run_the_scheduler_accepted_from_the_same
         real_hit(name)
 
     monkeypatch.setattr(failpoints, "hit", hit)
-    mine = pk.retention.take_turn("thirty", **OPERATOR)
+    mine = pk.run_retention_policy("thirty", **OPERATOR)
     [theirs] = scheduler_turns
     assert theirs.purge_id is not None and mine.error is None
     assert (mine.purge_id, mine.cutoff) == (theirs.purge_id, theirs.cutoff)
@@ -253,7 +257,7 @@ def test_a_policy_of_before_0017_reads_no_turn_taker_and_nothing_deferred(
         assert tuple(row) == (None, None, None, 0, None)
         policy = standing(pk)
         assert (policy.last_run_by, policy.last_run_reason, policy.deferral) == (None, None, None)
-        pk.retention.take_turn("old", **OPERATOR)
+        pk.run_retention_policy("old", **OPERATOR)
         assert (standing(pk).last_run_by, standing(pk).last_run_reason) == (OPERATOR["actor"], OPERATOR["reason"])
     finally:
         pk.close()

@@ -221,7 +221,15 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "resume": ("self", "-> 'int'"),
     "retry": ("self", "purge_id: 'str'", "*", "actor: 'str'", "reason: 'str'", "-> 'PurgeStatus'"),
     "run_retention": ("self", "-> 'list[RetentionRunOutcome]'"),
-    "run_retention_policy": ("self", "policy_id: 'str'", "-> 'RetentionRunOutcome'"),
+    "run_retention_policy": (
+        "self",
+        "policy_id: 'str'",
+        "*",
+        "actor: 'str | None' = None",
+        "reason: 'str | None' = None",
+        "origin: 'str | None' = None",
+        "-> 'RetentionRunOutcome'",
+    ),
     "scheduler_duties": ("self", "-> 'None'"),
     "set_retention": (
         "self",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Body, Query
 from fastapi.responses import JSONResponse
 from pydantic import BeforeValidator
 
@@ -19,9 +19,10 @@ from purgekeeper.commands.http.bodies import (
     RetentionDefinitionIn,
     RetentionRemovalIn,
     RetentionSettingIn,
+    RetentionTurnIn,
 )
 from purgekeeper.commands.http.field_types import IdPath, RequestId, flag
-from purgekeeper.commands.http.routes.common import ACCEPTED, OPERATOR_TAG, accepted, as_json, causal, v1
+from purgekeeper.commands.http.routes.common import ACCEPTED, OPERATOR_TAG, ORIGIN, accepted, as_json, causal, v1
 
 
 def retention_routes(pk: Purgekeeper) -> APIRouter:
@@ -87,11 +88,15 @@ def _policy_runs(router: APIRouter, pk: Purgekeeper) -> None:
         description=(
             "What the scheduler's turn does, now rather than at the policy's next run (after a "
             "hold's release, say): a run is accepted once per cutoff; `purge_id` is null when "
-            "nothing new had expired. 404 for a policy that does not stand."
+            "nothing new had expired. With a body (an `actor` and a `reason`), they are "
+            "recorded on the policy and in the ledger row of the run the turn accepts; without, "
+            "the turn is the scheduler's. 404 for a policy that does not stand."
         ),
     )
-    def run_retention_policy(policy_id: IdPath) -> JSONResponse:
-        return as_json(pk.run_retention_policy(policy_id))
+    def run_retention_policy(policy_id: IdPath, turn: Annotated[RetentionTurnIn | None, Body()] = None) -> JSONResponse:
+        if turn is None:
+            return as_json(pk.run_retention_policy(policy_id))
+        return as_json(pk.run_retention_policy(policy_id, actor=turn.actor, reason=turn.reason, origin=ORIGIN))
 
     @router.get(
         "/retention",
