@@ -13,6 +13,7 @@ import pytest
 
 import purgekeeper
 from purgekeeper import EventScope
+from tests.helpers.console import retrying_purge
 from tests.helpers.http import AS_HOST, AS_OPERATOR, WHO, TestClient, make_client, ok, refused
 
 Pk = purgekeeper.Purgekeeper
@@ -125,3 +126,14 @@ def test_a_host_does_not_see_the_operators_policy_and_hold_rows(pk: Pk, client: 
     assert listed(client, headers=as_operator) == [policy, hold]
     held = ok(client.get(f"/v1/purges/{hold}", headers=as_operator))
     assert (held["actor"], held["reason"]) == ("legal@corp", "litigation Doe v. Corp")
+
+
+def test_status_retrying_lists_the_purges_with_a_step_waiting_for_its_next_attempt(client: TestClient, pk: Pk) -> None:
+    """As ``purgectl list --status retrying`` and the console's filter do (the route refused
+    the value with a 400)."""
+    pk.create_conversation("c-retry")
+    waiting = retrying_purge(pk, "c-retry")
+    pk.create_conversation("c-done")
+    pk.purge_conversation("c-done", **WHO)
+    assert listed(client, status="retrying") == [waiting]
+    assert client.get(f"/v1/purges/{waiting}").json()["status"] == "cleaning"

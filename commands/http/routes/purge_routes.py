@@ -181,7 +181,10 @@ def _list_route(router: APIRouter, pk: Purgekeeper) -> None:
     @router.get("/purges", operation_id="list_purges", summary="List purges", response_model=models.PurgePageOut)
     def list_purges(
         request: Request,
-        status: Annotated[Literal["accepted", "cleaning", "complete", "incomplete"] | None, Query()] = None,
+        status: Annotated[
+            Literal["accepted", "cleaning", "retrying", "complete", "incomplete"] | None,
+            Query(description="a derived status, or retrying: a step waits for its next attempt after a failed one"),
+        ] = None,
         kind: Annotated[PurgeKind | None, Query(description="what the ledger row is")] = None,
         conversation_id: Annotated[
             str | None,
