@@ -36,7 +36,7 @@ HELP = """purgectl: the operator's command line, a thin layer over the commands 
 
 Configuration comes only from the environment (PURGEKEEPER_DATABASE_URL, PURGEKEEPER_DATA_DIR,
 PURGEKEEPER_BROKER_URL, ...). The default data directory, $XDG_DATA_HOME/purgekeeper
-(~/.local/share/purgekeeper), is the one `make run` and commands.open() use too. Run
+(~/.local/share/purgekeeper), is the one `make run` and purgekeeper.open() use too. Run
 `purgectl init` once; the other commands refuse a database that is not initialised (exit 4,
 naming the database) and never migrate it.
 
