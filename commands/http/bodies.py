@@ -264,10 +264,13 @@ class RetryRequestIn(_Body):
     reason: Reason
 
 
+TURN_EXAMPLE = {"actor": "oncall@example.org", "reason": "the hold LEGAL-7 was released"}
+
+
 class RetentionTurnIn(_Body):
     """Who takes a policy's turn now, and why (without a body, the turn is the scheduler's)."""
 
-    model_config = example(actor="oncall@example.org", reason="the hold LEGAL-7 was released")
+    model_config = example(**TURN_EXAMPLE)
 
     actor: Actor
     reason: Reason

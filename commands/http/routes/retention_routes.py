@@ -14,6 +14,7 @@ from pydantic import BeforeValidator
 from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.commands.http import models
 from purgekeeper.commands.http.bodies import (
+    TURN_EXAMPLE,
     HoldPlacingIn,
     HoldReleaseIn,
     RetentionDefinitionIn,
@@ -23,6 +24,9 @@ from purgekeeper.commands.http.bodies import (
 )
 from purgekeeper.commands.http.field_types import IdPath, RequestId, flag
 from purgekeeper.commands.http.routes.common import ACCEPTED, OPERATOR_TAG, ORIGIN, accepted, as_json, causal, v1
+
+# the body is optional (no body: the scheduler's turn), so the example is the parameter's own
+OptionalTurn = Annotated[RetentionTurnIn | None, Body(examples=[TURN_EXAMPLE])]
 
 
 def retention_routes(pk: Purgekeeper) -> APIRouter:
@@ -93,7 +97,7 @@ def _policy_runs(router: APIRouter, pk: Purgekeeper) -> None:
             "the turn is the scheduler's. 404 for a policy that does not stand."
         ),
     )
-    def run_retention_policy(policy_id: IdPath, turn: Annotated[RetentionTurnIn | None, Body()] = None) -> JSONResponse:
+    def run_retention_policy(policy_id: IdPath, turn: OptionalTurn = None) -> JSONResponse:
         if turn is None:
             return as_json(pk.run_retention_policy(policy_id))
         return as_json(pk.run_retention_policy(policy_id, actor=turn.actor, reason=turn.reason, origin=ORIGIN))
