@@ -46,6 +46,12 @@ completion counts**: a restore re-arms cleanup, and a purge then completes again
 statements about one purge, the one with the later ``completed_at`` is the one that counts,
 and of two with the same time, the one with more attempts (:func:`later_completion`).
 
+Every JSON document (a receipt, its leaf, a consistency proof, a completion document) is read
+strictly: nested at most ``MAX_JSON_DEPTH`` deep, numbers of at most ``MAX_DIGITS`` digits,
+no key twice, no ``NaN`` or ``Infinity``; so are the decimals of a note (a tree size, a seq).
+A receipt's leaf names its row's ``kind``, and the verifier says it in words
+(:func:`kind_name`): a legal hold's receipt does not read as a purge's.
+
 Every refusal raises :class:`ReceiptInvalid`, whose ``reason`` says what did not hold.
 """
 
@@ -69,6 +75,9 @@ __all__ = [
     "COMPLETION_FORMAT",
     "EMPTY_ROOT",
     "HASH_SIZE",
+    "KIND_NAMES",
+    "MAX_DIGITS",
+    "MAX_JSON_DEPTH",
     "RECEIPT_FORMAT",
     "RECEIPT_VERSION",
     "Checkpoint",
@@ -78,7 +87,10 @@ __all__ = [
     "ReceiptInvalid",
     "ReceiptVerified",
     "Verifier",
+    "decimal",
+    "describe",
     "key_id",
+    "kind_name",
     "later_completion",
     "leaf_hash",
     "main",
@@ -87,8 +99,10 @@ __all__ = [
     "open_note",
     "parse_checkpoint",
     "parse_completion",
+    "parse_json",
     "verify_completion",
     "verify_consistency",
+    "verify_files",
     "verify_inclusion",
     "verify_receipt",
 ]
@@ -101,6 +115,8 @@ RECEIPT_VERSION = 1
 COMPLETION_FORMAT = "purgekeeper-completion/v1"
 SIGNATURE_PREFIX = "\u2014 "
 MAX_SIGNATURES = 100
+MAX_JSON_DEPTH = 32  # a ledger row is nested a few levels; json's parser recurses, so refuse before it
+MAX_DIGITS = 20  # a uint64 (a tree size, a seq) has at most 20; Python's int() gives up at 4300
 
 
 class ReceiptInvalid(Exception):
@@ -295,6 +311,79 @@ def open_note(note: str, verifier: Verifier) -> str:
     return text
 
 
+# -- strict parsing: decimals and JSON --
+
+_DECIMAL = re.compile(r"0|[1-9][0-9]*")
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')  # a whole string, or a bracket
+
+
+def decimal(text: str, what: str) -> int:
+    """A decimal without leading zeros, of at most ``MAX_DIGITS`` digits."""
+    if not _DECIMAL.fullmatch(text):
+        raise ReceiptInvalid(f"{what} is not a decimal number without leading zeros")
+    if len(text) > MAX_DIGITS:
+        raise ReceiptInvalid(f"{what} has more than {MAX_DIGITS} digits")
+    return int(text)
+
+
+def parse_json(document: str | bytes, what: str) -> Any:
+    """Parse ``document`` strictly (see the module's docstring); ReceiptInvalid otherwise."""
+    if isinstance(document, bytes):
+        try:
+            document = document.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ReceiptInvalid(f"{what} is not UTF-8 text") from exc
+    _check_depth(document, what)
+    try:
+        return json.loads(
+            document,
+            object_pairs_hook=_json_object,
+            parse_int=_json_int,
+            parse_float=_json_float,
+            parse_constant=_json_constant,
+        )
+    except ReceiptInvalid as exc:
+        raise ReceiptInvalid(f"{what} {exc.reason}") from exc
+    except ValueError as exc:
+        raise ReceiptInvalid(f"{what} is not JSON") from exc
+
+
+def _check_depth(text: str, what: str) -> None:
+    """Count brackets outside strings, in a loop: json.loads itself would recurse."""
+    depth = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise ReceiptInvalid(f"{what} is nested more than {MAX_JSON_DEPTH} deep")
+        elif token in ("]", "}"):
+            depth -= 1
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ReceiptInvalid("holds a key twice")
+    return value
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_DIGITS:
+        raise ReceiptInvalid(f"holds a number of more than {MAX_DIGITS} digits")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    if sum(ch.isdigit() for ch in text) > MAX_DIGITS:
+        raise ReceiptInvalid(f"holds a number of more than {MAX_DIGITS} digits")
+    return float(text)
+
+
+def _json_constant(text: str) -> float:
+    raise ReceiptInvalid(f"holds {text}, which is not JSON")
+
+
 # -- C2SP tlog-checkpoint --
 
 
@@ -319,14 +408,13 @@ def parse_checkpoint(text: str) -> Checkpoint:
     if len(lines) < 3 or not lines[0]:
         raise ReceiptInvalid("the checkpoint has no origin, size and root lines")
     origin, size_text, root_text, *extensions = lines
-    if not size_text.isascii() or not size_text.isdigit() or str(int(size_text)) != size_text:
-        raise ReceiptInvalid("the checkpoint's size is not a decimal number without leading zeros")
+    size = decimal(size_text, "the checkpoint's size")
     root = _b64decode(root_text, "the checkpoint's root")
     if len(root) != HASH_SIZE:
         raise ReceiptInvalid(f"the checkpoint's root is {len(root)} bytes, not {HASH_SIZE}")
     if any(not line for line in extensions):
         raise ReceiptInvalid("the checkpoint has an empty extension line")
-    return Checkpoint(origin=origin, size=int(size_text), root=root, extensions=tuple(extensions))
+    return Checkpoint(origin=origin, size=size, root=root, extensions=tuple(extensions))
 
 
 def open_checkpoint(note: str, verifier: Verifier) -> Checkpoint:
@@ -336,9 +424,30 @@ def open_checkpoint(note: str, verifier: Verifier) -> Checkpoint:
 # -- receipts --
 
 
+KIND_NAMES = {
+    "content": "a content purge",
+    "conversation": "a conversation purge",
+    "channel": "a channel purge",
+    "bot": "a bot deletion",
+    "author": "an author erasure",
+    "retention": "a retention policy set or changed",
+    "retention_end": "a retention policy's removal",
+    "retention_run": "a retention run",
+    "hold": "a legal hold",
+    "hold_release": "a legal hold's release",
+}
+_KIND = re.compile(r"[a-z][a-z_]{0,39}")
+
+
+def kind_name(kind: str) -> str:
+    """What a ledger row of ``kind`` is, in words; a kind newer than this file is named as is."""
+    return KIND_NAMES.get(kind, f"a row of kind {kind}")
+
+
 @dataclass(frozen=True)
 class ReceiptVerified:
-    """A receipt that verified: which purge, where in the ledger, and the trees it is in."""
+    """A receipt that verified: which row (its purge id and kind), where in the ledger, and
+    the trees it is in."""
 
     purge_id: str
     ledger_seq: int
@@ -346,15 +455,17 @@ class ReceiptVerified:
     leaf: bytes
     checkpoint: Checkpoint
     newer: Checkpoint | None = None
+    kind: str = ""
+
+    @property
+    def kind_name(self) -> str:
+        return kind_name(self.kind)
 
 
 def _load_json(document: str | bytes | Mapping[str, Any], what: str) -> Mapping[str, Any]:
     if isinstance(document, Mapping):
         return document
-    try:
-        value = json.loads(document)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ReceiptInvalid(f"{what} is not JSON") from exc
+    value = parse_json(document, what)
     if not isinstance(value, dict):
         raise ReceiptInvalid(f"{what} is not a JSON object")
     return value
@@ -375,12 +486,10 @@ def _hash_list(value: Any, what: str) -> list[bytes]:
     return hashes
 
 
-def _check_leaf(leaf: bytes, purge_id: str, ledger_seq: int) -> None:
-    """The leaf must be a ledger row in canonical form that names this purge at this seq."""
-    try:
-        row = json.loads(leaf.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ReceiptInvalid("the leaf is not a UTF-8 JSON ledger row") from exc
+def _check_leaf(leaf: bytes, purge_id: str, ledger_seq: int) -> str:
+    """The leaf must be a ledger row in canonical form that names this purge at this seq;
+    its kind."""
+    row = parse_json(leaf, "the leaf")
     if not isinstance(row, dict):
         raise ReceiptInvalid("the leaf is not a JSON object")
     canonical = json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -390,6 +499,10 @@ def _check_leaf(leaf: bytes, purge_id: str, ledger_seq: int) -> None:
         raise ReceiptInvalid("the leaf holds prev_hash or row_hash")
     if row.get("purge_id") != purge_id or row.get("seq") != ledger_seq:
         raise ReceiptInvalid("the leaf's purge_id and seq are not the receipt's")
+    kind = row.get("kind")
+    if not isinstance(kind, str) or not _KIND.fullmatch(kind):
+        raise ReceiptInvalid("the leaf has no kind (lowercase letters and underscores)")
+    return kind
 
 
 def verify_receipt(
@@ -398,9 +511,11 @@ def verify_receipt(
     *,
     newer_checkpoint: str | None = None,
     consistency_proof: str | bytes | Mapping[str, Any] | None = None,
+    origin: str | None = None,
 ) -> ReceiptVerified:
     """Check a receipt against a verification key, and optionally that a newer checkpoint
-    (with a consistency proof document) extends the receipt's tree."""
+    (with a consistency proof document) extends the receipt's tree; with ``origin``, that
+    the checkpoint is of that log."""
     verifier = Verifier.from_vkey(vkey)
     document = _load_json(receipt, "the receipt")
     if document.get("format") != RECEIPT_FORMAT or document.get("version") != RECEIPT_VERSION:
@@ -413,10 +528,16 @@ def verify_receipt(
     leaf = _b64decode(_field(document, "leaf", str, "the receipt"), "the receipt's leaf")
     proof = _hash_list(document.get("inclusion_proof"), "the inclusion proof")
     checkpoint = open_checkpoint(_field(document, "checkpoint", str, "the receipt"), verifier)
-    _check_leaf(leaf, purge_id, seq)
+    _check_origin(checkpoint.origin, origin, "the receipt's checkpoint")
+    kind = _check_leaf(leaf, purge_id, seq)
     verify_inclusion(leaf_hash(leaf), index, checkpoint.size, proof, checkpoint.root)
     newer = _verify_newer(checkpoint, verifier, newer_checkpoint, consistency_proof)
-    return ReceiptVerified(purge_id, seq, index, leaf, checkpoint, newer)
+    return ReceiptVerified(purge_id, seq, index, leaf, checkpoint, newer, kind)
+
+
+def _check_origin(origin: str, pinned: str | None, what: str) -> None:
+    if pinned is not None and origin != pinned:
+        raise ReceiptInvalid(f"{what} is of the log {origin!r}, not {pinned!r}")
 
 
 def _verify_newer(
@@ -444,8 +565,7 @@ def _verify_newer(
 
 # -- completion statements --
 
-_DECIMAL = r"(0|[1-9][0-9]*)"
-_STEP_LINE = re.compile(rf"step ([a-z][a-z_]*) removed={_DECIMAL} retained_shared={_DECIMAL} held={_DECIMAL}")
+_STEP_LINE = re.compile(r"step ([a-z][a-z_]*) removed=([0-9]+) retained_shared=([0-9]+) held=([0-9]+)")
 _UTC_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z")
 _COMPLETION_HEADER = 7  # the format line and six fields before the step lines
 
@@ -505,12 +625,6 @@ class Completion:
         return (self.completed_at, self.attempts)
 
 
-def _decimal(text: str, what: str) -> int:
-    if not re.fullmatch(_DECIMAL, text):
-        raise ReceiptInvalid(f"the statement's {what} is not a decimal number without leading zeros")
-    return int(text)
-
-
 def parse_completion(text: str) -> Completion:
     """Parse a completion statement's signed text; ReceiptInvalid for anything else."""
     if not text.endswith("\n"):
@@ -523,7 +637,7 @@ def parse_completion(text: str) -> Completion:
     _, origin, purge_id, seq_text, hash_text, completed_at, attempts_text, *step_lines = lines
     if not origin or not purge_id or any(ch.isspace() for ch in purge_id):
         raise ReceiptInvalid("the statement has no origin or no purge id")
-    seq = _decimal(seq_text, "ledger seq")
+    seq = decimal(seq_text, "the statement's ledger seq")
     if seq < 1:
         raise ReceiptInvalid("the statement's ledger seq is not positive")
     leaf = _b64decode(hash_text, "the statement's leaf hash")
@@ -531,14 +645,15 @@ def parse_completion(text: str) -> Completion:
         raise ReceiptInvalid(f"the statement's leaf hash is {len(leaf)} bytes, not {HASH_SIZE}")
     if not _UTC_TIME.fullmatch(completed_at):
         raise ReceiptInvalid("the statement's time is not YYYY-MM-DDTHH:MM:SS.ffffffZ")
-    attempts = _decimal(attempts_text, "attempt count")
+    attempts = decimal(attempts_text, "the statement's attempt count")
     steps = []
     for line in step_lines:
         match = _STEP_LINE.fullmatch(line)
         if match is None:
             raise ReceiptInvalid("a step line of the statement is not 'step <kind> removed=N retained_shared=N held=N'")
-        kind, removed, retained, held = match.groups()
-        steps.append(CompletionStep(kind, int(removed), int(retained), int(held)))
+        kind, *counts = match.groups()
+        removed, retained, held = (decimal(count, f"the statement's {kind} count") for count in counts)
+        steps.append(CompletionStep(kind, removed, retained, held))
     kinds = [step.kind for step in steps]
     if kinds != sorted(set(kinds)):
         raise ReceiptInvalid("the statement's steps are not one line per kind, sorted")
@@ -563,12 +678,16 @@ def verify_completion(
     statement: str | bytes | Mapping[str, Any],
     vkey: str,
     receipt: str | bytes | Mapping[str, Any] | None = None,
+    *,
+    origin: str | None = None,
 ) -> Completion:
     """Check a completion statement's signature with the log's verification key and return
     what it says; with ``receipt``, verify the receipt too and check that the statement is
-    bound to its leaf: the same origin, purge id, ledger seq and leaf hash."""
+    bound to its leaf: the same origin, purge id, ledger seq and leaf hash; with ``origin``,
+    that the statement is of that log."""
     verifier = Verifier.from_vkey(vkey)
     completion = parse_completion(open_note(_statement_note(statement), verifier))
+    _check_origin(completion.origin, origin, "the statement")
     if receipt is not None:
         verified = verify_receipt(receipt, vkey)
         if (completion.purge_id, completion.ledger_seq) != (verified.purge_id, verified.ledger_seq):
@@ -597,33 +716,67 @@ def later_completion(first: Completion, second: Completion) -> Completion:
 # -- the command line --
 
 
-def _read_text(path: str) -> str:
-    with open(path, encoding="utf-8") as handle:
-        return handle.read()
+def _read_text(path: str, what: str) -> str:
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ReceiptInvalid(f"{what} is not UTF-8 text") from exc
 
 
 def _key_text(value: str) -> str:
     """``--key`` takes the key itself or a file holding it."""
     if "+" in value:
         return value
-    return _read_text(value).strip()
+    return _read_text(value, "the key file").strip()
+
+
+def verify_files(
+    receipt: str,
+    key: str,
+    *,
+    newer: str | None = None,
+    proof: str | None = None,
+    completion: str | None = None,
+    origin: str | None = None,
+) -> tuple[ReceiptVerified, Completion | None]:
+    """What the command line checks, from its files (``key`` is the key or a file holding
+    it): the receipt, and the completion statement if one is given. OSError when a file
+    cannot be read; ReceiptInvalid when what it holds does not verify."""
+    vkey = _key_text(key)
+    document = _read_text(receipt, "the receipt")
+    result = verify_receipt(
+        document,
+        vkey,
+        newer_checkpoint=None if newer is None else _read_text(newer, "the newer checkpoint"),
+        consistency_proof=None if proof is None else _read_text(proof, "the consistency proof"),
+        origin=origin,
+    )
+    if completion is None:
+        return result, None
+    return result, verify_completion(_read_text(completion, "the statement"), vkey, document, origin=origin)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="purgekeeper.tlog.verify", description="Verify a purgekeeper purge receipt offline."
+        prog="purgekeeper.tlog.verify",
+        description="Verify a purgekeeper purge receipt offline. Exit 0: verified; 1: it does not verify; "
+        "2: a file cannot be read, or a usage error.",
     )
     parser.add_argument("receipt", help="the receipt file (JSON)")
     parser.add_argument("--key", required=True, help="the log's verification key (name+id+key), or a file holding it")
+    parser.add_argument("--origin", help="the log's origin: a checkpoint of another log does not verify")
     parser.add_argument("--newer", help="a newer signed checkpoint the receipt's tree must be a prefix of")
     parser.add_argument("--proof", help="the consistency proof file from the receipt's checkpoint to --newer")
     parser.add_argument("--completion", help="a completion statement of the receipt's purge, bound to its leaf")
     return parser
 
 
-def _describe(result: ReceiptVerified, completion: Completion | None = None) -> str:
+def describe(result: ReceiptVerified, completion: Completion | None = None) -> str:
+    """The one line that says what verified, starting ``ok: <the row's kind in words>``."""
     where = f"{result.checkpoint.origin} at tree size {result.checkpoint.size}"
-    line = f"ok: purge {result.purge_id} is ledger row {result.ledger_seq}, included in {where}"
+    line = f"ok: {result.kind_name}, id {result.purge_id}, is ledger row {result.ledger_seq}, included in {where}"
     if result.newer is not None:
         line += f", and tree size {result.newer.size} extends it"
     if completion is not None:
@@ -637,32 +790,27 @@ def _describe(result: ReceiptVerified, completion: Completion | None = None) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit 0 and print one line when the receipt (and the completion statement, if one is
-    given) verifies; exit 1 with the reason when not."""
+    given) verifies; exit 1 with the reason when not; exit 2 when a file cannot be read."""
     args = _parser().parse_args(argv)
     if (args.newer is None) != (args.proof is None):
         print("purgekeeper.tlog.verify: --newer and --proof go together", file=sys.stderr)
         return 2
     try:
-        result = verify_receipt(
-            _read_text(args.receipt),
-            _key_text(args.key),
-            newer_checkpoint=None if args.newer is None else _read_text(args.newer),
-            consistency_proof=None if args.proof is None else _read_text(args.proof),
+        result, completion = verify_files(
+            args.receipt,
+            args.key,
+            newer=args.newer,
+            proof=args.proof,
+            completion=args.completion,
+            origin=args.origin,
         )
-        completion = None
-        if args.completion is not None:
-            receipt = _read_text(args.receipt)
-            completion = verify_completion(_read_text(args.completion), _key_text(args.key), receipt)
     except OSError as exc:
         print(f"cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
-    except UnicodeDecodeError:
-        print("receipt invalid: a file given is not UTF-8 text", file=sys.stderr)
-        return 1
     except ReceiptInvalid as exc:
         print(f"receipt invalid: {exc.reason}", file=sys.stderr)
         return 1
-    print(_describe(result, completion))
+    print(describe(result, completion))
     return 0
 
 

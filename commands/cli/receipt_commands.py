@@ -58,6 +58,7 @@ def completion_show(purge_id: str, as_json: bool) -> None:
 @receipt_group.command("verify", cls=JsonCommand)
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--key", required=True, help="The log's verification key (`purgectl ledger key`), or a file holding it.")
+@click.option("--origin", help="The log's origin (a checkpoint's first line): another log's checkpoint fails.")
 @click.option("--newer", type=click.Path(dir_okay=False, path_type=Path), help="A newer signed checkpoint.")
 @click.option(
     "--proof",
@@ -71,48 +72,45 @@ def completion_show(purge_id: str, as_json: bool) -> None:
 )
 @json_option
 def receipt_verify(
-    file: Path, key: str, newer: Path | None, proof: Path | None, completion: Path | None, as_json: bool
+    file: Path,
+    key: str,
+    origin: str | None,
+    newer: Path | None,
+    proof: Path | None,
+    completion: Path | None,
+    as_json: bool,
 ) -> None:
     """Verify a receipt offline, with the log's verification key: its signed checkpoint, its
-    leaf (the purge's row, in canonical form) and its inclusion proof; with --newer and
-    --proof, that a newer checkpoint's tree extends the receipt's; with --completion, that the
-    completion statement is signed with the key and bound to the receipt's leaf. No database, no server.
-    Exit 0: verified; 1: it does not verify (the reason is printed); 2: a file cannot be
-    read, or --newer without --proof."""
+    leaf (the purge's row, in canonical form) and its inclusion proof; with --origin, that the
+    checkpoint is of that log; with --newer and --proof, that a newer checkpoint's tree
+    extends the receipt's; with --completion, that the completion statement is signed with
+    the key and bound to the receipt's leaf. No database, no server. The line (or document)
+    says what kind of row it verified: a content purge, a legal hold, a retention run...
+    Exit 0: verified; 1: it does not verify (the reason is printed; also JSON nested too
+    deep, a number of more than 20 digits, a key twice); 2: a file cannot be read, or
+    --newer without --proof."""
+    files = {"newer": newer, "proof": proof, "completion": completion}
     argv = [str(file), "--key", key]
-    if newer is not None:
-        argv += ["--newer", str(newer)]
-    if proof is not None:
-        argv += ["--proof", str(proof)]
-    if completion is not None:
-        argv += ["--completion", str(completion)]
+    argv += [] if origin is None else ["--origin", origin]
+    for name, path in files.items():
+        argv += [] if path is None else [f"--{name}", str(path)]
     from purgekeeper.tlog import verify  # lazy: see commands/cli/__init__.py
 
     if not as_json:
         sys.exit(verify.main(argv))
-    sys.exit(_verify_json(file, key, newer, proof, completion))
+    sys.exit(_verify_json(file, key, origin, files))
 
 
-def _verify_json(file: Path, key: str, newer: Path | None, proof: Path | None, completion: Path | None) -> int:
-    if (newer is None) != (proof is None):
+def _verify_json(file: Path, key: str, origin: str | None, files: dict[str, Path | None]) -> int:
+    if (files["newer"] is None) != (files["proof"] is None):
         print_json({"error": "validation_error", "detail": "--newer and --proof go together"})
         return UNUSABLE
     from purgekeeper.tlog import verify  # lazy: see commands/cli/__init__.py
 
+    paths = {name: None if path is None else str(path) for name, path in files.items()}
     try:
-        vkey = key if "+" in key else Path(key).read_text(encoding="utf-8").strip()
-        result = verify.verify_receipt(
-            file.read_text(encoding="utf-8"),
-            vkey,
-            newer_checkpoint=None if newer is None else newer.read_text(encoding="utf-8"),
-            consistency_proof=None if proof is None else proof.read_text(encoding="utf-8"),
-        )
-        statement = None
-        if completion is not None:
-            statement = verify.verify_completion(
-                completion.read_text(encoding="utf-8"), vkey, file.read_text(encoding="utf-8")
-            )
-    except (OSError, UnicodeDecodeError) as exc:
+        result, statement = verify.verify_files(str(file), key, origin=origin, **paths)
+    except OSError as exc:
         print_json({"error": "validation_error", "detail": f"a file cannot be read ({type(exc).__name__})"})
         return UNUSABLE
     except verify.ReceiptInvalid as exc:
@@ -126,6 +124,8 @@ def _verified(result: verify.ReceiptVerified, statement: verify.Completion | Non
     verified: dict[str, Any] = {
         "ok": True,
         "purge_id": result.purge_id,
+        "kind": result.kind,
+        "kind_name": result.kind_name,
         "ledger_seq": result.ledger_seq,
         "origin": result.checkpoint.origin,
         "tree_size": result.checkpoint.size,

@@ -82,7 +82,7 @@ def test_receipt_verify_offline(pk: Pk, signing: Purgectl, tmp_path: Path) -> No
     offline = signing.with_env(PURGEKEEPER_DATABASE_URL="postgresql://nobody@127.0.0.1:1/none")  # no database
     key = str(tmp_path / "key")
     ok = offline.text("receipt", "verify", str(tmp_path / "receipt"), "--key", pk.log_key())
-    assert ok.stdout.startswith("ok: purge " + first.purge_id)
+    assert ok.stdout.startswith(f"ok: a conversation purge, id {first.purge_id}, is ledger row 1")
     newer = ("--newer", str(tmp_path / "newer"), "--proof", str(tmp_path / "proof"))
     assert (
         "tree size 4 extends it"
@@ -100,6 +100,7 @@ def test_receipt_verify_offline(pk: Pk, signing: Purgectl, tmp_path: Path) -> No
     )
     verified = offline.json("receipt", "verify", str(tmp_path / "receipt"), "--key", key, *newer)
     assert verified["ok"] and verified["tree_size"] == 2 and verified["newer_tree_size"] == 4
+    assert (verified["kind"], verified["kind_name"]) == ("conversation", "a conversation purge")
 
 
 def test_completion_and_its_offline_check(pk: Pk, signing: Purgectl, tmp_path: Path) -> None:

@@ -63,7 +63,17 @@ def test_a_copy_of_the_verifier_alone_checks_a_receipt(files: dict[str, Path], t
     vkey = files["key.vkey"].read_text().strip()
     done = run("-I", "receipt_verify.py", files["receipt.json"], "--key", vkey, cwd=vendored)
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout == f"ok: purge p-7 is ledger row 7, included in {ORIGIN} at tree size 10\n"
+    assert done.stdout == f"ok: a bot deletion, id p-7, is ledger row 7, included in {ORIGIN} at tree size 10\n"
+
+
+def test_origin_pins_the_log(files: dict[str, Path]) -> None:
+    verify = ("-m", "purgekeeper.tlog.verify", files["receipt.json"], "--key", files["key.vkey"])
+    assert run(*verify, "--origin", ORIGIN).returncode == 0
+    other = run(*verify, "--origin", "purgekeeper.example/ledger/other")
+    assert (other.returncode, other.stdout) == (1, "")
+    assert other.stderr == (
+        f"receipt invalid: the receipt's checkpoint is of the log {ORIGIN!r}, not 'purgekeeper.example/ledger/other'\n"
+    )
 
 
 def test_the_module_checks_a_newer_checkpoint_and_takes_the_key_from_a_file(files: dict[str, Path]) -> None:
