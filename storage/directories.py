@@ -99,6 +99,23 @@ def _open_directory(parent: int, name: str, *, create: bool) -> int:
         raise
 
 
+def open_regular_file(parent: int, name: str) -> int:
+    """The descriptor of the regular file ``name`` in the directory ``parent``, opened for
+    reading without following a symlink (SymlinkRefused) and without waiting on a FIFO
+    planted there (``O_NONBLOCK``, which changes nothing for a regular file); anything but a
+    regular file is OSError ``EINVAL``."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SymlinkRefused() from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
+
+
 def is_symlink(parent: int, name: str) -> bool:
     try:
         return stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)

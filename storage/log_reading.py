@@ -6,13 +6,14 @@ memory"); inclusion and consistency proofs.
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+from purgekeeper.storage.directories import SYMLINK_REFUSED, Directories, SymlinkRefused, components, open_regular_file
 from purgekeeper.storage.files import reason_of
 from purgekeeper.storage.log_format import (
     _DIRECTORY,
@@ -26,6 +27,8 @@ from purgekeeper.storage.log_format import (
 )
 from purgekeeper.tlog import note, tree
 from purgekeeper.tlog.verify import HASH_SIZE, ReceiptInvalid, open_checkpoint
+
+_ROOT = "log"  # the root's name in the walk of ``Directories``: the log's own directory
 
 
 class SignedLogReader:
@@ -126,20 +129,55 @@ class SignedLogReader:
         return data
 
     def _fetch_file(self, wanted: tree.Tile) -> bytes:
-        path = self.directory / wanted.path
-        with contextlib.suppress(FileNotFoundError):
-            return path.read_bytes()
-        full = tree.Tile(wanted.level, wanted.index)
+        """The tile's bytes from the first of its own file, the full tile and each wider partial
+        one that is there. Each is reached from the log directory's descriptor with
+        ``O_NOFOLLOW`` at every component (``purgekeeper.storage.directories``): a symlink
+        planted in ``tile/`` is never followed (HashMissing). A file of another length than its
+        path says (a full tile is always 8,192 bytes) is TileInvalid, never a short tile."""
         size = wanted.width * HASH_SIZE
-        with contextlib.suppress(FileNotFoundError):
-            return (self.directory / full.path).read_bytes()[:size]
-        partials = self.directory / f"{full.path}.p"
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            widths = sorted(int(n) for n in os.listdir(partials) if n.isdigit() and int(n) >= wanted.width)
-            for width in widths:
-                with contextlib.suppress(FileNotFoundError):
-                    return (partials / str(width)).read_bytes()[:size]
+        with Directories({_ROOT: str(self.directory)}) as directories:
+            for path, width in self._sources(directories, wanted):
+                data = self._read_tile_file(directories, path)
+                if data is None:
+                    continue
+                if len(data) != width * HASH_SIZE:
+                    name = f"{self.directory.name}/{path}"
+                    raise tree.TileInvalid(f"{name} is {len(data)} bytes, not {width * HASH_SIZE}")
+                return data[:size]
         raise tree.HashMissing(f"{self.directory.name} has no {wanted.path}")
+
+    def _sources(self, directories: Directories, wanted: tree.Tile) -> Iterator[tuple[str, int]]:
+        """The files that hold the tile's hashes, each with its width: its own, the full tile
+        and the wider partial ones (a partial tile is removed once a wider one is signed)."""
+        yield wanted.path, wanted.width
+        full = tree.Tile(wanted.level, wanted.index)
+        if wanted == full:
+            return
+        yield full.path, tree.TILE_WIDTH
+        try:
+            partials = directories.parent(_ROOT, components(f"{full.path}.p/{wanted.width}"))
+            names = os.listdir(partials)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except SymlinkRefused:
+            raise tree.HashMissing(f"{self.directory.name}/{full.path}.p: {SYMLINK_REFUSED}") from None
+        for width in sorted(int(n) for n in names if n.isdigit() and wanted.width < int(n) < tree.TILE_WIDTH):
+            yield f"{full.path}.p/{width}", width
+
+    def _read_tile_file(self, directories: Directories, path: str) -> bytes | None:
+        """The file's bytes; None when it is not there. HashMissing for a symlink or anything
+        but a regular file."""
+        parts = components(path)
+        try:
+            fd = open_regular_file(directories.parent(_ROOT, parts), parts[-1])
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if isinstance(exc, SymlinkRefused) or exc.errno == errno.EINVAL:
+                raise tree.HashMissing(f"{self.directory.name}/{path}: {exc.strerror}") from None
+            raise
+        with os.fdopen(fd, "rb") as file:
+            return file.read()
 
     def _keep_tiles(self, tiles: Mapping[tree.Tile, bytes]) -> None:
         with self._memory:
