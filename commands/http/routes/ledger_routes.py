@@ -1,7 +1,10 @@
 """The proofs and the signed log. ``proof_routes`` (tag ``purges``, host routes): a purge's
 receipt (its inclusion proof) and completion statement, and the ledger's consistency proof
 between two tree sizes. ``log_routes``: the signed log's public part under ``/log``, which
-holds hashes only and needs no token (not in the OpenAPI document)."""
+holds hashes only and needs no token (not in the OpenAPI document): ``GET /log/checkpoint``,
+``GET /log/tile/<L>/<N>[.p/<W>]`` and ``GET /log/consistency?from=N`` (the same document as
+``GET /v1/ledger/consistency``: the proof from the tree of ``N`` leaves to the newest
+checkpoint, which it carries)."""
 
 from __future__ import annotations
 
@@ -57,16 +60,44 @@ def proof_routes(router: APIRouter, pk: Purgekeeper) -> None:
         return as_json(pk.consistency(from_size))
 
 
+# C2SP tlog-tiles (https://c2sp.org/tlog-tiles), "Checkpoints": the checkpoint "is mutable, so
+# its headers SHOULD prevent caching beyond a few seconds"; "Merkle Tree": a tile "is
+# immutable, so its caching headers SHOULD be long-lived". A full tile is fsynced before the
+# checkpoint that names it and never changes. A partial tile is kept as briefly as the
+# checkpoint: it takes no fsync, so after a crash it may be wrong until a writer rebuilds it
+# (``purgekeeper.storage.signed_log``), and the log removes it once a wider one is signed. A
+# consistency proof ends at the newest checkpoint, so it ages with it.
+BRIEFLY = "public, max-age=5"
+IMMUTABLE = "public, max-age=31536000, immutable"
+PARTIAL_TILE = ".p/"  # in a partial tile's path only: tile/<L>/<N>.p/<W>
+
+
 def log_routes(pk: Purgekeeper) -> APIRouter:
-    """The signed log's public part, without a token: the checkpoint and the hash tiles."""
+    """The signed log's public part, without a token: the checkpoint and the hash tiles
+    (C2SP tlog-tiles), and a consistency proof from an older tree size to the newest
+    checkpoint, which holds hashes only too (``GET /v1/ledger/consistency``'s document)."""
     router = APIRouter(prefix="/log", include_in_schema=False)
 
     @router.get("/checkpoint")
     def log_checkpoint() -> Response:
-        return Response(pk.receipts.log_file("checkpoint"), media_type="text/plain; charset=utf-8")
+        return Response(
+            pk.receipts.log_file("checkpoint"),
+            media_type="text/plain; charset=utf-8",
+            headers={"Cache-Control": BRIEFLY},
+        )
 
     @router.get("/tile/{path:path}")
     def log_tile(path: str) -> Response:
-        return Response(pk.receipts.log_file(f"tile/{path}"), media_type="application/octet-stream")
+        data = pk.receipts.log_file(f"tile/{path}")
+        cache = BRIEFLY if PARTIAL_TILE in path else IMMUTABLE
+        return Response(data, media_type="application/octet-stream", headers={"Cache-Control": cache})
+
+    @router.get("/consistency")
+    def log_consistency(
+        from_size: Annotated[int, Query(alias="from", ge=1, le=MAX_SEQ, description="the older tree's size")],
+    ) -> JSONResponse:
+        response = as_json(pk.consistency(from_size))
+        response.headers["Cache-Control"] = BRIEFLY
+        return response
 
     return router
