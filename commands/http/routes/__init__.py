@@ -74,9 +74,10 @@ Authentication (``purgekeeper.commands.web.auth``): every ``/v1`` request needs 
 token; operator endpoints take the operator token when one is configured, else the host
 token. A missing or wrong token is ``401 {"error": "unauthorized"}``. ``/openapi.json`` and
 ``/docs`` hold no data and need no token, and neither does the signed log's public part:
-``GET /log/checkpoint`` (the newest signed checkpoint, ``text/plain``) and ``GET
-/log/tile/<L>/<N>[.p/<W>]`` (C2SP tlog-tiles of hashes, ``application/octet-stream``), which
-hold hashes only; any other path under ``/log`` is a 404.
+``GET /log/checkpoint`` (the newest signed checkpoint, ``text/plain``), ``GET
+/log/tile/<L>/<N>[.p/<W>]`` (C2SP tlog-tiles of hashes, ``application/octet-stream``) and
+``GET /log/consistency?from=N`` (a consistency proof to the newest checkpoint), which hold
+hashes only; any other path under ``/log`` is a 404.
 
 """
 
