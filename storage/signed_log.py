@@ -65,6 +65,15 @@ edge that still does not give the root means a full tile or the copy is damaged:
 refused (``LogRefused``), not guessed. Removing the partial tiles a wider one replaced
 takes no fsync either: a crash that brings one back leaves a correct tile of an older tree.
 
+**A rebuild verifies before it signs.** Rows read from the copy to build leaves the tree
+does not hold yet (a checkpoint lost, or a copy written unsigned) or its right edge again
+are checked first (``verified``): each row's ``row_hash`` recomputed from its ``prev_hash``
+and canonical JSON, its link to the row before it, its seq. A row that fails is
+``RowUnverified``, naming its seq, and nothing is signed: a copy edited with its hashes kept
+never becomes a signed leaf. ``rebuild_tiles`` (``purgectl ledger repair``) computes every
+tile of the signed tree again from the copy's verified rows, checks that they give the
+signed root, and only then writes the tiles missing or damaged on disk.
+
 Here: the writing (under the copy's flock). What the log is made of (its errors, its tree
 head, the leaf of a row, the signing key) is in ``log_format``; its reading, and what stays
 in memory, in ``log_reading``. Every name is importable from here.
@@ -77,7 +86,7 @@ import datetime as dt
 import itertools
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from purgekeeper.schema import ledger
@@ -103,9 +112,48 @@ from purgekeeper.storage.log_format import (
 )
 from purgekeeper.storage.log_reading import SignedLogReader
 from purgekeeper.tlog import note, tree
-from purgekeeper.tlog.verify import Checkpoint, ReceiptInvalid, verify_consistency
+from purgekeeper.tlog.verify import Checkpoint, ReceiptInvalid, node_hash, verify_consistency
 
 log = logging.getLogger(__name__)
+
+
+class RowUnverified(LogRefused):
+    """A row of the copy the signed log would be built from does not verify (its row_hash,
+    its link to the row before it, its seq, or the database's row at its seq): nothing was
+    signed. The message names the seq, never the row's content."""
+
+    def __init__(self, seq: int, what: str) -> None:
+        self.seq = seq
+        super().__init__(
+            f"the ledger copy's row at seq {seq} {what}: the signed log is not built from it "
+            "(run purgectl ledger verify)"
+        )
+
+
+def verified(rows: Iterable[ledger.LedgerEntry], *, after: int, prev_hash: str | None) -> Iterator[ledger.LedgerEntry]:
+    """``rows`` (seq ``after + 1`` on), each checked before it is given: its seq, its link to
+    the row before it (``prev_hash``, that row's hash; None: the first row's link is not
+    known here) and its ``row_hash`` recomputed. RowUnverified names the first that fails."""
+    seq, prev = after, prev_hash
+    for row in rows:
+        if row.seq != seq + 1:
+            raise RowUnverified(seq + 1, "is missing")
+        if prev is not None and row.prev_hash != prev:
+            raise RowUnverified(row.seq, "does not link to the row before it")
+        if row.expected_hash() != row.row_hash:
+            raise RowUnverified(row.seq, "does not match its row_hash")
+        seq, prev = row.seq, row.row_hash
+        yield row
+
+
+def verified_between(
+    rows_of: Callable[[int, int], Iterable[ledger.LedgerEntry]], after: int, upto: int
+) -> list[ledger.LedgerEntry]:
+    """The rows ``after < seq <= upto``, verified from the row at ``after`` (read too: its own
+    hash checked, and the link of the first row asked for) or from the genesis hash."""
+    start = max(after - 1, 0)
+    anchor = ledger.GENESIS_HASH if start == 0 else None
+    return list(verified(rows_of(start, upto), after=start, prev_hash=anchor))[after - start :]
 
 
 class SignedLog(SignedLogReader):
@@ -146,8 +194,10 @@ class SignedLog(SignedLogReader):
         if new_size <= size:
             assert current is not None
             return current
-        earlier = list(rows_between(size, copy_seq)) if size < copy_seq else []
-        added = [*earlier, *(row for row in rows if row.seq > size)]
+        if size < copy_seq:  # leaves built from the copy's rows: a rebuild verifies them first
+            added = verified_between(rows_of, size, new_size)
+        else:
+            added = [row for row in rows if row.seq > size]
         return self._grow(current, [leaf_hash_of(row) for row in added])
 
     def _linked(self, link: tuple[int, bytes] | None, copy_seq: int, current: TreeHead | None) -> bool:
@@ -168,6 +218,52 @@ class SignedLog(SignedLogReader):
         if current is not None and current.checkpoint.origin == self.origin:
             self._ensure_edge(current, lambda after, upto: list(rows_between(after, upto)))
 
+    def rebuild_tiles(self, rows: Iterable[ledger.LedgerEntry]) -> list[str]:
+        """Every tile of the newest signed checkpoint's tree computed again from ``rows`` (the
+        copy's, from seq 1: each verified), checked to give the signed root, then each tile
+        missing or damaged on disk written (fsynced). Returns their paths. RowUnverified for a
+        row that does not verify; LogRefused when the rows do not give the signed root. Either
+        way nothing is written. It reads every tile: an operator's repair, never a request's."""
+        current = self.head()
+        if current is None or current.checkpoint.origin != self.origin:
+            return []
+        size = current.size
+        leaves = (leaf_hash_of(row) for row in verified(rows, after=0, prev_hash=ledger.GENESIS_HASH))
+        tiles = _TileBuilder()
+        built = tiles.build(itertools.islice(leaves, size))
+        damaged = {tile: data for tile, data in built if self._differs(tile, data)}
+        edge = dict(tiles.edge())
+        refused = f"the copy's rows do not give the signed checkpoint's root of {self.directory.name} (size {size})"
+        if tiles.count != size:
+            raise LogRefused(f"{refused}: the copy holds {tiles.count} of its rows; {NEW_ORIGIN_HINT}")
+
+        def fetch(wanted: tree.Tile) -> bytes:
+            return damaged.get(wanted) or edge.get(wanted) or self._fetch_file(wanted)
+
+        if tree.tree_hash(size, tree.TileHashReader(size, fetch)) != current.root:
+            raise LogRefused(f"{refused}; {NEW_ORIGIN_HINT}")
+        damaged.update((tile, data) for tile, data in edge.items() if self._differs(tile, data))
+        if damaged:
+            self._write_durably(damaged)
+            log.warning("%s: %d tiles rebuilt from the ledger's copy", self.directory.name, len(damaged))
+        return [tile.path for tile in sorted(damaged)]
+
+    def _differs(self, tile: tree.Tile, data: bytes) -> bool:
+        """The tile's file is not ``data`` (missing, of another length, or other bytes)."""
+        try:
+            return self._fetch_file(tile) != data
+        except (tree.HashMissing, tree.TileInvalid):
+            return True
+
+    def _write_durably(self, tiles: Mapping[tree.Tile, bytes]) -> None:
+        with self._memory:
+            self._forget(self._identity)  # nothing read from a damaged tile stays
+        base = self._open_directory()
+        try:
+            self._write_tiles(base, tiles, durable=True)
+        finally:
+            os.close(base)
+
     def _ensure_edge(self, current: TreeHead, rows_of: Callable[[int, int], list[ledger.LedgerEntry]]) -> None:
         """The right edge of ``current``'s tree gives its root (checked once per checkpoint
         this process did not write), else it is computed again (module docstring)."""
@@ -186,7 +282,7 @@ class SignedLog(SignedLogReader):
     def _rebuild_edge(self, current: TreeHead, rows_of: Callable[[int, int], list[ledger.LedgerEntry]]) -> None:
         size = current.size
         first = size - size % tree.TILE_WIDTH
-        rows = rows_of(first, size)
+        rows = verified_between(rows_of, first, size)
         refused = (
             f"the tiles of {self.directory.name} and the copy's rows do not give its signed checkpoint's root "
             f"(size {size})"
@@ -367,6 +463,44 @@ class SignedLog(SignedLogReader):
         return os.open(relative, _DIRECTORY | os.O_NOFOLLOW, dir_fd=base)
 
 
+class _TileBuilder:
+    """The tiles of a tree, computed from its leaf hashes as they come: each full tile as it
+    fills (its subtree hash goes on to the level above), then the partial ones (``edge``)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._pending: list[list[bytes]] = []  # per tile level: the entries of its open tile
+        self._full: list[int] = []  # per tile level: the full tiles given so far
+
+    def build(self, leaves: Iterable[bytes]) -> Iterator[tuple[tree.Tile, bytes]]:
+        for leaf in leaves:
+            self.count += 1
+            yield from self._add(0, leaf)
+
+    def _add(self, level: int, entry: bytes) -> Iterator[tuple[tree.Tile, bytes]]:
+        if level == len(self._pending):
+            self._pending.append([])
+            self._full.append(0)
+        entries = self._pending[level]
+        entries.append(entry)
+        if len(entries) == tree.TILE_WIDTH:
+            self._pending[level], self._full[level] = [], self._full[level] + 1
+            yield tree.Tile(level, self._full[level] - 1), b"".join(entries)
+            yield from self._add(level + 1, _subtree_hash(entries))
+
+    def edge(self) -> Iterator[tuple[tree.Tile, bytes]]:
+        for level, entries in enumerate(self._pending):
+            if entries:
+                yield tree.Tile(level, self._full[level], len(entries)), b"".join(entries)
+
+
+def _subtree_hash(entries: Sequence[bytes]) -> bytes:
+    """The hash of the complete subtree whose bottom row is ``entries`` (a full tile's)."""
+    while len(entries) > 1:
+        entries = [node_hash(entries[i], entries[i + 1]) for i in range(0, len(entries), 2)]
+    return entries[0]
+
+
 __all__ = [
     "CHECKPOINT_FILE",
     "DEFAULT_ORIGIN_PREFIX",
@@ -377,6 +511,7 @@ __all__ = [
     "TILES_KEPT",
     "ForeignKey",
     "LogRefused",
+    "RowUnverified",
     "RowsBetween",
     "SignedLog",
     "SignedLogReader",
@@ -386,4 +521,6 @@ __all__ = [
     "leaf_of",
     "load_or_create_key",
     "read_key",
+    "verified",
+    "verified_between",
 ]
