@@ -80,13 +80,15 @@ class MergeReport:
 @dataclass(frozen=True)
 class CopyRepair:
     """What ``repair_ledger_copy`` did: the copy (its directory's name), its head now,
-    whether head.json was rebuilt from the segments, and the gate's full verdict after it."""
+    whether head.json was rebuilt from the segments, the gate's full verdict after it, and
+    the signed log's tiles rebuilt from the copy (their paths in the log)."""
 
     copy: str
     seq: int
     row_hash: str
     head_rebuilt: bool
     gate: GateState
+    tiles_rebuilt: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,15 +130,18 @@ class RestoreCommands:
     def repair_ledger_copy(self) -> CopyRepair:
         """Bring the ledger's copy in the checkpoint directory back to a verifying state
         (``purgectl ledger repair``): a lost or unreadable head.json is rebuilt from the
-        segments, a truncated open segment is re-established from the database's rows, and
-        the rows the database holds beyond the copy are appended. Rows the copy holds and the
-        database lacks (a restored database) are kept: the gate stays closed until a merge
-        brings them back. Then the gate's full check (the chain and the copy walked, as
-        ``messaging_status()``). ``MessagingUnavailable`` with the reason when it cannot be
-        done."""
+        segments, a truncated open segment is re-established from the database's rows, the
+        signed log's tiles missing or damaged are rebuilt from the copy's rows once they
+        verify and give the signed root (``ledger_copy.repair_log``; a row that does not is
+        refused by its seq, and nothing is written), and the rows the database holds beyond
+        the copy are appended. Rows the copy holds and the database lacks (a restored
+        database) are kept: the gate stays closed until a merge brings them back. Then the
+        gate's full check (the chain and the copy walked, as ``messaging_status()``).
+        ``MessagingUnavailable`` with the reason when it cannot be done."""
         name = self.copy.directory.name
         try:
             _head, rebuilt = self.copy.repair()
+            tiles = ledger_copy.repair_log(self.db, self.copy)  # before the catch-up, which reads them
             head = ledger_copy.catch_up(self.db, self.copy)
         except ledger_copy.COPY_FAILED as exc:
             reason = reason_of(exc)
@@ -145,7 +150,7 @@ class RestoreCommands:
             ) from None
         state = self.gate.evaluate()  # the full check: it lifts what an earlier one found in the copy
         log.info("repair of the ledger's copy %s: seq %d, head rebuilt: %s", name, head.seq, rebuilt)
-        return CopyRepair(name, head.seq, head.row_hash, rebuilt, state)
+        return CopyRepair(name, head.seq, head.row_hash, rebuilt, state, tuple(tiles))
 
     def merge_ledger(self, *paths: str | Path, allow_other_database: bool = False, full: bool = False) -> MergeReport:
         """Restore: bring this ledger's missing purges back from the ledger kept outside it,

@@ -1,5 +1,6 @@
 """Keeping a ledger copy up to the database: the rows it lacks appended (``catch_up``), its
-lost tail re-established (``restore_tail``), a damaged copy repaired (``repair``), and after a
+lost tail re-established (``restore_tail``), a damaged copy repaired (``repair``), the signed
+log's tiles rebuilt from it (``repair_log``), and after a
 merge a copy the ledger does not extend moved aside (``reconcile``), never a row the signed
 log or a version 1 checkpoint holds that the ledger lacks. ``purgekeeper.storage.ledger_copy`` names all of it.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +25,7 @@ from purgekeeper.storage.copy_layout import (
     CopyInvalid,
     CopyTruncated,
 )
-from purgekeeper.storage.signed_log import ForeignKey
+from purgekeeper.storage.signed_log import ForeignKey, RowUnverified
 
 if TYPE_CHECKING:
     from purgekeeper.storage.ledger_copy import LedgerCopy
@@ -72,6 +74,37 @@ def repair(db: Database, copy: LedgerCopy) -> CopyHead:
     A copy ahead of the database (a restored one) keeps its rows: a merge brings them back."""
     copy.repair()
     return catch_up(db, copy)
+
+
+def repair_log(db: Database, copy: LedgerCopy) -> list[str]:
+    """The signed log's tiles missing or damaged, rebuilt from the copy's rows once each of them
+    verifies and is the database's row at its seq (where the database holds it), and once
+    they give the signed root (``SignedLog.rebuild_tiles``). The paths of the tiles written."""
+    if copy.log is None or copy.head() is None:
+        return []
+    try:
+        copy.check_tail()
+    except CopyTruncated:
+        restore_tail(db, copy)
+    try:
+        with db.read() as conn:
+            return copy.log.rebuild_tiles(_as_in_database(copy.rows(), ledger.entries(conn)))
+    except ForeignKey as exc:  # another data directory's key: its owner repairs its log
+        log.warning("the ledger's log is not repaired: %s", exc)
+        return []
+
+
+def _as_in_database(
+    rows: Iterable[ledger.LedgerEntry], in_database: Iterable[ledger.LedgerEntry]
+) -> Iterator[ledger.LedgerEntry]:
+    """``rows`` (from seq 1), each compared with the database's row at its seq first; rows
+    beyond the database's head (a restored database) are given as they are."""
+    theirs = iter(in_database)
+    for row in rows:
+        other = next(theirs, None)
+        if other is not None and (other.seq, other.row_hash) != (row.seq, row.row_hash):
+            raise RowUnverified(row.seq, "is not the database's row at its seq")
+        yield row
 
 
 def _repaired(copy: LedgerCopy) -> CopyHead | None:

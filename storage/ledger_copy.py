@@ -88,6 +88,7 @@ from purgekeeper.storage.copy_sync import (
     catch_up,
     reconcile,
     repair,
+    repair_log,
     restore_tail,
 )
 from purgekeeper.storage.copy_writing import CopyWriter
@@ -230,6 +231,7 @@ __all__ = [
     "rebuilt_source",
     "reconcile",
     "repair",
+    "repair_log",
     "restore_tail",
     "row_line",
     "segment_name",

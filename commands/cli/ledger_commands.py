@@ -78,9 +78,11 @@ def ledger_checkpoint(out: Path | None, as_json: bool) -> None:
 def ledger_repair(as_json: bool) -> None:
     """Bring the ledger's copy in the checkpoint directory back to a verifying state: rebuild
     a lost or unreadable head.json from its segments, re-establish a truncated open segment
-    from the database, append what the database holds beyond it. Rows the copy holds and
-    the database lacks are kept: `ledger merge` brings them back. A copy that cannot be
-    repaired is a messaging_unavailable error with the reason (exit code 4)."""
+    from the database, rebuild the signed log's missing or damaged tiles from the copy (each
+    row verified first, the tree checked against the signed root), append what the database
+    holds beyond it. Rows the copy holds and the database lacks are kept: `ledger merge`
+    brings them back. A copy that cannot be repaired (a row that does not verify is named by
+    its seq) is a messaging_unavailable error with the reason (exit code 4)."""
 
     run_with_handle(as_json, lambda pk: pk.repair_ledger_copy(), render_mapping)
 
