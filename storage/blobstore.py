@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import errno
 import functools
 import os
 import re
@@ -47,7 +46,7 @@ from typing import BinaryIO, TypeVar
 
 from purgekeeper.schema.states import BlobKind
 from purgekeeper.storage import failpoints
-from purgekeeper.storage.directories import Directories, SymlinkRefused, components
+from purgekeeper.storage.directories import Directories, components, open_regular_file
 from purgekeeper.storage.files import atomic_write_at
 
 _BLOB_ID = re.compile(r"[0-9A-Za-z_-]{4,64}")
@@ -152,16 +151,7 @@ class BlobStore:
         check_path(blob_id, kind, relative)
         parts = components(relative)
         with Directories(self._resolved) as directories:
-            directory = directories.parent(BlobKind(kind), parts)
-            try:
-                fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:
-                    raise SymlinkRefused() from None
-                raise
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OSError(errno.EINVAL, "not a regular file")
+            fd = open_regular_file(directories.parent(BlobKind(kind), parts), parts[-1])
         return os.fdopen(fd, "rb")
 
     def exists(self, kind: BlobKind | str, relative: str) -> bool:
