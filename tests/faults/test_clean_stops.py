@@ -22,6 +22,7 @@ import datetime as dt
 import os
 import re
 import shlex
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,7 +35,18 @@ import purgekeeper
 from purgekeeper.schema.states import PurgeKind
 from purgekeeper.workers import cleanup, runner
 from purgekeeper.workers.shutdown import STOP_BOUND
-from tests.helpers.processes import REPO, Processes, free_port, open_transactions, seed_conversation, wait_until
+from tests.helpers.processes import (
+    BIN,
+    QUEUE,
+    REPO,
+    SCHEDULER_READY,
+    WORKER_READY,
+    Processes,
+    free_port,
+    open_transactions,
+    seed_conversation,
+    wait_until,
+)
 from tests.helpers.steps import POLICY
 from tests.helpers.stopping import (
     WAYS,
@@ -42,6 +54,7 @@ from tests.helpers.stopping import (
     ended,
     leader_lease_left,
     process_rows,
+    sigint,
     sigterm,
     sleeping_sessions,
     slow_first_batch,
@@ -55,6 +68,7 @@ EVENTS = BATCH + 500  # two batches
 # and reaping on a loaded machine, never a promise of the code.
 SLACK_S = 10.0
 WAIT_EXIT_S = STOP_BOUND.total_seconds() + SLACK_S
+HONCHO_KILL_AFTER_S = 5.0  # honcho sends SIGKILL this long after its SIGTERMs
 UNITS = REPO / "deploy" / "systemd"
 
 
@@ -144,6 +158,29 @@ def test_a_worker_stopped_mid_batch_commits_the_batch_and_gives_the_step_back(
     assert bodies_left(pk, "c1") == EVENTS - BATCH  # the batch in flight committed; the next never began
     assert open_transactions(pk) == 0
     assert_all_stopped(pk, {"worker"})
+    finish_with_a_new_worker(pk, processes, purge_id, step_id)
+
+
+def test_honcho_s_ctrl_c_stops_the_procfile_s_worker_and_scheduler_cleanly(pk: Pk, processes: Processes) -> None:
+    """``make procfile``'s honcho, on Ctrl+C (SIGINT to honcho): it sends SIGTERM to each
+    process's group and SIGKILL 5 s later. The worker's batch in flight commits, its step is
+    given back, and both processes are shown stopped, the scheduler's leader lease given up."""
+    worker = ["python", "-m", "purgekeeper.commands.worker", "--processes", "2", "--threads", "2", "--queues", QUEUE]
+    lines = {"worker": [sys.executable, *worker[1:]], "scheduler": [str(BIN / "purgectl"), "scheduler"]}
+    purge_id, step_id = purge_mid_batch(pk)
+    honcho = processes.honcho(lines, ready={"worker": WORKER_READY, "scheduler": SCHEDULER_READY})
+    wait_mid_batch(pk, step_id)
+
+    code, took = ended(honcho, sigint(honcho), timeout=WAIT_EXIT_S)
+
+    output = honcho.output()
+    assert "SIGKILL" not in output and "Killing" not in output, output
+    assert took < HONCHO_KILL_AFTER_S + SLACK_S, output
+    assert_given_back(pk, step_id, removed_at_least=BATCH)
+    assert bodies_left(pk, "c1") == EVENTS - BATCH
+    assert_all_stopped(pk, {"worker", "scheduler"})
+    assert_leader_lease_given_up(pk)
+    assert code == 130, output  # honcho's own answer to SIGINT (128 + 2), once every process ended
     finish_with_a_new_worker(pk, processes, purge_id, step_id)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -233,6 +234,16 @@ class Processes:
             str(port),
         ]
         return self._wait_ready(self._start("api", argv, {}), "Uvicorn running on")
+
+    def honcho(self, procfile: dict[str, list[str]], *, ready: dict[str, str]) -> Proc:
+        """``honcho start`` over a Procfile of ``procfile``'s lines (name: argv), as ``make
+        procfile`` runs the real one, ready once each line's log says its ``ready`` marker."""
+        path = self.log_dir / f"Procfile-{len(self.started):02d}"
+        path.write_text("".join(f"{name}: {shlex.join(argv)}\n" for name, argv in procfile.items()))
+        proc = self._start("honcho", [str(BIN / "honcho"), "start", "-f", str(path), "-d", str(REPO)], {})
+        for marker in ready.values():
+            self._wait_ready(proc, marker)
+        return proc
 
     def run_cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """One ``purgectl`` command with the test's environment, to its end."""

@@ -51,6 +51,14 @@ def sigterm(proc: Proc, way: str) -> float:
     return sent
 
 
+def sigint(proc: Proc) -> float:
+    """Ctrl+C in honcho's terminal: SIGINT to honcho alone (its processes run in process groups
+    of their own, which the terminal's signal does not reach); returns when it was sent."""
+    sent = time.monotonic()
+    os.kill(proc.pid, signal.SIGINT)
+    return sent
+
+
 def ended(proc: Proc, sent: float, *, timeout: float) -> tuple[int, float]:
     """The leader's exit code and how long after ``sent`` it exited; fails (with the process's
     log) if it is still running ``timeout`` seconds later."""
