@@ -61,7 +61,7 @@ def initialise(settings: Settings) -> Initialised:
     try:
         result = migrate.upgrade(db)
         with db.read() as conn:
-            receipts.signer_for(settings, ledger.read_head(conn).database_id)  # the log's key, made once
+            receipts.signer_for(settings, ledger.read_head(conn).database_id, first=True)  # made when no log signed
     finally:
         db.dispose()
     return Initialised(settings.database_name, settings.data_dir, result.after, result.before, result.changed)
@@ -88,7 +88,8 @@ def opened(settings: Settings, *, role: str = "cli") -> Iterator[Purgekeeper]:
 
 def check_health(settings: Settings, *, quick: bool = False) -> Health:
     """The database answers, its schema is current, its ledger verifies and agrees with its
-    copy, no merge is under way, and a checkpoint can be written; else the error says which.
+    copy, no merge is under way, a checkpoint can be written and the signed log's key can be
+    used (SigningKeyUnusable names its file); else the error says which.
     ``quick`` (a container's healthcheck, every few seconds) skips the walk of the chain and
     the copy: the gate's O(1) check of the head against the copy, as a content read makes it;
     the background audit of a serving process walks the chain."""
@@ -103,6 +104,7 @@ def check_health(settings: Settings, *, quick: bool = False) -> Health:
                 raise MessagingUnavailable("the purge ledger does not verify", diagnostics=report.problems)
             state = pk.messaging_status()
             rows, head_hash = report.rows, report.head_hash
+        pk.receipts.check_key()
     if not state.open:
         raise MessagingUnavailable("content reads and writes are closed", diagnostics=state.problems)
     unwritable = checkpoint.unwritable(settings.checkpoint_dir)

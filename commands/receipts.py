@@ -28,8 +28,11 @@ public part: the checkpoint and the tiles, which hold hashes only.
 from __future__ import annotations
 
 import functools
+import os
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from sqlalchemy import func, select
@@ -43,11 +46,15 @@ from purgekeeper.schema.errors import (
     LedgerNotCopied,
     MessagingUnavailable,
     NotFound,
+    SigningKeyExists,
+    SigningKeyMissing,
+    SigningKeyUnusable,
     ValidationError,
 )
 from purgekeeper.schema.states import StepStatus
 from purgekeeper.schema.tables import step_attempts
-from purgekeeper.storage import signed_log
+from purgekeeper.storage import ledger_copy, signed_log
+from purgekeeper.storage.files import reason_of
 from purgekeeper.storage.signed_log import LogRefused, SignedLog, TreeHead
 from purgekeeper.tlog import note, receipt, tree
 from purgekeeper.tlog.verify import (
@@ -63,33 +70,82 @@ _T = TypeVar("_T")
 NOT_SIGNED = "this handle does not sign checkpoints (purgekeeper.open(sign_checkpoints=False)): no receipts"
 
 
-def signer_for(settings: Settings, database_id: str) -> note.Signer:
-    """The log's signing key: the file ``PURGEKEEPER_SIGNING_KEY_FILE`` names (it must be
-    there), else ``<data dir>/ledger-signing.key``, created (0600) when missing."""
+def signer_for(settings: Settings, database_id: str, *, first: bool = False) -> note.Signer:
+    """The log's signing key: the file ``PURGEKEEPER_SIGNING_KEY_FILE`` names, else
+    ``<data dir>/ledger-signing.key``. Reading it never makes one: SigningKeyMissing or
+    SigningKeyUnusable, naming the file (``purgekeeper.storage.signed_log.read_key``).
+
+    ``first`` (``purgectl init``, and the first checkpoint a handle signs): the default file is
+    made (0600) when it is missing and no log of this database has ever signed here
+    (``signed_before``), so a brand-new installation gets its key without an operator. A log
+    that has signed never gets a new key this way: its key comes back from the operator
+    (restored, or ``purgectl ledger key init`` with a new origin). A named file is never made."""
+    path = settings.signing_key_path
+    if first and settings.signing_key_file is None and not os.path.lexists(path):
+        if not signed_before(settings, database_id):
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                return signed_log.load_or_create_key(path, name=signed_log.default_origin(database_id))
+            except OSError as exc:
+                raise SigningKeyUnusable(f"the ledger's signing key {path} cannot be made ({reason_of(exc)})") from None
+    return signed_log.read_key(path)
+
+
+def signed_before(settings: Settings, database_id: str) -> bool:
+    """A log of this database has signed in the checkpoint directory: its log directory (or a
+    retired one) is there, or its copy's head records a signed tree. A copy that cannot be read
+    counts as signed: a key is never made on a guess."""
+    if signed_log.has_signed(settings.checkpoint_dir, database_id):
+        return True
     try:
-        if settings.signing_key_file is not None:
-            return signed_log.read_key(settings.signing_key_file)
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        return signed_log.load_or_create_key(settings.signing_key_path, name=signed_log.default_origin(database_id))
-    except note.KeyInvalid as exc:
-        raise ValidationError(f"the ledger's signing key is not a signing key: {exc}") from None
+        head = ledger_copy.LedgerCopy(settings.checkpoint_dir, database_id).head()
+    except ledger_copy.COPY_FAILED:
+        return True
+    return head is not None and head.tree_size is not None
+
+
+def create_signing_key(settings: Settings, database_id: str) -> note.Signer:
+    """A new signing key in the key's file (``purgectl ledger key init``): an operator's act.
+    SigningKeyExists when anything is there already: a key is never replaced."""
+    path = settings.signing_key_path
+    name = settings.log_origin or signed_log.default_origin(database_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return signed_log.create_key(path, name=name)
+    except FileExistsError:
+        raise SigningKeyExists(f"the ledger's signing key {path} exists already: it is never replaced") from None
     except OSError as exc:
-        raise InfrastructureError(f"the ledger's signing key cannot be read: {exc.strerror}") from None
+        raise SigningKeyUnusable(f"the ledger's signing key {path} cannot be made ({reason_of(exc)})") from None
+
+
+_SIGNING = frozenset({"key_id", "sign", "skey"})  # what signing asks a key for first (note.sign_note)
 
 
 class _KeyOnFirstUse:
-    """The log's key, read (or created) when the log first signs or verifies: a handle that
-    accepts nothing creates no key, nor the data directory that holds it."""
+    """The log's key, read when the log first signs or verifies (made only by a first
+    signature, ``signer_for``): a handle that accepts nothing creates no key, nor the data
+    directory that holds it. A key that fails is read again at the next use."""
 
     def __init__(self, settings: Settings, database_id: str) -> None:
         self._load = functools.partial(signer_for, settings, database_id)
+        self._signed_before = functools.partial(signed_before, settings, database_id)
         self._signer: note.Signer | None = None
         self._lock = threading.Lock()
+
+    def check(self) -> None:
+        """The key's file read afresh (a key lost under a running process shows): SigningKeyUnusable
+        when it cannot be used. A missing key where no log has signed yet is none: the first
+        signature makes it."""
+        try:
+            self._load()
+        except SigningKeyMissing:
+            if self._signed_before():
+                raise
 
     def __getattr__(self, name: str) -> Any:
         with self._lock:
             if self._signer is None:
-                self._signer = self._load()
+                self._signer = self._load(first=name in _SIGNING)
         return getattr(self._signer, name)
 
 
@@ -97,6 +153,17 @@ def log_for(settings: Settings, database_id: str) -> SignedLog:
     origin = settings.log_origin or signed_log.default_origin(database_id)
     signer = cast(note.Signer, _KeyOnFirstUse(settings, database_id))
     return SignedLog.beside(settings.checkpoint_dir, database_id, origin=origin, signer=signer)
+
+
+@dataclass(frozen=True)
+class LogState:
+    """What monitoring shows of the signed log: the newest signed checkpoint's tree size and
+    its age in seconds (None before the first, or while it cannot be verified), and why the
+    signing key cannot be used (None when it can, and for a handle that does not sign)."""
+
+    size: int | None = None
+    checkpoint_age: float | None = None
+    key_problem: str | None = None
 
 
 class Receipts:
@@ -255,6 +322,30 @@ class Receipts:
 
         proof = self._edge_repaired(prove)
         return receipt.consistency_document(proof=proof, checkpoint=current.note)
+
+    def check_key(self) -> None:
+        """SigningKeyUnusable (naming the key's file) when the log's key cannot be used now:
+        its file is read afresh. Nothing for a handle that does not sign."""
+        if self._log is not None and isinstance(self._log.signer, _KeyOnFirstUse):
+            self._log.signer.check()
+
+    def log_state(self) -> LogState:
+        """The log as monitoring shows it (``LogState``): the key's file read, the checkpoint's
+        file stat-ed, and the checkpoint verified only when its text changed. Walks nothing."""
+        if self._log is None:
+            return LogState()
+        try:
+            self.check_key()
+            problem = None
+        except SigningKeyUnusable as exc:
+            problem = exc.detail
+        try:
+            current = self._log.head()
+        except (LogRefused, SigningKeyUnusable):
+            current = None
+        written = self._log.checkpoint_time()
+        age = max(time.time() - written, 0.0) if written is not None else None
+        return LogState(current.size if current else None, age, problem)
 
     def vkey(self) -> str:
         """The signed log's verification key (``<name>+<key id>+<base64 key>``)."""

@@ -10,7 +10,8 @@
     │   ├── ActiveRuns             a non-terminal run blocks the purge
     │   ├── LegalHold              a legal hold covers the selected content; names the holds
     │   ├── PolicyConflict         another retention policy already governs the scope
-    │   └── CleanupNotComplete     the purge's cleanup has not completed (no completion statement)
+    │   ├── CleanupNotComplete     the purge's cleanup has not completed (no completion statement)
+    │   └── SigningKeyExists       ``ledger key init`` never replaces a signing key
     ├── Fenced
     │   ├── ConversationPurged
     │   ├── ConversationDeleted
@@ -23,7 +24,9 @@
     └── InfrastructureError        transient database, broker or filesystem faults
         ├── LedgerNotCopied        accepted and fenced, but not yet in the copy outside
         ├── LockTimeout            a row stayed locked by another session past the bound
-        └── SchemaMismatch         the database schema is newer than this code
+        ├── SchemaMismatch         the database schema is newer than this code
+        └── SigningKeyUnusable     the signed log's key cannot be used (names its file)
+            └── SigningKeyMissing  ... because it is not there: it is never made for a log that signed
 
 Each class's docstring is its default message. The database triggers raise errors whose
 message starts with ``purgekeeper:<code>``; :func:`translate_db_error` maps those codes and
@@ -102,6 +105,10 @@ class CleanupNotComplete(Conflict):
     """The purge's cleanup has not completed: there is no completion statement for it yet."""
 
 
+class SigningKeyExists(Conflict):
+    """The ledger's signing key exists already: purgectl ledger key init never replaces one."""
+
+
 class Fenced(PurgekeeperError):
     """The target is fenced by a purge or a deletion."""
 
@@ -169,6 +176,17 @@ class LedgerNotCopied(InfrastructureError):
 
 class LockTimeout(InfrastructureError):
     """A row this transaction needs stayed locked by another session past the lock timeout."""
+
+
+class SigningKeyUnusable(InfrastructureError):
+    """The signed log's signing key cannot be used: no checkpoint, receipt or statement is
+    signed until the operator fixes it (the ledger's copy is written all the same, and the log
+    catches up at the next signing). The message names the key's file, never its contents."""
+
+
+class SigningKeyMissing(SigningKeyUnusable):
+    """The signed log's signing key is missing: restore it, or make one with purgectl ledger
+    key init (a log that has signed needs its own key back, or a new origin)."""
 
 
 # Codes raised by the triggers in schema/sql/*/. The SQL files spell the same strings.

@@ -123,9 +123,11 @@ class CopyWriter(CopyReader):
                 rows=rows,
                 rows_between=lambda after, upto: self.rows(after=after, head=head, upto=upto),
             )
-        except ForeignKey as exc:  # the copy's durability never waits on a key: its owner signs later
+        except ForeignKey as exc:  # the copy's durability never waits on a key (another's, or unusable)
             log.warning("the ledger's copy is written, its log not signed: %s", exc)
-            return dataclasses.replace(written, tree_size=None, tree_root=None)
+            # the head keeps the older tree it links (still true of the copy's first rows): a copy
+            # whose rows were signed says so, and no key is made for it (receipts.signed_before)
+            return dataclasses.replace(written, tree_size=head.tree_size, tree_root=head.tree_root)
         return dataclasses.replace(written, tree_size=tree.size, tree_root=base64.b64encode(tree.root).decode())
 
     def sign_lagging(self) -> CopyHead:
@@ -146,7 +148,7 @@ class CopyWriter(CopyReader):
                 log.warning("the ledger's log is not checked: %s", exc)
             return head
         written = self._signed(head, [], head)
-        if written.tree_size is None:
+        if written.tree_size == head.tree_size:  # not signed
             return head
         atomic_write_at(directory, HEAD_FILE, _head_bytes(written, self.segment_rows))
         self._cached = None

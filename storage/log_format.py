@@ -5,13 +5,17 @@ signs, and the signing key kept beside the checkpoint directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
-import time
-from collections.abc import Callable, Iterable
+import secrets
+import stat
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from purgekeeper.schema import ledger
+from purgekeeper.schema.errors import SigningKeyMissing, SigningKeyUnusable
+from purgekeeper.storage.files import fsync_directory, reason_of
 from purgekeeper.tlog import note
 from purgekeeper.tlog.verify import Checkpoint, leaf_hash
 
@@ -36,6 +40,36 @@ class LogRefused(Exception):
 class ForeignKey(LogRefused):
     """The log's checkpoint does not verify with this process's key (another data directory's
     key, or a lost one): this process writes the copy and leaves the log to the key's owner."""
+
+
+class KeyUnusable(ForeignKey):
+    """The log's signing key cannot be used (SigningKeyUnusable, which this is raised from):
+    nothing was signed. The copy's writer writes the copy all the same, its log unsigned, and
+    the next signing once the key is fixed brings the log up to the copy. A key never delays
+    or prevents the copy."""
+
+
+def has_signed(checkpoint_dir: Path, database_id: str) -> bool:
+    """A log of this database has signed a checkpoint in ``checkpoint_dir``: its directory, or
+    a retired one, is there (one is made only to publish a signed checkpoint). A directory that
+    cannot be listed counts as signed: a key is never made on a guess."""
+    name = f"{database_id}{LOG_SUFFIX}"
+    try:
+        entries = os.listdir(checkpoint_dir)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return any(entry == name or entry.startswith(f"{name}.retired-") for entry in entries)
+
+
+@contextlib.contextmanager
+def key_used() -> Iterator[None]:
+    """SigningKeyUnusable raised within becomes KeyUnusable (a ForeignKey: the copy is written)."""
+    try:
+        yield
+    except SigningKeyUnusable as exc:
+        raise KeyUnusable(str(exc)) from exc
 
 
 def default_origin(database_id: str) -> str:
@@ -71,26 +105,79 @@ class TreeHead:
 RowsBetween = Callable[[int, int], Iterable[ledger.LedgerEntry]]  # (after, upto) -> the copy's rows
 
 
+KEY_BYTES_MAX = 4096  # a signing key is about 100 bytes: a bigger file is not one
+
+
 def load_or_create_key(path: Path, *, name: str) -> note.Signer:
-    """The signing key in ``path`` (Go's skey form), created there first when missing: 0600,
-    with O_EXCL, so two processes starting at once end up with the same key."""
+    """The signing key in ``path``, made there first when nothing is there (``create_key``;
+    two processes starting at once end up with the same key). Its callers decide that a key
+    may be made at all (``purgekeeper.commands.receipts.signer_for``)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        return create_key(path, name=name)
     except FileExistsError:
         return read_key(path)
+
+
+def create_key(path: Path, *, name: str) -> note.Signer:
+    """A new signing key in ``path`` (Go's skey form, 0600, fsynced), never over anything there:
+    FileExistsError when ``path`` exists (a dangling symlink too). It is written aside and
+    linked into place, so a reader never finds the key's file empty."""
     signer = note.Signer.generate(name)
+    aside = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        os.write(fd, (signer.skey + "\n").encode())
-        os.fsync(fd)
+        try:
+            os.write(fd, (signer.skey + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(aside, path)
     finally:
-        os.close(fd)
+        os.unlink(aside)
+    fsync_directory(path.parent)
     return signer
 
 
 def read_key(path: Path) -> note.Signer:
-    for _attempt in range(50):  # another process created it and is writing it now
-        text = path.read_text(encoding="ascii").strip()
-        if text:
-            return note.Signer.from_skey(text)
-        time.sleep(0.01)
-    return note.Signer.from_skey(path.read_text(encoding="ascii").strip())
+    """The signing key in ``path``; never makes one. SigningKeyMissing when nothing is there
+    (a dangling symlink included); SigningKeyUnusable when it is not a regular file, is open
+    to others (mode & 0o077), cannot be read, or is not a signing key. Each names the file,
+    never what it holds."""
+    data = _key_bytes(path)
+    try:
+        return note.Signer.from_skey(data.decode("ascii").strip())
+    except (UnicodeDecodeError, note.KeyInvalid):
+        raise SigningKeyUnusable(
+            f"the ledger's signing key {path} is not a signing key (a Go note signer key, one line)"
+        ) from None
+
+
+def _key_bytes(path: Path) -> bytes:
+    """The bytes of the key's file, once it is a regular file readable by its owner alone."""
+    named = f"the ledger's signing key {path}"
+    try:  # O_NONBLOCK: a FIFO at the key's path never blocks the open
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        dangling = " (a symlink to nothing)" if os.path.islink(path) else ""
+        raise SigningKeyMissing(
+            f"{named} is missing{dangling}: restore it, or make one with purgectl ledger key init "
+            "(a log that has signed needs its own key back, or a new origin)"
+        ) from None
+    except OSError as exc:
+        raise SigningKeyUnusable(f"{named} cannot be read ({reason_of(exc)})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise SigningKeyUnusable(f"{named} is not a regular file")
+        if info.st_mode & 0o077:
+            raise SigningKeyUnusable(f"{named} is open to others (mode {stat.S_IMODE(info.st_mode):04o}): chmod 600 it")
+        data = os.read(fd, KEY_BYTES_MAX + 1)
+    except OSError as exc:
+        raise SigningKeyUnusable(f"{named} cannot be read ({reason_of(exc)})") from None
+    finally:
+        os.close(fd)
+    if not data.strip():
+        raise SigningKeyUnusable(f"{named} is empty")
+    if len(data) > KEY_BYTES_MAX:
+        raise SigningKeyUnusable(f"{named} is not a signing key (over {KEY_BYTES_MAX} bytes)")
+    return data

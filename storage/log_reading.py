@@ -70,6 +70,14 @@ class SignedLogReader:
                 self._known = (text, found)
         return found
 
+    def checkpoint_time(self) -> float | None:
+        """When the newest checkpoint was written (its file's mtime, POSIX seconds): one
+        ``stat``; None when there is none, or it cannot be stat-ed."""
+        try:
+            return os.stat(self.directory / CHECKPOINT_FILE).st_mtime
+        except OSError:
+            return None
+
     def _checkpoint_text(self) -> tuple[str | None, tuple[int, int] | None]:
         """The checkpoint file's text and the identity of the directory it is in (None, None
         when there is none)."""

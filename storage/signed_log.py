@@ -101,10 +101,14 @@ from purgekeeper.storage.log_format import (
     NEW_ORIGIN_HINT,
     TILES_KEPT,
     ForeignKey,
+    KeyUnusable,
     LogRefused,
     RowsBetween,
     TreeHead,
+    create_key,
     default_origin,
+    has_signed,
+    key_used,
     leaf_hash_of,
     leaf_of,
     load_or_create_key,
@@ -176,8 +180,10 @@ class SignedLog(SignedLogReader):
     ) -> TreeHead:
         """Grow the tree to the copy's new head (``rows`` follow the copy's ``copy_seq``) and
         sign its checkpoint. ``link``: the tree size and root the copy's head recorded.
-        Raises LogRefused (nothing written) rather than fork."""
-        current = self._current()
+        Raises LogRefused (nothing written) rather than fork, KeyUnusable when the key cannot
+        be used."""
+        with key_used():
+            current = self._current()
         size = current.size if current else 0
         new_size = rows[-1].seq if rows else copy_seq
 
@@ -213,8 +219,10 @@ class SignedLog(SignedLogReader):
 
     def repair_edge(self, rows_between: RowsBetween) -> None:
         """The newest checkpoint's right edge on disk again when a crash lost it (``rows_between``:
-        the copy's rows); LogRefused when what is durable does not give its root."""
-        current = self.head()
+        the copy's rows); LogRefused when what is durable does not give its root, KeyUnusable
+        when the key cannot be used."""
+        with key_used():
+            current = self.head()
         if current is not None and current.checkpoint.origin == self.origin:
             self._ensure_edge(current, lambda after, upto: list(rows_between(after, upto)))
 
@@ -370,7 +378,8 @@ class SignedLog(SignedLogReader):
                     f"the tiles of {self.directory.name} do not extend its signed checkpoint (size {size}): "
                     f"{exc.reason}; {NEW_ORIGIN_HINT}"
                 ) from None
-        signed = note.sign_checkpoint(self.origin, grown.size, grown.root, self.signer)
+        with key_used():
+            signed = note.sign_checkpoint(self.origin, grown.size, grown.root, self.signer)
         identity = self._publish(grown.tiles, signed.encode(), replacing=size)
         head = TreeHead(Checkpoint(self.origin, grown.size, grown.root), signed)
         with self._memory:
@@ -510,13 +519,17 @@ __all__ = [
     "NEW_ORIGIN_HINT",
     "TILES_KEPT",
     "ForeignKey",
+    "KeyUnusable",
     "LogRefused",
     "RowUnverified",
     "RowsBetween",
     "SignedLog",
     "SignedLogReader",
     "TreeHead",
+    "create_key",
     "default_origin",
+    "has_signed",
+    "key_used",
     "leaf_hash_of",
     "leaf_of",
     "load_or_create_key",

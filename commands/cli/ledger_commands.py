@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from purgekeeper.commands.cli.render import render_checkpoint, render_mapping, render_report
-from purgekeeper.commands.cli.shared import json_command, main, run_with_handle
+from purgekeeper.commands.cli.shared import json_command, json_option, main, run_with_handle
 from purgekeeper.schema.errors import (
     MessagingUnavailable,
 )
@@ -123,12 +123,31 @@ def ledger_consistency(from_size: int, as_json: bool) -> None:
     run_with_handle(as_json, lambda pk: pk.consistency(from_size), lambda document: json.dumps(document))
 
 
-@json_command(ledger_group, "key")
-def ledger_key(as_json: bool) -> None:
+@ledger_group.group("key", invoke_without_command=True)
+@json_option
+@click.pass_context
+def ledger_key(ctx: click.Context, as_json: bool) -> None:
     """Print the signed log's verification key (`<name>+<key id>+<base64 key>`): publish it;
-    receipts and checkpoints are verified with it."""
+    receipts and checkpoints are verified with it. It never makes a key: a missing or unusable
+    key is a signing_key_missing or signing_key_unusable error naming its file (exit code 4)."""
+    if ctx.invoked_subcommand is None:
+        run_with_handle(as_json, lambda pk: {"vkey": pk.log_key()}, lambda found: str(found["vkey"]))
 
-    run_with_handle(as_json, lambda pk: {"vkey": pk.log_key()}, lambda found: str(found["vkey"]))
+
+@json_command(ledger_key, "init")
+def ledger_key_init(as_json: bool) -> None:
+    """Make the signed log's signing key (0600) in its file (PURGEKEEPER_SIGNING_KEY_FILE, else
+    <data dir>/ledger-signing.key) and print its verification key. Refused when anything is
+    there already (signing_key_exists, exit code 3): a key is never replaced. A log that has
+    signed with a lost key keeps refusing the new one: give it a new origin
+    (PURGEKEEPER_LOG_ORIGIN) and publish the new key."""
+
+    def action(pk: Purgekeeper) -> dict[str, str]:
+        from purgekeeper.commands import receipts  # lazy: see commands/cli/__init__.py
+
+        return {"vkey": receipts.create_signing_key(pk.settings, pk.database_key).vkey}
+
+    run_with_handle(as_json, action, lambda found: found["vkey"])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -110,12 +110,12 @@ def test_the_signing_key_is_made_once_private_and_shared(open_pk: Callable[..., 
     one = open_pk()
     two = open_pk()
     key = one.settings.signing_key_path
-    assert not key.exists()  # made at its first use: a handle that signs nothing makes none
+    assert not key.exists()  # made at its first signature: a handle that signs nothing makes none
+    accept(one, 1)
+    accept(two, 1, prefix="two")
     assert one.log_key() == two.log_key()
     assert key.is_file() and key.stat().st_mode & 0o777 == 0o600
     assert key.read_text().startswith("PRIVATE+KEY+purgekeeper/")
-    accept(one, 1)
-    accept(two, 1, prefix="two")
     verify_receipt(one.receipt(first_purge(one)), two.log_key())
 
 
@@ -143,6 +143,7 @@ def test_a_named_key_file_is_used(open_pk: Callable[..., Pk], tmp_path: Path, mo
     signer = Signer.generate("example.org/purges")
     path = tmp_path / "named.key"
     path.write_text(signer.skey + "\n")
+    path.chmod(0o600)  # a key open to others is refused (test_signing_key)
     monkeypatch.setenv("PURGEKEEPER_SIGNING_KEY_FILE", str(path))
     pk = open_pk()
     assert pk.log_key() == signer.vkey
