@@ -9,7 +9,9 @@ the attempts' history, the steps done, the retention runs accepted, or one purge
 what is history is a counter the database keeps as it is written (``metric_counters``,
 migration 0015), and only what is unfinished is summed. The ledger's
 verification is the read gate's background audit (``purgekeeper.commands.gate``): a snapshot never walks
-the chain. The surfaces render a snapshot; they open no transaction of their own.
+the chain. The signed log's state is the key's file read and the newest checkpoint stat-ed
+(``purgekeeper.commands.receipts.Receipts.log_state``), never its tiles. The surfaces render a
+snapshot; they open no transaction of their own.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from sqlalchemy import Connection
 
 from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.commands.purge_reads import stall_bound
+from purgekeeper.commands.receipts import LogState
 from purgekeeper.commands.records import LedgerReport
 from purgekeeper.schema import heartbeats, ledger, migrate, overview, retention_queries
 from purgekeeper.schema.errors import MessagingUnavailable
@@ -52,6 +55,12 @@ class Snapshot:
     counters: Counters  # attempts, failures and durations, kept by the step protocol
     checkpoint_problem: str | None = None  # why the checkpoint directory cannot be written
     workers_alive: Mapping[str, int] = field(default_factory=dict)  # live processes by role, every role
+    log: LogState = field(default_factory=LogState)  # the signed log's size and age, why its key fails
+
+    @property
+    def log_checkpoint_age(self) -> dt.timedelta | None:
+        age = self.log.checkpoint_age
+        return None if age is None else dt.timedelta(seconds=age)
 
     @property
     def messaging_available(self) -> bool:
@@ -111,6 +120,7 @@ def snapshot(pk: Purgekeeper, check: LedgerCheck | None = None) -> Snapshot:
         counters=counted,
         checkpoint_problem=checkpoint.unwritable(pk.settings.checkpoint_dir),
         workers_alive=present.alive,
+        log=pk.receipts.log_state(),  # a read of the key, a stat of the checkpoint: no walk
     )
 
 

@@ -73,6 +73,7 @@ def test_every_alert_waits_has_a_severity_and_says_what_to_do() -> None:
         "PurgekeeperNoLiveWorker",
         "PurgekeeperNoScheduler",
         "PurgekeeperLedgerCopyUnwritable",
+        "PurgekeeperSigningKeyUnusable",
         "PurgekeeperLedgerDamaged",
         "PurgekeeperMessagingUnavailable",
         "PurgekeeperRetentionOverdue",

@@ -29,6 +29,12 @@ costs the same with 100,000 retention runs as with 10 (``bench/scrape.py``). The
     ledger_audited_rows                  gauge      rows the audit verified in its current round
     messaging_available                  gauge      1 when the read gate is open, else 0
     checkpoint_dir_writable              gauge      1 when a checkpoint can be written now, else 0
+    log_size                             gauge      the newest signed checkpoint's tree size (no sample
+                                                    before the first, or while it cannot be verified)
+    log_checkpoint_age_seconds           gauge      how long ago the newest checkpoint was signed
+                                                    (its file's mtime; no sample before the first)
+    signing_key_usable                   gauge      1 when the signed log's key can be used (or no log
+                                                    has signed yet, or signing is off), else 0
     retention_policies                   gauge      standing retention policies
     retention_runs_total                 counter    retention runs accepted (ledger rows)
     retention_expired_events_total       counter    events the retention runs' bodies steps expired
@@ -135,7 +141,25 @@ class PurgekeeperCollector(Collector):
             "1 when a ledger checkpoint can be written into the checkpoint directory now.",
             int(snap.checkpoint_problem is None),
         )
+        yield from self._log(snap)
         yield self._build_info()
+
+    @staticmethod
+    def _log(snap: Snapshot) -> Iterator[Metric]:
+        state = snap.log
+        size = GaugeMetricFamily(PREFIX + "log_size", "The newest signed checkpoint's tree size.")
+        if state.size is not None:
+            size.add_metric([], state.size)
+        yield size
+        age = GaugeMetricFamily(
+            PREFIX + "log_checkpoint_age_seconds", "Seconds since the newest checkpoint of the signed log was signed."
+        )
+        if state.checkpoint_age is not None:
+            age.add_metric([], state.checkpoint_age)
+        yield age
+        yield _gauge(
+            "signing_key_usable", "1 when the signed log's signing key can be used.", int(state.key_problem is None)
+        )
 
     @staticmethod
     def _work(snap: Snapshot) -> Iterator[Metric]:
