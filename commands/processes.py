@@ -24,7 +24,7 @@ from purgekeeper.commands.reading import require_initialised
 from purgekeeper.commands.settings import Settings
 from purgekeeper.schema import ledger, migrate
 from purgekeeper.schema.db import Database
-from purgekeeper.schema.errors import InfrastructureError, MessagingUnavailable, ValidationError
+from purgekeeper.schema.errors import InfrastructureError, MessagingUnavailable, SigningKeyUnusable, ValidationError
 from purgekeeper.storage import checkpoint, failpoints
 from purgekeeper.workers.scheduler import Scheduler
 from purgekeeper.workers.shutdown import StopSignals
@@ -61,10 +61,21 @@ def initialise(settings: Settings) -> Initialised:
     try:
         result = migrate.upgrade(db)
         with db.read() as conn:
-            receipts.signer_for(settings, ledger.read_head(conn).database_id, first=True)  # made when no log signed
+            database_id = ledger.read_head(conn).database_id
+        _first_key(settings, database_id)
     finally:
         db.dispose()
     return Initialised(settings.database_name, settings.data_dir, result.after, result.before, result.changed)
+
+
+def _first_key(settings: Settings, database_id: str) -> None:
+    """A brand-new installation's signing key, made (``receipts.signer_for``). A key that
+    cannot be used (or is missing for a log that has signed) never stops a migration: it is
+    logged, and ``health`` fails until the operator fixes it."""
+    try:
+        receipts.signer_for(settings, database_id, first=True)
+    except SigningKeyUnusable as exc:
+        log.warning("%s", exc.detail)
 
 
 @contextlib.contextmanager

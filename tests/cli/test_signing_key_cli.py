@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
+import purgekeeper
 from purgekeeper.tlog.verify import Verifier
 from tests.helpers.purgectl import Purgectl
+
+Pk = purgekeeper.Purgekeeper
 
 
 @pytest.mark.sqlite_only  # the key is the data directory's, whatever the database
@@ -41,3 +44,15 @@ def test_health_fails_while_the_key_cannot_be_used(purgectl: Purgectl, tmp_path:
     key.chmod(0o600)
     purgectl.error(4, "signing_key_unusable", "health")
     purgectl.error(4, "signing_key_unusable", "ledger", "key")
+
+
+@pytest.mark.sqlite_only
+def test_init_never_makes_a_key_for_a_log_that_has_signed(pk: Pk, purgectl: Purgectl, tmp_path: Path) -> None:
+    """``pk`` signs the log in the checkpoint directory purgectl shares, with its own data
+    directory's key: purgectl's data directory has none, and init (a migration) makes none."""
+    pk.purge_conversation("c-1", actor="op", reason="signing key cli test")
+    done = purgectl.text("init")
+    key = tmp_path / "data" / "ledger-signing.key"
+    assert not key.exists() and str(key) in done.stderr
+    purgectl.error(4, "signing_key_missing", "ledger", "key")
+    purgectl.error(4, "signing_key_missing", "health")
