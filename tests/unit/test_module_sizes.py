@@ -2,7 +2,9 @@
 included: a revision's ``upgrade`` runs helpers, one per table or group).
 
 One module is larger by design: ``tlog/verify.py`` is the offline verifier a host copies into
-its own code, one file that imports only the standard library and ``cryptography``."""
+its own code, one file that imports only the standard library and ``cryptography``. Its bound
+rose from 700 to 850 lines with issue 35: the strict reading of hostile receipts (nesting,
+numbers, duplicate keys) and the names of the row kinds must live in that one file too."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("commands", "workers", "storage", "schema", "tlog")
 MAX_MODULE_LINES = 500
-ONE_FILE_BY_DESIGN = {"tlog/verify.py": 700}
+ONE_FILE_BY_DESIGN = {"tlog/verify.py": 850}
 MAX_FUNCTION_LINES = 60
 
 
