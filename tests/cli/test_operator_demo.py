@@ -28,7 +28,7 @@ import purgekeeper
 from tests.helpers import rows
 from tests.helpers.console import HOSTILE, incomplete_purge, retrying_purge
 from tests.helpers.purgectl import WHO, Purgectl, concurrently
-from tests.helpers.retention import ago, set_policy
+from tests.helpers.retention import ago, held_back_by_a_stuck_run, set_policy
 
 Pk = purgekeeper.Purgekeeper
 BY = {"actor": WHO[1], "reason": WHO[3]}
@@ -187,12 +187,7 @@ def test_retention_run_needs_an_actor_and_a_reason(pk: Pk, purgectl: Purgectl) -
 @pytest.mark.sqlite_only
 def test_retention_list_shows_what_agent_runs_hold_back(short_turns_pk: Pk, purgectl: Purgectl) -> None:
     pk = short_turns_pk
-    pk.create_conversation("c1")
-    pk.register_bot("b1", name="Bot")
-    pk.ingest_event("c1", author="ada", body="admitted", event_id="admitted", occurred_at=ago(40))
-    pk.start_run("c1", bot_id="b1", run_id="r-stuck")
-    pk.admit("admitted", "r-stuck", payload="the prompt")
-    set_policy(pk, "p-all", days=30)
+    held_back_by_a_stuck_run(pk)
     pk.run_retention()
     listed, shown = concurrently(
         lambda: purgectl.json("retention", "list"),

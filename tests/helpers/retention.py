@@ -34,6 +34,17 @@ def set_policy(pk: Pk, policy_id: str, days: int, conversation_id: str | None = 
     )
 
 
+def held_back_by_a_stuck_run(pk: Pk, run_id: str = "r-stuck") -> None:
+    """Conversation c1 of bot b1, whose one event (40 days old) a run that never ends
+    admitted, under a global policy ``p-all`` of 30 days: every turn defers it."""
+    pk.create_conversation("c1")
+    pk.register_bot("b1", name="Bot")
+    pk.ingest_event("c1", author="ada", body="admitted", event_id="admitted", occurred_at=ago(40))
+    pk.start_run("c1", bot_id="b1", run_id=run_id)
+    pk.admit("admitted", run_id, payload="the prompt")
+    set_policy(pk, "p-all", days=30)
+
+
 def turn(pk: Pk) -> list[purgekeeper.RetentionRunOutcome]:
     """One scheduler turn, and the cleanup of every run it accepted."""
     outcomes = pk.run_retention()

@@ -23,7 +23,7 @@ from tests.helpers.console import (
     section,
     sign_in,
 )
-from tests.helpers.retention import ago, set_policy
+from tests.helpers.retention import held_back_by_a_stuck_run
 
 Pk = purgekeeper.Purgekeeper
 SET_DEFERRED_SINCE = text("UPDATE retention_policies SET deferred_since = :since").bindparams(
@@ -46,12 +46,7 @@ def client(short_turns: Pk) -> Iterator[TestClient]:
 
 def test_a_policy_shows_its_last_turn_and_what_agent_runs_hold_back(short_turns: Pk, client: TestClient) -> None:
     pk = short_turns
-    pk.create_conversation("c1")
-    pk.register_bot("b1", name="Bot")
-    pk.ingest_event("c1", author="ada", body="admitted", event_id="admitted", occurred_at=ago(40))
-    pk.start_run("c1", bot_id="b1", run_id="r-stuck")
-    pk.admit("admitted", "r-stuck", payload="the prompt")
-    set_policy(pk, "p-all", days=30)
+    held_back_by_a_stuck_run(pk)
     pk.run_retention_policy("p-all", actor="Grace Oncall", reason="after the release (LEGAL-7)")
 
     shown = parse(page(client))
