@@ -380,6 +380,7 @@ def test_ledger_verify_and_health_report_a_merge_under_way_with_exit_4(pk: Pk, p
     from purgekeeper.schema import ledger
 
     pk.purge_conversation("c-a", actor="ops@example.org", reason="reserve")
+    purgectl = purgectl.with_env(PURGEKEEPER_SIGNING_KEY_FILE=str(pk.settings.signing_key_path))  # the log's key
     pk.db.transact(lambda conn: ledger.set_gate(conn, "a restore merge is under way (test)"))
     for command in (("ledger", "verify"), ("health",), ("health", "--quick")):
         refused = purgectl.error(4, "messaging_unavailable", *command)

@@ -76,6 +76,7 @@ def purgectl(pk: Pk, *args: str) -> subprocess.CompletedProcess[str]:
         "PURGEKEEPER_DATABASE_URL": pk.settings.database_url,
         "PURGEKEEPER_CHECKPOINT_DIR": str(pk.settings.checkpoint_dir),
         "PURGEKEEPER_DATA_DIR": str(pk.settings.checkpoint_dir.parent / "data"),
+        "PURGEKEEPER_SIGNING_KEY_FILE": str(pk.settings.signing_key_path),  # the log's own key: none is made for it
     }
     return subprocess.run(
         [sys.executable, "-m", "purgekeeper.commands.cli", *args], env=env, capture_output=True, text=True, timeout=60

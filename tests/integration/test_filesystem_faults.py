@@ -127,6 +127,7 @@ def health(pk: Pk) -> subprocess.CompletedProcess[str]:
         "PURGEKEEPER_DATABASE_URL": pk.settings.database_url,
         "PURGEKEEPER_CHECKPOINT_DIR": str(pk.settings.checkpoint_dir),
         "PURGEKEEPER_DATA_DIR": str(pk.settings.checkpoint_dir.parent / "data"),
+        "PURGEKEEPER_SIGNING_KEY_FILE": str(pk.settings.signing_key_path),  # the log's own key: none is made for it
     }
     return subprocess.run(
         [sys.executable, "-m", "purgekeeper.commands.cli", "health", "--json"],
