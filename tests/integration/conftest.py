@@ -1,5 +1,6 @@
 """Fixtures shared by the integration tests: whole-database backups (for the tests that restore a
-database from one), and ``go``, Go's tlog implementation built once a session."""
+database from one), a database with no schema (for the tests that migrate one), and ``go``,
+Go's tlog implementation built once a session."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.backups import Backups
-from tests.helpers.databases import service_missing
+from tests.helpers.databases import create_database, drop_database, postgres_url, service_missing
 from tests.helpers.interop import PROGRAM, Go, gopath
 
 
@@ -24,6 +26,18 @@ def backups(database_url: str, tmp_path: Path) -> Iterator[Backups]:
     made = Backups(database_url, tmp_path / "backups")
     yield made
     made.drop_copies()
+
+
+@pytest.fixture
+def empty_database_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A database with no schema at all, on either backend."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    name = f"pk_t_{uuid.uuid4().hex[:16]}"
+    create_database(name)
+    yield postgres_url(name)
+    drop_database(name)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ import sqlite3
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -194,18 +193,6 @@ def test_sqlite_write_transactions_begin_immediate(db: Database, database_url: s
             other.execute("ROLLBACK")
     finally:
         other.close()
-
-
-@pytest.fixture
-def empty_database_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A database with no schema at all, on either backend."""
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
-    name = f"pk_t_{uuid.uuid4().hex[:16]}"
-    create_database(name)
-    yield postgres_url(name)
-    drop_database(name)
 
 
 def test_an_upgrade_from_0004_with_data_purges_what_0004_wrote(empty_database_url: str, tmp_path: Path) -> None:

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +35,6 @@ from purgekeeper.schema.db import Database
 from purgekeeper.schema.tables import UtcDateTime
 from purgekeeper.storage import failpoints
 from tests.helpers import rows, scalar, settle
-from tests.helpers.databases import create_database, drop_database, postgres_url
 
 Pk = purgekeeper.Purgekeeper
 SHORT_INTERVAL = dt.timedelta(milliseconds=1)
@@ -233,18 +231,6 @@ def exported_age(pk: Pk) -> float:
 
 
 # -- rows of before 0017 ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def empty_database_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A database with no schema at all, on either backend."""
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
-    name = f"pk_t_{uuid.uuid4().hex[:16]}"
-    create_database(name)
-    yield postgres_url(name)
-    drop_database(name)
 
 
 def test_a_policy_of_before_0017_reads_no_turn_taker_and_nothing_deferred(
