@@ -2,7 +2,8 @@
 
 It needs only the standard library and ``cryptography`` (for Ed25519), and imports nothing
 else of purgekeeper, so it can be copied alone into another code base and run as
-``python verify.py RECEIPT --key VKEY [--newer CHECKPOINT --proof FILE] [--completion FILE]``
+``python verify.py RECEIPT --key VKEY [--newer CHECKPOINT --proof FILE] [--completion FILE]
+[--witness VKEY ... [--quorum K]]``
 (or, installed, ``python -m purgekeeper.tlog.verify ...``). It follows these specifications:
 
 - **RFC 6962 / RFC 9162 Merkle trees.** A leaf's hash is ``SHA-256(0x00 || bytes)``, an
@@ -16,15 +17,43 @@ else of purgekeeper, so it can be copied alone into another code base and run as
   not verify refuses the note.
 - **C2SP tlog-checkpoint.** The signed text is ``<origin>\\n<tree size>\\n<base64 root>\\n``
   followed by optional extension lines, which are kept and not interpreted.
+- **C2SP tlog-cosignature (Ed25519, cosignature/v1).** A witness's cosignature is one more
+  signature line on the checkpoint, ``base64(key id || u64 big-endian timestamp || Ed25519
+  signature)``, over ``cosignature/v1\\ntime <timestamp>\\n`` and the checkpoint's text; its key
+  id is ``SHA-256(name || 0x0A || 0x04 || public key)[:4]`` and its key is written
+  ``<name>+<hex key id>+<base64(0x04 || public key)>``. With ``--witness`` keys (and
+  ``--quorum``, default all of them), the receipt's checkpoint must carry that many
+  cosignatures that verify; lines by other keys are ignored.
 
 A receipt is a JSON object ``{"format": "purgekeeper-receipt", "version": 1, "purge_id",
 "ledger_seq", "leaf_index", "leaf", "inclusion_proof", "checkpoint"}``: ``leaf`` is the
-base64 of the ledger row's canonical JSON (sorted keys, compact separators, without
-``prev_hash`` and ``row_hash``), the leaf numbered ``ledger_seq - 1``; ``inclusion_proof``
+base64 of the leaf bytes (below), the leaf numbered ``ledger_seq - 1``; ``inclusion_proof``
 the base64 hashes from that leaf up to the root; ``checkpoint`` the signed note of the
-tree the proof is for. A consistency proof document is ``{"proof": [base64, ...],
-"checkpoint": "<signed note>"}`` and shows that a newer checkpoint's tree extends the
-receipt's.
+tree the proof is for. **Version 2** is the same object with ``"version": 2`` and
+``"disclosed"``, and only with it (a receipt without ``disclosed`` is version 1). A
+consistency proof document is ``{"proof": [base64, ...], "checkpoint": "<signed note>"}``
+and shows that a newer checkpoint's tree extends the receipt's.
+
+The **leaf** is canonical JSON (sorted keys, compact separators, UTF-8 unescaped, as
+``json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` writes it):
+
+- **version 1** (no ``leaf_version`` key: absent means 1; ledger rows written before
+  purgekeeper's migration 0018): the ledger row's fields without ``prev_hash`` and
+  ``row_hash``, ``actor``, ``reason``, ``request_id``, ``idempotency_key`` and ``origin``
+  in clear;
+- **version 2**: ``"leaf_version": 2``, the row's other fields (``seq``, ``purge_id``,
+  ``kind``, ``selectors``, ``scope_digest``, ``accepted_at``) and ``"commitments"``: for
+  each of ``COMMITTED_FIELDS`` (actor, reason, request_id, idempotency_key, origin),
+  ``base64(SHA-256("purgekeeper-commitment/v1" || 0x00 || name || 0x00 || salt || value))``
+  where ``name`` is the field's name (ASCII), ``salt`` its row's random 16-byte salt and
+  ``value`` the canonical JSON of its value (a JSON string, or ``null``), UTF-8
+  (:func:`commitment`). The salts are in the ledger row, never in the log.
+
+A version 2 receipt's ``disclosed`` is ``{name: {"value": <string or null>, "salt":
+<base64 of 16 bytes>}}`` for some or all committed fields; each must match its commitment,
+and a field that the leaf does not commit is refused. The operator's receipt discloses all
+of them; the one for the data subject (version 1, no ``disclosed``) proves the acceptance
+without revealing who accepted it, why, or the request's metadata.
 
 A **completion statement** says that a purge's cleanup completed. It is a C2SP signed note
 with the log's key whose text is, one field a line::
@@ -72,21 +101,31 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 __all__ = [
+    "COMMITTED_FIELDS",
     "COMPLETION_FORMAT",
+    "COSIGNATURE_HEADER",
     "EMPTY_ROOT",
     "HASH_SIZE",
     "KIND_NAMES",
     "MAX_DIGITS",
     "MAX_JSON_DEPTH",
+    "MAX_TIMESTAMP",
     "RECEIPT_FORMAT",
     "RECEIPT_VERSION",
+    "SALT_SIZE",
     "Checkpoint",
     "Completion",
     "CompletionStep",
+    "Cosignature",
+    "CosignerKey",
     "NoteSignature",
     "ReceiptInvalid",
     "ReceiptVerified",
     "Verifier",
+    "check_quorum",
+    "commitment",
+    "cosigned_message",
+    "cosigner_key_id",
     "decimal",
     "describe",
     "key_id",
@@ -99,7 +138,9 @@ __all__ = [
     "open_note",
     "parse_checkpoint",
     "parse_completion",
+    "parse_cosigner_key",
     "parse_json",
+    "verified_cosignatures",
     "verify_completion",
     "verify_consistency",
     "verify_files",
@@ -110,8 +151,11 @@ __all__ = [
 HASH_SIZE = 32
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 ALG_ED25519 = 0x01
+ALG_COSIGNATURE_V1 = 0x04  # C2SP signed-note's type of a witness's timestamped Ed25519 cosignature
+COSIGNATURE_HEADER = "cosignature/v1"
+MAX_TIMESTAMP = 2**63 - 1
 RECEIPT_FORMAT = "purgekeeper-receipt"
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2  # the newest: 2 carries ``disclosed``, 1 (still written, without it) does not
 COMPLETION_FORMAT = "purgekeeper-completion/v1"
 SIGNATURE_PREFIX = "\u2014 "
 MAX_SIGNATURES = 100
@@ -227,6 +271,19 @@ def _b64decode(text: str, what: str) -> bytes:
         raise ReceiptInvalid(f"{what} is not base64") from exc
 
 
+def _vkey_parts(vkey: str, what: str) -> tuple[str, bytes, bytes]:
+    """The name, the claimed key id and the decoded key of ``<name>+<hex id>+<base64>``."""
+    name, _, rest = vkey.strip().partition("+")
+    hex_id, _, key64 = rest.partition("+")
+    if not valid_key_name(name) or len(hex_id) != 8:
+        raise ReceiptInvalid(f"{what} is not <name>+<8 hex digits>+<base64 key>")
+    try:
+        claimed = bytes.fromhex(hex_id)
+    except ValueError as exc:
+        raise ReceiptInvalid(f"{what}'s id is not hexadecimal") from exc
+    return name, claimed, _b64decode(key64, what)
+
+
 @dataclass(frozen=True)
 class Verifier:
     """An Ed25519 verification key: its name, key id and public key."""
@@ -238,15 +295,7 @@ class Verifier:
     @classmethod
     def from_vkey(cls, vkey: str) -> Verifier:
         """Parse ``<name>+<hex key id>+<base64(0x01 || public key)>``."""
-        name, _, rest = vkey.strip().partition("+")
-        hex_id, _, key64 = rest.partition("+")
-        if not valid_key_name(name) or len(hex_id) != 8:
-            raise ReceiptInvalid("the verification key is not <name>+<8 hex digits>+<base64 key>")
-        try:
-            claimed = bytes.fromhex(hex_id)
-        except ValueError as exc:
-            raise ReceiptInvalid("the verification key's id is not hexadecimal") from exc
-        key = _b64decode(key64, "the verification key")
+        name, claimed, key = _vkey_parts(vkey, "the verification key")
         if len(key) != 33 or key[0] != ALG_ED25519:
             raise ReceiptInvalid("the verification key is not an Ed25519 key (0x01 and 32 bytes)")
         if key_id(name, key[1:]) != claimed:
@@ -421,6 +470,100 @@ def open_checkpoint(note: str, verifier: Verifier) -> Checkpoint:
     return parse_checkpoint(open_note(note, verifier))
 
 
+# -- C2SP tlog-cosignature: witnesses' cosignatures (Ed25519, cosignature/v1) --
+
+
+@dataclass(frozen=True)
+class CosignerKey:
+    """A witness's Ed25519 cosigning key: its name, key id and public key."""
+
+    name: str
+    key_id: bytes
+    public_key: bytes
+
+    @property
+    def vkey(self) -> str:
+        encoded = base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + self.public_key).decode()
+        return f"{self.name}+{self.key_id.hex()}+{encoded}"
+
+
+@dataclass(frozen=True)
+class Cosignature:
+    """A cosignature that verified: the witness's name, and when it cosigned (POSIX seconds)."""
+
+    name: str
+    timestamp: int
+
+
+def cosigner_key_id(name: str, public_key: bytes) -> bytes:
+    """SHA-256(name || 0x0A || 0x04 || key)[:4]: a cosigner's key id, never a log key's."""
+    return hashlib.sha256(name.encode() + b"\n" + bytes([ALG_COSIGNATURE_V1]) + public_key).digest()[:4]
+
+
+def parse_cosigner_key(vkey: str) -> CosignerKey:
+    """Parse ``<name>+<hex key id>+<base64(0x04 || public key)>``."""
+    name, claimed, key = _vkey_parts(vkey, "the witness key")
+    if len(key) != 33 or key[0] != ALG_COSIGNATURE_V1:
+        raise ReceiptInvalid(f"the witness key {name} is not a cosignature/v1 key (type 0x04 and 32 bytes)")
+    if cosigner_key_id(name, key[1:]) != claimed:
+        raise ReceiptInvalid(f"the witness key {name}'s id does not match its name and key")
+    return CosignerKey(name=name, key_id=claimed, public_key=key[1:])
+
+
+def cosigned_message(text: str, timestamp: int) -> bytes:
+    """What a cosignature signs: the header line, the time line, then the note's whole text."""
+    return f"{COSIGNATURE_HEADER}\ntime {timestamp}\n{text}".encode()
+
+
+def verified_cosignatures(note: str, cosigners: Sequence[str | CosignerKey]) -> list[Cosignature]:
+    """The cosignatures of ``note`` by ``cosigners``, one per key (its latest), each checked.
+    A line whose name and key id match no given key is ignored; one that matches and does
+    not verify refuses the note."""
+    text, signatures = split_note(note)
+    found = []
+    for key in _cosigner_keys(cosigners):
+        lines = [s for s in signatures if (s.name, s.key_id) == (key.name, key.key_id)]
+        times = [_cosignature_time(key, text, s.signature) for s in lines]
+        if times:
+            found.append(Cosignature(key.name, max(times)))
+    return found
+
+
+def _cosigner_keys(cosigners: Sequence[str | CosignerKey]) -> list[CosignerKey]:
+    """The keys, each once: a key given twice does not count twice toward a quorum."""
+    keys = [key if isinstance(key, CosignerKey) else parse_cosigner_key(key) for key in cosigners]
+    return list(dict.fromkeys(keys))
+
+
+def _cosignature_time(key: CosignerKey, text: str, signature: bytes) -> int:
+    if len(signature) != 8 + 64:
+        raise ReceiptInvalid(f"the cosignature by {key.name} is not a timestamp and an Ed25519 signature")
+    timestamp = int.from_bytes(signature[:8], "big")
+    if timestamp > MAX_TIMESTAMP:
+        raise ReceiptInvalid(f"the cosignature by {key.name} has a timestamp above 2^63-1")
+    try:
+        Ed25519PublicKey.from_public_bytes(key.public_key).verify(signature[8:], cosigned_message(text, timestamp))
+    except InvalidSignature:
+        raise ReceiptInvalid(f"the cosignature by {key.name} does not verify") from None
+    return timestamp
+
+
+def check_quorum(note: str, cosigners: Sequence[str | CosignerKey], quorum: int | None = None) -> list[Cosignature]:
+    """The cosignatures of ``note`` by ``cosigners`` once at least ``quorum`` of them (None:
+    all) verify; ReceiptInvalid, saying how many did, when fewer do."""
+    keys = _cosigner_keys(cosigners)
+    wanted = len(keys) if quorum is None else quorum
+    if not 1 <= wanted <= len(keys):
+        raise ReceiptInvalid(f"a quorum is 1 to the {len(keys)} witnesses given, not {wanted}")
+    cosigned = verified_cosignatures(note, keys)
+    if len(cosigned) < wanted:
+        raise ReceiptInvalid(
+            f"{len(cosigned)} of {len(keys)} witnesses cosigned this checkpoint, quorum {wanted}"
+            f" (cosigned: {', '.join(c.name for c in cosigned) or 'none'})"
+        )
+    return cosigned
+
+
 # -- receipts --
 
 
@@ -444,10 +587,103 @@ def kind_name(kind: str) -> str:
     return KIND_NAMES.get(kind, f"a row of kind {kind}")
 
 
+# -- the leaf's versions and its salted commitments (the module's docstring: "The leaf") --
+
+COMMITTED_FIELDS = ("actor", "reason", "request_id", "idempotency_key", "origin")
+SALT_SIZE = 16
+COMMITMENT_DOMAIN = b"purgekeeper-commitment/v1\x00"
+LEAF_VERSION = 2  # the newest; a leaf without ``leaf_version`` is version 1
+
+
+def _canonical(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def commitment(name: str, salt: bytes, value: str | None) -> bytes:
+    """What a version 2 leaf holds of a committed field: SHA-256 of the domain, the field's
+    name, a NUL, its 16-byte salt and its value's canonical JSON. The salt has one length and
+    the name no NUL, so no two (name, salt, value) share their bytes."""
+    if len(salt) != SALT_SIZE or name not in COMMITTED_FIELDS:
+        raise ValueError(f"a commitment takes a committed field and a {SALT_SIZE}-byte salt")
+    return hashlib.sha256(COMMITMENT_DOMAIN + name.encode() + b"\x00" + salt + _canonical(value)).digest()
+
+
+@dataclass(frozen=True)
+class _Leaf:
+    """What the receipt's checks need of its leaf: the row's kind, the leaf's version and
+    (version 2) the commitments by field."""
+
+    kind: str
+    version: int
+    commitments: Mapping[str, bytes]
+
+
+def _leaf_version(row: Mapping[str, Any]) -> int:
+    if "leaf_version" not in row:
+        if "commitments" in row:
+            raise ReceiptInvalid("the leaf has commitments but no leaf_version")
+        return 1
+    version = row["leaf_version"]
+    if version != LEAF_VERSION or isinstance(version, bool):
+        raise ReceiptInvalid(f"the leaf's version {str(version)[:20]!r} is not one this verifier reads (1 or 2)")
+    return version
+
+
+def _commitments(row: Mapping[str, Any]) -> dict[str, bytes]:
+    """A version 2 leaf's commitments: one 32-byte hash per committed field, and none of
+    those fields in clear."""
+    if any(name in row for name in COMMITTED_FIELDS):
+        raise ReceiptInvalid("the version 2 leaf holds a committed field in clear")
+    found = row.get("commitments")
+    if not isinstance(found, dict) or set(found) != set(COMMITTED_FIELDS):
+        raise ReceiptInvalid(f"the leaf's commitments are not one per field of {', '.join(COMMITTED_FIELDS)}")
+    if not all(isinstance(value, str) for value in found.values()):
+        raise ReceiptInvalid("a commitment of the leaf is not base64 text")
+    hashes = {name: _b64decode(value, f"the leaf's {name} commitment") for name, value in found.items()}
+    _check_hashes("the leaf's commitments", list(hashes.values()))
+    return hashes
+
+
+def _check_disclosed(document: Mapping[str, Any], leaf: _Leaf) -> dict[str, str | None] | None:
+    """The receipt's ``disclosed`` values, each checked against its commitment in the leaf;
+    None when it discloses nothing. Version 2 and ``disclosed`` go together."""
+    version = document["version"]
+    if "disclosed" not in document:
+        if version != 1:
+            raise ReceiptInvalid("the receipt is version 2 but discloses nothing (without disclosed it is version 1)")
+        return None
+    if version != 2:
+        raise ReceiptInvalid("a version 1 receipt discloses nothing: disclosed needs version 2")
+    disclosed = document["disclosed"]
+    if not isinstance(disclosed, dict):
+        raise ReceiptInvalid("the receipt's disclosed is not an object")
+    if leaf.version == 1:
+        raise ReceiptInvalid("the receipt discloses fields of a version 1 leaf, which holds them in clear")
+    return {name: _disclosed_value(name, item, leaf) for name, item in disclosed.items()}
+
+
+def _disclosed_value(name: str, item: Any, leaf: _Leaf) -> str | None:
+    if name not in leaf.commitments:
+        raise ReceiptInvalid(f"the receipt discloses {str(name)[:40]!r}, which the leaf does not commit")
+    if not isinstance(item, dict) or set(item) != {"value", "salt"}:
+        raise ReceiptInvalid(f"the disclosed {name} is not an object of its value and salt")
+    value, salt_text = item["value"], item["salt"]
+    if value is not None and not isinstance(value, str):
+        raise ReceiptInvalid(f"the disclosed {name} is not text or null")
+    if not isinstance(salt_text, str):
+        raise ReceiptInvalid(f"the disclosed {name}'s salt is not base64 text")
+    salt = _b64decode(salt_text, f"the disclosed {name}'s salt")
+    if len(salt) != SALT_SIZE:
+        raise ReceiptInvalid(f"the disclosed {name}'s salt is {len(salt)} bytes, not {SALT_SIZE}")
+    if commitment(name, salt, value) != leaf.commitments[name]:
+        raise ReceiptInvalid(f"the disclosed {name} (its value or its salt) does not match its commitment in the leaf")
+    return value
+
+
 @dataclass(frozen=True)
 class ReceiptVerified:
-    """A receipt that verified: which row (its purge id and kind), where in the ledger, and
-    the trees it is in."""
+    """A receipt that verified: which row (its purge id and kind), where in the ledger, the
+    trees it is in, and the witnesses' cosignatures of its checkpoint that counted."""
 
     purge_id: str
     ledger_seq: int
@@ -456,10 +692,21 @@ class ReceiptVerified:
     checkpoint: Checkpoint
     newer: Checkpoint | None = None
     kind: str = ""
+    cosignatures: tuple[Cosignature, ...] = ()
+    leaf_version: int = 1
+    disclosed: Mapping[str, str | None] | None = None  # the committed fields shown, checked
 
     @property
     def kind_name(self) -> str:
         return kind_name(self.kind)
+
+    @property
+    def undisclosed(self) -> tuple[str, ...]:
+        """The fields the leaf commits that the receipt does not disclose (none in a version 1
+        leaf, which holds them in clear)."""
+        if self.leaf_version == 1:
+            return ()
+        return tuple(name for name in COMMITTED_FIELDS if name not in (self.disclosed or {}))
 
 
 def _load_json(document: str | bytes | Mapping[str, Any], what: str) -> Mapping[str, Any]:
@@ -486,9 +733,9 @@ def _hash_list(value: Any, what: str) -> list[bytes]:
     return hashes
 
 
-def _check_leaf(leaf: bytes, purge_id: str, ledger_seq: int) -> str:
-    """The leaf must be a ledger row in canonical form that names this purge at this seq;
-    its kind."""
+def _check_leaf(leaf: bytes, purge_id: str, ledger_seq: int) -> _Leaf:
+    """The leaf must be a ledger row in canonical form that names this purge at this seq, of
+    version 1 or 2 (with its commitments); its kind, version and commitments."""
     row = parse_json(leaf, "the leaf")
     if not isinstance(row, dict):
         raise ReceiptInvalid("the leaf is not a JSON object")
@@ -502,7 +749,8 @@ def _check_leaf(leaf: bytes, purge_id: str, ledger_seq: int) -> str:
     kind = row.get("kind")
     if not isinstance(kind, str) or not _KIND.fullmatch(kind):
         raise ReceiptInvalid("the leaf has no kind (lowercase letters and underscores)")
-    return kind
+    version = _leaf_version(row)
+    return _Leaf(kind, version, _commitments(row) if version == LEAF_VERSION else {})
 
 
 def verify_receipt(
@@ -512,14 +760,18 @@ def verify_receipt(
     newer_checkpoint: str | None = None,
     consistency_proof: str | bytes | Mapping[str, Any] | None = None,
     origin: str | None = None,
+    witnesses: Sequence[str | CosignerKey] = (),
+    quorum: int | None = None,
 ) -> ReceiptVerified:
     """Check a receipt against a verification key, and optionally that a newer checkpoint
     (with a consistency proof document) extends the receipt's tree; with ``origin``, that
-    the checkpoint is of that log."""
+    the checkpoint is of that log; with ``witnesses``, that at least ``quorum`` of them (None:
+    all) cosigned the receipt's checkpoint."""
     verifier = Verifier.from_vkey(vkey)
     document = _load_json(receipt, "the receipt")
-    if document.get("format") != RECEIPT_FORMAT or document.get("version") != RECEIPT_VERSION:
-        raise ReceiptInvalid(f"the receipt is not {RECEIPT_FORMAT} version {RECEIPT_VERSION}")
+    version = document.get("version")
+    if document.get("format") != RECEIPT_FORMAT or type(version) is not int or version not in (1, RECEIPT_VERSION):
+        raise ReceiptInvalid(f"the receipt is not {RECEIPT_FORMAT} version 1 or {RECEIPT_VERSION}")
     purge_id = _field(document, "purge_id", str, "the receipt")
     seq = _field(document, "ledger_seq", int, "the receipt")
     index = _field(document, "leaf_index", int, "the receipt")
@@ -527,12 +779,28 @@ def verify_receipt(
         raise ReceiptInvalid(f"leaf_index {index} is not ledger_seq {seq} - 1")
     leaf = _b64decode(_field(document, "leaf", str, "the receipt"), "the receipt's leaf")
     proof = _hash_list(document.get("inclusion_proof"), "the inclusion proof")
-    checkpoint = open_checkpoint(_field(document, "checkpoint", str, "the receipt"), verifier)
+    note = _field(document, "checkpoint", str, "the receipt")
+    verifier, rotations = follow_rotations(document.get("rotations"), verifier)
+    checkpoint = open_checkpoint(note, verifier)
     _check_origin(checkpoint.origin, origin, "the receipt's checkpoint")
-    kind = _check_leaf(leaf, purge_id, seq)
+    check_rotations(rotations, checkpoint)
+    cosigned = _witnessed(note, witnesses, quorum)
+    found = _check_leaf(leaf, purge_id, seq)
+    disclosed = _check_disclosed(document, found)
     verify_inclusion(leaf_hash(leaf), index, checkpoint.size, proof, checkpoint.root)
     newer = _verify_newer(checkpoint, verifier, newer_checkpoint, consistency_proof)
-    return ReceiptVerified(purge_id, seq, index, leaf, checkpoint, newer, kind)
+    return ReceiptVerified(
+        purge_id, seq, index, leaf, checkpoint, newer, found.kind, cosigned, found.version, disclosed
+    )
+
+
+def _witnessed(note: str, witnesses: Sequence[str | CosignerKey], quorum: int | None) -> tuple[Cosignature, ...]:
+    """The cosignatures that count, checked after the log's own signature."""
+    if not witnesses:
+        if quorum is not None:
+            raise ReceiptInvalid("a quorum needs the witnesses' keys")
+        return ()
+    return tuple(check_quorum(note, witnesses, quorum))
 
 
 def _check_origin(origin: str, pinned: str | None, what: str) -> None:
@@ -561,6 +829,68 @@ def _verify_newer(
     proof = _hash_list(document.get("proof"), "the consistency proof")
     verify_consistency(checkpoint.size, newer.size, proof, checkpoint.root, newer.root)
     return newer
+
+
+# -- key rotations: a statement signed by the old key naming the new one --
+#
+# A receipt signed after a rotation carries ``rotations``: each a statement (a note signed by
+# the key trusted so far) with the text ``purgekeeper-key-rotation/v1``, the origin, the tree
+# size and base64 root at the rotation and the new key's vkey, one a line, and a consistency
+# proof from that tree to the receipt's checkpoint. A verifier holding the old key follows
+# them in order; the receipt's checkpoint must verify with the last key named.
+
+ROTATION_FORMAT = "purgekeeper-key-rotation/v1"
+
+
+@dataclass(frozen=True)
+class KeyRotation:
+    """The key of ``origin`` handed over at the tree of ``size``/``root`` to ``vkey``."""
+
+    origin: str
+    size: int
+    root: bytes
+    vkey: str
+
+    def text(self) -> str:
+        return f"{ROTATION_FORMAT}\n{self.origin}\n{self.size}\n{base64.b64encode(self.root).decode()}\n{self.vkey}\n"
+
+
+def parse_rotation(text: str) -> KeyRotation:
+    lines = text.split("\n")
+    if len(lines) != 6 or lines[0] != ROTATION_FORMAT or lines[5] != "" or not lines[1]:
+        raise ReceiptInvalid(f"a key rotation statement is not {ROTATION_FORMAT}")
+    root = _b64decode(lines[3], "the rotation's root")
+    if len(root) != HASH_SIZE:
+        raise ReceiptInvalid("the rotation's root is not a SHA-256 hash")
+    Verifier.from_vkey(lines[4])
+    return KeyRotation(lines[1], decimal(lines[2], "the rotation's tree size"), root, lines[4])
+
+
+def follow_rotations(rotations: Any, verifier: Verifier) -> tuple[Verifier, list[tuple[KeyRotation, list[bytes]]]]:
+    """The key the statements hand over to, each opened with the key trusted before it, and
+    each statement with its consistency proof (checked by ``check_rotations``)."""
+    if rotations is None:
+        return verifier, []
+    if not isinstance(rotations, list) or len(rotations) > MAX_SIGNATURES:
+        raise ReceiptInvalid("the receipt's rotations are not a list of statements")
+    followed = []
+    for item in rotations:
+        if not isinstance(item, Mapping):
+            raise ReceiptInvalid("a rotation is not an object with a statement and a proof")
+        rotation = parse_rotation(open_note(_field(item, "statement", str, "a rotation"), verifier))
+        followed.append((rotation, _hash_list(item.get("proof"), "a rotation's consistency proof")))
+        verifier = Verifier.from_vkey(rotation.vkey)
+    return verifier, followed
+
+
+def check_rotations(followed: Sequence[tuple[KeyRotation, list[bytes]]], checkpoint: Checkpoint) -> None:
+    """Each statement names the checkpoint's origin, at a size the checkpoint's tree extends."""
+    for rotation, proof in followed:
+        if rotation.origin != checkpoint.origin:
+            raise ReceiptInvalid(f"a rotation names the log {rotation.origin!r}, not {checkpoint.origin!r}")
+        if rotation.size > checkpoint.size:
+            raise ReceiptInvalid(f"a rotation at size {rotation.size} is beyond the checkpoint's {checkpoint.size}")
+        verify_consistency(rotation.size, checkpoint.size, proof, rotation.root, checkpoint.root)
 
 
 # -- completion statements --
@@ -740,10 +1070,13 @@ def verify_files(
     proof: str | None = None,
     completion: str | None = None,
     origin: str | None = None,
+    witnesses: Sequence[str | CosignerKey] = (),
+    quorum: int | None = None,
 ) -> tuple[ReceiptVerified, Completion | None]:
-    """What the command line checks, from its files (``key`` is the key or a file holding
-    it): the receipt, and the completion statement if one is given. OSError when a file
-    cannot be read; ReceiptInvalid when what it holds does not verify."""
+    """What the command line checks, from its files (``key`` and each of ``witnesses`` is the
+    key or a file holding it): the receipt, its checkpoint's cosignatures if witnesses are
+    given, and the completion statement if one is given. OSError when a file cannot be read;
+    ReceiptInvalid when what it holds does not verify."""
     vkey = _key_text(key)
     document = _read_text(receipt, "the receipt")
     result = verify_receipt(
@@ -752,6 +1085,8 @@ def verify_files(
         newer_checkpoint=None if newer is None else _read_text(newer, "the newer checkpoint"),
         consistency_proof=None if proof is None else _read_text(proof, "the consistency proof"),
         origin=origin,
+        witnesses=[w if isinstance(w, CosignerKey) else _key_text(w) for w in witnesses],
+        quorum=quorum,
     )
     if completion is None:
         return result, None
@@ -770,7 +1105,30 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--newer", help="a newer signed checkpoint the receipt's tree must be a prefix of")
     parser.add_argument("--proof", help="the consistency proof file from the receipt's checkpoint to --newer")
     parser.add_argument("--completion", help="a completion statement of the receipt's purge, bound to its leaf")
+    parser.add_argument(
+        "--witness",
+        action="append",
+        default=[],
+        help="a witness's cosigner key (name+id+key, type 0x04), or a file holding it; repeat for each witness",
+    )
+    parser.add_argument(
+        "--quorum", type=int, help="how many of the --witness keys must have cosigned the checkpoint (default: all)"
+    )
     return parser
+
+
+def _disclosure(result: ReceiptVerified) -> str:
+    """What a version 2 leaf's receipt shows of the committed fields: each disclosed value
+    (as JSON: one line, whatever the text), and which stay committed, not disclosed."""
+    if result.leaf_version == 1:
+        return ""
+    if not result.disclosed:
+        return "; actor, reason and request committed, not disclosed"
+    shown = ", ".join(
+        f"{name} {_canonical(result.disclosed[name]).decode()}" for name in COMMITTED_FIELDS if name in result.disclosed
+    )
+    hidden = result.undisclosed
+    return f"; disclosed: {shown}" + (f"; committed, not disclosed: {', '.join(hidden)}" if hidden else "")
 
 
 def describe(result: ReceiptVerified, completion: Completion | None = None) -> str:
@@ -779,6 +1137,9 @@ def describe(result: ReceiptVerified, completion: Completion | None = None) -> s
     line = f"ok: {result.kind_name}, id {result.purge_id}, is ledger row {result.ledger_seq}, included in {where}"
     if result.newer is not None:
         line += f", and tree size {result.newer.size} extends it"
+    if result.cosignatures:
+        line += f", cosigned by {', '.join(c.name for c in result.cosignatures)}"
+    line += _disclosure(result)
     if completion is not None:
         counts = "; ".join(
             f"{s.kind}: removed {s.removed}, retained shared {s.retained_shared}, held {s.held}"
@@ -788,12 +1149,21 @@ def describe(result: ReceiptVerified, completion: Completion | None = None) -> s
     return line
 
 
+def _usage_error(args: argparse.Namespace) -> str | None:
+    if (args.newer is None) != (args.proof is None):
+        return "--newer and --proof go together"
+    if args.quorum is not None and not 1 <= args.quorum <= len(args.witness):
+        return f"--quorum is 1 to the number of --witness keys ({len(args.witness)}), not {args.quorum}"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit 0 and print one line when the receipt (and the completion statement, if one is
     given) verifies; exit 1 with the reason when not; exit 2 when a file cannot be read."""
     args = _parser().parse_args(argv)
-    if (args.newer is None) != (args.proof is None):
-        print("purgekeeper.tlog.verify: --newer and --proof go together", file=sys.stderr)
+    usage = _usage_error(args)
+    if usage is not None:
+        print(f"purgekeeper.tlog.verify: {usage}", file=sys.stderr)
         return 2
     try:
         result, completion = verify_files(
@@ -803,6 +1173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             proof=args.proof,
             completion=args.completion,
             origin=args.origin,
+            witnesses=args.witness,
+            quorum=args.quorum,
         )
     except OSError as exc:
         print(f"cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)

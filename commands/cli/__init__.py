@@ -15,7 +15,15 @@ settings) inside the command; ``tests/unit/test_lazy_imports.py`` holds them to 
 import click
 
 from purgekeeper import __version__
-from purgekeeper.commands.cli import content_purges, ledger_commands, operate, policies, process, receipt_commands  # noqa: F401 (they register)
+from purgekeeper.commands.cli import (  # noqa: F401 (they register)
+    content_purges,
+    ledger_commands,
+    operate,
+    policies,
+    process,
+    receipt_commands,
+    witness_commands,
+)
 from purgekeeper.commands.cli.shared import main
 
 # The version is the package's own constant, not the installed metadata's (importlib.metadata

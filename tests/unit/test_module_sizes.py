@@ -16,7 +16,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("commands", "workers", "storage", "schema", "tlog")
 MAX_MODULE_LINES = 500
-ONE_FILE_BY_DESIGN = {"tlog/verify.py": 850}
+# 850 -> 1000: the witnesses' cosignatures (keys, checks, quorum) are verified offline, in the one file.
+# 1000 -> 1250: leaf version 2 (salted commitments, and the values a receipt discloses) is read there too.
+ONE_FILE_BY_DESIGN = {"tlog/verify.py": 1250}
 MAX_FUNCTION_LINES = 60
 
 
