@@ -2,9 +2,11 @@
 
 ``row_hash = SHA-256(prev_hash ‖ canonical JSON)``. The canonical JSON holds every field of
 the row except ``prev_hash`` and ``row_hash``, with sorted keys, compact separators and UTC
-timestamps with microseconds and a ``Z``. The genesis ``prev_hash`` is 64 zeros. ``seq`` is
-handed out under the one-row ``ledger_head`` lock, so concurrent acceptances never fork or
-reorder the chain. No row ever holds a body, a payload or file content.
+timestamps with microseconds and a ``Z``. Rows written since migration 0018 also hold their
+``salts`` (``purgekeeper.schema.ledger_salts``); a row without them hashes as it always did.
+The genesis ``prev_hash`` is 64 zeros. ``seq`` is handed out under the one-row
+``ledger_head`` lock, so concurrent acceptances never fork or reorder the chain. No row ever
+holds a body, a payload or file content.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 from sqlalchemy import JSON, Connection, Row, bindparam, cast, func, insert, literal_column, select
 
 from purgekeeper.schema.driver import DriverStatement, Reader
+from purgekeeper.schema.ledger_salts import COMMITTED_FIELDS as COMMITTED_FIELDS
+from purgekeeper.schema.ledger_salts import new_salts, salt_map
 from purgekeeper.schema.tables import ledger_head, purge_ledger
 
 GENESIS_HASH = "0" * 64
@@ -34,6 +38,7 @@ HASHED_FIELDS = (
     "idempotency_key",
     "origin",
     "accepted_at",
+    "salts",  # only in rows that have them (since 0018): ``hashed_fields`` leaves it out otherwise
 )
 VERIFY_BATCH = 1000
 MAX_PROBLEMS = 20
@@ -86,6 +91,7 @@ class LedgerEntry:
     accepted_at: dt.datetime
     prev_hash: str
     row_hash: str
+    salts: str | None = None
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> LedgerEntry:
@@ -103,6 +109,7 @@ class LedgerEntry:
             accepted_at=row.accepted_at,
             prev_hash=row.prev_hash,
             row_hash=row.row_hash,
+            salts=row.salts,
         )
 
     @classmethod
@@ -126,17 +133,33 @@ class LedgerEntry:
         seq = row["seq"]
         if not isinstance(seq, int) or isinstance(seq, bool):
             raise TypeError("seq is not an integer")
-        return cls(seq=seq, selectors=dict(selectors), accepted_at=accepted_at.astimezone(dt.UTC), **text, **optional)
+        salts = row.get("salts")  # absent in rows written before 0018
+        if salts is not None:
+            salt_map(salts)  # ValueError or TypeError when they are not salts
+        return cls(
+            seq=seq,
+            selectors=dict(selectors),
+            accepted_at=accepted_at.astimezone(dt.UTC),
+            salts=salts,
+            **text,
+            **optional,
+        )
 
     def content(self) -> dict[str, Any]:
         """What a purge IS, wherever its row sits: the hashed fields without the chain
         position (``seq``) and without ``origin``, which a merge rewrites to name the source."""
         fields = self.hashed_fields()
         del fields["seq"], fields["origin"]
+        fields.pop("salts", None)  # random: a merge re-chaining the purge draws new ones
         return fields
 
     def hashed_fields(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in HASHED_FIELDS}
+        """The fields ``row_hash`` covers: ``salts`` only when the row has them, so a row of
+        before 0018 keeps its hash (and its leaf) byte for byte."""
+        fields = {name: getattr(self, name) for name in HASHED_FIELDS}
+        if self.salts is None:
+            del fields["salts"]
+        return fields
 
     def expected_hash(self) -> str:
         return row_hash(self.prev_hash, self.hashed_fields())
@@ -235,9 +258,11 @@ def append(
     idempotency_key: str | None,
     origin: str | None,
     accepted_at: dt.datetime | None = None,
+    salted: bool = True,
 ) -> LedgerEntry:
     """Append one row after ``head`` (which the caller locked); the database checks that it
-    extends the ledger and moves the head to it (the chain triggers)."""
+    extends the ledger and moves the head to it (the chain triggers). ``salted=False`` writes
+    a row as before 0018 (no salts: its leaf holds every field in clear), for tests of them."""
     entry = next_entry(
         head,
         purge_id=purge_id,
@@ -250,6 +275,7 @@ def append(
         idempotency_key=idempotency_key,
         origin=origin,
         accepted_at=accepted_at,
+        salted=salted,
     )
     insert_entries(conn, [entry])
     return entry
@@ -268,8 +294,10 @@ def next_entry(
     idempotency_key: str | None,
     origin: str | None,
     accepted_at: dt.datetime | None = None,
+    salted: bool = True,
 ) -> LedgerEntry:
-    """The row that would extend ``head``, hashed (nothing is written)."""
+    """The row that would extend ``head``, hashed (nothing is written), with fresh salts
+    unless ``salted=False`` (a row as before 0018)."""
     fields: dict[str, Any] = {
         "seq": head.seq + 1,
         "purge_id": purge_id,
@@ -283,6 +311,8 @@ def next_entry(
         "origin": origin,
         "accepted_at": accepted_at or head.now,
     }
+    if salted:
+        fields["salts"] = new_salts()
     return LedgerEntry(**fields, prev_hash=head.head_hash, row_hash=row_hash(head.head_hash, fields))
 
 
@@ -304,9 +334,16 @@ _INSERT_JSON_ROWS = insert(purge_ledger).from_select(
 )
 
 
-_INSERT_ONE = DriverStatement(
-    insert(purge_ledger).values({name: bindparam(name, type_=purge_ledger.c[name].type) for name in _COLUMNS})
-)
+# One row by itself, with its salts or (a row as before 0018, which a database of before 0018
+# can take too) without them.
+_INSERT_ONE = {
+    salted: DriverStatement(
+        insert(purge_ledger).values(
+            {name: bindparam(name, type_=purge_ledger.c[name].type) for name in _COLUMNS if salted or name != "salts"}
+        )
+    )
+    for salted in (True, False)
+}
 
 
 def insert_entries(conn: Connection, entries: Sequence[LedgerEntry]) -> None:
@@ -317,6 +354,7 @@ def insert_entries(conn: Connection, entries: Sequence[LedgerEntry]) -> None:
         {
             **entry.hashed_fields(),
             "selectors": canonical_json(entry.selectors),
+            "salts": entry.salts,
             "prev_hash": entry.prev_hash,
             "row_hash": entry.row_hash,
         }
@@ -325,7 +363,8 @@ def insert_entries(conn: Connection, entries: Sequence[LedgerEntry]) -> None:
     if not values:
         return
     if len(values) == 1:
-        _INSERT_ONE.execute(conn, values[0])
+        salted = values[0]["salts"] is not None
+        _INSERT_ONE[salted].execute(conn, values[0] if salted else {k: v for k, v in values[0].items() if k != "salts"})
         return
     if conn.dialect.name != "postgresql":
         conn.execute(_INSERT, values)

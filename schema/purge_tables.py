@@ -54,6 +54,7 @@ purge_ledger = Table(
     Column("accepted_at", UtcDateTime(), nullable=False),
     Column("prev_hash", String(64), nullable=False),
     Column("row_hash", String(64), nullable=False),
+    Column("salts", Text),  # the committed fields' salts (0018; NULL in rows of before it: schema.ledger)
     UniqueConstraint("purge_id"),
     Index("ix_purge_ledger_idempotency_key", "idempotency_key"),
     Index("ix_purge_ledger_kind_seq", "kind", "seq"),  # list_purges(kind=...), newest first (0010)

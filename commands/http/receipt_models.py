@@ -13,15 +13,30 @@ class _Model(BaseModel):
     pass
 
 
+class DisclosedFieldOut(_Model):
+    value: str | None = Field(description="the field's value, as the ledger row holds it")
+    salt: str = Field(description="base64 of the field's 16-byte salt, which its commitment in the leaf covers")
+
+
 class ReceiptOut(_Model):
     format: Literal["purgekeeper-receipt"]
-    version: Literal[1]
+    version: Literal[1, 2] = Field(description="2 with `disclosed` (the operator's receipt), 1 without it")
     purge_id: str
     ledger_seq: int
     leaf_index: int = Field(description="ledger_seq - 1")
-    leaf: str = Field(description="base64 of the row's canonical JSON without prev_hash and row_hash")
+    leaf: str = Field(
+        description="base64 of the leaf: the row's canonical JSON without prev_hash and row_hash (leaf version 1, "
+        "rows of before 0018), or with salted commitments of actor, reason, request_id, idempotency_key and origin "
+        "in place of their values (`leaf_version` 2)"
+    )
     inclusion_proof: list[str] = Field(description="base64 hashes from the leaf up (RFC 9162 §2.1.3)")
     checkpoint: str = Field(description="the signed checkpoint (C2SP signed note) the proof is for")
+    disclosed: dict[str, DisclosedFieldOut] | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,  # absent, not null: without it the receipt is version 1
+        description="the committed fields' values and salts (a version 2 leaf; the verifier checks each against its "
+        "commitment); absent from a data subject's receipt (`for_subject=true`) and from a version 1 leaf's",
+    )
 
 
 class CompletionStepCountsOut(_Model):

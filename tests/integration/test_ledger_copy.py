@@ -93,7 +93,8 @@ def test_a_writer_that_died_before_its_head_leaves_a_tail_the_next_one_truncates
 
 
 def test_the_head_is_read_again_only_when_it_changed(copy: LedgerCopy, monkeypatch: pytest.MonkeyPatch) -> None:
-    copy.append(chain(2))
+    rows = chain(3)  # one chain: each row's salts are drawn afresh (a second chain(3) is another chain)
+    copy.append(rows[:2])
     reads: list[int] = []
     real = LedgerCopy._read_head
 
@@ -106,7 +107,7 @@ def test_the_head_is_read_again_only_when_it_changed(copy: LedgerCopy, monkeypat
     for _ in range(50):
         assert fresh.head() is not None
     assert len(reads) == 1
-    copy.append(chain(3)[2:])
+    copy.append(rows[2:])
     assert fresh.head().seq == 3  # type: ignore[union-attr]
     assert len(reads) >= 2 and len(reads) <= 4  # the writer read it once, the reader once
 

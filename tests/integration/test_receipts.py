@@ -43,7 +43,8 @@ def test_a_receipt_exists_once_an_acceptance_returns_and_verifies(pk: Pk) -> Non
     accepted = accept(pk, 3)
     document = pk.receipt(accepted[1].purge_id)
     assert set(document) == {
-        "format", "version", "purge_id", "ledger_seq", "leaf_index", "leaf", "inclusion_proof", "checkpoint"
+        "format", "version", "purge_id", "ledger_seq", "leaf_index", "leaf", "inclusion_proof", "checkpoint",
+        "disclosed",  # the operator's receipt (version 2) shows who and why, checked against the leaf
     }  # fmt: skip
     assert (document["ledger_seq"], document["leaf_index"]) == (accepted[1].ledger_seq, accepted[1].ledger_seq - 1)
     result = verify_receipt(document, pk.log_key())

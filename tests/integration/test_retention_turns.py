@@ -274,7 +274,7 @@ def _policy_at_0016(url: str) -> None:
             entry = ledger.append(
                 conn, ledger.lock_head(conn), purge_id="p" * 32, kind="retention", selectors=selectors,
                 scope_digest="0" * 64, actor="dpo", reason="set before 0017", request_id=None,
-                idempotency_key=None, origin="test",
+                idempotency_key=None, origin="test", salted=False,  # a row as 0016 held it: no salts (0018)
             )  # fmt: skip
             conn.execute(INSERT_POLICY, {"age": 30 * 86_400, "purge_id": entry.purge_id, "due": LONG_AGO})
     finally:

@@ -186,7 +186,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "purge_detail": ("self", "purge_id: 'str'", "-> 'PurgeDetail'"),
     "purge_touched": ("self", "purge_id: 'str'", "-> 'PurgeTouched'"),
     "read_conversation": ("self", "conversation_id: 'str'", "-> 'list[Event]'"),
-    "receipt": ("self", "purge_id: 'str'", "-> 'dict[str, Any]'"),
+    "receipt": ("self", "purge_id: 'str'", "*", "for_subject: 'bool' = False", "-> 'dict[str, Any]'"),
     "register_bot": (
         "self",
         "bot_id: 'str'",

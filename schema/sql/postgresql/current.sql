@@ -1,5 +1,5 @@
 -- purgekeeper: every function and trigger the PostgreSQL migrations install, as they stand at
--- the newest revision (0017). Reviewed source, not a migration: the migrations (schema/sql/
+-- the newest revision (0018). Reviewed source, not a migration: the migrations (schema/sql/
 -- postgresql/NNNN_*.sql) install it, this file says in one place what they have installed.
 -- tests/integration/test_current_sql.py fails when the two disagree; schema/rules.py names
 -- the rule each trigger enforces. Statements are separated by lines reading "-- ;;".
