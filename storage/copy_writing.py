@@ -285,6 +285,13 @@ class CopyWriter(CopyReader):
         )
 
     @contextlib.contextmanager
+    def writers_kept_out(self) -> Iterator[None]:
+        """No writer of this process or another appends (nor signs) while the block runs: an
+        operator's act on the log, such as a key rotation."""
+        with self._lock, self._flocked():
+            yield
+
+    @contextlib.contextmanager
     def _flocked(self) -> Iterator[int]:
         """The copy's directory (created if missing), open, with every other writer kept out."""
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from purgekeeper.schema import ledger
 from purgekeeper.schema.errors import SigningKeyMissing, SigningKeyUnusable
 from purgekeeper.storage.files import fsync_directory, reason_of
-from purgekeeper.tlog import note
+from purgekeeper.tlog import note, receipt
 from purgekeeper.tlog.verify import Checkpoint, leaf_hash
 
 LOG_SUFFIX = ".log"
@@ -77,8 +77,13 @@ def default_origin(database_id: str) -> str:
 
 
 def leaf_of(entry: ledger.LedgerEntry) -> bytes:
-    """The row's leaf bytes: its hashed fields as canonical JSON (``purgekeeper.tlog.receipt.leaf_bytes``)."""
-    return ledger.canonical_json(entry.hashed_fields()).encode()
+    """The row's leaf bytes (``purgekeeper.tlog.receipt.leaf_bytes``): a row without salts (of
+    before 0018), its hashed fields as canonical JSON, as it always was (version 1, so the
+    log never forks); a row with them, version 2: its salted commitments of who, why and the
+    request's metadata in place of their values."""
+    if entry.salts is None:
+        return ledger.canonical_json(entry.hashed_fields()).encode()
+    return receipt.leaf_bytes({**entry.hashed_fields(), "accepted_at": ledger.utc_text(entry.accepted_at)})
 
 
 def leaf_hash_of(entry: ledger.LedgerEntry) -> bytes:
@@ -118,11 +123,12 @@ def load_or_create_key(path: Path, *, name: str) -> note.Signer:
         return read_key(path)
 
 
-def create_key(path: Path, *, name: str) -> note.Signer:
+def create_key(path: Path, *, name: str, signer: note.Signer | None = None) -> note.Signer:
     """A new signing key in ``path`` (Go's skey form, 0600, fsynced), never over anything there:
     FileExistsError when ``path`` exists (a dangling symlink too). It is written aside and
-    linked into place, so a reader never finds the key's file empty."""
-    signer = note.Signer.generate(name)
+    linked into place, so a reader never finds the key's file empty. ``signer``: that key
+    (made already, e.g. to sign its mark first), else a new one named ``name``."""
+    signer = signer or note.Signer.generate(name)
     aside = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:

@@ -24,7 +24,10 @@ checkpoint and its head) must be the tree's leaves; when the link to the copy is
 (a copy written again after it was moved aside, repaired, or made before the log existed)
 the copy's rows the tree holds are compared with its leaves once. Any difference raises
 ``LogRefused`` and nothing is written: signing would fork the log. A new origin starts a
-new log (the old directory is kept, renamed ``D.log.retired-<time>``).
+new log (the old directory is kept, renamed ``D.log.retired-<time>``). What the log's own
+files cannot show (a directory restored from an old backup, or lost; an origin a deploy
+dropped) the key's mark does: each signature, and each retirement, asks it first
+(``purgekeeper.storage.log_marking``, ``purgekeeper.storage.signing_mark``).
 
 **What stays in memory.** A log's tree never changes below a signed checkpoint, so each
 ``SignedLog`` keeps, for the directory it last found (its device and inode: a retired or
@@ -114,21 +117,25 @@ from purgekeeper.storage.log_format import (
     load_or_create_key,
     read_key,
 )
+from purgekeeper.storage.log_marking import MarkedLog
 from purgekeeper.storage.log_reading import SignedLogReader
 from purgekeeper.storage.log_rebuild import RowUnverified, TileBuilder, verified, verified_between
+from purgekeeper.storage.signing_mark import MarkFile
 from purgekeeper.tlog import note, tree
 from purgekeeper.tlog.verify import Checkpoint, ReceiptInvalid, verify_consistency
 
 log = logging.getLogger(__name__)
 
 
-class SignedLog(SignedLogReader):
+class SignedLog(MarkedLog):
     """One database's log in one checkpoint directory, signed with one key for one origin.
     Thread-safe for readers; its writer is the copy's (under the copy's locks)."""
 
     @classmethod
-    def beside(cls, checkpoint_dir: Path, database_id: str, *, origin: str, signer: note.Signer) -> SignedLog:
-        return cls(Path(checkpoint_dir) / f"{database_id}{LOG_SUFFIX}", origin=origin, signer=signer)
+    def beside(
+        cls, checkpoint_dir: Path, database_id: str, *, origin: str, signer: note.Signer, mark: MarkFile | None = None
+    ) -> SignedLog:
+        return cls(Path(checkpoint_dir) / f"{database_id}{LOG_SUFFIX}", origin=origin, signer=signer, mark=mark)
 
     # -- writing (under the copy's flock) ----------------------------------------------------
 
@@ -296,6 +303,7 @@ class SignedLog(SignedLogReader):
         """The checkpoint this log continues: one of another origin retires the directory."""
         current = self.head()
         if current is not None and current.checkpoint.origin != self.origin:
+            self._retire_in_mark(current)
             stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
             os.rename(self.directory, self.directory.with_name(f"{self.directory.name}.retired-{stamp}"))
             with self._memory:
@@ -341,7 +349,12 @@ class SignedLog(SignedLogReader):
                     f"{exc.reason}; {NEW_ORIGIN_HINT}"
                 ) from None
         with key_used():
+            # signed in memory first (a brand-new installation's first signature makes its key),
+            # then nothing leaves memory unless the key's mark allows it
             signed = note.sign_checkpoint(self.origin, grown.size, grown.root, self.signer)
+            mark = self._mark_allows(current, grown.size, grown.root, read)
+            if self.mark is not None and mark is not None:  # never behind a checkpoint anyone could read
+                self.mark.write(mark.advanced(self.origin, grown.size, grown.root), [self.signer])
         identity = self._publish(grown.tiles, signed.encode(), replacing=size)
         head = TreeHead(Checkpoint(self.origin, grown.size, grown.root), signed)
         with self._memory:
@@ -445,6 +458,7 @@ __all__ = [
     "ForeignKey",
     "KeyUnusable",
     "LogRefused",
+    "MarkFile",
     "RowUnverified",
     "RowsBetween",
     "SignedLog",

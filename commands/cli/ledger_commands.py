@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -135,19 +136,61 @@ def ledger_key(ctx: click.Context, as_json: bool) -> None:
 
 
 @json_command(ledger_key, "init")
-def ledger_key_init(as_json: bool) -> None:
+@click.option("--origin", help="The new origin the key signs (PURGEKEEPER_LOG_ORIGIN by default); set it there too.")
+def ledger_key_init(origin: str | None, as_json: bool) -> None:
     """Make the signed log's signing key (0600) in its file (PURGEKEEPER_SIGNING_KEY_FILE, else
-    <data dir>/ledger-signing.key) and print its verification key. Refused when anything is
-    there already (signing_key_exists, exit code 3): a key is never replaced. A log that has
-    signed with a lost key keeps refusing the new one: give it a new origin
-    (PURGEKEEPER_LOG_ORIGIN) and publish the new key."""
+    <data dir>/ledger-signing.key) with its mark (<key file>.mark), and print its verification
+    key. Refused when anything is there already (signing_key_exists, exit code 3): a key is
+    never replaced. Where the log has signed (or a surviving mark knows the origin), only for a
+    new origin (--origin NEW, then set PURGEKEEPER_LOG_ORIGIN to it): the same origin is never
+    signed by a fresh key (validation_error otherwise). Publish the new key."""
 
     def action(pk: Purgekeeper) -> dict[str, str]:
-        from purgekeeper.commands import receipts  # lazy: see commands/cli/__init__.py
+        from purgekeeper.commands import key_commands  # lazy: see commands/cli/__init__.py
 
-        return {"vkey": receipts.create_signing_key(pk.settings, pk.database_key).vkey}
+        return {"vkey": key_commands.create_signing_key(pk.settings, pk.database_key, origin=origin).vkey}
 
     run_with_handle(as_json, action, lambda found: found["vkey"])
+
+
+@json_command(ledger_key, "mark")
+@click.option(
+    "--adopt",
+    is_flag=True,
+    help="Write the mark from the log's newest checkpoint that verifies: an operator's decision, after "
+    "checking it is the newest one ever published (docs: Signing key).",
+)
+def ledger_key_mark(adopt: bool, as_json: bool) -> None:
+    """Show the signing key's mark: for each origin the largest tree the key signed, the
+    origins retired and the key's rotations. With --adopt (after an upgrade from a version
+    without marks, or a lost mark), write it from the log's newest checkpoint: first check
+    that no newer checkpoint was ever published (at your witnesses, in receipts handed out)."""
+
+    def action(pk: Purgekeeper) -> dict[str, object]:
+        from purgekeeper.commands import key_commands  # lazy: see commands/cli/__init__.py
+
+        if adopt:
+            return key_commands.adopt_mark(pk.settings, pk.database_key)
+        return key_commands.show_mark(pk.settings, pk.database_key)
+
+    run_with_handle(as_json, action, render_mapping)
+
+
+@json_command(ledger_key, "rotate")
+def ledger_key_rotate(as_json: bool) -> None:
+    """Replace the signing key by a new one for the same origin: a statement signed by the old
+    key naming the new one is published in the log (rotation/<n>), the current tree is signed
+    again, and the old key is kept aside (<key file>.retired-<time>, 0600) for you to destroy.
+    Receipts carry the statements, so a verifier holding the old key follows. Publish the new
+    key. An interrupted rotation resumes when run again."""
+
+    def action(pk: Purgekeeper) -> dict[str, object]:
+        from purgekeeper.commands import key_commands  # lazy: see commands/cli/__init__.py
+
+        with pk.copy.writers_kept_out():  # no checkpoint is signed meanwhile (as ledger repair)
+            return dataclasses.asdict(key_commands.rotate_signing_key(pk.settings, pk.database_key))
+
+    run_with_handle(as_json, action, render_mapping)
 
 
 if __name__ == "__main__":  # pragma: no cover
