@@ -71,13 +71,21 @@ class Acceptor:
     commit, then the steps woken through ``enqueuer``."""
 
     def __init__(
-        self, db: Database, gate: Gate, settings: Settings, copy: ledger_copy.LedgerCopy, enqueuer: Enqueuer
+        self,
+        db: Database,
+        gate: Gate,
+        settings: Settings,
+        copy: ledger_copy.LedgerCopy,
+        enqueuer: Enqueuer,
+        *,
+        copied: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
         self.gate = gate
         self.copy = copy
         self.enqueuer = enqueuer
         self.env = Env(gate, settings)
+        self._copied = copied  # told after each copy: the witnesses' thread wakes (never waited for)
 
     def preview(self, kind: Kind, args: Any) -> Any:
         """A kind's preview, in one read transaction while the gate is open; then, in a short
@@ -111,6 +119,8 @@ class Acceptor:
             written = None  # not this acceptance's row (a replay appends none): read it instead
         try:
             ledger_copy.catch_up(self.db, self.copy, upto=acceptance.ledger_seq, committed=written)
+            if self._copied is not None:
+                self._copied()
         except _COPY_FAILED as exc:
             raise LedgerNotCopied(
                 f"purge {acceptance.purge_id} is accepted and fenced (ledger seq {acceptance.ledger_seq}), but its "

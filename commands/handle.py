@@ -124,6 +124,7 @@ class Purgekeeper:
         """Stop the in-process parts and release the database connections."""
         if not self._closed:
             self._closed = True
+            self.receipts.close()
             wiring.stop(self.db, self.gate, self.database_key, self._scheduler)
 
     def __enter__(self) -> Purgekeeper:

@@ -99,8 +99,9 @@ def opened(settings: Settings, *, role: str = "cli") -> Iterator[Purgekeeper]:
 
 def check_health(settings: Settings, *, quick: bool = False) -> Health:
     """The database answers, its schema is current, its ledger verifies and agrees with its
-    copy, no merge is under way, a checkpoint can be written and the signed log's key can be
-    used (SigningKeyUnusable names its file); else the error says which.
+    copy, no merge is under way, a checkpoint can be written, the signed log's key can be
+    used (SigningKeyUnusable names its file) and no witness refused the log's newest
+    checkpoint (WitnessRefused names it); else the error says which.
     ``quick`` (a container's healthcheck, every few seconds) skips the walk of the chain and
     the copy: the gate's O(1) check of the head against the copy, as a content read makes it;
     the background audit of a serving process walks the chain."""
@@ -116,6 +117,7 @@ def check_health(settings: Settings, *, quick: bool = False) -> Health:
             state = pk.messaging_status()
             rows, head_hash = report.rows, report.head_hash
         pk.receipts.check_key()
+        pk.receipts.check_witnesses()
     if not state.open:
         raise MessagingUnavailable("content reads and writes are closed", diagnostics=state.problems)
     unwritable = checkpoint.unwritable(settings.checkpoint_dir)

@@ -27,17 +27,19 @@ public part: the checkpoint and the tiles, which hold hashes only.
 
 from __future__ import annotations
 
-import functools
-import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import func, select
 
 from purgekeeper.commands.settings import Settings
+from purgekeeper.commands.signing_key import _KeyOnFirstUse
+from purgekeeper.commands.signing_key import log_for as log_for  # where the handle's wiring finds them
+from purgekeeper.commands.signing_key import signed_before as signed_before
+from purgekeeper.commands.signing_key import signer_for as signer_for
+from purgekeeper.commands.witnessing import Witnesses, Witnessing, check_quorum_setting, parse_witnesses
 from purgekeeper.schema import ledger, purges
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.errors import (
@@ -46,22 +48,24 @@ from purgekeeper.schema.errors import (
     LedgerNotCopied,
     MessagingUnavailable,
     NotFound,
-    SigningKeyExists,
-    SigningKeyMissing,
     SigningKeyUnusable,
     ValidationError,
+    WitnessRefused,
 )
 from purgekeeper.schema.states import StepStatus
 from purgekeeper.schema.tables import step_attempts
-from purgekeeper.storage import ledger_copy, signed_log
-from purgekeeper.storage.files import reason_of
+from purgekeeper.storage import key_rotation, signed_log
 from purgekeeper.storage.signed_log import LogRefused, SignedLog, TreeHead
-from purgekeeper.tlog import note, receipt, tree
+from purgekeeper.storage.witnessed import WitnessStatus
+from purgekeeper.tlog import receipt, tree
 from purgekeeper.tlog.verify import (
     Completion,
     CompletionStep,
     ReceiptInvalid,
     leaf_hash,
+    open_checkpoint,
+    parse_checkpoint,
+    split_note,
     verify_consistency,
     verify_inclusion,
 )
@@ -70,89 +74,16 @@ _T = TypeVar("_T")
 NOT_SIGNED = "this handle does not sign checkpoints (purgekeeper.open(sign_checkpoints=False)): no receipts"
 
 
-def signer_for(settings: Settings, database_id: str, *, first: bool = False) -> note.Signer:
-    """The log's signing key: the file ``PURGEKEEPER_SIGNING_KEY_FILE`` names, else
-    ``<data dir>/ledger-signing.key``. Reading it never makes one: SigningKeyMissing or
-    SigningKeyUnusable, naming the file (``purgekeeper.storage.signed_log.read_key``).
-
-    ``first`` (``purgectl init``, and the first checkpoint a handle signs): the default file is
-    made (0600) when it is missing and no log of this database has ever signed here
-    (``signed_before``), so a brand-new installation gets its key without an operator. A log
-    that has signed never gets a new key this way: its key comes back from the operator
-    (restored, or ``purgectl ledger key init`` with a new origin). A named file is never made."""
-    path = settings.signing_key_path
-    if first and settings.signing_key_file is None and not os.path.lexists(path):
-        if not signed_before(settings, database_id):
-            settings.data_dir.mkdir(parents=True, exist_ok=True)
-            try:
-                return signed_log.load_or_create_key(path, name=signed_log.default_origin(database_id))
-            except OSError as exc:
-                raise SigningKeyUnusable(f"the ledger's signing key {path} cannot be made ({reason_of(exc)})") from None
-    return signed_log.read_key(path)
-
-
-def signed_before(settings: Settings, database_id: str) -> bool:
-    """A log of this database has signed in the checkpoint directory: its log directory (or a
-    retired one) is there, or its copy's head records a signed tree. A copy that cannot be read
-    counts as signed: a key is never made on a guess."""
-    if signed_log.has_signed(settings.checkpoint_dir, database_id):
-        return True
-    try:
-        head = ledger_copy.LedgerCopy(settings.checkpoint_dir, database_id).head()
-    except ledger_copy.COPY_FAILED:
-        return True
-    return head is not None and head.tree_size is not None
-
-
-def create_signing_key(settings: Settings, database_id: str) -> note.Signer:
-    """A new signing key in the key's file (``purgectl ledger key init``): an operator's act.
-    SigningKeyExists when anything is there already: a key is never replaced."""
-    path = settings.signing_key_path
-    name = settings.log_origin or signed_log.default_origin(database_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        return signed_log.create_key(path, name=name)
-    except FileExistsError:
-        raise SigningKeyExists(f"the ledger's signing key {path} exists already: it is never replaced") from None
-    except OSError as exc:
-        raise SigningKeyUnusable(f"the ledger's signing key {path} cannot be made ({reason_of(exc)})") from None
-
-
-_SIGNING = frozenset({"key_id", "sign", "skey"})  # what signing asks a key for first (note.sign_note)
-
-
-class _KeyOnFirstUse:
-    """The log's key, read when the log first signs or verifies (made only by a first
-    signature, ``signer_for``): a handle that accepts nothing creates no key, nor the data
-    directory that holds it. A key that fails is read again at the next use."""
-
-    def __init__(self, settings: Settings, database_id: str) -> None:
-        self._load = functools.partial(signer_for, settings, database_id)
-        self._signed_before = functools.partial(signed_before, settings, database_id)
-        self._signer: note.Signer | None = None
-        self._lock = threading.Lock()
-
-    def check(self) -> None:
-        """The key's file read afresh (a key lost under a running process shows): SigningKeyUnusable
-        when it cannot be used. A missing key where no log has signed yet is none: the first
-        signature makes it."""
-        try:
-            self._load()
-        except SigningKeyMissing:
-            if self._signed_before():
-                raise
-
-    def __getattr__(self, name: str) -> Any:
-        with self._lock:
-            if self._signer is None:
-                self._signer = self._load(first=name in _SIGNING)
-        return getattr(self._signer, name)
-
-
-def log_for(settings: Settings, database_id: str) -> SignedLog:
-    origin = settings.log_origin or signed_log.default_origin(database_id)
-    signer = cast(note.Signer, _KeyOnFirstUse(settings, database_id))
-    return SignedLog.beside(settings.checkpoint_dir, database_id, origin=origin, signer=signer)
+def witnessing_for(settings: Settings, log: SignedLog | None) -> Witnessing | None:
+    """The thread that asks the log's witnesses to cosign (started here), None without any
+    (``PURGEKEEPER_WITNESSES`` unset, or a handle that does not sign)."""
+    witnesses = parse_witnesses(settings.witnesses)
+    if log is None or not witnesses:
+        return None
+    quorum = check_quorum_setting(settings.witness_quorum, witnesses)
+    witnessing = Witnessing(Witnesses(log, witnesses, quorum=quorum))
+    witnessing.start()
+    return witnessing
 
 
 @dataclass(frozen=True)
@@ -164,15 +95,53 @@ class LogState:
     size: int | None = None
     checkpoint_age: float | None = None
     key_problem: str | None = None
+    witnesses: tuple[WitnessStatus, ...] = ()  # each configured witness, as last asked
+    witnessed_size: int | None = None  # the newest checkpoint with its quorum of cosignatures
+
+    @property
+    def witness_problems(self) -> list[str]:
+        """Each witness that refused the log's checkpoint, with why."""
+        return [f"the witness {w.name} refused: {w.refused}" for w in self.witnesses if w.refused]
+
+
+def _disclosed(entry: ledger.LedgerEntry, *, for_subject: bool) -> dict[str, Any] | None:
+    """What the receipt discloses of the row's committed fields: all of them for the operator,
+    none for the data subject. A row without salts (its leaf is version 1) has nothing to
+    disclose, and cannot make a subject's receipt: its leaf holds the fields in clear."""
+    if not isinstance(for_subject, bool):
+        raise ValidationError("for_subject must be true or false")
+    if entry.salts is None and for_subject:
+        raise ValidationError(
+            f"purge {entry.purge_id} was accepted before receipts could leave out who and why (ledger row "
+            f"{entry.seq}, leaf version 1): its leaf holds the actor, the reason and the request's metadata in "
+            "clear, so no receipt of it can be handed over without them; give the operator's receipt only "
+            "where those may be disclosed"
+        )
+    if entry.salts is None or for_subject:
+        return None
+    return receipt.disclosure(entry.hashed_fields())
 
 
 class Receipts:
     """Receipts, consistency proofs and the public files of one handle's signed log."""
 
-    def __init__(self, db: Database, log: SignedLog | None, *, copy_ledger: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        db: Database,
+        log: SignedLog | None,
+        *,
+        copy_ledger: Callable[[], int],
+        witnessing: Witnessing | None = None,
+    ) -> None:
         self.db = db
         self._log = log
         self.copy_ledger = copy_ledger
+        self.witnessing = witnessing
+
+    def close(self) -> None:
+        """Stop asking the witnesses (the handle closes)."""
+        if self.witnessing is not None:
+            self.witnessing.stop()
 
     @property
     def log(self) -> SignedLog:
@@ -196,15 +165,22 @@ class Receipts:
         except LogRefused as exc:
             raise MessagingUnavailable(str(exc)) from None
 
-    def receipt(self, purge_id: str) -> dict[str, Any]:
-        """The purge's receipt: its ledger row proven in the newest signed checkpoint
-        (format ``purgekeeper-receipt`` version 1; ``purgekeeper.tlog.verify`` checks it offline).
-        NotFound for an unknown purge; LedgerNotCopied when its row cannot be copied yet."""
+    def receipt(self, purge_id: str, *, for_subject: bool = False) -> dict[str, Any]:
+        """The purge's receipt: its ledger row proven in the newest signed checkpoint (format
+        ``purgekeeper-receipt``; ``purgekeeper.tlog.verify`` checks it offline). The operator's
+        receipt (the default) discloses the actor, the reason and the request's metadata
+        (version 2: each value with its salt, which the verifier checks against the leaf's
+        commitments). ``for_subject=True`` leaves them out (version 1): the receipt to hand to
+        the person whose data was purged, which proves the acceptance without saying who
+        accepted it or why. NotFound for an unknown purge; ValidationError for a subject's
+        receipt of a row written before leaf version 2 (its leaf holds those fields in
+        clear); LedgerNotCopied when its row cannot be copied yet."""
         entry = self._entry(purge_id)
+        disclosed = _disclosed(entry, for_subject=for_subject)
         leaf = signed_log.leaf_of(entry)
 
         def prove() -> tuple[TreeHead, list[bytes]]:
-            current = self._signed_head(entry)
+            current = self._cosigned(self._signed_head(entry), entry.seq)
             self._check_leaf(entry, leaf, current)
             proof = self.log.inclusion(entry.seq - 1, current)
             verify_inclusion(leaf_hash(leaf), entry.seq - 1, current.size, proof, current.root)
@@ -212,8 +188,41 @@ class Receipts:
 
         current, proof = self._edge_repaired(prove)
         return receipt.receipt_document(
-            purge_id=purge_id, ledger_seq=entry.seq, leaf=leaf, inclusion_proof=proof, checkpoint=current.note
+            purge_id=purge_id,
+            ledger_seq=entry.seq,
+            leaf=leaf,
+            inclusion_proof=proof,
+            checkpoint=current.note,
+            disclosed=disclosed,
+            rotations=key_rotation.rotations_for(self.log, current),
         )
+
+    def _cosigned(self, current: TreeHead, seq: int) -> TreeHead:
+        """The checkpoint a receipt of row ``seq`` carries: with witnesses, the newest one
+        that holds their quorum when it holds the row, else ``current`` with the cosignatures
+        gathered for it so far (``purgekeeper.commands.witnessing``)."""
+        if self.witnessing is None:
+            return current
+        witnesses = self.witnessing.witnesses
+        published = self._own_checkpoint(witnesses.published(), current)
+        if published is not None and published.size >= seq:
+            return published
+        gathered = self._own_checkpoint(witnesses.files.note(), current)
+        return gathered if gathered is not None and gathered.size == current.size else current
+
+    def _own_checkpoint(self, note: str | None, current: TreeHead) -> TreeHead | None:
+        """``note`` as a checkpoint of this log's tree: signed by its key, of its origin, at a
+        size the tree has, with the tree's root at that size (O(log n)); else None."""
+        if note is None:
+            return None
+        try:
+            found = open_checkpoint(note, self.log.signer.verifier)
+        except ReceiptInvalid:
+            return None
+        if found.origin != current.checkpoint.origin or found.size > current.size:
+            return None
+        root = current.root if found.size == current.size else tree.tree_hash(found.size, self.log.reader(current.size))
+        return TreeHead(found, note) if root == found.root else None
 
     def _edge_repaired(self, read: Callable[[], _T]) -> _T:
         """``read()``; when the log's tiles fail it (partial tiles a crash lost: they take no
@@ -326,8 +335,15 @@ class Receipts:
     def check_key(self) -> None:
         """SigningKeyUnusable (naming the key's file) when the log's key cannot be used now:
         its file is read afresh. Nothing for a handle that does not sign."""
-        if self._log is not None and isinstance(self._log.signer, _KeyOnFirstUse):
-            self._log.signer.check()
+        if self._log is not None and isinstance(self._log.signer, _KeyOnFirstUse) and self._log.signer.check():
+            self._log.check_mark()  # the key's memory refuses what the log holds: the same problem
+
+    def check_witnesses(self) -> None:
+        """WitnessRefused naming each witness that refused the log's newest checkpoint (as
+        the last round recorded it). Nothing without witnesses."""
+        problems = LogState(witnesses=self._witness_state()[0]).witness_problems
+        if problems:
+            raise WitnessRefused("; ".join(problems))
 
     def log_state(self) -> LogState:
         """The log as monitoring shows it (``LogState``): the key's file read, the checkpoint's
@@ -345,7 +361,16 @@ class Receipts:
             current = None
         written = self._log.checkpoint_time()
         age = max(time.time() - written, 0.0) if written is not None else None
-        return LogState(current.size if current else None, age, problem)
+        return LogState(current.size if current else None, age, problem, *self._witness_state())
+
+    def _witness_state(self) -> tuple[tuple[WitnessStatus, ...], int | None]:
+        if self.witnessing is None:
+            return (), None
+        witnesses = self.witnessing.witnesses
+        recorded = witnesses.files.statuses()
+        statuses = tuple(recorded.get(w.name) or WitnessStatus(w.name, w.url) for w in witnesses.witnesses)
+        published = witnesses.published()
+        return statuses, parse_checkpoint(split_note(published)[0]).size if published else None
 
     def vkey(self) -> str:
         """The signed log's verification key (``<name>+<key id>+<base64 key>``)."""
@@ -358,7 +383,12 @@ class Receipts:
     def log_file(self, path: str) -> bytes:
         """``checkpoint`` or a tile of the newest checkpoint's tree; NotFound for anything else."""
         if path == signed_log.CHECKPOINT_FILE:
-            return self.head().note.encode()
+            return self.published_checkpoint().encode()
+        if path.startswith(f"{key_rotation.ROTATION_DIR}/"):  # a key rotation's statement
+            statement = key_rotation.statement_file(self.log.directory, path)
+            if statement is None:
+                raise NotFound(f"no such file in the log: {path[:80]!r}")
+            return statement
         try:
             wanted = tree.Tile.parse(path)
         except tree.TileInvalid:
@@ -370,6 +400,16 @@ class Receipts:
             return self._edge_repaired(lambda: self.log.fetch(wanted))
         except MessagingUnavailable:
             raise NotFound(f"{wanted.path} is missing from the log") from None
+
+    def published_checkpoint(self) -> str:
+        """The checkpoint the log publishes: the newest signed one, or, with witnesses, the
+        newest that holds the quorum of their cosignatures (NotFound before the first)."""
+        if self.witnessing is None:
+            return self.head().note
+        published = self.witnessing.witnesses.published()
+        if published is None:
+            raise NotFound("no checkpoint of the log holds its witnesses' quorum of cosignatures yet")
+        return published
 
     def _entry(self, purge_id: str) -> ledger.LedgerEntry:
         if not isinstance(purge_id, str) or not purge_id:

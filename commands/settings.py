@@ -33,6 +33,9 @@ PURGEKEEPER_LOG_ORIGIN     the signed log's origin; default ``purgekeeper/<datab
 PURGEKEEPER_SIGNING_KEY_FILE
                            the log's Ed25519 signing key (Go's skey form); default
                            ``<data dir>/ledger-signing.key``, created (0600) when missing
+PURGEKEEPER_WITNESSES      the log's witnesses (C2SP tlog-witness), separated by commas:
+                           each ``<URL> <cosigner vkey>``; unset: none
+PURGEKEEPER_WITNESS_QUORUM cosignatures a checkpoint needs to be published (default: all)
 PURGEKEEPER_FAILPOINTS     fault tests only: ``bodies.batch=exit`` and the like
 ========================== ==============================================================
 
@@ -89,6 +92,8 @@ class Settings:
     worker_metrics_port: int | None = None
     log_origin: str | None = None
     signing_key_file: Path | None = None
+    witnesses: str | None = None  # purgekeeper.commands.witnessing.parse_witnesses reads it
+    witness_quorum: int | None = None  # None: every witness
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -126,6 +131,8 @@ class Settings:
             worker_metrics_port=_port("WORKER_METRICS_PORT", get("WORKER_METRICS_PORT")),
             log_origin=_origin(get("LOG_ORIGIN")),
             signing_key_file=_optional_path(get("SIGNING_KEY_FILE")),
+            witnesses=get("WITNESSES"),
+            witness_quorum=_count("WITNESS_QUORUM", get("WITNESS_QUORUM")),
         )
 
     def open_database(self, *, role: str = "handle") -> Database:
@@ -207,6 +214,14 @@ def _port(name: str, value: str | None) -> int | None:
         return None
     if not value.isdigit() or not 1 <= int(value) <= 65535:
         raise ValidationError(f"{ENV_PREFIX}{name} must be a TCP port (1-65535), not {value!r}")
+    return int(value)
+
+
+def _count(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValidationError(f"{ENV_PREFIX}{name} must be a whole number from 1, not {value!r}")
     return int(value)
 
 

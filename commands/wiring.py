@@ -72,13 +72,14 @@ def wire(
     with db.read() as conn:
         database_key = ledger.read_head(conn).database_id
     log = receipts.log_for(settings, database_key) if sign_checkpoints else None
+    witnessing = receipts.witnessing_for(settings, log)
     gate = Gate(db, settings.checkpoint_dir, database_key, log=log)
     copy = gate.copy  # one copy per handle: its head's cache serves the gate and acceptances
     gate.quick()  # at start-up: the O(1) check against the copy; the audit walks the rest
     gate.start_audit()
     enqueue = enqueue or broker_hook(settings, workers, database_key, db)
     enqueuer = Enqueuer(enqueue)
-    acceptance = Acceptor(db, gate, settings, copy, enqueuer)
+    acceptance = Acceptor(db, gate, settings, copy, enqueuer, copied=witnessing.wake if witnessing else None)
     retention = RetentionCommands(db, acceptance, retention_interval)
     return Services(
         blobs=blobs,
@@ -87,7 +88,7 @@ def wire(
         enqueue=enqueue,
         enqueuer=enqueuer,
         acceptance=acceptance,
-        receipts=receipts.Receipts(db, log, copy_ledger=acceptance.copy_ledger),
+        receipts=receipts.Receipts(db, log, copy_ledger=acceptance.copy_ledger, witnessing=witnessing),
         content=ContentCommands(db, blobs, gate),
         purges=PurgeCommands(acceptance),
         retention=retention,

@@ -95,6 +95,7 @@ if TYPE_CHECKING:
         StaleConfirmation,
         ValidationError,
         VersionConflict,
+        WitnessRefused,
     )
     from purgekeeper.schema.states import (
         Binding,
@@ -180,6 +181,7 @@ __all__ = [
     "StepState",
     "ValidationError",
     "VersionConflict",
+    "WitnessRefused",
     "WorkerLeases",
     "WorkerProcess",
     "open",

@@ -25,8 +25,9 @@
         ├── LedgerNotCopied        accepted and fenced, but not yet in the copy outside
         ├── LockTimeout            a row stayed locked by another session past the bound
         ├── SchemaMismatch         the database schema is newer than this code
-        └── SigningKeyUnusable     the signed log's key cannot be used (names its file)
-            └── SigningKeyMissing  ... because it is not there: it is never made for a log that signed
+        ├── SigningKeyUnusable     the signed log's key cannot be used (names its file)
+        │   └── SigningKeyMissing  ... because it is not there: it is never made for a log that signed
+        └── WitnessRefused         a witness refused the log's newest checkpoint (another history)
 
 Each class's docstring is its default message. The database triggers raise errors whose
 message starts with ``purgekeeper:<code>``; :func:`translate_db_error` maps those codes and
@@ -187,6 +188,12 @@ class SigningKeyUnusable(InfrastructureError):
 class SigningKeyMissing(SigningKeyUnusable):
     """The signed log's signing key is missing: restore it, or make one with purgectl ledger
     key init (a log that has signed needs its own key back, or a new origin)."""
+
+
+class WitnessRefused(InfrastructureError):
+    """A witness of the signed log refused its newest checkpoint: the witness has cosigned
+    another history of this log (a restore from an old backup, or a fork). The message names
+    the witness and its reason; the log stays unwitnessed until the operator resolves it."""
 
 
 # Codes raised by the triggers in schema/sql/*/. The SQL files spell the same strings.

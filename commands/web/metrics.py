@@ -35,6 +35,11 @@ costs the same with 100,000 retention runs as with 10 (``bench/scrape.py``). The
                                                     (its file's mtime; no sample before the first)
     signing_key_usable                   gauge      1 when the signed log's key can be used (or no log
                                                     has signed yet, or signing is off), else 0
+    log_witnessed_size                   gauge      the tree size of the newest checkpoint that holds its
+                                                    witnesses' quorum (no sample without witnesses or before)
+    witness_cosigned_size{witness}       gauge      the size each witness last cosigned (no sample before)
+    witness_refusing{witness}            gauge      1 while the witness refuses the log's checkpoint, else 0
+    witness_reachable{witness}           gauge      0 when the last round could not ask the witness, else 1
     retention_policies                   gauge      standing retention policies
     retention_runs_total                 counter    retention runs accepted (ledger rows)
     retention_expired_events_total       counter    events the retention runs' bodies steps expired
@@ -78,6 +83,7 @@ from prometheus_client.registry import Collector
 
 from purgekeeper.commands import status_overview
 from purgekeeper.commands.handle import Purgekeeper
+from purgekeeper.commands.receipts import LogState
 from purgekeeper.commands.status_overview import LedgerCheck, Snapshot
 from purgekeeper.commands.surface import error_body, http_status
 from purgekeeper.commands.web.auth import Tokens, bearer
@@ -160,6 +166,7 @@ class PurgekeeperCollector(Collector):
         yield _gauge(
             "signing_key_usable", "1 when the signed log's signing key can be used.", int(state.key_problem is None)
         )
+        yield from _witnesses(state)
 
     @staticmethod
     def _work(snap: Snapshot) -> Iterator[Metric]:
@@ -267,3 +274,23 @@ def unauthorized() -> JSONResponse:
         status_code=401,
         headers={"WWW-Authenticate": 'Bearer realm="purgekeeper"'},
     )
+
+
+def _witnesses(state: LogState) -> Iterator[Metric]:
+    """The witnesses' gauges (``purgekeeper.commands.receipts.LogState``)."""
+    witnessed = GaugeMetricFamily(
+        PREFIX + "log_witnessed_size", "The tree size of the newest checkpoint that holds its witnesses' quorum."
+    )
+    if state.witnessed_size is not None:
+        witnessed.add_metric([], state.witnessed_size)
+    yield witnessed
+    labels = ["witness"]
+    cosigned = GaugeMetricFamily(PREFIX + "witness_cosigned_size", "The size the witness last cosigned.", labels=labels)
+    refusing = GaugeMetricFamily(PREFIX + "witness_refusing", "1 while the witness refuses the log.", labels=labels)
+    reachable = GaugeMetricFamily(PREFIX + "witness_reachable", "0 when the witness could not be asked.", labels=labels)
+    for witness in state.witnesses:
+        if witness.cosigned_size is not None:
+            cosigned.add_metric([witness.name], witness.cosigned_size)
+        refusing.add_metric([witness.name], int(witness.refused is not None))
+        reachable.add_metric([witness.name], int(witness.error is None))
+    yield from (cosigned, refusing, reachable)

@@ -115,3 +115,13 @@ def test_the_receipts_benchmark_runs_and_its_receipts_verify(tmp_path: Path) -> 
     assert figures["checks_ok"] is True and figures["rows"] == [300, 600]
     per_row = figures["log_bytes_per_row"]
     assert isinstance(per_row, list) and all(30 < value < 40 for value in per_row)
+
+
+def test_the_receipts_benchmark_with_a_local_witness_runs_and_its_receipts_carry_the_cosignature(
+    tmp_path: Path,
+) -> None:
+    """The signed side with ``purgectl witness serve`` beside it: the newest receipt verifies
+    with the witness's key and a quorum of one (``checks_ok``)."""
+    figures = run_script("receipts.py", "--tiny", "--witness", "--throughput-only", tmp_path=tmp_path, timeout=240)
+    assert figures["checks_ok"] is True
+    assert isinstance(figures["witnessed_throughput_ratio"], float) and figures["witnessed_throughput_ratio"] > 0

@@ -128,3 +128,23 @@ def test_the_consistency_proof_is_public(pk: Pk, client: TestClient) -> None:
     for bad in ("0", "8", "x", ""):
         assert client.get("/log/consistency", params={"from": bad}).status_code == 400, bad
     assert client.get("/log/consistency").status_code == 400
+
+
+def test_a_rotation_statement_is_served_and_a_symlink_in_its_place_is_not(pk: Pk, client: TestClient) -> None:
+    """``GET /log/rotation/<n>``: the old key's signed statement naming the new key, cacheable
+    for ever (it is never rewritten); a symlink planted as the next one (at the signing key)
+    and names that are not a statement's are 404s."""
+    from purgekeeper.commands import key_commands
+
+    purge(client, 2)
+    with pk.copy.writers_kept_out():
+        rotated = key_commands.rotate_signing_key(pk.settings, pk.database_key)
+    response = client.get(f"/log/{rotated.statement}")
+    assert response.status_code == 200 and response.headers["cache-control"] == IMMUTABLE
+    assert response.text.startswith("purgekeeper-key-rotation/v1\n") and rotated.vkey in response.text
+    planted = log_directory(pk) / "rotation" / "2"
+    planted.symlink_to(pk.settings.signing_key_path)
+    for path in ("rotation/2", "rotation/02", "rotation/x", "rotation/1/.."):
+        refused = client.get(f"/log/{path}")
+        assert refused.status_code == 404 and b"PRIVATE" not in refused.content, path
+    assert pk.receipt(purge(client, 1, prefix="after")[0])["rotations"]  # the planted link is no statement

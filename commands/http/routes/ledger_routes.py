@@ -2,7 +2,8 @@
 receipt (its inclusion proof) and completion statement, and the ledger's consistency proof
 between two tree sizes. ``log_routes``: the signed log's public part under ``/log``, which
 holds hashes only and needs no token (not in the OpenAPI document): ``GET /log/checkpoint``,
-``GET /log/tile/<L>/<N>[.p/<W>]`` and ``GET /log/consistency?from=N`` (the same document as
+``GET /log/tile/<L>/<N>[.p/<W>]``, ``GET /log/rotation/<n>`` (the key's rotation statements)
+and ``GET /log/consistency?from=N`` (the same document as
 ``GET /v1/ledger/consistency``: the proof from the tree of ``N`` leaves to the newest
 checkpoint, which it carries)."""
 
@@ -29,11 +30,23 @@ def proof_routes(router: APIRouter, pk: Purgekeeper) -> None:
         summary="Read a purge's receipt",
         response_model=receipt_models.ReceiptOut,
     )
-    def receipt(purge_id: IdPath, request: Request) -> JSONResponse:
+    def receipt(
+        purge_id: IdPath,
+        request: Request,
+        for_subject: Annotated[
+            bool,
+            Query(
+                description="the receipt for the person whose data was purged: without the actor, the reason and "
+                "the request's metadata (the leaf holds them as salted commitments). 400 `validation_error` for a "
+                "purge accepted before leaf version 2, whose leaf holds them in clear"
+            ),
+        ] = False,
+    ) -> JSONResponse:
         """Its ledger row's leaf, the inclusion proof and the signed checkpoint: proof of acceptance, which
-        `tlog/verify.py` checks offline."""
+        `tlog/verify.py` checks offline. By default it also discloses the actor, the reason and the request's
+        metadata (each with its salt); `for_subject=true` leaves them out."""
         visible(pk.status(purge_id), request)
-        return as_json(pk.receipt(purge_id))
+        return as_json(pk.receipt(purge_id, for_subject=for_subject))
 
     @router.get(
         "/purges/{purge_id}/completion",
@@ -91,6 +104,15 @@ def log_routes(pk: Purgekeeper) -> APIRouter:
         data = pk.receipts.log_file(f"tile/{path}")
         cache = BRIEFLY if PARTIAL_TILE in path else IMMUTABLE
         return Response(data, media_type="application/octet-stream", headers={"Cache-Control": cache})
+
+    @router.get("/rotation/{number}")
+    def log_rotation(number: str) -> Response:
+        """A key rotation statement: the old key's signed note naming the new key; never changes."""
+        return Response(
+            pk.receipts.log_file(f"rotation/{number}"),
+            media_type="text/plain; charset=utf-8",
+            headers={"Cache-Control": IMMUTABLE},
+        )
 
     @router.get("/consistency")
     def log_consistency(
