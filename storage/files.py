@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -67,3 +68,55 @@ def fsync_directory(directory: Path) -> None:
 def reason_of(exc: BaseException) -> str:
     """The system's reason for a file error, never its path (a path can hold a name)."""
     return (exc.strerror or str(exc)) if isinstance(exc, OSError) and exc.errno is not None else str(exc)
+
+
+class PrivateFileUnusable(Exception):
+    """A private file (a key, a key's mark) that is not a regular file its owner alone can
+    read; ``reason`` says which, never what it holds."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def read_private(path: Path, limit: int, *, follow: bool = True) -> bytes:
+    """Up to ``limit`` bytes of ``path``, once it is a regular file that nobody but its owner
+    can read (mode & 0o077 clear); ``follow=False`` refuses a symlink. FileNotFoundError when
+    nothing is there; PrivateFileUnusable otherwise. ``O_NONBLOCK``: a FIFO planted there
+    never blocks the open."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise PrivateFileUnusable(f"cannot be read ({reason_of(exc)})") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise PrivateFileUnusable("is not a regular file")
+        if mode & 0o077:
+            raise PrivateFileUnusable(f"is open to others (mode {stat.S_IMODE(mode):04o}): chmod 600 it")
+        return os.pread(fd, limit, 0)
+    except OSError as exc:
+        raise PrivateFileUnusable(f"cannot be read ({reason_of(exc)})") from None
+    finally:
+        os.close(fd)
+
+
+def create_private(path: Path, data: bytes) -> None:
+    """``data`` as the new file ``path`` (0600), never over anything there: FileExistsError
+    when ``path`` exists (a dangling symlink too). It is written aside, fsynced and linked into
+    place, and the directory fsynced, so a reader never finds it empty or half-written."""
+    aside = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.link(aside, path)
+    finally:
+        os.unlink(aside)
+    fsync_directory(path.parent)

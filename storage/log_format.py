@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
-import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from purgekeeper.schema import ledger
 from purgekeeper.schema.errors import SigningKeyMissing, SigningKeyUnusable
-from purgekeeper.storage.files import fsync_directory, reason_of
+from purgekeeper.storage.files import PrivateFileUnusable, create_private, read_private
 from purgekeeper.tlog import note, receipt
 from purgekeeper.tlog.verify import Checkpoint, leaf_hash
 
@@ -129,18 +127,7 @@ def create_key(path: Path, *, name: str, signer: note.Signer | None = None) -> n
     linked into place, so a reader never finds the key's file empty. ``signer``: that key
     (made already, e.g. to sign its mark first), else a new one named ``name``."""
     signer = signer or note.Signer.generate(name)
-    aside = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            os.write(fd, (signer.skey + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.link(aside, path)
-    finally:
-        os.unlink(aside)
-    fsync_directory(path.parent)
+    create_private(path, (signer.skey + "\n").encode())
     return signer
 
 
@@ -161,27 +148,16 @@ def read_key(path: Path) -> note.Signer:
 def _key_bytes(path: Path) -> bytes:
     """The bytes of the key's file, once it is a regular file readable by its owner alone."""
     named = f"the ledger's signing key {path}"
-    try:  # O_NONBLOCK: a FIFO at the key's path never blocks the open
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        data = read_private(path, KEY_BYTES_MAX + 1)
     except FileNotFoundError:
         dangling = " (a symlink to nothing)" if os.path.islink(path) else ""
         raise SigningKeyMissing(
             f"{named} is missing{dangling}: restore it, or make one with purgectl ledger key init "
             "(a log that has signed needs its own key back, or a new origin)"
         ) from None
-    except OSError as exc:
-        raise SigningKeyUnusable(f"{named} cannot be read ({reason_of(exc)})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise SigningKeyUnusable(f"{named} is not a regular file")
-        if info.st_mode & 0o077:
-            raise SigningKeyUnusable(f"{named} is open to others (mode {stat.S_IMODE(info.st_mode):04o}): chmod 600 it")
-        data = os.read(fd, KEY_BYTES_MAX + 1)
-    except OSError as exc:
-        raise SigningKeyUnusable(f"{named} cannot be read ({reason_of(exc)})") from None
-    finally:
-        os.close(fd)
+    except PrivateFileUnusable as exc:
+        raise SigningKeyUnusable(f"{named} {exc.reason}") from None
     if not data.strip():
         raise SigningKeyUnusable(f"{named} is empty")
     if len(data) > KEY_BYTES_MAX:

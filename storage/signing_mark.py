@@ -40,14 +40,13 @@ import binascii
 import contextlib
 import os
 import secrets
-import stat
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from purgekeeper.schema.errors import SigningKeyUnusable
-from purgekeeper.storage.files import fsync_directory, reason_of
+from purgekeeper.storage.files import PrivateFileUnusable, create_private, fsync_directory, read_private, reason_of
 from purgekeeper.tlog import note
 from purgekeeper.tlog.verify import ReceiptInvalid, Verifier, open_note, split_note
 
@@ -245,18 +244,12 @@ class MarkFile:
         data = bytearray(SLOT_BYTES * _SLOTS)
         offset = (mark.counter % _SLOTS) * SLOT_BYTES
         data[offset : offset + len(slot)] = slot
-        aside = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}")
         try:
-            self._write_new(aside, bytes(data))
-            os.link(aside, self.path)
+            create_private(self.path, bytes(data))
         except FileExistsError:
             raise SigningKeyUnusable(f"the signing key's mark {self.path} was made by another process") from None
         except OSError as exc:
             raise SigningKeyUnusable(f"the signing key's mark {self.path} cannot be made ({reason_of(exc)})") from None
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(aside)
-        fsync_directory(self.path.parent)
 
     def _file_bytes(self, mark: Mark, signers: Sequence[note.Signer]) -> bytes:
         data = bytearray(SLOT_BYTES * _SLOTS)
@@ -279,25 +272,14 @@ class MarkFile:
             self._known = (data, signers[0].vkey, mark) if len(signers) == 1 else None
 
     def _read(self) -> bytes | None:
-        """Both slots' bytes, once the file is a regular file its owner alone can read."""
-        named = f"the signing key's mark {self.path}"
+        """Both slots' bytes, once the file is a regular file its owner alone can read (never
+        through a symlink); None when there is none."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+            return read_private(self.path, SLOT_BYTES * _SLOTS, follow=False)
         except FileNotFoundError:
             return None
-        except OSError as exc:
-            raise SigningKeyUnusable(f"{named} cannot be read ({reason_of(exc)})") from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise SigningKeyUnusable(f"{named} is not a regular file")
-            if info.st_mode & 0o077:
-                raise SigningKeyUnusable(f"{named} is open to others: chmod 600 it")
-            return os.pread(fd, SLOT_BYTES * _SLOTS, 0)
-        except OSError as exc:
-            raise SigningKeyUnusable(f"{named} cannot be read ({reason_of(exc)})") from None
-        finally:
-            os.close(fd)
+        except PrivateFileUnusable as exc:
+            raise SigningKeyUnusable(f"the signing key's mark {self.path} {exc.reason}") from None
 
     def _unverified(self, data: bytes, verifier: Verifier) -> str:
         named = f"the signing key's mark {self.path}"

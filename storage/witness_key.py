@@ -6,13 +6,10 @@ Errors name the file, never what it holds.
 
 from __future__ import annotations
 
-import os
-import secrets
-import stat
 from pathlib import Path
 
 from purgekeeper.schema.errors import Conflict, InfrastructureError, ValidationError
-from purgekeeper.storage.files import fsync_directory
+from purgekeeper.storage.files import PrivateFileUnusable, create_private, read_private
 from purgekeeper.tlog import witness
 
 __all__ = ["WitnessKeyExists", "WitnessKeyUnusable", "create_witness_key", "read_witness_key"]
@@ -36,43 +33,24 @@ def create_witness_key(path: Path, *, name: str) -> witness.Cosigner:
         cosigner = witness.Cosigner.generate(name)
     except witness.CosignerKeyInvalid as exc:
         raise ValidationError(f"the witness's name: {exc}") from None
-    aside = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        try:
-            os.write(fd, (cosigner.skey + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.link(aside, path)
+        create_private(path, (cosigner.skey + "\n").encode())
     except FileExistsError:
         raise WitnessKeyExists(f"{path} exists already: witness key init never replaces a key") from None
-    finally:
-        os.unlink(aside)
-    fsync_directory(path.parent)
     return cosigner
 
 
 def read_witness_key(path: Path) -> witness.Cosigner:
-    """The cosigner key in ``path``; WitnessKeyUnusable, naming the file, when it cannot be."""
-    data = _key_bytes(path)
+    """The cosigner key in ``path``; WitnessKeyUnusable, naming the file, when it cannot be
+    (a symlink is refused too)."""
+    named = f"the witness key {path}"
+    try:
+        data = read_private(path, MAX_KEY_BYTES, follow=False)
+    except FileNotFoundError:
+        raise WitnessKeyUnusable(f"{named} is missing (witness key init makes one)") from None
+    except PrivateFileUnusable as exc:
+        raise WitnessKeyUnusable(f"{named} {exc.reason}") from None
     try:
         return witness.Cosigner.from_skey(data.decode("ascii"))
     except (UnicodeDecodeError, witness.CosignerKeyInvalid):
-        raise WitnessKeyUnusable(f"the witness key {path} is not a cosigner signing key (witness key init)") from None
-
-
-def _key_bytes(path: Path) -> bytes:
-    try:  # O_NOFOLLOW and O_NONBLOCK: no symlink followed, no FIFO waited on
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError as exc:
-        raise WitnessKeyUnusable(f"the witness key {path} cannot be opened ({exc.strerror})") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise WitnessKeyUnusable(f"the witness key {path} is not a regular file")
-        if mode & 0o077:
-            raise WitnessKeyUnusable(f"the witness key {path} is open to others: chmod 600 it")
-        return os.read(fd, MAX_KEY_BYTES)
-    finally:
-        os.close(fd)
+        raise WitnessKeyUnusable(f"{named} is not a cosigner signing key (witness key init)") from None

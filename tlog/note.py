@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from purgekeeper.tlog.verify import ALG_ED25519, HASH_SIZE, SIGNATURE_PREFIX, Verifier, key_id, valid_key_name
 
-__all__ = ["KeyInvalid", "Signer", "checkpoint_text", "sign_checkpoint", "sign_note"]
+__all__ = ["KeyInvalid", "Signer", "checkpoint_text", "sign_checkpoint", "sign_note", "skey_text", "split_skey"]
 
 SKEY_PREFIX = "PRIVATE+KEY+"
 
@@ -56,17 +56,8 @@ class Signer:
 
     @classmethod
     def from_skey(cls, skey: str) -> Signer:
-        if not skey.startswith(SKEY_PREFIX):
-            raise KeyInvalid()
-        name, _, rest = skey.strip()[len(SKEY_PREFIX) :].partition("+")
-        hex_id, _, encoded = rest.partition("+")
-        try:
-            raw = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise KeyInvalid() from exc
-        if len(raw) != 33 or raw[0] != ALG_ED25519:
-            raise KeyInvalid()
-        signer = cls(name=name, seed=raw[1:])
+        name, hex_id, seed = split_skey(skey, ALG_ED25519)
+        signer = cls(name=name, seed=seed)
         if signer.key_id.hex() != hex_id.lower() or len(hex_id) != 8:
             raise KeyInvalid("the signing key's id does not match its name and key")
         return signer
@@ -89,14 +80,37 @@ class Signer:
 
     @property
     def skey(self) -> str:
-        encoded = base64.b64encode(bytes([ALG_ED25519]) + self.seed).decode()
-        return f"{SKEY_PREFIX}{self.name}+{self.key_id.hex()}+{encoded}"
+        return skey_text(self.name, self.key_id, ALG_ED25519, self.seed)
 
     def sign(self, message: bytes) -> bytes:
         return self._private().sign(message)
 
     def _private(self) -> Ed25519PrivateKey:
         return _private_key(self.seed)
+
+
+def split_skey(skey: str, algorithm: int, invalid: type[KeyInvalid] = KeyInvalid) -> tuple[str, str, bytes]:
+    """``(name, hex key id, seed)`` of ``PRIVATE+KEY+<name>+<hex key id>+<base64(alg || seed)>``
+    whose algorithm byte is ``algorithm`` (Go's skey form; 0x01 a log's key, 0x04 a
+    cosigner's); ``invalid`` (a KeyInvalid) otherwise. The id is the caller's to check."""
+    text = skey.strip()
+    if not text.startswith(SKEY_PREFIX):
+        raise invalid()
+    name, _, rest = text[len(SKEY_PREFIX) :].partition("+")
+    hex_id, _, encoded = rest.partition("+")
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise invalid() from exc
+    if len(raw) != 33 or raw[0] != algorithm:
+        raise invalid()
+    return name, hex_id, raw[1:]
+
+
+def skey_text(name: str, key_id: bytes, algorithm: int, seed: bytes) -> str:
+    """The skey form of a key (``split_skey``'s inverse)."""
+    encoded = base64.b64encode(bytes([algorithm]) + seed).decode()
+    return f"{SKEY_PREFIX}{name}+{key_id.hex()}+{encoded}"
 
 
 # A key is derived from its seed once per process, not at every signature (a checkpoint is

@@ -95,18 +95,8 @@ class Cosigner:
 
     @classmethod
     def from_skey(cls, skey: str) -> Cosigner:
-        text = skey.strip()
-        if not text.startswith(note.SKEY_PREFIX):
-            raise CosignerKeyInvalid()
-        name, _, rest = text[len(note.SKEY_PREFIX) :].partition("+")
-        hex_id, _, encoded = rest.partition("+")
-        try:
-            raw = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise CosignerKeyInvalid() from exc
-        if len(raw) != 33 or raw[0] != ALG_COSIGNATURE_V1:
-            raise CosignerKeyInvalid()
-        cosigner = cls(name=name, seed=raw[1:])
+        name, hex_id, seed = note.split_skey(skey, ALG_COSIGNATURE_V1, CosignerKeyInvalid)
+        cosigner = cls(name=name, seed=seed)
         if len(hex_id) != 8 or cosigner.key_id.hex() != hex_id.lower():
             raise CosignerKeyInvalid("the cosigner key's id does not match its name and key")
         return cosigner
@@ -129,8 +119,7 @@ class Cosigner:
 
     @property
     def skey(self) -> str:
-        encoded = base64.b64encode(bytes([ALG_COSIGNATURE_V1]) + self.seed).decode()
-        return f"{note.SKEY_PREFIX}{self.name}+{self.key_id.hex()}+{encoded}"
+        return note.skey_text(self.name, self.key_id, ALG_COSIGNATURE_V1, self.seed)
 
     def cosign(self, checkpoint_text: str, timestamp: int) -> str:
         """The cosignature line of the checkpoint (its note text, or the whole signed note:
