@@ -61,6 +61,13 @@ class WitnessStatus:
         return cls(**fields)  # type: ignore[arg-type]
 
 
+def _newer(kept: WitnessStatus | None, new: WitnessStatus) -> WitnessStatus:
+    """``new``, unless it is a cosignature of a smaller tree than ``kept``'s."""
+    if kept is None or new.refused is not None or new.cosigned_size is None or kept.cosigned_size is None:
+        return new
+    return kept if kept.cosigned_size > new.cosigned_size and kept.refused is None else new
+
+
 def _note_body(note: str) -> str:
     return split_note(note)[0]
 
@@ -121,10 +128,12 @@ class Witnessed:
             return True
 
     def record(self, statuses: Mapping[str, WitnessStatus]) -> None:
-        """The witnesses' statuses, replacing those recorded for the same names."""
+        """The witnesses' statuses, replacing those recorded for the same names; a cosigned
+        size never moves back (another process's round, which read an older head, may end
+        after a newer one), a refusal always replaces."""
         with self._locked() as base:
             kept = self.statuses()
-            kept.update(statuses)
+            kept.update((name, _newer(kept.get(name), status)) for name, status in statuses.items())
             document = {name: asdict(status) for name, status in sorted(kept.items())}
             atomic_write_at(base, STATUS_FILE, json.dumps(document, indent=1).encode(), sync_directory=False)
 

@@ -146,3 +146,27 @@ def test_a_log_restored_from_an_old_backup_is_refused_by_its_witness(
         assert 'purgekeeper_witness_refusing{witness="witness.test/w1"} 1.0' in exposition
         assert Witnessed(log_dir(restored)).note() is None  # the restored directory held none; no fork was cosigned
         assert split_note(cosigned)[0].split("\n")[1] == "5"  # what the witness cosigned before the restore
+
+
+def test_a_round_that_read_an_older_head_than_the_witness_cosigned_is_no_refusal(
+    open_pk: Callable[..., Pk], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes of one log: one reads its head, the other signs a larger tree and has it
+    cosigned, then the first asks with its older head. The witness's larger size is this
+    log's own newest tree, not a restore: the round reads the head again and is cosigned,
+    and the recorded size never moves back."""
+    first = open_pk()
+    origin, log_vkey = origin_and_key(first)
+    with running_witness(tmp_path / "witness", [f"{origin}={log_vkey}"]) as witness:
+        one = witnessed(open_pk, first, witness.url, witness.vkey)
+        accept(one, 1, prefix="one")
+        ask_now(one)
+        stale = one.receipts.head()
+        other = witnessed(open_pk, first, witness.url, witness.vkey)
+        accept(other, 2, prefix="other")
+        ask_now(other)
+        log = one.receipts.log
+        heads, newest = iter([stale]), log.head
+        monkeypatch.setattr(log, "head", lambda: next(heads, None) or newest())
+        ask_now(one)
+        assert [(w.cosigned_size, w.refused) for w in one.receipts.log_state().witnesses] == [(4, None)]
