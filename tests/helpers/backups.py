@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,3 +74,15 @@ class Backups:
     def drop_copies(self) -> None:
         for label in self.copies:
             drop_database(label)
+
+
+def tracked(open_pk: Callable[..., Pk], backups: Backups) -> Callable[..., Pk]:
+    """conftest's handle opener whose handles the backups also know (and release before a
+    restore): a test module's ``open_pk`` fixture returns it."""
+
+    def open_one(**options: object) -> Pk:
+        handle = open_pk(**options)
+        backups.handles.append(handle)
+        return handle
+
+    return open_one

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -111,3 +112,18 @@ class RawSQL:
         domain = translate_db_error(info.value)
         assert isinstance(domain, expected), f"{sql!r} raised {info.value.orig!r}, which maps to {domain!r}"
         return domain
+
+
+def open_rooted(database_url: str, root: Path) -> Any:
+    """``purgekeeper.open`` on ``database_url`` (migrating it) with every directory under
+    ``root`` and no in-process worker: a test that builds its own database first."""
+    import purgekeeper
+
+    return purgekeeper.open(
+        database_url,
+        blob_root=root / "blobs",
+        file_root=root / "files",
+        memory_roots=[root / "memory"],
+        checkpoint_dir=root / "ledger",
+        workers="none",
+    )

@@ -49,15 +49,20 @@ def serving(env: Mapping[str, str], cwd: Path, *flags: str, purgectl: Path = BIN
     """``purgectl serve --port <free> <flags>``, answering, until the block ends; ``purgectl``
     is this venv's unless another (an installed wheel's) is named."""
     port = free_port()
-    log = cwd / f"serve-{port}.log"
-    with log.open("wb") as sink:
+    command = [str(purgectl), "serve", "--port", str(port), *flags]
+    with running(command, env, cwd / f"serve-{port}.log", port, cwd=cwd) as served:
+        yield served
+
+
+@contextmanager
+def running(
+    command: Sequence[str], env: Mapping[str, str], log: Path, port: int, *, cwd: Path | None = None
+) -> Iterator[Served]:
+    """``command`` (a server listening on ``port``) in a process group of its own, its output
+    appended to ``log``, once ``/healthz`` answers; stopped (SIGTERM to its group) at the end."""
+    with log.open("ab") as sink:
         process = subprocess.Popen(
-            [str(purgectl), "serve", "--port", str(port), *flags],
-            env=dict(env),
-            cwd=cwd,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            list(command), env=dict(env), cwd=cwd, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
         )
     served = Served(f"http://127.0.0.1:{port}", process, log)
     try:

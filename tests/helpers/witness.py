@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.helpers.served import BIN, Served, clean_environment, free_port, stop, wait_until_answering
+from tests.helpers.served import BIN, clean_environment, free_port, running
 
 
 @dataclass(frozen=True)
@@ -53,14 +53,5 @@ def running_witness(directory: Path, logs: Sequence[str], *, name: str = "witnes
     command = [str(BIN / "purgectl"), "witness", "serve", "--key", str(key_file), "--state", str(state_dir)]
     command += [arg for log in logs for arg in ("--log", log)]
     command += ["--host", "127.0.0.1", "--port", str(port)]
-    log = directory / f"witness-{port}.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            command, env=clean_environment(), stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    served = Served(f"http://127.0.0.1:{port}", process, log)
-    try:
-        wait_until_answering(served)
+    with running(command, clean_environment(), directory / f"witness-{port}.log", port) as served:
         yield WitnessProcess(served.url, vkey, key_file, state_dir)
-    finally:
-        stop(process)

@@ -25,7 +25,7 @@ from purgekeeper.schema import fences, ledger, migrate
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.errors import SchemaMismatch
 from purgekeeper.schema.tables import with_dialect_indexes
-from tests.helpers.databases import create_database, drop_database, postgres_url
+from tests.helpers.databases import create_database, drop_database, open_rooted, postgres_url
 
 
 def installed_triggers(db: Database) -> set[str]:
@@ -280,14 +280,7 @@ def test_0010_backfills_the_conversations_of_the_purges_already_in_the_ledger(
     backfill = importlib.import_module(
         "purgekeeper.schema.migrations.versions.0010_attempts_and_purge_conversations"
     ).BACKFILL
-    pk = purgekeeper.open(
-        empty_database_url,
-        blob_root=tmp_path / "blobs",
-        file_root=tmp_path / "files",
-        memory_roots=[tmp_path / "memory"],
-        checkpoint_dir=tmp_path / "ledger",
-        workers="none",
-    )
+    pk = open_rooted(empty_database_url, tmp_path)
     who = {"actor": "op", "reason": "r"}
     try:
         for conversation in ("c1", "c2", "c3"):

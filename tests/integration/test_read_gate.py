@@ -25,7 +25,7 @@ from purgekeeper import EventScope, NewAttachment
 from purgekeeper.schema import ledger
 from purgekeeper.storage import checkpoint, ledger_copy
 from tests.helpers import rows
-from tests.helpers.backups import Backups
+from tests.helpers.backups import Backups, tracked
 from tests.helpers.factories import purge_conversation, purge_events
 
 Pk = purgekeeper.Purgekeeper
@@ -40,15 +40,9 @@ CRASHED_MERGE = "a restore merge is under way (started 2026-01-01T00:00:00.00000
 
 
 @pytest.fixture
-def open_pk(open_pk: Callable[[], Pk], backups: Backups) -> Callable[[], Pk]:
+def open_pk(open_pk: Callable[..., Pk], backups: Backups) -> Callable[..., Pk]:
     """conftest's handles, also known to the backups (which close them before a restore)."""
-
-    def open_one() -> Pk:
-        handle = open_pk()
-        backups.handles.append(handle)
-        return handle
-
-    return open_one
+    return tracked(open_pk, backups)
 
 
 @pytest.fixture

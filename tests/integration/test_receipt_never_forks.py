@@ -15,7 +15,7 @@ import pytest
 import purgekeeper
 from purgekeeper.storage import failpoints
 from purgekeeper.tlog.verify import Verifier, open_checkpoint, verify_receipt
-from tests.helpers.backups import Backups
+from tests.helpers.backups import Backups, tracked
 from tests.helpers.interop import Go
 from tests.helpers.receipts import accept, checkpoint_of, extends, log_dir
 
@@ -26,13 +26,7 @@ WHO = {"actor": "op", "reason": "never fork test"}
 @pytest.fixture
 def open_pk(open_pk: Callable[..., Pk], backups: Backups) -> Callable[..., Pk]:
     """conftest's handles, also known to the backups (which close them before a restore)."""
-
-    def open_one(**options: object) -> Pk:
-        handle = open_pk(**options)
-        backups.handles.append(handle)
-        return handle
-
-    return open_one
+    return tracked(open_pk, backups)
 
 
 @pytest.fixture

@@ -35,6 +35,7 @@ from purgekeeper.schema.db import Database
 from purgekeeper.schema.tables import UtcDateTime
 from purgekeeper.storage import failpoints
 from tests.helpers import rows, scalar, settle
+from tests.helpers.databases import open_rooted
 
 Pk = purgekeeper.Purgekeeper
 SHORT_INTERVAL = dt.timedelta(milliseconds=1)
@@ -239,14 +240,7 @@ def test_a_policy_of_before_0017_reads_no_turn_taker_and_nothing_deferred(
     """0017 adds the columns with NULL (who and why were not recorded) and 0 deferred events;
     the policy's next turn records them."""
     _policy_at_0016(empty_database_url)
-    pk = purgekeeper.open(
-        empty_database_url,
-        blob_root=tmp_path / "blobs",
-        file_root=tmp_path / "files",
-        memory_roots=[tmp_path / "memory"],
-        checkpoint_dir=tmp_path / "ledger",
-        workers="none",
-    )
+    pk = open_rooted(empty_database_url, tmp_path)
     try:
         columns = "last_run_by, last_run_reason, deferred_since, deferred_events, deferred_run_ids"
         [row] = rows(pk, f"SELECT {columns} FROM retention_policies")

@@ -30,7 +30,7 @@ from purgekeeper.tlog.verify import (
     verify_consistency,
     verify_receipt,
 )
-from tests.helpers.backups import Backups
+from tests.helpers.backups import Backups, tracked
 from tests.helpers.interop import Go
 from tests.helpers.receipts import accept, checkpoint_of, extends, log_dir
 
@@ -41,13 +41,7 @@ NEW_ORIGIN = "purgekeeper.example/after-restore"
 @pytest.fixture
 def open_pk(open_pk: Callable[..., Pk], backups: Backups) -> Callable[..., Pk]:
     """conftest's handles, also known to the backups (which close them before a restore)."""
-
-    def open_one(**options: object) -> Pk:
-        handle = open_pk(**options)
-        backups.handles.append(handle)
-        return handle
-
-    return open_one
+    return tracked(open_pk, backups)
 
 
 def mark_path(pk: Pk) -> Path:

@@ -34,6 +34,7 @@ from purgekeeper.tlog.verify import (
     verify_consistency,
     verify_receipt,
 )
+from tests.helpers.databases import open_rooted
 from tests.helpers.interop import Go
 from tests.helpers.receipts import log_dir
 from tests.helpers.subject_receipts import SECRETS, WHO, disclosed_values, old_row, purge_with_who
@@ -184,14 +185,7 @@ def test_a_row_of_before_0018_keeps_its_leaf_and_the_log_its_root(empty_database
     new purge's version 2 leaf extends that tree."""
     leaves = _rows_at_0017(empty_database_url)
     old_root = tree.tree_hash(len(leaves), _reader(leaves))
-    pk = purgekeeper.open(
-        empty_database_url,
-        blob_root=tmp_path / "blobs",
-        file_root=tmp_path / "files",
-        memory_roots=[tmp_path / "memory"],
-        checkpoint_dir=tmp_path / "ledger",
-        workers="none",
-    )  # opening migrates the database to the newest revision
+    pk = open_rooted(empty_database_url, tmp_path)  # opening migrates the database to the newest revision
     try:
         for seq, leaf in enumerate(leaves, start=1):
             document = pk.receipt(f"p-old-{seq}")

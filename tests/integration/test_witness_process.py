@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +14,7 @@ import httpx
 
 from purgekeeper.tlog import note, tree, verify
 from purgekeeper.tlog.witness import SIZE_CONTENT_TYPE, add_checkpoint_body
-from tests.helpers.served import BIN, STOP_S, Served, clean_environment, free_port, stop, wait_until_answering
+from tests.helpers.served import BIN, STOP_S, Served, clean_environment, free_port, running
 from tests.helpers.witness import witness_key
 
 ORIGIN = "purgekeeper.example/ledger/process"
@@ -44,14 +43,8 @@ def serving(key_file: Path, state_dir: Path, log: Path) -> Iterator[Served]:
     port = free_port()
     command = [str(BIN / "purgectl"), "witness", "serve", "--key", str(key_file), "--port", str(port)]
     env = clean_environment(PURGEKEEPER_WITNESS_STATE_DIR=str(state_dir), PURGEKEEPER_WITNESS_LOGS=LOG.vkey)
-    with log.open("ab") as sink:
-        process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    served = Served(f"http://127.0.0.1:{port}", process, log)
-    try:
-        wait_until_answering(served)
+    with running(command, env, log, port) as served:
         yield served
-    finally:
-        stop(process)
 
 
 def add(served: Served, request: bytes) -> httpx.Response:
