@@ -64,8 +64,6 @@ from purgekeeper.tlog.verify import (
     ReceiptInvalid,
     leaf_hash,
     open_checkpoint,
-    parse_checkpoint,
-    split_note,
     verify_consistency,
     verify_inclusion,
 )
@@ -369,8 +367,12 @@ class Receipts:
         witnesses = self.witnessing.witnesses
         recorded = witnesses.files.statuses()
         statuses = tuple(recorded.get(w.name) or WitnessStatus(w.name, w.url) for w in witnesses.witnesses)
-        published = witnesses.published()
-        return statuses, parse_checkpoint(split_note(published)[0]).size if published else None
+        try:
+            current = self._log.head() if self._log is not None else None
+        except LogRefused:
+            current = None
+        published = self._own_checkpoint(witnesses.published(), current) if current is not None else None
+        return statuses, published.size if published is not None else None
 
     def vkey(self) -> str:
         """The signed log's verification key (``<name>+<key id>+<base64 key>``)."""
@@ -406,10 +408,10 @@ class Receipts:
         newest that holds the quorum of their cosignatures (NotFound before the first)."""
         if self.witnessing is None:
             return self.head().note
-        published = self.witnessing.witnesses.published()
-        if published is None:
+        found = self._own_checkpoint(self.witnessing.witnesses.published(), self.head())
+        if found is None:
             raise NotFound("no checkpoint of the log holds its witnesses' quorum of cosignatures yet")
-        return published
+        return found.note
 
     def _entry(self, purge_id: str) -> ledger.LedgerEntry:
         if not isinstance(purge_id, str) or not purge_id:

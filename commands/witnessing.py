@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -74,6 +75,7 @@ def parse_witnesses(text: str | None) -> tuple[Witness, ...]:
         url, _, vkey = entry.partition(" ")
         if not url.startswith(("http://", "https://")) or not vkey.strip():
             raise ValidationError(f"a witness is '<http(s) URL> <vkey>', not {entry[:120]!r}")
+        _check_url(url)
         try:
             key = verify.parse_cosigner_key(vkey.strip())
         except verify.ReceiptInvalid as exc:
@@ -82,6 +84,17 @@ def parse_witnesses(text: str | None) -> tuple[Witness, ...]:
     if len({w.name for w in found}) != len(found):
         raise ValidationError("two witnesses share a name: each witness has its own key and name")
     return tuple(found)
+
+
+def _check_url(url: str) -> None:
+    """A witness's URL is its submission prefix: ``/add-checkpoint`` is appended to it, and it
+    is shown in monitoring, so it holds no query, fragment or credentials (the protocol has no
+    authentication)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.query or parts.fragment or "#" in url or "?" in url:
+        raise ValidationError(f"a witness's URL is its submission prefix, with no query or fragment: {url[:120]!r}")
+    if parts.username is not None or parts.password is not None or not parts.hostname:
+        raise ValidationError("a witness's URL names a host and holds no credentials (C2SP tlog-witness has none)")
 
 
 def check_quorum_setting(quorum: int | None, witnesses: Sequence[Witness]) -> int | None:
@@ -116,7 +129,7 @@ class Witnesses:
         self.log = log
         self.witnesses = tuple(witnesses)
         self.quorum = quorum
-        self.files = Witnessed(log.directory)
+        self.files = Witnessed.beside(log.directory)
         self._known_sizes: dict[str, int] = {}  # the size each witness last told us it cosigned
 
     @property
@@ -141,7 +154,7 @@ class Witnesses:
             statuses[witness.name] = status
             lines.extend(line)
         if lines:
-            self.files.keep(current.note + "".join(lines))
+            self.files.keep(current.note + "".join(lines), self.holds_quorum)
         self.files.record(statuses)
         return Round(statuses, lines)
 
@@ -210,26 +223,34 @@ class Witnesses:
 
     @staticmethod
     def _checked_lines(witness: Witness, current: TreeHead, body: str) -> list[str]:
-        lines = [line + "\n" for line in body.splitlines() if line.startswith(verify.SIGNATURE_PREFIX)]
-        try:
-            cosigned = verify.verified_cosignatures(current.note + "".join(lines), [witness.key])
-        except verify.ReceiptInvalid as exc:
-            raise Unreachable(f"its cosignature does not verify ({exc.reason})") from None
-        if not cosigned:
-            raise Unreachable("it answered 200 with no cosignature by its key")
-        mine = [line for line in lines if line.startswith(f"{verify.SIGNATURE_PREFIX}{witness.name} ")]
-        return mine
+        """The one cosignature line of the answer that verifies with the witness's key (the
+        latest, if several do); lines of other keys are ignored, as the protocol says."""
+        found: list[tuple[int, str]] = []
+        for line in body.splitlines()[: verify.MAX_SIGNATURES]:
+            if not line.startswith(f"{verify.SIGNATURE_PREFIX}{witness.name} "):
+                continue
+            try:
+                cosigned = verify.verified_cosignatures(f"{current.note}{line}\n", [witness.key])
+            except verify.ReceiptInvalid:
+                continue
+            found.extend((c.timestamp, f"{line}\n") for c in cosigned)
+        if not found:
+            raise Unreachable("it answered 200 with no cosignature that verifies with its key")
+        return [max(found)[1]]
 
-    def published(self) -> str | None:
-        """The newest kept note that holds the quorum of cosignatures (None when none does)."""
-        note = self.files.note()
-        if note is None:
-            return None
+    def holds_quorum(self, note: str) -> bool:
+        """``note`` carries the quorum of the witnesses' cosignatures."""
         try:
             verify.check_quorum(note, self.keys, self.quorum)
         except verify.ReceiptInvalid:
-            return None
-        return note
+            return False
+        return True
+
+    def published(self) -> str | None:
+        """The newest kept note that holds the quorum of cosignatures (None when none does),
+        checked again with the witnesses configured now."""
+        note = self.files.published()
+        return note if note is not None and self.holds_quorum(note) else None
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,25 @@
-"""What the signed log's witnesses said, kept in the log's directory beside its checkpoint.
+"""What the signed log's witnesses said, kept beside the log's directory.
 
-Two files, both written whole through a temporary file and a rename, under an flock
-(``.witness.lock``) that the processes of one log share:
+For the database whose id is ``D``, in the checkpoint directory, ``D.witness/`` (never inside
+``D.log/``, which may be published as it is: these files name the witnesses and their
+errors). Three files, each written whole through a temporary file and a rename, under an
+flock (``.lock``) that the processes of one log share:
 
-- ``witnessed``: the newest checkpoint that a witness cosigned, as a signed note: the log's
-  own signature line, then every cosignature line gathered for that same checkpoint (C2SP
-  tlog-cosignature). It only ever moves forward: a note of a smaller tree never replaces it,
-  and a note of the same checkpoint adds the signature lines it lacks. Whether it holds a
-  quorum is the reader's check (``purgekeeper.tlog.verify.check_quorum``), with the witness
-  keys configured then.
+- ``gathering``: the newest checkpoint that a witness cosigned, as a signed note: the log's
+  own signature line, then one cosignature line per witness gathered for that same checkpoint
+  (C2SP tlog-cosignature). It only ever moves forward: a note of a smaller tree never
+  replaces it, and a note of the same checkpoint adds the lines of witnesses it lacks.
+- ``published``: the newest checkpoint that holds the quorum of cosignatures. It moves
+  forward only to a checkpoint that holds the quorum too, so a witness missing one round
+  never takes the published checkpoint away.
 - ``witnesses.json``: each witness's latest state as this log's processes saw it: the size
   it last cosigned, when, and its refusal or the error that kept it from answering, if any.
-  Monitoring reads it (it is a small file, read whole), so a process that serves ``/metrics``
+  Monitoring reads it (a small file, read whole), so a process that serves ``/metrics``
   shows what another process's witnessing found.
 
-Neither is part of the log's proof: losing them loses cosignatures already gathered (the
-next checkpoint gathers new ones), never a leaf or a checkpoint. So they take an fsync of
-their own but no directory fsync.
+None is part of the log's proof: losing them loses cosignatures already gathered (the next
+checkpoint gathers new ones), never a leaf or a checkpoint. So they take an fsync of their
+own but no directory fsync.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import contextlib
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -33,9 +36,11 @@ from purgekeeper.storage.directories import open_regular_file
 from purgekeeper.storage.files import atomic_write_at, reason_of
 from purgekeeper.tlog.verify import SIGNATURE_PREFIX, ReceiptInvalid, parse_checkpoint, split_note
 
-WITNESSED_FILE = "witnessed"
+SUFFIX = ".witness"
+GATHERING_FILE = "gathering"
+PUBLISHED_FILE = "published"
 STATUS_FILE = "witnesses.json"
-LOCK_FILE = ".witness.lock"
+LOCK_FILE = ".lock"
 FILE_BYTES_MAX = 1 << 16  # a note with a hundred signatures is under 16 KiB
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -68,28 +73,29 @@ def _newer(kept: WitnessStatus | None, new: WitnessStatus) -> WitnessStatus:
     return kept if kept.cosigned_size > new.cosigned_size and kept.refused is None else new
 
 
-def _note_body(note: str) -> str:
-    return split_note(note)[0]
+def _size(note: str) -> int:
+    return parse_checkpoint(split_note(note)[0]).size
 
 
 def merged(current: str | None, new: str) -> str | None:
     """The note to keep when ``new`` (a cosigned checkpoint) arrives and ``current`` is kept:
-    ``new`` when its tree is larger (or nothing is kept), the union of both signature lines
-    when they sign the same checkpoint, None (keep ``current``) otherwise."""
+    ``new`` when its tree is larger (or nothing is kept), ``current`` with the lines of the
+    signers it lacks when both sign the same checkpoint, None (keep ``current``) otherwise.
+    A signer keeps one line (the first kept)."""
     if current is None:
-        return new
+        return _one_line_each(new)
     try:
-        old_body, new_body = _note_body(current), _note_body(new)
+        old_body, new_body = split_note(current)[0], split_note(new)[0]
         old_size, new_size = parse_checkpoint(old_body).size, parse_checkpoint(new_body).size
     except ReceiptInvalid:
-        return new  # what is kept does not parse: the new note replaces it
+        return _one_line_each(new)  # what is kept does not parse: the new note replaces it
     if new_size > old_size:
-        return new
+        return _one_line_each(new)
     if new_body != old_body:
         return None
-    lines = _signature_lines(current)
-    added = [line for line in _signature_lines(new) if line not in lines]
-    return current + "".join(added) if added else None
+    signers = {_signer(line) for line in _signature_lines(current)}
+    added = [line for line in _signature_lines(new) if _signer(line) not in signers]
+    return _one_line_each(current + "".join(added)) if added else None
 
 
 def _signature_lines(note: str) -> list[str]:
@@ -97,16 +103,40 @@ def _signature_lines(note: str) -> list[str]:
     return [line + "\n" for line in note[body_end:].splitlines() if line.startswith(SIGNATURE_PREFIX)]
 
 
+def _signer(line: str) -> str:
+    return line[len(SIGNATURE_PREFIX) :].split(" ", 1)[0]
+
+
+def _one_line_each(note: str) -> str:
+    body_end = note.index("\n\n") + 2
+    seen: set[str] = set()
+    lines = []
+    for line in _signature_lines(note):
+        if _signer(line) not in seen:
+            seen.add(_signer(line))
+            lines.append(line)
+    return note[:body_end] + "".join(lines)
+
+
 class Witnessed:
-    """The two files of one log's directory (``directory``: ``<database id>.log``)."""
+    """The files of one log's witnessing (``directory``: ``<database id>.witness``)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
 
+    @classmethod
+    def beside(cls, log_directory: Path) -> Witnessed:
+        """The witnessing of the log in ``log_directory`` (``<database id>.log``)."""
+        name = log_directory.name.removesuffix(".log")
+        return cls(log_directory.with_name(f"{name}{SUFFIX}"))
+
     def note(self) -> str | None:
-        """The newest cosigned checkpoint kept, None when there is none (or it cannot be read)."""
-        data = self._read(WITNESSED_FILE)
-        return data.decode("utf-8", "replace") if data is not None else None
+        """The newest cosigned checkpoint gathered, None when there is none (or it cannot be read)."""
+        return self._text(GATHERING_FILE)
+
+    def published(self) -> str | None:
+        """The newest checkpoint kept with the quorum, None when there is none."""
+        return self._text(PUBLISHED_FILE)
 
     def statuses(self) -> dict[str, WitnessStatus]:
         """Each witness's status by name; empty when nothing was recorded (or it cannot be read)."""
@@ -117,14 +147,18 @@ class Witnessed:
         except (ValueError, TypeError, AttributeError):
             return {}
 
-    def keep(self, note: str) -> bool:
-        """``note`` kept as the newest cosigned checkpoint when it is newer (or adds lines).
-        Returns whether anything was written."""
+    def keep(self, note: str, holds_quorum: Callable[[str], bool]) -> bool:
+        """``note`` gathered when it is newer (or adds witnesses); the gathered note published
+        too when it holds the quorum and is newer than the published one. Returns whether
+        anything was written."""
         with self._locked() as base:
             wanted = merged(self.note(), note)
             if wanted is None:
                 return False
-            atomic_write_at(base, WITNESSED_FILE, wanted.encode(), sync_directory=False)
+            atomic_write_at(base, GATHERING_FILE, wanted.encode(), sync_directory=False)
+            published = self.published()
+            if holds_quorum(wanted) and (published is None or _newer_tree(wanted, published)):
+                atomic_write_at(base, PUBLISHED_FILE, wanted.encode(), sync_directory=False)
             return True
 
     def record(self, statuses: Mapping[str, WitnessStatus]) -> None:
@@ -139,7 +173,9 @@ class Witnessed:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[int]:
-        base = os.open(self.directory, _DIRECTORY)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(self.directory, 0o700)
+        base = os.open(self.directory, _DIRECTORY | os.O_NOFOLLOW)
         try:
             lock = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=base)
             try:
@@ -150,9 +186,13 @@ class Witnessed:
         finally:
             os.close(base)
 
+    def _text(self, name: str) -> str | None:
+        data = self._read(name)
+        return data.decode("utf-8", "replace") if data is not None else None
+
     def _read(self, name: str) -> bytes | None:
         try:
-            base = os.open(self.directory, _DIRECTORY)
+            base = os.open(self.directory, _DIRECTORY | os.O_NOFOLLOW)
         except OSError:
             return None
         try:
@@ -169,4 +209,20 @@ class Witnessed:
             os.close(fd)
 
 
-__all__ = ["STATUS_FILE", "WITNESSED_FILE", "WitnessStatus", "Witnessed", "merged"]
+def _newer_tree(note: str, than: str) -> bool:
+    """``note`` signs a larger tree than ``than``, or the same checkpoint (with more lines)."""
+    try:
+        return _size(note) > _size(than) or split_note(note)[0] == split_note(than)[0]
+    except ReceiptInvalid:
+        return True  # what is published does not parse: a note that does replaces it
+
+
+__all__ = [
+    "GATHERING_FILE",
+    "PUBLISHED_FILE",
+    "STATUS_FILE",
+    "SUFFIX",
+    "WitnessStatus",
+    "Witnessed",
+    "merged",
+]

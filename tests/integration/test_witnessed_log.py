@@ -145,7 +145,7 @@ def test_a_log_restored_from_an_old_backup_is_refused_by_its_witness(
         assert refused is not None and "another history" in refused
         exposition = generate_latest(metrics.registry_for(restored)).decode()
         assert 'purgekeeper_witness_refusing{witness="witness.test/w1"} 1.0' in exposition
-        assert Witnessed(log_dir(restored)).note() is None  # the restored directory held none; no fork was cosigned
+        assert Witnessed.beside(log_dir(restored)).note() is None  # none restored; no fork was cosigned
         assert split_note(cosigned)[0].split("\n")[1] == "5"  # what the witness cosigned before the restore
 
 
@@ -171,3 +171,31 @@ def test_a_round_that_read_an_older_head_than_the_witness_cosigned_is_no_refusal
         monkeypatch.setattr(log, "head", lambda: next(heads, None) or newest())
         ask_now(one)
         assert [(w.cosigned_size, w.refused) for w in one.receipts.log_state().witnesses] == [(4, None)]
+
+
+def test_a_witness_missing_a_round_never_takes_the_published_checkpoint_away(
+    open_pk: Callable[..., Pk], tmp_path: Path
+) -> None:
+    """Two witnesses, a quorum of both: once both cosigned size 4, a round that only one
+    answers gathers size 6 with one cosignature, and /log/checkpoint stays at size 4 with
+    both (it used to fall to nothing); receipts of rows up to 4 keep the quorum."""
+    first = open_pk()
+    origin, log_vkey = origin_and_key(first)
+    logs = [f"{origin}={log_vkey}"]
+    with running_witness(tmp_path / "w1", logs, name="witness.test/w1") as one:
+        with running_witness(tmp_path / "w2", logs, name="witness.test/w2") as two:
+            both = f"{one.url} {one.vkey}, {two.url} {two.vkey}"
+            pk = open_pk(settings=replace(first.settings, witnesses=both))
+            early = accept(pk, 3)
+            ask_now(pk)
+        accept(pk, 2, prefix="after-w2-stopped")
+        ask_now(pk)
+        state = pk.receipts.log_state()
+        assert [(w.name, w.cosigned_size, w.error is not None) for w in state.witnesses] == [
+            ("witness.test/w1", 6, False),
+            ("witness.test/w2", 4, True),
+        ]
+        published = pk.receipts.published_checkpoint()
+        assert open_checkpoint(published, pk.receipts.log.signer.verifier).size == 4
+        receipt = pk.receipt(early[-1].purge_id)
+        assert len(verify_receipt(receipt, log_vkey, witnesses=[one.vkey, two.vkey]).cosignatures) == 2

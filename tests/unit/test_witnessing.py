@@ -69,9 +69,44 @@ def signed(size: int, *lines: str) -> str:
 
 
 def test_the_kept_note_only_moves_forward_and_gathers_lines_of_the_same_checkpoint() -> None:
-    first, second = "\u2014 w1 AAAAAAAA\n", "\u2014 w2 BBBBBBBB\n"
+    first, second, again = "\u2014 w1 AAAAAAAA\n", "\u2014 w2 BBBBBBBB\n", "\u2014 w1 CCCCCCCC\n"
     assert merged(None, signed(3, first)) == signed(3, first)
     assert merged(signed(3, first), signed(5, second)) == signed(5, second)  # a larger tree replaces
     assert merged(signed(5, second), signed(3, first)) is None  # a smaller one never does
     assert merged(signed(3, first), signed(3, second)) == signed(3, first, second)  # the same one gathers
     assert merged(signed(3, first, second), signed(3, first)) is None  # nothing new
+    assert merged(signed(3, first), signed(3, again)) is None  # a witness keeps one line: a round per
+    assert merged(None, signed(3, first, again)) == signed(3, first)  # process cannot pile them up
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://w.example/?token=abc",  # /add-checkpoint would follow the query
+        "https://w.example/#frag",
+        "https://ops:s3cret@w.example/",  # shown in monitoring; the protocol has no credentials
+        "http:///nohost",
+    ],
+)
+def test_a_witness_url_with_a_query_fragment_or_credentials_is_refused(url: str) -> None:
+    with pytest.raises(ValidationError, match="URL") as refused:
+        parse_witnesses(f"{url} {cosigner_vkey('w.test/1')}")
+    assert "s3cret" not in str(refused.value)
+
+
+def test_only_the_witness_line_that_verifies_is_kept_however_many_it_sends() -> None:
+    """A witness's answer of a hundred lines under its name (a buggy one, or lines of a key
+    type the log does not know): the one that verifies with its key is kept, the rest never
+    reach the note (where over a hundred signatures would fail every quorum)."""
+    from purgekeeper.commands.witnessing import Witness, Witnesses
+    from purgekeeper.storage.log_format import TreeHead
+    from purgekeeper.tlog.verify import Checkpoint
+    from purgekeeper.tlog.witness import Cosigner
+
+    cosigner = Cosigner(name="w.test/1", seed=bytes(range(32)))
+    current = TreeHead(Checkpoint("log.test/origin", 3, ROOT), signed(3))
+    good = cosigner.cosign(current.note, 1_700_000_000)
+    junk = [f"\u2014 w.test/1 {base64.b64encode(bytes([i]) * 76).decode()}" for i in range(99)]
+    body = "\n".join([*junk[:50], good.rstrip("\n"), *junk[50:]]) + "\n"
+    witness = Witness("http://w.example", cosigner.key)
+    assert Witnesses._checked_lines(witness, current, body) == [good]
