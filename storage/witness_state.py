@@ -22,6 +22,12 @@ it is, refuses by raising (nothing is written), or returns the new record.
 
 The witness's SQL lives here, not in ``purgekeeper.schema``: it is this file's format, as the
 signed log's tiles are ``purgekeeper.storage``'s, not a table of the service's database.
+
+**Its owner's alone.** The directory must be its owner's alone (mode & 0o077 clear) and the
+database a regular file, never a symlink (SQLite would follow one, and write the witness's
+state wherever it points), 0600. Each connection only opens the database ``__init__`` made:
+one that vanished while the witness runs is an error, never a fresh start (a witness that
+forgot what it cosigned can cosign a fork).
 """
 
 from __future__ import annotations
@@ -29,11 +35,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["STATE_FILE", "Cosigned", "WitnessState"]
+from purgekeeper.schema.errors import InfrastructureError
+
+__all__ = ["STATE_FILE", "Cosigned", "WitnessState", "WitnessStateUnusable"]
 
 STATE_FILE = "witness.sqlite3"
 BUSY_TIMEOUT_S = 10.0  # another witness process's transaction is a few statements
@@ -57,6 +66,11 @@ ON CONFLICT (origin) DO UPDATE SET
 """
 
 
+class WitnessStateUnusable(InfrastructureError):
+    """The witness's state directory or database cannot be used: a symlink, not a directory or
+    regular file, or open to others. The message names the path; nothing was written."""
+
+
 @dataclass(frozen=True)
 class Cosigned:
     """The latest checkpoint the witness cosigned for one origin."""
@@ -74,20 +88,23 @@ class Cosigned:
 
 
 class WitnessState:
-    """The state in ``directory`` (made 0700 if missing). Each call opens its own connection:
-    calls come from a server's thread pool, and from other processes."""
+    """The state in ``directory`` (made 0700 if missing; see "Its owner's alone" above:
+    WitnessStateUnusable otherwise). Each call opens its own connection: calls come from a
+    server's thread pool, and from other processes."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _check_private(directory, "state directory", stat.S_ISDIR, "chmod 700", follow=True)
         self.path = directory / STATE_FILE
+        _create_private(self.path)
+        _check_private(self.path, "state database", stat.S_ISREG, "chmod 600", follow=False)
         with self._connection() as db:
             if db.execute("PRAGMA user_version").fetchone()[0] < _VERSION:
                 db.execute("BEGIN IMMEDIATE")
                 db.execute(_CREATE)
                 db.execute(f"PRAGMA user_version = {_VERSION}")
                 db.execute("COMMIT")
-        os.chmod(self.path, 0o600)  # what the witness saw, for its owner only
 
     def latest(self, origin: str) -> Cosigned | None:
         with self._connection() as db:
@@ -119,9 +136,41 @@ class WitnessState:
     def _connection(self) -> Iterator[sqlite3.Connection]:
         # isolation_level=None: the transactions are the explicit BEGIN IMMEDIATE above, not
         # the module's implicit ones (which begin DEFERRED and would read before locking).
-        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        # mode=rw: the database is never made here (__init__ made it): one that vanished is an
+        # error, not an empty state.
+        uri = f"{self.path.absolute().as_uri()}?mode=rw"
+        db = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         try:
             db.execute("PRAGMA synchronous = FULL")
             yield db
         finally:
             db.close()
+
+
+def _check_private(path: Path, what: str, is_kind: Callable[[int], bool], fix: str, *, follow: bool) -> None:
+    """``path`` is of the kind and its owner's alone; ``follow=False``: a symlink is refused
+    (the directory may be one the operator made, its database never)."""
+    try:
+        mode = (os.stat if follow else os.lstat)(path).st_mode
+    except OSError as exc:
+        raise WitnessStateUnusable(f"the witness's {what} {path} cannot be read ({exc.strerror})") from None
+    if stat.S_ISLNK(mode):
+        raise WitnessStateUnusable(f"the witness's {what} {path} is a symlink: refused, not followed")
+    if not is_kind(mode):
+        kind = "a directory" if is_kind is stat.S_ISDIR else "a regular file"
+        raise WitnessStateUnusable(f"the witness's {what} {path} is not {kind}")
+    if mode & 0o077:
+        raise WitnessStateUnusable(
+            f"the witness's {what} {path} is open to others (mode {stat.S_IMODE(mode):04o}): {fix} it"
+        )
+
+
+def _create_private(path: Path) -> None:
+    """An empty database file, 0600, when nothing is there: O_EXCL never opens what is (a
+    symlink included, which ``_check_private`` then refuses), nor another process's new one."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise WitnessStateUnusable(f"the witness's state database {path} cannot be made ({exc.strerror})") from None

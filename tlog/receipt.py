@@ -97,5 +97,12 @@ def receipt_document(
     return document
 
 
-def consistency_document(*, proof: Sequence[bytes], checkpoint: str) -> dict[str, Any]:
-    return {"proof": [_b64(h) for h in proof], "checkpoint": checkpoint}
+def consistency_document(
+    *, proof: Sequence[bytes], checkpoint: str, rotations: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """The proof and the newer checkpoint; ``rotations`` (the key's rotation statements, as a
+    receipt carries them) when the checkpoint is signed by a key a rotation handed over to."""
+    document: dict[str, Any] = {"proof": [_b64(h) for h in proof], "checkpoint": checkpoint}
+    if rotations:
+        document["rotations"] = list(rotations)
+    return document

@@ -23,7 +23,8 @@ else of purgekeeper, so it can be copied alone into another code base and run as
   id is ``SHA-256(name || 0x0A || 0x04 || public key)[:4]`` and its key is written
   ``<name>+<hex key id>+<base64(0x04 || public key)>``. With ``--witness`` keys (and
   ``--quorum``, default all of them), the receipt's checkpoint must carry that many
-  cosignatures that verify; lines by other keys are ignored.
+  cosignatures that verify; lines by other keys are ignored, and a line by a given key that
+  does not verify counts as no cosignature.
 
 A receipt is a JSON object ``{"format": "purgekeeper-receipt", "version": 1, "purge_id",
 "ledger_seq", "leaf_index", "leaf", "inclusion_proof", "checkpoint"}``: ``leaf`` is the
@@ -32,7 +33,7 @@ the base64 hashes from that leaf up to the root; ``checkpoint`` the signed note 
 tree the proof is for. **Version 2** is the same object with ``"version": 2`` and
 ``"disclosed"``, and only with it (a receipt without ``disclosed`` is version 1). A
 consistency proof document is ``{"proof": [base64, ...], "checkpoint": "<signed note>"}``
-and shows that a newer checkpoint's tree extends the receipt's.
+and shows that a newer checkpoint's tree extends the receipt's (with ``rotations``: see key rotations).
 
 The **leaf** is canonical JSON (sorted keys, compact separators, UTF-8 unescaped, as
 ``json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` writes it):
@@ -516,17 +517,26 @@ def cosigned_message(text: str, timestamp: int) -> bytes:
 
 
 def verified_cosignatures(note: str, cosigners: Sequence[str | CosignerKey]) -> list[Cosignature]:
-    """The cosignatures of ``note`` by ``cosigners``, one per key (its latest), each checked.
+    """The cosignatures of ``note`` by ``cosigners`` that verify, one per key (its latest).
     A line whose name and key id match no given key is ignored; one that matches and does
-    not verify refuses the note."""
+    not verify counts as absent: anyone relaying the note can add such a line, and it must
+    not undo the cosignatures that verify."""
+    return _cosignature_lines(note, _cosigner_keys(cosigners))[0]
+
+
+def _cosignature_lines(note: str, keys: Sequence[CosignerKey]) -> tuple[list[Cosignature], int]:
+    """The cosignatures by ``keys`` that verify (one per key, its latest), and how many lines
+    by those keys did not verify."""
     text, signatures = split_note(note)
-    found = []
-    for key in _cosigner_keys(cosigners):
+    found, failed = [], 0
+    for key in keys:
         lines = [s for s in signatures if (s.name, s.key_id) == (key.name, key.key_id)]
         times = [_cosignature_time(key, text, s.signature) for s in lines]
-        if times:
-            found.append(Cosignature(key.name, max(times)))
-    return found
+        failed += times.count(None)
+        valid = [t for t in times if t is not None]
+        if valid:
+            found.append(Cosignature(key.name, max(valid)))
+    return found, failed
 
 
 def _cosigner_keys(cosigners: Sequence[str | CosignerKey]) -> list[CosignerKey]:
@@ -535,31 +545,35 @@ def _cosigner_keys(cosigners: Sequence[str | CosignerKey]) -> list[CosignerKey]:
     return list(dict.fromkeys(keys))
 
 
-def _cosignature_time(key: CosignerKey, text: str, signature: bytes) -> int:
+def _cosignature_time(key: CosignerKey, text: str, signature: bytes) -> int | None:
+    """The timestamp of a cosignature that verifies; None for a line that does not (its size,
+    a timestamp above 2^63-1 or its signature)."""
     if len(signature) != 8 + 64:
-        raise ReceiptInvalid(f"the cosignature by {key.name} is not a timestamp and an Ed25519 signature")
+        return None
     timestamp = int.from_bytes(signature[:8], "big")
     if timestamp > MAX_TIMESTAMP:
-        raise ReceiptInvalid(f"the cosignature by {key.name} has a timestamp above 2^63-1")
+        return None
     try:
         Ed25519PublicKey.from_public_bytes(key.public_key).verify(signature[8:], cosigned_message(text, timestamp))
     except InvalidSignature:
-        raise ReceiptInvalid(f"the cosignature by {key.name} does not verify") from None
+        return None
     return timestamp
 
 
 def check_quorum(note: str, cosigners: Sequence[str | CosignerKey], quorum: int | None = None) -> list[Cosignature]:
     """The cosignatures of ``note`` by ``cosigners`` once at least ``quorum`` of them (None:
-    all) verify; ReceiptInvalid, saying how many did, when fewer do."""
+    all) verify; ReceiptInvalid, saying how many did and how many lines by their keys did
+    not verify, when fewer do."""
     keys = _cosigner_keys(cosigners)
     wanted = len(keys) if quorum is None else quorum
     if not 1 <= wanted <= len(keys):
         raise ReceiptInvalid(f"a quorum is 1 to the {len(keys)} witnesses given, not {wanted}")
-    cosigned = verified_cosignatures(note, keys)
+    cosigned, failed = _cosignature_lines(note, keys)
     if len(cosigned) < wanted:
         raise ReceiptInvalid(
             f"{len(cosigned)} of {len(keys)} witnesses cosigned this checkpoint, quorum {wanted}"
-            f" (cosigned: {', '.join(c.name for c in cosigned) or 'none'})"
+            f" (cosigned: {', '.join(c.name for c in cosigned) or 'none'}"
+            f"; {failed} {'line' if failed == 1 else 'lines'} by their keys did not verify)"
         )
     return cosigned
 
@@ -780,15 +794,16 @@ def verify_receipt(
     leaf = _b64decode(_field(document, "leaf", str, "the receipt"), "the receipt's leaf")
     proof = _hash_list(document.get("inclusion_proof"), "the inclusion proof")
     note = _field(document, "checkpoint", str, "the receipt")
-    verifier, rotations = follow_rotations(document.get("rotations"), verifier)
-    checkpoint = open_checkpoint(note, verifier)
+    rotations = document.get("rotations")
+    key, followed = opening_key(note, rotations, verifier)
+    checkpoint = open_checkpoint(note, key)
     _check_origin(checkpoint.origin, origin, "the receipt's checkpoint")
-    check_rotations(rotations, checkpoint)
+    check_rotations(followed, checkpoint)
     cosigned = _witnessed(note, witnesses, quorum)
     found = _check_leaf(leaf, purge_id, seq)
     disclosed = _check_disclosed(document, found)
     verify_inclusion(leaf_hash(leaf), index, checkpoint.size, proof, checkpoint.root)
-    newer = _verify_newer(checkpoint, verifier, newer_checkpoint, consistency_proof)
+    newer = _verify_newer(checkpoint, verifier, rotations, newer_checkpoint, consistency_proof)
     return ReceiptVerified(
         purge_id, seq, index, leaf, checkpoint, newer, found.kind, cosigned, found.version, disclosed
     )
@@ -811,21 +826,27 @@ def _check_origin(origin: str, pinned: str | None, what: str) -> None:
 def _verify_newer(
     checkpoint: Checkpoint,
     verifier: Verifier,
+    rotations: Any,
     newer_note: str | None,
     consistency_proof: str | bytes | Mapping[str, Any] | None,
 ) -> Checkpoint | None:
+    """The newer checkpoint, opened with the given key or the key the rotations hand over to
+    from it (:func:`opening_key`): the consistency document's, else the receipt's."""
     if newer_note is None and consistency_proof is None:
         return None
     if newer_note is None or consistency_proof is None:
         raise ReceiptInvalid("a newer checkpoint needs a consistency proof, and a proof a newer checkpoint")
-    newer = open_checkpoint(newer_note, verifier)
     document = _load_json(consistency_proof, "the consistency proof")
+    own = "rotations" in document
+    key, followed = opening_key(newer_note, document["rotations"] if own else rotations, verifier)
+    newer = open_checkpoint(newer_note, key)
     if "checkpoint" in document:
-        claimed = open_checkpoint(_field(document, "checkpoint", str, "the consistency proof"), verifier)
+        claimed = open_checkpoint(_field(document, "checkpoint", str, "the consistency proof"), key)
         if not claimed.same_tree(newer):
             raise ReceiptInvalid("the consistency proof is for another checkpoint than the newer one")
     if newer.origin != checkpoint.origin:
         raise ReceiptInvalid(f"the newer checkpoint is of {newer.origin!r}, not {checkpoint.origin!r}")
+    check_rotations(followed, newer if own else checkpoint)  # each statement's proof is to its document's tree
     proof = _hash_list(document.get("proof"), "the consistency proof")
     verify_consistency(checkpoint.size, newer.size, proof, checkpoint.root, newer.root)
     return newer
@@ -836,8 +857,10 @@ def _verify_newer(
 # A receipt signed after a rotation carries ``rotations``: each a statement (a note signed by
 # the key trusted so far) with the text ``purgekeeper-key-rotation/v1``, the origin, the tree
 # size and base64 root at the rotation and the new key's vkey, one a line, and a consistency
-# proof from that tree to the receipt's checkpoint. A verifier holding the old key follows
-# them in order; the receipt's checkpoint must verify with the last key named.
+# proof from that tree to the receipt's checkpoint. A verifier holding the key that signed the
+# checkpoint needs none; one holding an older key follows them from the first statement that
+# key signed to the checkpoint's key. A consistency proof document may carry its own, with
+# proofs to its checkpoint: an old receipt's verifier follows those to the newer checkpoint.
 
 ROTATION_FORMAT = "purgekeeper-key-rotation/v1"
 
@@ -855,6 +878,9 @@ class KeyRotation:
         return f"{ROTATION_FORMAT}\n{self.origin}\n{self.size}\n{base64.b64encode(self.root).decode()}\n{self.vkey}\n"
 
 
+_Followed = list[tuple[KeyRotation, list[bytes]]]  # each statement followed, with its consistency proof
+
+
 def parse_rotation(text: str) -> KeyRotation:
     lines = text.split("\n")
     if len(lines) != 6 or lines[0] != ROTATION_FORMAT or lines[5] != "" or not lines[1]:
@@ -866,24 +892,58 @@ def parse_rotation(text: str) -> KeyRotation:
     return KeyRotation(lines[1], decimal(lines[2], "the rotation's tree size"), root, lines[4])
 
 
-def follow_rotations(rotations: Any, verifier: Verifier) -> tuple[Verifier, list[tuple[KeyRotation, list[bytes]]]]:
-    """The key the statements hand over to, each opened with the key trusted before it, and
-    each statement with its consistency proof (checked by ``check_rotations``)."""
-    if rotations is None:
-        return verifier, []
-    if not isinstance(rotations, list) or len(rotations) > MAX_SIGNATURES:
-        raise ReceiptInvalid("the receipt's rotations are not a list of statements")
-    followed = []
-    for item in rotations:
-        if not isinstance(item, Mapping):
-            raise ReceiptInvalid("a rotation is not an object with a statement and a proof")
-        rotation = parse_rotation(open_note(_field(item, "statement", str, "a rotation"), verifier))
-        followed.append((rotation, _hash_list(item.get("proof"), "a rotation's consistency proof")))
+def follow_rotations(rotations: Any, verifier: Verifier) -> tuple[Verifier, _Followed]:
+    """The key the statements hand over to from ``verifier``, each opened with the key trusted
+    before it, and each statement followed with its consistency proof (checked by
+    ``check_rotations``). Following starts at the first statement ``verifier`` signed: the
+    ones before it handed over to a key its holder needs no statement for. ``verifier`` and
+    none when it signed none."""
+    items = _rotation_items(rotations)
+    start = next((n for n, (statement, _) in enumerate(items) if signed_by(statement, verifier)), len(items))
+    followed: _Followed = []
+    for statement, proof in items[start:]:
+        rotation = parse_rotation(open_note(statement, verifier))
+        followed.append((rotation, proof))
         verifier = Verifier.from_vkey(rotation.vkey)
     return verifier, followed
 
 
-def check_rotations(followed: Sequence[tuple[KeyRotation, list[bytes]]], checkpoint: Checkpoint) -> None:
+def _rotation_items(rotations: Any) -> list[tuple[str, list[bytes]]]:
+    """Each rotation's statement (a signed note, not opened yet) and its consistency proof."""
+    if rotations is None:
+        return []
+    if not isinstance(rotations, list) or len(rotations) > MAX_SIGNATURES:
+        raise ReceiptInvalid("the rotations are not a list of statements")
+    items = []
+    for item in rotations:
+        if not isinstance(item, Mapping):
+            raise ReceiptInvalid("a rotation is not an object with a statement and a proof")
+        statement = _field(item, "statement", str, "a rotation")
+        items.append((statement, _hash_list(item.get("proof"), "a rotation's consistency proof")))
+    return items
+
+
+def signed_by(note: str, verifier: Verifier) -> bool:
+    """``note`` has a line by ``verifier``'s name and key id (:func:`open_note` checks it)."""
+    _, signatures = split_note(note)
+    return any((s.name, s.key_id) == (verifier.name, verifier.key_id) for s in signatures)
+
+
+def opening_key(note: str, rotations: Any, verifier: Verifier) -> tuple[Verifier, _Followed]:
+    """The key to open ``note`` with, and the rotations followed to reach it: ``verifier``
+    itself when it signed the note (a verifier holding the key the log publishes now needs no
+    statement), else the key the rotations hand over to from the first one it signed."""
+    if signed_by(note, verifier):
+        return verifier, []
+    found, followed = follow_rotations(rotations, verifier)
+    if not followed:
+        raise ReceiptInvalid(
+            f"the note has no signature by {verifier.name}+{verifier.key_id.hex()}, nor does any rotation statement"
+        )
+    return found, followed
+
+
+def check_rotations(followed: _Followed, checkpoint: Checkpoint) -> None:
     """Each statement names the checkpoint's origin, at a size the checkpoint's tree extends."""
     for rotation, proof in followed:
         if rotation.origin != checkpoint.origin:

@@ -66,7 +66,8 @@ def witness_key_show(key_file: Path, as_json: bool) -> None:
     envvar="PURGEKEEPER_WITNESS_STATE_DIR",
     required=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="The witness's state directory (env PURGEKEEPER_WITNESS_STATE_DIR): what it cosigned. Back it up.",
+    help="The witness's state directory (env PURGEKEEPER_WITNESS_STATE_DIR): what it cosigned. Lost or restored "
+    "from a backup, the witness needs a new key (docs/guides/witnesses.md).",
 )
 @click.option(
     "--log",

@@ -18,6 +18,20 @@ class DisclosedFieldOut(_Model):
     salt: str = Field(description="base64 of the field's 16-byte salt, which its commitment in the leaf covers")
 
 
+class KeyRotationOut(_Model):
+    statement: str = Field(
+        description="a note signed by the log's old key naming the new one, at a tree size and root "
+        "(`purgekeeper-key-rotation/v1`; also served at `/log/rotation/<n>`)"
+    )
+    proof: list[str] = Field(description="base64 hashes: the consistency proof from the statement's tree to this one")
+
+
+_ROTATIONS = (
+    "the key's rotation statements, when the checkpoint is signed by a key a rotation handed over to: a verifier "
+    "holding an older key follows them; absent when the key was never rotated"
+)
+
+
 class ReceiptOut(_Model):
     format: Literal["purgekeeper-receipt"]
     version: Literal[1, 2] = Field(description="2 with `disclosed` (the operator's receipt), 1 without it")
@@ -36,6 +50,9 @@ class ReceiptOut(_Model):
         exclude_if=lambda value: value is None,  # absent, not null: without it the receipt is version 1
         description="the committed fields' values and salts (a version 2 leaf; the verifier checks each against its "
         "commitment); absent from a data subject's receipt (`for_subject=true`) and from a version 1 leaf's",
+    )
+    rotations: list[KeyRotationOut] | None = Field(
+        default=None, exclude_if=lambda value: value is None, description=_ROTATIONS
     )
 
 
@@ -61,3 +78,6 @@ class CompletionStatementOut(_Model):
 class ConsistencyProofOut(_Model):
     proof: list[str] = Field(description="base64 hashes (RFC 9162 §2.1.4) from the tree of size `from`")
     checkpoint: str = Field(description="the newest signed checkpoint")
+    rotations: list[KeyRotationOut] | None = Field(
+        default=None, exclude_if=lambda value: value is None, description=_ROTATIONS
+    )

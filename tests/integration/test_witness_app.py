@@ -5,6 +5,8 @@ each of the spec's answers, and no rollback when submissions race."""
 from __future__ import annotations
 
 import base64
+import os
+import sqlite3
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
@@ -15,7 +17,8 @@ import pytest
 from purgekeeper.commands import witness_app
 from purgekeeper.commands.witness_app import Witness, create_witness_app
 from purgekeeper.schema.errors import ValidationError
-from purgekeeper.storage.witness_state import WitnessState
+from purgekeeper.storage.witness_key import create_witness_key
+from purgekeeper.storage.witness_state import STATE_FILE, WitnessState, WitnessStateUnusable
 from purgekeeper.tlog import note, tree, verify
 from purgekeeper.tlog.witness import SIZE_CONTENT_TYPE, Cosigner, add_checkpoint_body
 
@@ -217,3 +220,65 @@ def test_witness_key_init_makes_a_private_key_once_and_show_prints_its_vkey(tmp_
         witness_app.DEFAULT_HOST,
         witness_app.DEFAULT_PORT,
     )
+
+
+def test_a_symlink_or_other_file_at_the_state_database_is_refused_and_not_followed(tmp_path: Path) -> None:
+    directory = tmp_path / "state"
+    directory.mkdir(mode=0o700)
+    elsewhere = tmp_path / "elsewhere.sqlite3"
+    (directory / STATE_FILE).symlink_to(elsewhere)  # dangling: SQLite would make it there
+    with pytest.raises(WitnessStateUnusable, match=f"{directory / STATE_FILE} is a symlink"):
+        WitnessState(directory)
+    assert not elsewhere.exists()
+    elsewhere.write_bytes(b"")
+    elsewhere.chmod(0o644)
+    with pytest.raises(WitnessStateUnusable, match="is a symlink: refused, not followed"):
+        WitnessState(directory)
+    assert elsewhere.read_bytes() == b"" and elsewhere.stat().st_mode & 0o777 == 0o644  # neither written nor chmodded
+    (directory / STATE_FILE).unlink()
+    os.mkfifo(directory / STATE_FILE, 0o600)
+    with pytest.raises(WitnessStateUnusable, match=f"{directory / STATE_FILE} is not a regular file"):
+        WitnessState(directory)
+
+
+def test_a_state_directory_or_database_open_to_others_is_refused(tmp_path: Path) -> None:
+    directory = tmp_path / "state"
+    directory.mkdir(mode=0o755)
+    directory.chmod(0o755)  # whatever the umask
+    with pytest.raises(WitnessStateUnusable, match=rf"state directory {directory} is open to others \(mode 0755\)"):
+        WitnessState(directory)
+    assert not (directory / STATE_FILE).exists()
+    directory.chmod(0o700)
+    state = WitnessState(directory)
+    assert (directory / STATE_FILE).stat().st_mode & 0o777 == 0o600 and state.all() == []
+    (directory / STATE_FILE).chmod(0o640)
+    with pytest.raises(WitnessStateUnusable, match=r"state database .* is open to others \(mode 0640\): chmod 600"):
+        WitnessState(directory)
+    linked = tmp_path / "linked"
+    linked.symlink_to(directory)  # the directory may be the operator's symlink; its database never
+    (directory / STATE_FILE).chmod(0o600)
+    assert WitnessState(linked).all() == []
+
+
+def test_a_state_database_that_vanished_is_an_error_not_a_fresh_start(state: WitnessState) -> None:
+    state.path.unlink()
+    with pytest.raises(sqlite3.OperationalError):
+        state.latest(ORIGIN)
+    assert not state.path.exists()
+
+
+def test_witness_serve_refuses_a_planted_state_database_without_a_traceback(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from purgekeeper.commands.cli import main
+
+    key_file = tmp_path / "witness.key"
+    create_witness_key(key_file, name="witness.test/a")
+    directory = tmp_path / "state"
+    directory.mkdir(mode=0o700)
+    (directory / STATE_FILE).symlink_to(tmp_path / "elsewhere")
+    args = ["witness", "serve", "--key", str(key_file), "--state", str(directory), "--log", LOG.vkey]
+    served = CliRunner().invoke(main, args)
+    assert served.exit_code == 4, served.output
+    assert f"{directory / STATE_FILE} is a symlink" in served.output and "Traceback" not in served.output
+    assert not (tmp_path / "elsewhere").exists()
