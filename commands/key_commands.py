@@ -7,6 +7,7 @@ describes, with what to check first.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +43,28 @@ def create_signing_key(settings: Settings, database_id: str, *, origin: str | No
     that no mark, log or retired log here knows (ValidationError otherwise): the same origin is
     never signed by a fresh key. The new mark retires every origin known here.
 
-    The mark is written before the key: a crash between them leaves no key, and a mark that
-    knows the old origins, so ``init`` runs again with the same new origin."""
+    The mark is written before the key, both under the mark's lock: a crash between them
+    leaves no key, and a mark that knows the old origins, so ``init`` runs again with the same
+    new origin."""
     path = settings.signing_key_path
-    if os.path.lexists(path):
-        raise SigningKeyExists(f"the ledger's signing key {path} exists already: it is never replaced")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    marks = mark_for(settings)
+    with marks.locked():
+        if os.path.lexists(path):
+            raise SigningKeyExists(f"the ledger's signing key {path} exists already: it is never replaced")
+        signer, known = _new_origin(settings, database_id, origin)
+        marks.replace(Mark(counter=1, retired=tuple(known.values())), [signer])
+        try:
+            return signed_log.create_key(path, name=signer.name, signer=signer)
+        except FileExistsError:
+            raise SigningKeyExists(f"the ledger's signing key {path} exists already: it is never replaced") from None
+        except OSError as exc:
+            raise SigningKeyUnusable(f"the ledger's signing key {path} cannot be made ({reason_of(exc)})") from None
+
+
+def _new_origin(settings: Settings, database_id: str, origin: str | None) -> tuple[note.Signer, dict[str, Tip]]:
+    """A new key for ``origin`` (else the configured one), with every origin known here; a
+    ValidationError when the origin is known, or the log has signed and no new one is named."""
     chosen = origin or origin_for(settings, database_id)
     known = _known_origins(settings, database_id)
     if chosen in known or (signed_before(settings, database_id) and origin is None and settings.log_origin is None):
@@ -56,18 +74,9 @@ def create_signing_key(settings: Settings, database_id: str, *, origin: str | No
             f"to it), never {chosen}; or restore the old key with its mark"
         )
     try:
-        signer = note.Signer.generate(chosen)
+        return note.Signer.generate(chosen), known
     except note.KeyInvalid:
         raise ValidationError(f"the origin {chosen!r} is not a key name (no spaces, no '+')") from None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    retired = tuple(known.values())
-    mark_for(settings, database_id).replace(Mark(counter=1, retired=retired), [signer])
-    try:
-        return signed_log.create_key(path, name=chosen, signer=signer)
-    except FileExistsError:
-        raise SigningKeyExists(f"the ledger's signing key {path} exists already: it is never replaced") from None
-    except OSError as exc:
-        raise SigningKeyUnusable(f"the ledger's signing key {path} cannot be made ({reason_of(exc)})") from None
 
 
 def _known_origins(settings: Settings, database_id: str) -> dict[str, Tip]:
@@ -80,7 +89,7 @@ def _known_origins(settings: Settings, database_id: str) -> dict[str, Tip]:
         known[default] = Tip(default, 0, EMPTY_ROOT)
     for tip in _checkpoints_here(settings, database_id):
         known[tip.origin] = tip
-    survivor = mark_for(settings, database_id).unverified()
+    survivor = mark_for(settings).unverified()
     if survivor is not None:
         for tip in (*survivor.origins, *survivor.retired):
             known[tip.origin] = tip
@@ -114,7 +123,7 @@ def _checkpoints_here(settings: Settings, database_id: str, verifier: Any = None
 def show_mark(settings: Settings, database_id: str) -> dict[str, Any]:
     """The mark, verified with the key (SigningKeyUnusable when it cannot be)."""
     key = signed_log.read_key(settings.signing_key_path)
-    marks = mark_for(settings, database_id)
+    marks = mark_for(settings)
     return describe(marks, marks.current(key.verifier))
 
 
@@ -131,27 +140,41 @@ def describe(marks: MarkFile, mark: Mark) -> dict[str, Any]:
     }
 
 
-def adopt_mark(settings: Settings, database_id: str) -> dict[str, Any]:
+def adopt_mark(settings: Settings, database_id: str, *, never_signed: bool = False) -> dict[str, Any]:
     """The mark written from the log's newest checkpoint that verifies with the key (and the
     retired logs' that do): an operator's decision after an upgrade from a version without
     marks, or a lost mark, once the newest checkpoint ever published (at the witnesses, in
     receipts handed out) is known to be this one or older. Refused (ValidationError) while a
-    mark that verifies holds anything, or when there is no checkpoint of the log's origin."""
+    mark that verifies holds anything, or when there is no checkpoint of the log's origin (a
+    mark is never adopted from nothing: a key moved without its mark would sign from size 1).
+    To run under the copy's lock (``writers_kept_out``), and it holds the mark's lock: nothing
+    is signed between the checks and the write. ``never_signed``: the operator says the key
+    has never signed a checkpoint anyone could have seen (a key made outside purgekeeper and
+    named by PURGEKEEPER_SIGNING_KEY_FILE): with no checkpoint here and no tree recorded by
+    the copy, its mark starts empty."""
     key = signed_log.read_key(settings.signing_key_path)
-    marks = mark_for(settings, database_id)
-    try:
-        existing = marks.load(key.verifier)
-    except SigningKeyUnusable:
-        existing = None  # a mark that does not verify is what adopting replaces
-    if existing is not None and (existing.origins or existing.retired):
-        raise ValidationError(f"the signing key's mark {marks.path} verifies and holds the log's trees: kept")
-    origin = origin_for(settings, database_id)
-    tips = {tip.origin: tip for tip in _checkpoints_here(settings, database_id, key.verifier)}
-    if origin not in tips:
-        raise ValidationError(f"no checkpoint of {origin} verifies with the key: nothing to adopt")
-    retired = tuple(tip for name, tip in tips.items() if name != origin)
-    mark = Mark(counter=(existing.counter if existing else 0) + 1, origins=(tips[origin],), retired=retired)
-    marks.replace(mark, [key])
+    marks = mark_for(settings)
+    with marks.locked():
+        try:
+            existing = marks.load(key.verifier)
+        except SigningKeyUnusable:
+            existing = None  # a mark that does not verify is what adopting replaces
+        if existing is not None and (existing.origins or existing.retired):
+            raise ValidationError(f"the signing key's mark {marks.path} verifies and holds the log's trees: kept")
+        origin = origin_for(settings, database_id)
+        tips = {tip.origin: tip for tip in _checkpoints_here(settings, database_id, key.verifier)}
+        if origin not in tips and never_signed and not tips and not signed_before(settings, database_id):
+            mark = Mark(counter=(existing.counter if existing else 0) + 1)
+            marks.replace(mark, [key])
+            return describe(marks, mark)
+        if origin not in tips:
+            raise ValidationError(
+                f"no checkpoint of {origin} verifies with the key: nothing to adopt (a key that has never signed: "
+                "--never-signed)"
+            )
+        retired = tuple(tip for name, tip in tips.items() if name != origin)
+        mark = Mark(counter=(existing.counter if existing else 0) + 1, origins=(tips[origin],), retired=retired)
+        marks.replace(mark, [key])
     return describe(marks, mark)
 
 
@@ -187,15 +210,13 @@ def rotate_signing_key(settings: Settings, database_id: str) -> Rotated:
        signature (its file changed), and from then on sign with it alone."""
     path = settings.signing_key_path
     old = signed_log.read_key(path)
-    marks = mark_for(settings, database_id)
-    mark = marks.current(old.verifier)
+    marks = mark_for(settings)
     origin = origin_for(settings, database_id)
     log = SignedLog.beside(settings.checkpoint_dir, database_id, origin=origin, signer=old, mark=marks)
-    head = _rotatable_head(log, mark)
+    head = _rotatable_head(log, marks.current(old.verifier))
     new = _next_key(path, old.name)
     statement = _statement(log, old, new, head)
-    if mark.key_of(origin) != new.vkey:
-        marks.write(mark.rotated(Rotation(origin, head.size, head.root, new.vkey)), [old, new])
+    marks.update(old.verifier, functools.partial(_rotated, origin, head, new.vkey), [old, new])
     key_rotation.republish(log, head, [new, old])
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
     retired = path.with_name(f"{path.name}.retired-{stamp}")
@@ -213,13 +234,26 @@ def _rotatable_head(log: SignedLog, mark: Mark) -> TreeHead:
         raise SigningKeyUnusable(f"the log cannot be rotated: {exc}") from None
     if head is None or head.checkpoint.origin != log.origin:
         raise ValidationError(f"the log {log.origin} has signed nothing yet: there is nothing to rotate")
-    tip = mark.tip(log.origin)
+    _at_head(mark, log.origin, head)
+    return head
+
+
+def _at_head(mark: Mark, origin: str, head: TreeHead) -> None:
+    tip = mark.tip(origin)
     if tip is None or (tip.size, tip.root) != (head.size, head.root):
         raise SigningKeyUnusable(
             f"the log's checkpoint (size {head.size}) is not the mark's newest tree: let the log sign again "
             "(purgectl ledger checkpoint) and see purgectl health before rotating"
         )
-    return head
+
+
+def _rotated(origin: str, head: TreeHead, vkey: str, mark: Mark) -> Mark:
+    """``mark`` (read again under its lock) recording the rotation of ``origin`` to ``vkey`` at
+    ``head``'s tree, once (a rotation run again after a crash finds it there)."""
+    _at_head(mark, origin, head)
+    if mark.key_of(origin) == vkey:
+        return mark
+    return mark.rotated(Rotation(origin, head.size, head.root, vkey))
 
 
 def _next_path(path: Path) -> Path:

@@ -154,6 +154,7 @@ class Receipts:
             self.copy_ledger()
             found = self._head()
         if found is None:
+            self.check_key()  # a key or mark that cannot sign says so, rather than "no row yet"
             raise LedgerNotCopied("the ledger holds no row yet: there is no signed checkpoint")
         return found
 
@@ -246,6 +247,7 @@ class Receipts:
             self.copy_ledger()  # LedgerNotCopied when it cannot be done
             current = self.head()
         if current.size < entry.seq:
+            self.check_key()  # a key or mark that cannot sign says so, rather than "not in the log yet"
             raise LedgerNotCopied(
                 f"purge {purge_id} (ledger seq {entry.seq}) is not in the signed log yet",
                 purge_id=purge_id,
@@ -328,7 +330,8 @@ class Receipts:
             return proof
 
         proof = self._edge_repaired(prove)
-        return receipt.consistency_document(proof=proof, checkpoint=current.note)
+        rotations = key_rotation.rotations_for(self.log, current)
+        return receipt.consistency_document(proof=proof, checkpoint=current.note, rotations=rotations)
 
     def check_key(self) -> None:
         """SigningKeyUnusable (naming the key's file) when the log's key cannot be used now:

@@ -1,7 +1,9 @@
 """The signed log's rules from the signing key's mark (``purgekeeper.storage.signing_mark``):
 what ``SignedLog`` asks of the mark before it signs a checkpoint or retires a directory, and
 what monitoring asks of it. A refusal is SigningKeyUnusable (KeyUnusable under ``key_used``):
-like a key that cannot be used, it never delays or prevents the ledger's copy.
+like a key that cannot be used, it never delays or prevents the ledger's copy. Each check and
+the write it allows run under the mark's lock (``MarkFile.update``): other databases' logs
+may share the key and its mark.
 """
 
 from __future__ import annotations
@@ -35,13 +37,16 @@ class MarkedLog(SignedLogReader):
         origin would retire its log), else the retirement recorded in the mark, durably."""
         if self.mark is None:
             return
-        mark = self.mark.current(self.signer.verifier)
-        if mark.knows(self.origin):
-            raise SigningKeyUnusable(self._origin_known(mark, current))
-        old = current.checkpoint
-        known = mark.tip(old.origin)  # a restored directory's checkpoint may be older than the mark's
-        retired = known if known is not None and known.size > old.size else Tip(old.origin, old.size, old.root)
-        self.mark.write(mark.retiring(retired), [self.signer])
+
+        def retiring(mark: Mark) -> Mark:
+            if mark.knows(self.origin):
+                raise SigningKeyUnusable(self._origin_known(mark, current))
+            old = current.checkpoint
+            known = mark.tip(old.origin)  # a restored directory's checkpoint may be older than the mark's
+            retired = known if known is not None and known.size > old.size else Tip(old.origin, old.size, old.root)
+            return mark.retiring(retired)
+
+        self.mark.update(self.signer.verifier, retiring, [self.signer])
 
     def _origin_known(self, mark: Mark, current: TreeHead) -> str:
         assert self.mark is not None
@@ -52,13 +57,23 @@ class MarkedLog(SignedLogReader):
             "again and the newer log is not retired. A deploy dropped PURGEKEEPER_LOG_ORIGIN? set it back"
         )
 
-    def _mark_allows(self, current: TreeHead | None, size: int, root: bytes, read: tree.HashReader) -> Mark | None:
-        """The mark once it allows signing the tree of ``size``/``root`` (module ``signing_mark``);
-        SigningKeyUnusable (the copy is still written) when it does not. O(1) when the mark is
-        ``current``, which ``_grow`` has proven this tree extends."""
+    def _advance_mark(self, current: TreeHead | None, size: int, root: bytes, read: tree.HashReader) -> None:
+        """The mark moved to the tree of ``size``/``root`` once it allows signing it, under the
+        mark's lock (read again there: another database's log may have moved it meanwhile)."""
         if self.mark is None:
-            return None
-        mark = self.mark.current(self.signer.verifier)
+            return
+
+        def advanced(mark: Mark) -> Mark:
+            self._mark_allows(mark, current, size, root, read)
+            return mark.advanced(self.origin, size, root)
+
+        self.mark.update(self.signer.verifier, advanced, [self.signer])
+
+    def _mark_allows(self, mark: Mark, current: TreeHead | None, size: int, root: bytes, read: tree.HashReader) -> None:
+        """Nothing when ``mark`` allows signing the tree of ``size``/``root`` (module
+        ``signing_mark``); SigningKeyUnusable (the copy is still written) when it does not. O(1)
+        when the mark is ``current``, which ``_grow`` has proven this tree extends."""
+        assert self.mark is not None
         rotated_to = mark.key_of(self.origin)
         if rotated_to is not None and rotated_to != self.signer.vkey:
             raise SigningKeyUnusable(
@@ -74,7 +89,6 @@ class MarkedLog(SignedLogReader):
         reason = refusal(mark, self.origin, size, root, hash_at)
         if reason is not None:
             raise SigningKeyUnusable(f"the signing key's mark {self.mark.path} refuses: {reason}. {_MARK_WAY_OUT}")
-        return mark
 
     def check_mark(self) -> None:
         """SigningKeyUnusable when the mark cannot be used, or refuses the log's newest checkpoint
@@ -100,6 +114,6 @@ class MarkedLog(SignedLogReader):
                 )
             return
         try:
-            self._mark_allows(current, current.size, current.root, self.reader(current.size))
+            self._mark_allows(mark, current, current.size, current.root, self.reader(current.size))
         except (tree.HashMissing, tree.TileInvalid):
             return  # the tiles are ``ledger repair``'s: the next signature checks again

@@ -352,9 +352,8 @@ class SignedLog(MarkedLog):
             # signed in memory first (a brand-new installation's first signature makes its key),
             # then nothing leaves memory unless the key's mark allows it
             signed = note.sign_checkpoint(self.origin, grown.size, grown.root, self.signer)
-            mark = self._mark_allows(current, grown.size, grown.root, read)
-            if self.mark is not None and mark is not None:  # never behind a checkpoint anyone could read
-                self.mark.write(mark.advanced(self.origin, grown.size, grown.root), [self.signer])
+            # checked and moved under the mark's lock: never behind a checkpoint anyone could read
+            self._advance_mark(current, grown.size, grown.root, read)
         identity = self._publish(grown.tiles, signed.encode(), replacing=size)
         head = TreeHead(Checkpoint(self.origin, grown.size, grown.root), signed)
         with self._memory:

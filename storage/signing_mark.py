@@ -31,6 +31,17 @@ newest slot that verifies wins. The mark is kept in memory with the bytes it was
 and verified again only when another process changed them (as the checkpoint's text is).
 Replacing the mark (``replace``: ``ledger key init``, ``ledger key mark --adopt``) writes a
 new file aside and renames it into place.
+
+**Its lock**: several databases' logs, in several processes, may share one key (one data
+directory, or one PURGEKEEPER_SIGNING_KEY_FILE), and a database's copy lock keeps out only its
+own writers. So every change is a read, a check and a write under an flock of
+``<mark>.lock`` (``MarkFile.locked``; not the mark's file, which ``replace`` renames over):
+the mark is read again under the lock, so no process writes back a mark another one moved on
+since, and no two write one slot at once.
+
+**A key is never used without its mark**: a missing mark is a refusal, whatever the checkpoint
+directory says (a key copied to a new host without it would sign its origin from size 1
+again). A new key gets its mark before the key's file is made (``create``).
 """
 
 from __future__ import annotations
@@ -38,23 +49,26 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import fcntl
 import os
 import secrets
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from purgekeeper.schema.errors import SigningKeyUnusable
 from purgekeeper.storage.files import PrivateFileUnusable, create_private, fsync_directory, read_private, reason_of
 from purgekeeper.tlog import note
-from purgekeeper.tlog.verify import ReceiptInvalid, Verifier, open_note, split_note
+from purgekeeper.tlog.verify import ReceiptInvalid, Verifier, decimal, open_note, split_note
 
 MARK_FORMAT = "purgekeeper-signing-mark/v1"
 MARK_SUFFIX = ".mark"
+LOCK_SUFFIX = ".lock"  # <key file>.mark.lock: the flock every change of the mark holds
 SLOT_BYTES = 16384  # about 150 origins: each record is a line of about 100 bytes
 _LENGTH = 4
 _SLOTS = 2
+_held = threading.local()  # the marks' lock files this thread holds (``MarkFile.locked``)
 
 
 @dataclass(frozen=True)
@@ -126,23 +140,48 @@ class Mark:
 
     @classmethod
     def parse(cls, text: str) -> Mark:
-        """The mark of ``text``; ValueError when it is not one."""
-        lines = text.splitlines()
+        """The mark of ``text``; ValueError (and nothing else) when it is not one of this version:
+        a record of another kind (a later version's) or a number not strictly decimal included."""
+        lines = text.removesuffix("\n").split("\n")
         if len(lines) < 2 or lines[0] != MARK_FORMAT or not lines[1].startswith("counter "):
             raise ValueError(f"not a {MARK_FORMAT}")
-        counter = int(lines[1].removeprefix("counter "))
-        origins: list[Tip] = []
-        retired: list[Tip] = []
+        counter = _decimal(lines[1].removeprefix("counter "))
+        tips: dict[str, list[Tip]] = {"origin": [], "retired": []}
         rotations: list[Rotation] = []
         for line in lines[2:]:
             kind, _, rest = line.partition(" ")
             if kind == "rotated":
-                size, root, vkey, origin = rest.split(" ", 3)
-                rotations.append(Rotation(origin, int(size), _root(root), vkey))
-                continue
-            size, root, origin = rest.split(" ", 2)
-            {"origin": origins, "retired": retired}[kind].append(Tip(origin, int(size), _root(root)))
-        return cls(counter, tuple(origins), tuple(retired), tuple(rotations))
+                rotations.append(_rotation(rest))
+            elif kind in tips:
+                tips[kind].append(_tip(rest))
+            else:
+                raise ValueError(f"a record of an unknown kind {kind[:40]!r}")
+        return cls(counter, tuple(tips["origin"]), tuple(tips["retired"]), tuple(rotations))
+
+
+def _tip(rest: str) -> Tip:
+    size, root, origin = _fields(rest, 3)
+    return Tip(origin, _decimal(size), _root(root))
+
+
+def _rotation(rest: str) -> Rotation:
+    size, root, vkey, origin = _fields(rest, 4)
+    return Rotation(origin, _decimal(size), _root(root), vkey)
+
+
+def _fields(rest: str, count: int) -> list[str]:
+    """``count`` fields separated by one space, the last (an origin: it may hold spaces) not empty."""
+    fields = rest.split(" ", count - 1)
+    if len(fields) != count or not fields[-1]:
+        raise ValueError(f"a record of {len(fields)} fields, not {count}")
+    return fields
+
+
+def _decimal(text: str) -> int:
+    try:
+        return decimal(text, "a number of the mark")
+    except ReceiptInvalid as exc:
+        raise ValueError(exc.reason) from None
 
 
 def _root(text: str) -> bytes:
@@ -153,34 +192,80 @@ def _root(text: str) -> bytes:
 
 
 class MarkFile:
-    """The mark's file beside the key, and what this process last read or wrote of it.
-    ``signed_before``: whether the database's log has ever signed (a missing mark is then a
-    refusal, never a fresh start)."""
+    """The mark's file beside the key, and what this process last read or wrote of it. Every
+    change holds the mark's lock (``locked``): ``update`` reads, checks and writes under it;
+    ``replace`` (an operator's act) and ``create`` (a new key's first mark) take it too, and
+    their callers hold it around their own checks."""
 
-    def __init__(self, path: Path, *, signed_before: Callable[[], bool]) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self._signed_before = signed_before
         self._lock = threading.Lock()
         self._known: tuple[bytes, str, Mark] | None = None  # the slots' bytes, the vkey, the mark
 
     @classmethod
-    def beside(cls, key_path: Path, *, signed_before: Callable[[], bool]) -> MarkFile:
-        return cls(key_path.with_name(key_path.name + MARK_SUFFIX), signed_before=signed_before)
+    def beside(cls, key_path: Path) -> MarkFile:
+        return cls(key_path.with_name(key_path.name + MARK_SUFFIX))
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + LOCK_SUFFIX)
+
+    def exists(self) -> bool:
+        return os.path.lexists(self.path)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """The mark's flock, held by this thread while the block runs (inside one already, through
+        any MarkFile of the same file: held). Other processes, and this process's other threads,
+        wait to change the mark meanwhile."""
+        held: set[str] = _held.__dict__.setdefault("paths", set())
+        name = os.path.abspath(self.lock_path)
+        if name in held:
+            yield
+            return
+        fd = self._open_lock()
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held.add(name)
+            try:
+                yield
+            finally:
+                held.discard(name)
+        finally:
+            os.close(fd)  # releases the flock
+
+    def _open_lock(self) -> int:
+        try:
+            return os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise SigningKeyUnusable(
+                f"the signing key's mark {self.path} cannot be locked ({self.lock_path}: {reason_of(exc)})"
+            ) from None
 
     def current(self, verifier: Verifier) -> Mark:
-        """The mark, verified with ``verifier``; an empty one when there is none and the log has
-        never signed. SigningKeyUnusable (naming the file, never its contents) when it is
-        missing where the log has signed, cannot be read, or no slot verifies."""
+        """The mark, verified with ``verifier``. SigningKeyUnusable (naming the file, never its
+        contents) when it is missing (a key is never used without its mark, whatever the log's
+        directory says), cannot be read, or no slot verifies and reads as a mark."""
         found = self.load(verifier)
-        if found is not None:
-            return found
-        if self._signed_before():
+        if found is None:
             raise SigningKeyUnusable(
-                f"the signing key's mark {self.path} is missing and the log has signed: restore it with the key "
-                "(they are backed up together), or, after checking the newest checkpoint you published, "
-                "adopt the log's checkpoint with purgectl ledger key mark --adopt"
+                f"the signing key's mark {self.path} is missing: a key is never used without its mark (a key "
+                "moved without it would sign its log again from the start). Restore it with the key (they are "
+                "backed up together), or, after checking the newest checkpoint this key ever signed, write it "
+                "from the log's checkpoint with purgectl ledger key mark --adopt"
             )
-        return Mark()
+        return found
+
+    def update(self, verifier: Verifier, change: Callable[[Mark], Mark], signers: Sequence[note.Signer]) -> Mark:
+        """``change`` of the mark as it is now, written when it differs, all under the mark's lock:
+        the mark is read again under it, so what another process wrote meanwhile is never written
+        back over. ``change`` may refuse (SigningKeyUnusable): nothing is written then."""
+        with self.locked():
+            mark = self.current(verifier)
+            changed = change(mark)
+            if changed != mark:
+                self._write(changed, signers)
+            return changed
 
     def load(self, verifier: Verifier) -> Mark | None:
         """The mark verified with ``verifier``, None when there is no file."""
@@ -204,52 +289,55 @@ class MarkFile:
         marks = [mark for _note, mark in _slots(data or b"")]
         return max(marks, key=lambda mark: mark.counter) if marks else None
 
-    def write(self, mark: Mark, signers: Sequence[note.Signer]) -> None:
-        """``mark`` signed into the slot its counter names, in place and fdatasynced (the file
-        made first when there is none)."""
+    def _write(self, mark: Mark, signers: Sequence[note.Signer]) -> None:
+        """``mark`` signed into the slot its counter names, in place and fdatasynced (``update``'s,
+        under the lock)."""
         slot = _slot_bytes(note.sign_note(mark.text(), list(signers)), self.path)
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            self._create(mark, slot)
-            return
         except OSError as exc:
-            raise SigningKeyUnusable(
-                f"the signing key's mark {self.path} cannot be written ({reason_of(exc)})"
-            ) from None
+            raise SigningKeyUnusable(self._unwritable(exc)) from None
         try:
-            offset = (mark.counter % _SLOTS) * SLOT_BYTES
-            os.pwrite(fd, slot, offset)
+            os.pwrite(fd, slot, (mark.counter % _SLOTS) * SLOT_BYTES)
             os.fdatasync(fd)
             data = os.pread(fd, SLOT_BYTES * _SLOTS, 0)
         except OSError as exc:
-            raise SigningKeyUnusable(
-                f"the signing key's mark {self.path} cannot be written ({reason_of(exc)})"
-            ) from None
+            raise SigningKeyUnusable(self._unwritable(exc)) from None
         finally:
             os.close(fd)
         self._remember(data, signers, mark)
 
     def replace(self, mark: Mark, signers: Sequence[note.Signer]) -> None:
-        """A new file holding ``mark`` alone, renamed over whatever is there (an operator's act)."""
+        """A new file holding ``mark`` alone, renamed over whatever is there (an operator's act:
+        ``ledger key init``, ``mark --adopt``), under the mark's lock."""
         data = self._file_bytes(mark, signers)
         aside = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-        self._write_new(aside, data)
-        os.rename(aside, self.path)
-        fsync_directory(self.path.parent)
-        self._remember(data, signers, mark)
+        with self.locked():
+            try:
+                self._write_new(aside, data)
+                os.rename(aside, self.path)
+                fsync_directory(self.path.parent)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.unlink(aside)
+                raise SigningKeyUnusable(self._unwritable(exc)) from None
+            self._remember(data, signers, mark)
 
-    def _create(self, mark: Mark, slot: bytes) -> None:
-        """The first mark: written aside and linked into place (never over another's)."""
-        data = bytearray(SLOT_BYTES * _SLOTS)
-        offset = (mark.counter % _SLOTS) * SLOT_BYTES
-        data[offset : offset + len(slot)] = slot
-        try:
-            create_private(self.path, bytes(data))
-        except FileExistsError:
-            raise SigningKeyUnusable(f"the signing key's mark {self.path} was made by another process") from None
-        except OSError as exc:
-            raise SigningKeyUnusable(f"the signing key's mark {self.path} cannot be made ({reason_of(exc)})") from None
+    def create(self, mark: Mark, signers: Sequence[note.Signer]) -> None:
+        """A new key's first mark, made before the key's file, never over anything there
+        (FileExistsError: a mark is replaced only by an operator), under the mark's lock."""
+        data = self._file_bytes(mark, signers)
+        with self.locked():
+            try:
+                create_private(self.path, data)
+            except FileExistsError:
+                raise
+            except OSError as exc:
+                raise SigningKeyUnusable(self._unwritable(exc)) from None
+            self._remember(data, signers, mark)
+
+    def _unwritable(self, exc: OSError) -> str:
+        return f"the signing key's mark {self.path} cannot be written ({reason_of(exc)})"
 
     def _file_bytes(self, mark: Mark, signers: Sequence[note.Signer]) -> bytes:
         data = bytearray(SLOT_BYTES * _SLOTS)
@@ -291,7 +379,10 @@ class MarkFile:
                 "rotation (purgectl ledger key rotate, with the old key); restore the key the mark names, or give "
                 "the new key a new origin (purgectl ledger key init --origin)"
             )
-        return f"{named} does not verify with the signing key (damaged?): restore it with the key"
+        return (
+            f"{named} holds no mark that verifies with the signing key (damaged, or written by a newer "
+            "version?): restore it with the key"
+        )
 
 
 def _slots(data: bytes) -> list[tuple[str, Mark]]:
@@ -305,7 +396,7 @@ def _slots(data: bytes) -> list[tuple[str, Mark]]:
         try:
             text = slot[_LENGTH : _LENGTH + length].decode("utf-8")
             found.append((text, Mark.parse(split_note(text)[0])))
-        except (UnicodeDecodeError, ValueError, ReceiptInvalid):
+        except (ValueError, ReceiptInvalid):  # UnicodeDecodeError is a ValueError; parse raises no other
             continue
     return found
 

@@ -160,17 +160,28 @@ def ledger_key_init(origin: str | None, as_json: bool) -> None:
     help="Write the mark from the log's newest checkpoint that verifies: an operator's decision, after "
     "checking it is the newest one ever published (docs: Signing key).",
 )
-def ledger_key_mark(adopt: bool, as_json: bool) -> None:
+@click.option(
+    "--never-signed",
+    is_flag=True,
+    help="With --adopt: the key has never signed a checkpoint anyone saw (a key made outside purgekeeper): "
+    "its mark starts empty. Refused where a checkpoint or the copy records a signed tree.",
+)
+def ledger_key_mark(adopt: bool, never_signed: bool, as_json: bool) -> None:
     """Show the signing key's mark: for each origin the largest tree the key signed, the
     origins retired and the key's rotations. With --adopt (after an upgrade from a version
     without marks, or a lost mark), write it from the log's newest checkpoint: first check
-    that no newer checkpoint was ever published (at your witnesses, in receipts handed out)."""
+    that no newer checkpoint was ever published (at your witnesses, in receipts handed out).
+    With --adopt --never-signed, start the mark of a key that has never signed (one you made
+    yourself and name with PURGEKEEPER_SIGNING_KEY_FILE)."""
+    if never_signed and not adopt:
+        raise click.UsageError("--never-signed goes with --adopt")
 
     def action(pk: Purgekeeper) -> dict[str, object]:
         from purgekeeper.commands import key_commands  # lazy: see commands/cli/__init__.py
 
         if adopt:
-            return key_commands.adopt_mark(pk.settings, pk.database_key)
+            with pk.copy.writers_kept_out():  # nothing signed between the checks and the write (as rotate)
+                return key_commands.adopt_mark(pk.settings, pk.database_key, never_signed=never_signed)
         return key_commands.show_mark(pk.settings, pk.database_key)
 
     run_with_handle(as_json, action, render_mapping)

@@ -69,3 +69,19 @@ def test_rotate_hands_the_log_to_a_new_key(shared: Purgectl, open_pk: Callable[.
     accepted = accept(pk, 1, prefix="after")
     assert verify_receipt(pk.receipt(accepted[0].purge_id), old_vkey).checkpoint.size == 3
     assert shared.json("health")["ok"] is True
+
+
+@pytest.mark.sqlite_only
+def test_health_fails_for_a_key_moved_without_its_mark(
+    shared: Purgectl, open_pk: Callable[..., Pk], tmp_path: Path
+) -> None:
+    """The key copied to a new host without its mark, the checkpoint directory new: refused,
+    not signed again from size 1."""
+    pk = open_pk()
+    accept(pk, 2)
+    (tmp_path / "data" / "ledger-signing.key.mark").unlink()
+    shutil.rmtree(pk.settings.checkpoint_dir)
+    accept(open_pk(), 1, prefix="moved")
+    refused = shared.error(4, "signing_key_unusable", "health")
+    assert "ledger-signing.key.mark" in refused["detail"] and "--adopt" in refused["detail"]
+    assert not (log_dir(pk) / "checkpoint").exists()

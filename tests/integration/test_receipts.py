@@ -139,6 +139,7 @@ def test_the_origin_comes_from_the_settings(open_pk: Callable[..., Pk], monkeypa
 
 
 def test_a_named_key_file_is_used(open_pk: Callable[..., Pk], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from purgekeeper.commands import key_commands
     from purgekeeper.tlog.note import Signer
 
     signer = Signer.generate("example.org/purges")
@@ -148,7 +149,12 @@ def test_a_named_key_file_is_used(open_pk: Callable[..., Pk], tmp_path: Path, mo
     monkeypatch.setenv("PURGEKEEPER_SIGNING_KEY_FILE", str(path))
     pk = open_pk()
     assert pk.log_key() == signer.vkey
-    accepted = accept(pk, 1)
+    unsigned = accept(pk, 1, prefix="unsigned")[0].purge_id  # accepted and copied, not signed:
+    with pytest.raises(purgekeeper.SigningKeyUnusable, match="mark"):  # a key is never used without its mark
+        pk.receipt(unsigned)
+    with pk.copy.writers_kept_out():  # what purgectl ledger key mark --adopt --never-signed does
+        key_commands.adopt_mark(pk.settings, pk.database_key, never_signed=True)
+    accepted = accept(pk, 1, prefix="marked")
     verify_receipt(pk.receipt(accepted[0].purge_id), signer.vkey)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 import purgekeeper
 from purgekeeper.commands import key_commands
+from purgekeeper.schema.ledger import GENESIS_HASH, Head
 from purgekeeper.storage import signed_log
 from purgekeeper.storage.key_rotation import rotation_of
 from purgekeeper.storage.ledger_copy import LedgerCopy
@@ -32,6 +34,7 @@ from purgekeeper.tlog.verify import (
 )
 from tests.helpers.backups import Backups, tracked
 from tests.helpers.interop import Go
+from tests.helpers.ledger import NOW, chain
 from tests.helpers.receipts import accept, checkpoint_of, extends, log_dir
 
 Pk = purgekeeper.Purgekeeper
@@ -220,7 +223,7 @@ def test_a_mark_that_cannot_be_used_never_stops_the_copy(open_pk: Callable[..., 
         path.write_bytes(b"\x00\x00\x00\x10" + b"not a mark at all" * 100)
     elif how == "another key":
         other = note.Signer.generate(f"purgekeeper/{pk.database_key}")
-        MarkFile(path, signed_before=lambda: True).replace(Mark(counter=9), [other])
+        MarkFile(path).replace(Mark(counter=9), [other])
     else:
         path.chmod(0o644)
     later = open_pk()
@@ -229,7 +232,7 @@ def test_a_mark_that_cannot_be_used_never_stops_the_copy(open_pk: Callable[..., 
     assert checkpoint_of(later) == before
     detail = assert_refused(later)
     assert "PRIVATE" not in detail
-    with pytest.raises(purgekeeper.LedgerNotCopied):  # not signed yet; check_key says why
+    with pytest.raises(purgekeeper.SigningKeyUnusable, match="mark"):  # not signed yet, and the receipt says why
         later.receipt(accepted[1].purge_id)
     path.unlink(missing_ok=True)
     path.write_bytes(kept)
@@ -294,3 +297,110 @@ def test_a_new_key_without_a_rotation_statement_is_refused(open_pk: Callable[...
     with pytest.raises(purgekeeper.SigningKeyUnusable) as refused:
         later.receipts.check_key()
     assert "another key" in refused.value.detail and "ledger key rotate" in refused.value.detail
+
+
+# -- a key without its mark ---------------------------------------------------------------------
+
+
+def test_a_key_moved_without_its_mark_never_signs_its_origin_again_from_size_one(open_pk: Callable[..., Pk]) -> None:
+    """The key copied to a new host without its mark, the checkpoint directory new: nothing
+    here says the log signed, yet the key did. Refused (the copy is still written)."""
+    pk = open_pk()
+    accept(pk, 2)
+    mark_path(pk).unlink()
+    shutil.rmtree(pk.settings.checkpoint_dir)
+    later = open_pk()
+    accept(later, 1, prefix="moved")
+    assert copied_seq(later) == 3
+    assert not (log_dir(later) / "checkpoint").exists()  # size 1 to 3 never signed again
+    assert_refused(later, "missing", "--adopt")
+
+
+def test_a_mark_without_its_key_is_never_replaced_by_a_first_key(open_pk: Callable[..., Pk]) -> None:
+    pk = open_pk()
+    accept(pk, 2)
+    kept = mark_path(pk).read_bytes()
+    pk.settings.signing_key_path.unlink()
+    shutil.rmtree(pk.settings.checkpoint_dir)
+    later = open_pk()
+    accept(later, 1, prefix="keyless")
+    assert copied_seq(later) == 3
+    assert not pk.settings.signing_key_path.exists() and mark_path(pk).read_bytes() == kept
+    with pytest.raises(purgekeeper.SigningKeyUnusable) as refused:
+        later.receipts.check_key()
+    assert str(mark_path(pk)) in refused.value.detail
+
+
+# -- several databases, one key -----------------------------------------------------------------
+
+
+def tips(pk: Pk) -> dict[str, int]:
+    shown = key_commands.show_mark(pk.settings, pk.database_key)
+    return {tip["origin"]: tip["size"] for tip in shown["origins"]}
+
+
+def test_two_databases_sharing_one_key_take_turns_and_neither_tip_goes_back(
+    open_pk: Callable[..., Pk], tmp_path: Path
+) -> None:
+    pk = open_pk()
+    with purgekeeper.open(
+        f"sqlite:///{tmp_path / 'other.db'}",
+        blob_root=tmp_path / "other" / "blobs",
+        file_root=tmp_path / "other" / "files",
+        checkpoint_dir=pk.settings.checkpoint_dir,
+        workers="none",
+    ) as other:
+        assert other.settings.signing_key_path == pk.settings.signing_key_path != other.database_key
+        seen: dict[str, int] = {}
+        for turn in range(3):
+            for handle in (pk, other):
+                accept(handle, 2, prefix=f"turn-{turn}")
+                signed = opened(handle, checkpoint_of(handle))
+                now = tips(handle)
+                assert now[signed.origin] == signed.size
+                assert all(now[origin] >= size for origin, size in seen.items()), (seen, now)
+                seen = now
+        assert sorted(seen.values()) == [6, 6]
+
+
+WRITERS, ROWS = 4, 40
+
+
+def shared_mark(key: Path) -> MarkFile:
+    """The mark beside ``key`` as each database's log opens it (its own instance, its own memory)."""
+    return MarkFile.beside(key)
+
+
+def signing_in_turn(root: Path, key: Path, signer: note.Signer, index: int, went_back: list[str]) -> None:
+    """One database's writer appending one row at a time to its signed log, reading the shared
+    mark after each: its origin's tip is exactly its newest checkpoint (only it signs that origin)."""
+    database_id = f"database-{index}"
+    origin = f"purgekeeper.example/{database_id}"
+    log = signed_log.SignedLog.beside(root, database_id, origin=origin, signer=signer, mark=shared_mark(key))
+    copy = LedgerCopy(root, database_id, log=log)
+    for row in chain(ROWS, start=Head(0, GENESIS_HASH, database_id, NOW)):
+        copy.append([row])
+        tip = shared_mark(key).current(signer.verifier).tip(origin)
+        if tip is None or tip.size != row.seq:
+            went_back.append(f"{origin} signed {row.seq}, the mark says {tip.size if tip else None}")
+
+
+def test_concurrent_writers_sharing_one_key_lose_no_tree_from_its_mark(tmp_path: Path) -> None:
+    key = tmp_path / "data" / "ledger-signing.key"
+    key.parent.mkdir()
+    signer = signed_log.create_key(key, name="purgekeeper.example/shared")
+    shared_mark(key).replace(Mark(), [signer])
+    went_back: list[str] = []
+    threads = [
+        threading.Thread(target=signing_in_turn, args=(tmp_path / "ledger", key, signer, index, went_back))
+        for index in range(WRITERS)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert went_back == []
+    final = shared_mark(key).current(signer.verifier)
+    assert sorted((tip.origin, tip.size) for tip in final.origins) == [
+        (f"purgekeeper.example/database-{index}", ROWS) for index in range(WRITERS)
+    ]
