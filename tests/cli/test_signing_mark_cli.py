@@ -85,3 +85,28 @@ def test_health_fails_for_a_key_moved_without_its_mark(
     refused = shared.error(4, "signing_key_unusable", "health")
     assert "ledger-signing.key.mark" in refused["detail"] and "--adopt" in refused["detail"]
     assert not (log_dir(pk) / "checkpoint").exists()
+
+
+@pytest.mark.sqlite_only
+def test_a_key_made_outside_purgekeeper_needs_never_signed_and_only_where_nothing_was_signed(
+    purgectl: Purgectl, tmp_path: Path, open_pk: Callable[..., Pk]
+) -> None:
+    """A key named by PURGEKEEPER_SIGNING_KEY_FILE with no mark: refused until the operator
+    says it never signed (``--adopt --never-signed``); once the log has signed, that answer is
+    refused (the mark is then restored, or adopted from a checkpoint)."""
+    from purgekeeper.tlog.note import Signer
+
+    key = tmp_path / "outside.key"
+    key.write_text(Signer.generate("example.org/purges").skey + "\n")
+    key.chmod(0o600)
+    named = purgectl.with_env(PURGEKEEPER_SIGNING_KEY_FILE=str(key))
+    named.json("init")
+    assert "--adopt" in named.text("ledger", "key", "mark", "--never-signed", code=2).stderr  # it goes with --adopt
+    adopted = named.json("ledger", "key", "mark", "--adopt", "--never-signed")
+    assert adopted["origins"] == [] and key.with_name("outside.key.mark").exists()
+    assert named.json("health")["ok"] is True
+    key.with_name("outside.key.mark").unlink()
+    pk = open_pk()
+    accept(pk, 1)  # the copy records a tree (signed with the data directory's own key)
+    refused = named.error(2, "validation_error", "ledger", "key", "mark", "--adopt", "--never-signed")
+    assert "nothing to adopt" in refused["detail"]
