@@ -10,7 +10,6 @@ import base64
 import contextlib
 import dataclasses
 import datetime as dt
-import fcntl
 import logging
 import os
 from collections.abc import Iterator, Sequence
@@ -37,7 +36,7 @@ from purgekeeper.storage.copy_layout import (
     segment_name,
 )
 from purgekeeper.storage.copy_reading import CopyReader
-from purgekeeper.storage.files import atomic_write_at
+from purgekeeper.storage.files import atomic_write_at, flocked
 from purgekeeper.storage.signed_log import ForeignKey
 
 log = logging.getLogger("purgekeeper.storage.ledger_copy")  # the name its warnings always had
@@ -297,12 +296,8 @@ class CopyWriter(CopyReader):
         self.directory.mkdir(parents=True, exist_ok=True)
         directory = os.open(self.directory, _DIRECTORY)
         try:
-            lock = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=directory)
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with flocked(LOCK_FILE, dir_fd=directory):
                 yield directory
-            finally:
-                os.close(lock)  # releases the flock
         finally:
             os.close(directory)
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 TEMPORARY_PREFIX = ".incoming-"
@@ -120,3 +121,16 @@ def create_private(path: Path, data: bytes) -> None:
     finally:
         os.unlink(aside)
     fsync_directory(path.parent)
+
+
+@contextlib.contextmanager
+def flocked(lock: str | Path, *, dir_fd: int | None = None) -> Iterator[None]:
+    """An exclusive flock of the file ``lock`` (relative to ``dir_fd`` when given; made 0600
+    when missing, never through a symlink) while the block runs: every process that takes
+    the same file waits. Closing the file releases it."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

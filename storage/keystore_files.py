@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import re
 import sqlite3
@@ -27,7 +26,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from purgekeeper.storage import failpoints
-from purgekeeper.storage.files import PrivateFileUnusable, create_private, fsync_directory, read_private, reason_of
+from purgekeeper.storage.files import (
+    PrivateFileUnusable,
+    create_private,
+    flocked,
+    fsync_directory,
+    read_private,
+    reason_of,
+)
 from purgekeeper.storage.sealing import KEY_BYTES, SealedInvalid, seal, unseal
 
 DATABASE = "keys.db"
@@ -136,12 +142,8 @@ def read(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 def exclusive(directory: Path) -> Iterator[None]:
     """The store's flock (``lock``), held while the block runs: initialisation and rotation
     create and shred KEK files, which SQLite's lock does not cover."""
-    fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with flocked(directory / LOCK):
         yield
-    finally:
-        os.close(fd)  # releases the flock
 
 
 def has_schema(db: sqlite3.Connection) -> bool:

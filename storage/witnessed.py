@@ -25,7 +25,6 @@ own but no directory fsync.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -33,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from purgekeeper.storage.directories import open_regular_file
-from purgekeeper.storage.files import atomic_write_at, reason_of
+from purgekeeper.storage.files import atomic_write_at, flocked, reason_of
 from purgekeeper.tlog.verify import SIGNATURE_PREFIX, ReceiptInvalid, parse_checkpoint, split_note
 
 SUFFIX = ".witness"
@@ -177,12 +176,8 @@ class Witnessed:
             os.mkdir(self.directory, 0o700)
         base = os.open(self.directory, _DIRECTORY | os.O_NOFOLLOW)
         try:
-            lock = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=base)
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+            with flocked(LOCK_FILE, dir_fd=base):
                 yield base
-            finally:
-                os.close(lock)
         finally:
             os.close(base)
 

@@ -18,6 +18,7 @@ import binascii
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar, Self
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -37,30 +38,35 @@ class KeyInvalid(ValueError):
 
 
 @dataclass(frozen=True)
-class Signer:
-    """An Ed25519 signing key with its name; the seed stays out of ``repr``."""
+class Ed25519Key:
+    """An Ed25519 key pair with its name, whose algorithm byte says what it signs (0x01 a
+    note, a log's checkpoint; 0x04 a cosignature: ``purgekeeper.tlog.witness.Cosigner``); the
+    seed stays out of ``repr``. Its skey form is Go's, with that byte."""
+
+    ALGORITHM: ClassVar[int] = ALG_ED25519
+    INVALID: ClassVar[type[KeyInvalid]] = KeyInvalid
+    WHAT: ClassVar[str] = "signing key"
 
     name: str
     seed: bytes = field(repr=False)
 
     def __post_init__(self) -> None:
         if not valid_key_name(self.name):
-            raise KeyInvalid(f"{self.name!r} is not a key name (no spaces, no '+')")
+            raise self.INVALID(f"{self.name!r} is not a key name (no spaces, no '+')")
         if len(self.seed) != 32:
-            raise KeyInvalid("an Ed25519 seed is 32 bytes")
+            raise self.INVALID("an Ed25519 seed is 32 bytes")
 
     @classmethod
-    def generate(cls, name: str) -> Signer:
-        seed = Ed25519PrivateKey.generate().private_bytes_raw()
-        return cls(name=name, seed=seed)
+    def generate(cls, name: str) -> Self:
+        return cls(name=name, seed=Ed25519PrivateKey.generate().private_bytes_raw())
 
     @classmethod
-    def from_skey(cls, skey: str) -> Signer:
-        name, hex_id, seed = split_skey(skey, ALG_ED25519)
-        signer = cls(name=name, seed=seed)
-        if signer.key_id.hex() != hex_id.lower() or len(hex_id) != 8:
-            raise KeyInvalid("the signing key's id does not match its name and key")
-        return signer
+    def from_skey(cls, skey: str) -> Self:
+        name, hex_id, seed = split_skey(skey, cls.ALGORITHM, cls.INVALID)
+        found = cls(name=name, seed=seed)
+        if found.key_id.hex() != hex_id.lower() or len(hex_id) != 8:
+            raise cls.INVALID(f"the {cls.WHAT}'s id does not match its name and key")
+        return found
 
     @property
     def public_key(self) -> bytes:
@@ -68,7 +74,22 @@ class Signer:
 
     @property
     def key_id(self) -> bytes:
-        return _key_id(self.name, self.seed)
+        return self._key_id_of(self.public_key)
+
+    def _key_id_of(self, public_key: bytes) -> bytes:
+        return key_id(self.name, public_key)
+
+    @property
+    def skey(self) -> str:
+        return skey_text(self.name, self.key_id, self.ALGORITHM, self.seed)
+
+    def _private(self) -> Ed25519PrivateKey:
+        return _private_key(self.seed)
+
+
+@dataclass(frozen=True)
+class Signer(Ed25519Key):
+    """An Ed25519 signing key (a note's, a log's checkpoint's) with its name."""
 
     @property
     def verifier(self) -> Verifier:
@@ -78,15 +99,8 @@ class Signer:
     def vkey(self) -> str:
         return self.verifier.vkey
 
-    @property
-    def skey(self) -> str:
-        return skey_text(self.name, self.key_id, ALG_ED25519, self.seed)
-
     def sign(self, message: bytes) -> bytes:
         return self._private().sign(message)
-
-    def _private(self) -> Ed25519PrivateKey:
-        return _private_key(self.seed)
 
 
 def split_skey(skey: str, algorithm: int, invalid: type[KeyInvalid] = KeyInvalid) -> tuple[str, str, bytes]:
@@ -114,7 +128,7 @@ def skey_text(name: str, key_id: bytes, algorithm: int, seed: bytes) -> str:
 
 
 # A key is derived from its seed once per process, not at every signature (a checkpoint is
-# signed in every group commit): the seed is held by its Signer anyway.
+# signed in every group commit): the seed is held by its key anyway.
 @functools.lru_cache(maxsize=8)
 def _private_key(seed: bytes) -> Ed25519PrivateKey:
     return Ed25519PrivateKey.from_private_bytes(seed)
@@ -123,11 +137,6 @@ def _private_key(seed: bytes) -> Ed25519PrivateKey:
 @functools.lru_cache(maxsize=8)
 def _public_key(seed: bytes) -> bytes:
     return _private_key(seed).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-
-
-@functools.lru_cache(maxsize=8)
-def _key_id(name: str, seed: bytes) -> bytes:
-    return key_id(name, _public_key(seed))
 
 
 def sign_note(text: str, signers: Sequence[Signer]) -> str:

@@ -22,13 +22,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from dataclasses import dataclass
 
 from purgekeeper.tlog import note
 from purgekeeper.tlog.verify import (
@@ -39,7 +35,6 @@ from purgekeeper.tlog.verify import (
     CosignerKey,
     cosigned_message,
     cosigner_key_id,
-    valid_key_name,
 )
 
 __all__ = [
@@ -77,37 +72,15 @@ class RequestInvalid(ValueError):
 
 
 @dataclass(frozen=True)
-class Cosigner:
+class Cosigner(note.Ed25519Key):
     """An Ed25519 cosigning key (cosignature/v1) with its name; the seed stays out of ``repr``."""
 
-    name: str
-    seed: bytes = field(repr=False)
+    ALGORITHM = ALG_COSIGNATURE_V1
+    INVALID = CosignerKeyInvalid
+    WHAT = "cosigner key"
 
-    def __post_init__(self) -> None:
-        if not valid_key_name(self.name):
-            raise CosignerKeyInvalid(f"{self.name!r} is not a key name (no spaces, no '+')")
-        if len(self.seed) != 32:
-            raise CosignerKeyInvalid("an Ed25519 seed is 32 bytes")
-
-    @classmethod
-    def generate(cls, name: str) -> Cosigner:
-        return cls(name=name, seed=Ed25519PrivateKey.generate().private_bytes_raw())
-
-    @classmethod
-    def from_skey(cls, skey: str) -> Cosigner:
-        name, hex_id, seed = note.split_skey(skey, ALG_COSIGNATURE_V1, CosignerKeyInvalid)
-        cosigner = cls(name=name, seed=seed)
-        if len(hex_id) != 8 or cosigner.key_id.hex() != hex_id.lower():
-            raise CosignerKeyInvalid("the cosigner key's id does not match its name and key")
-        return cosigner
-
-    @property
-    def public_key(self) -> bytes:
-        return _public_key(self.seed)
-
-    @property
-    def key_id(self) -> bytes:
-        return cosigner_key_id(self.name, self.public_key)
+    def _key_id_of(self, public_key: bytes) -> bytes:
+        return cosigner_key_id(self.name, public_key)
 
     @property
     def key(self) -> CosignerKey:
@@ -117,30 +90,15 @@ class Cosigner:
     def vkey(self) -> str:
         return self.key.vkey
 
-    @property
-    def skey(self) -> str:
-        return note.skey_text(self.name, self.key_id, ALG_COSIGNATURE_V1, self.seed)
-
     def cosign(self, checkpoint_text: str, timestamp: int) -> str:
         """The cosignature line of the checkpoint (its note text, or the whole signed note:
         its signature lines are not signed) at ``timestamp`` (POSIX seconds)."""
         if not 0 <= timestamp <= MAX_TIMESTAMP:
             raise ValueError(f"a cosignature's timestamp is 0 to 2^63-1, not {timestamp}")
         message = cosigned_message(note_text(checkpoint_text), timestamp)
-        signature = _private_key(self.seed).sign(message)
+        signature = self._private().sign(message)
         encoded = base64.b64encode(self.key_id + timestamp.to_bytes(8, "big") + signature).decode()
         return f"{SIGNATURE_PREFIX}{self.name} {encoded}\n"
-
-
-# A key is derived from its seed once per process, not at every cosignature.
-@functools.lru_cache(maxsize=8)
-def _private_key(seed: bytes) -> Ed25519PrivateKey:
-    return Ed25519PrivateKey.from_private_bytes(seed)
-
-
-@functools.lru_cache(maxsize=8)
-def _public_key(seed: bytes) -> bytes:
-    return _private_key(seed).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
 def note_text(checkpoint: str) -> str:
