@@ -30,7 +30,7 @@ from purgekeeper.commands.settings import Settings
 from purgekeeper.workers import runner
 from tests import helpers
 from tests.helpers import served
-from tests.helpers.browser import ARTIFACTS, wait_for
+from tests.helpers.browser import ARTIFACTS, console, settings_in, wait_for
 from tests.helpers.cleanup import postpone
 
 WIDTH = 1024
@@ -85,17 +85,12 @@ def prepare(settings: Settings) -> Prepared:
 
 @pytest.fixture
 def prepared(data_dir: Path) -> Prepared:
-    return prepare(Settings.from_env({"PURGEKEEPER_DATA_DIR": str(data_dir)}))
+    return prepare(settings_in(data_dir))
 
 
 @pytest.fixture
 def server(prepared: Prepared, data_dir: Path, tmp_path: Path) -> Iterator[served.Served]:
-    env = served.clean_environment(
-        PURGEKEEPER_DATA_DIR=str(data_dir),
-        PURGEKEEPER_OPERATOR_TOKEN=OPERATOR_TOKEN,
-        PURGEKEEPER_SWEEP_INTERVAL="0.5",
-    )
-    with served.serving(env, tmp_path, "--host", "127.0.0.1") as running:
+    with console(data_dir, tmp_path, sweep_interval="0.5", PURGEKEEPER_OPERATOR_TOKEN=OPERATOR_TOKEN) as running:
         yield running
 
 

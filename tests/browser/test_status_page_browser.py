@@ -48,7 +48,7 @@ from purgekeeper.schema import steps
 from purgekeeper.workers import runner
 from tests import helpers
 from tests.helpers import served
-from tests.helpers.browser import WAIT_S, save_screenshot, wait_for
+from tests.helpers.browser import WAIT_S, console, save_screenshot, settings_in, wait_for
 
 HOST_TOKEN = "browser-host-token-5b1e"
 OPERATOR_TOKEN = "browser-operator-token-c9d4"
@@ -142,18 +142,18 @@ def prepare(settings: Settings) -> Prepared:
 
 @pytest.fixture
 def prepared(data_dir: Path) -> Prepared:
-    return prepare(Settings.from_env({"PURGEKEEPER_DATA_DIR": str(data_dir)}))
+    return prepare(settings_in(data_dir))
 
 
 @pytest.fixture
 def server(prepared: Prepared, data_dir: Path, tmp_path: Path) -> Iterator[served.Served]:
-    env = served.clean_environment(
-        PURGEKEEPER_DATA_DIR=str(data_dir),
+    with console(
+        data_dir,
+        tmp_path,
+        sweep_interval="0.5",
         PURGEKEEPER_API_TOKEN=HOST_TOKEN,
         PURGEKEEPER_OPERATOR_TOKEN=OPERATOR_TOKEN,
-        PURGEKEEPER_SWEEP_INTERVAL="0.5",
-    )
-    with served.serving(env, tmp_path, "--host", "127.0.0.1") as running:
+    ) as running:
         yield running
 
 

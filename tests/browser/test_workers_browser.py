@@ -29,7 +29,7 @@ import purgekeeper
 from purgekeeper.commands.settings import Settings
 from purgekeeper.schema.states import WorkerRole
 from tests.helpers import served
-from tests.helpers.browser import save_screenshot, wait_for
+from tests.helpers.browser import console, save_screenshot, settings_in, wait_for
 from tests.helpers.console import claim, purge_new_event
 from tests.helpers.heartbeats import heartbeat, seen_ago
 
@@ -69,17 +69,12 @@ def prepare(settings: Settings) -> Prepared:
 
 @pytest.fixture
 def prepared(data_dir: Path) -> Prepared:
-    return prepare(Settings.from_env({"PURGEKEEPER_DATA_DIR": str(data_dir)}))
+    return prepare(settings_in(data_dir))
 
 
 @pytest.fixture
 def server(prepared: Prepared, data_dir: Path, tmp_path: Path) -> Iterator[served.Served]:
-    env = served.clean_environment(
-        PURGEKEEPER_DATA_DIR=str(data_dir),
-        PURGEKEEPER_OPERATOR_TOKEN=OPERATOR_TOKEN,
-        PURGEKEEPER_SWEEP_INTERVAL="1",
-    )
-    with served.serving(env, tmp_path, "--host", "127.0.0.1") as running:
+    with console(data_dir, tmp_path, sweep_interval="1", PURGEKEEPER_OPERATOR_TOKEN=OPERATOR_TOKEN) as running:
         yield running
 
 

@@ -1,21 +1,43 @@
-"""What the browser tests call: waiting for a page to show something, and saving a whole page's
-screenshot to ``$PK_TEST_ARTIFACTS`` (default ``<repo>/test-artifacts/``). The Chromium fixture
-itself is ``tests/browser/conftest.py``'s."""
+"""What the browser tests call: the console they browse (``purgectl serve`` on a prepared data
+directory), waiting for a page to show something, and saving a whole page's screenshot to
+``$PK_TEST_ARTIFACTS`` (default ``<repo>/test-artifacts/``). The Chromium fixture itself is
+``tests/browser/conftest.py``'s."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from purgekeeper.commands.settings import Settings
+from tests.helpers import served
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("PK_TEST_ARTIFACTS") or REPO / "test-artifacts")
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 WAIT_S = 15.0
+
+
+def settings_in(data_dir: Path) -> Settings:
+    """The settings of the data directory a test prepares and then serves."""
+    return Settings.from_env({"PURGEKEEPER_DATA_DIR": str(data_dir)})
+
+
+@contextmanager
+def console(data_dir: Path, cwd: Path, *, sweep_interval: str, **tokens: str) -> Iterator[served.Served]:
+    """``purgectl serve`` on ``data_dir`` (its scheduler sweeping every ``sweep_interval``
+    seconds), with the ``PURGEKEEPER_*_TOKEN`` variables given, until the block ends."""
+    env = served.clean_environment(
+        PURGEKEEPER_DATA_DIR=str(data_dir), PURGEKEEPER_SWEEP_INTERVAL=sweep_interval, **tokens
+    )
+    with served.serving(env, cwd, "--host", "127.0.0.1") as running:
+        yield running
 
 
 def wait_for(condition: Any, what: str, timeout: float = WAIT_S) -> Any:
