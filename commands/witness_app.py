@@ -29,18 +29,13 @@ the size, root and time of the checkpoint cosigned last (null before the first).
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime as dt
 import logging
-import signal
-import socket
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 import uvicorn
 from starlette.applications import Starlette
@@ -50,6 +45,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from purgekeeper.commands import logs
+from purgekeeper.commands.serving import BoundServer, bind_listener, quiet_signals, url_of
 from purgekeeper.schema.errors import InfrastructureError, ValidationError
 from purgekeeper.storage import witness_key
 from purgekeeper.storage.witness_state import Cosigned, WitnessState
@@ -323,66 +319,6 @@ def serve(
         timeout_graceful_shutdown=int(REQUEST_GRACE.total_seconds()),
         **logs.uvicorn_options(),
     )
-    with _listener(host, port) as listener, _quiet_after_stop(watchdog):
-        echo(f"witness {witness_.cosigner.name} serving on {_url(host, port)} (POST /add-checkpoint, GET /logs)")
-        _WitnessServer(config, watchdog).run(sockets=[listener])
-
-
-class _WitnessServer(uvicorn.Server):
-    """uvicorn, whose stopping signal also arms the process's watchdog."""
-
-    def __init__(self, config: uvicorn.Config, watchdog: Watchdog) -> None:
-        super().__init__(config)
-        self.watchdog = watchdog
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.watchdog.arm()
-        super().handle_exit(sig, frame)
-
-
-@contextlib.contextmanager
-def _listener(host: str, port: int) -> Iterator[socket.socket]:
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        listener = socket.socket(family, kind, proto)
-    except OSError as exc:
-        raise InfrastructureError(f"cannot listen on {host}: {exc.strerror or exc}") from None
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(address)
-        listener.listen(128)
-    except OSError as exc:
-        listener.close()
-        raise InfrastructureError(
-            f"cannot listen on port {port} on {host} ({exc.strerror}): choose another with --port"
-        ) from None
-    try:
-        yield listener
-    finally:
-        listener.close()
-
-
-@contextlib.contextmanager
-def _quiet_after_stop(watchdog: Watchdog) -> Iterator[None]:
-    """uvicorn raises the signal that stopped it again once it has shut down; with the default
-    handlers that would end the process by the signal instead of a clean exit 0. While it
-    serves, and until this block ends, the signals only arm the watchdog."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def arm(signum: int, frame: FrameType | None) -> None:
-        watchdog.arm()
-
-    previous = {sig: signal.signal(sig, arm) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+    with bind_listener(host, port, command="purgectl witness serve") as listener, quiet_signals(watchdog):
+        echo(f"witness {witness_.cosigner.name} serving on {url_of(host, port)} (POST /add-checkpoint, GET /logs)")
+        BoundServer(config, watchdog).run(sockets=[listener])

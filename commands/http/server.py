@@ -23,13 +23,7 @@
 from __future__ import annotations
 
 import datetime as dt
-import errno
-import signal
-import socket
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Callable
 
 import uvicorn
 
@@ -38,9 +32,9 @@ from purgekeeper.commands import logs, wiring
 from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.commands.http import create_app
 from purgekeeper.commands.http.demo import DEMO_BOT, DEMO_PURGED_EVENT, no_wakeup, purges_text, seed_demo
+from purgekeeper.commands.serving import BoundServer, bind_listener, quiet_signals, url_of
 from purgekeeper.commands.settings import Settings
 from purgekeeper.commands.web.auth import Tokens, load_or_create_token
-from purgekeeper.schema.errors import InfrastructureError
 from purgekeeper.workers import runner
 from purgekeeper.workers.shutdown import Watchdog
 
@@ -89,7 +83,7 @@ def serve(
             echo(f"demo data ready: {summary['conversations']} conversations; {purges_text(summary['purges'])}")
         pk = open_for_serving(settings)
         watchdog = Watchdog()
-        with _quiet_signals(watchdog):  # until purgekeeper is closed: a repeated SIGTERM is ignored
+        with quiet_signals(watchdog):  # until purgekeeper is closed: a repeated SIGTERM is ignored
             try:
                 config = uvicorn.Config(
                     create_app(pk, tokens=tokens),
@@ -98,71 +92,11 @@ def serve(
                     timeout_graceful_shutdown=int(REQUEST_GRACE.total_seconds()),
                     **logs.uvicorn_options(),
                 )
-                server = _BoundServer(config, watchdog, on_exit=lambda: wiring.stop_soon(pk.database_key))
-                echo(f"purgekeeper serving on {_url(bind, port)} (API under /v1, /status, /metrics, /openapi.json)")
+                server = BoundServer(config, watchdog, on_exit=lambda: wiring.stop_soon(pk.database_key))
+                echo(f"purgekeeper serving on {url_of(bind, port)} (API under /v1, /status, /metrics, /openapi.json)")
                 server.run(sockets=[listener])
             finally:
                 pk.close()
-
-
-class _BoundServer(uvicorn.Server):
-    """uvicorn on a socket bound beforehand logs no "Uvicorn running on" (it expects a
-    supervisor to have done so); this one logs it as uvicorn does when it binds itself, so the
-    readiness line that logs and process supervisors wait for is the same either way. The
-    signal that stops it arms the process's watchdog and runs ``on_exit`` (the in-process
-    worker's attempts end at their next safe point while the requests finish)."""
-
-    def __init__(self, config: uvicorn.Config, watchdog: Watchdog, *, on_exit: Callable[[], object]) -> None:
-        super().__init__(config)
-        self.watchdog = watchdog
-        self.on_exit = on_exit
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.watchdog.arm()
-        self.on_exit()
-        super().handle_exit(sig, frame)
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if sockets is not None and self.started:
-            self._log_started_message(sockets)
-
-
-@contextmanager
-def bind_listener(host: str, port: int) -> Iterator[socket.socket]:
-    """The listening socket on ``host:port``, closed when the block ends; a port that cannot be
-    bound is an ``InfrastructureError`` (exit 4) that says which and what to do. SO_REUSEADDR
-    (as uvicorn sets it) lets a restart reuse a port left in TIME_WAIT, never one in use."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-    except socket.gaierror as exc:
-        raise InfrastructureError(f"cannot listen on {host}: the host name does not resolve ({exc.strerror})") from None
-    listener = socket.socket(family, kind, proto)
-    try:
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(address)
-        listener.listen(2048)
-    except OSError as exc:
-        listener.close()
-        raise InfrastructureError(_bind_failure(host, port, exc)) from None
-    try:
-        yield listener
-    finally:
-        listener.close()
-
-
-def _bind_failure(host: str, port: int, exc: OSError) -> str:
-    other = port + 1 if port < 65535 else port - 1
-    fix = f'serve on another port: purgectl serve --port {other}, or make run SERVE_FLAGS="--port {other}"'
-    if exc.errno == errno.EADDRINUSE:
-        return f"port {port} on {host} is already in use (another process listens on it); {fix}"
-    if exc.errno == errno.EACCES:
-        return f"port {port} on {host} needs privileges this process lacks; {fix}"
-    if exc.errno == errno.EADDRNOTAVAIL:
-        return f"cannot listen on {host}: it is not an address of this machine; choose another with --host"
-    return f"cannot listen on port {port} on {host} ({exc.strerror or type(exc).__name__}); {fix}"
 
 
 def resolve_access(settings: Settings, host: str | None, echo: Echo) -> tuple[Tokens, str]:
@@ -185,29 +119,3 @@ def open_for_serving(settings: Settings) -> Purgekeeper:
         policy=runner.Policy(lease=settings.step_lease, backoff_base=settings.backoff_base),
         sweep_interval=settings.sweep_interval,
     )
-
-
-def _url(host: str, port: int) -> str:
-    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
-
-
-@contextmanager
-def _quiet_signals(watchdog: Watchdog) -> Iterator[None]:
-    """uvicorn re-raises the signal that stopped it once it has shut down; with the default
-    handlers that would kill the process before purgekeeper is closed. While serving and
-    closing, they only arm the watchdog (uvicorn's own handler did, or purgekeeper is being
-    closed already), and the old handlers come back afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def ignore(signum: int, frame: FrameType | None) -> None:
-        """uvicorn already shut down gracefully, or purgekeeper is closing."""
-        watchdog.arm()
-
-    previous = {sig: signal.signal(sig, ignore) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
