@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,16 +13,9 @@ import pytest
 import purgekeeper
 from purgekeeper import EventScope
 from tests.helpers.console import retrying_purge
-from tests.helpers.http import AS_HOST, AS_OPERATOR, WHO, TestClient, make_client, ok, refused
+from tests.helpers.http import AS_OPERATOR, WHO, TestClient, ok, refused
 
 Pk = purgekeeper.Purgekeeper
-
-
-@pytest.fixture
-def client(pk: Pk) -> Iterator[TestClient]:
-    with make_client(pk) as test_client:
-        test_client.headers.update(AS_HOST)
-        yield test_client
 
 
 @pytest.fixture

@@ -57,13 +57,6 @@ from tests.helpers.http import (
 Pk = purgekeeper.Purgekeeper
 
 
-@pytest.fixture
-def client(pk: Pk) -> Iterator[TestClient]:
-    with make_client(pk) as test_client:
-        test_client.headers.update(AS_HOST)
-        yield test_client
-
-
 def git_repository(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["git", "init", "-q", str(path)], check=True, capture_output=True)

@@ -4,26 +4,17 @@ without any token, serving exactly the log's files and refusing every other path
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 import purgekeeper
 from purgekeeper.storage import signed_log
 from purgekeeper.tlog import tree
 from purgekeeper.tlog.verify import ReceiptInvalid, Verifier, open_checkpoint, verify_completion, verify_receipt
-from tests.helpers.http import AS_HOST, WHO, TestClient, make_client, ok
+from tests.helpers.http import WHO, TestClient, ok
 from tests.helpers.restore import clean
 
 Pk = purgekeeper.Purgekeeper
 NO_TOKEN = {"Authorization": ""}
-
-
-@pytest.fixture
-def client(pk: Pk) -> Iterator[TestClient]:
-    with make_client(pk) as test_client:
-        test_client.headers.update(AS_HOST)
-        yield test_client
 
 
 def purge(client: TestClient, n: int, prefix: str = "c") -> list[str]:

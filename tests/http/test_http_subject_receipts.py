@@ -5,23 +5,13 @@ operator's receipt discloses them; a purge of before leaf version 2 is refused (
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
-
-import pytest
 
 import purgekeeper
 from purgekeeper.tlog.verify import describe, verify_receipt
-from tests.helpers.http import AS_HOST, TestClient, make_client, ok
+from tests.helpers.http import TestClient, ok
 from tests.helpers.subject_receipts import SECRETS, WHO, disclosed_values, old_row, purge_with_who
 
 Pk = purgekeeper.Purgekeeper
-
-
-@pytest.fixture
-def client(pk: Pk) -> Iterator[TestClient]:
-    with make_client(pk) as test_client:
-        test_client.headers.update(AS_HOST)
-        yield test_client
 
 
 def test_a_subject_s_receipt_over_http(pk: Pk, client: TestClient) -> None:
