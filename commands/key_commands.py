@@ -19,7 +19,7 @@ from purgekeeper.schema.errors import SigningKeyExists, SigningKeyUnusable, Vali
 from purgekeeper.storage import key_rotation, signed_log
 from purgekeeper.storage.files import fsync_directory, reason_of
 from purgekeeper.storage.signed_log import LogRefused, SignedLog, TreeHead
-from purgekeeper.storage.signing_mark import Mark, MarkFile, Rotation, Tip
+from purgekeeper.storage.signing_mark import Mark, MarkFile, Tip
 from purgekeeper.tlog import note
 from purgekeeper.tlog.verify import (
     EMPTY_ROOT,
@@ -253,7 +253,7 @@ def _rotated(origin: str, head: TreeHead, vkey: str, mark: Mark) -> Mark:
     _at_head(mark, origin, head)
     if mark.key_of(origin) == vkey:
         return mark
-    return mark.rotated(Rotation(origin, head.size, head.root, vkey))
+    return mark.rotated(KeyRotation(origin, head.size, head.root, vkey))
 
 
 def _next_path(path: Path) -> Path:

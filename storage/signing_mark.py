@@ -60,7 +60,7 @@ from pathlib import Path
 from purgekeeper.schema.errors import SigningKeyUnusable
 from purgekeeper.storage.files import PrivateFileUnusable, create_private, fsync_directory, read_private, reason_of
 from purgekeeper.tlog import note
-from purgekeeper.tlog.verify import ReceiptInvalid, Verifier, decimal, open_note, split_note
+from purgekeeper.tlog.verify import KeyRotation, ReceiptInvalid, Verifier, decimal, open_note, split_note
 
 MARK_FORMAT = "purgekeeper-signing-mark/v1"
 MARK_SUFFIX = ".mark"
@@ -83,17 +83,8 @@ class Tip:
         return f"{kind} {self.size} {base64.b64encode(self.root).decode()} {self.origin}"
 
 
-@dataclass(frozen=True)
-class Rotation:
-    """The key of ``origin`` rotated at the tree of ``size``/``root`` to the key ``vkey``."""
-
-    origin: str
-    size: int
-    root: bytes
-    vkey: str
-
-    def line(self) -> str:
-        return f"rotated {self.size} {base64.b64encode(self.root).decode()} {self.vkey} {self.origin}"
+def _rotation_line(rotation: KeyRotation) -> str:
+    return f"rotated {rotation.size} {base64.b64encode(rotation.root).decode()} {rotation.vkey} {rotation.origin}"
 
 
 @dataclass(frozen=True)
@@ -103,7 +94,7 @@ class Mark:
     counter: int = 0
     origins: tuple[Tip, ...] = ()
     retired: tuple[Tip, ...] = ()
-    rotations: tuple[Rotation, ...] = field(default=())
+    rotations: tuple[KeyRotation, ...] = field(default=())
 
     def tip(self, origin: str) -> Tip | None:
         return next((tip for tip in self.origins if tip.origin == origin), None)
@@ -128,14 +119,14 @@ class Mark:
         retired = tuple(known for known in self.retired if known.origin != tip.origin)
         return replace(self, counter=self.counter + 1, origins=origins, retired=(*retired, tip))
 
-    def rotated(self, rotation: Rotation) -> Mark:
+    def rotated(self, rotation: KeyRotation) -> Mark:
         return replace(self, counter=self.counter + 1, rotations=(*self.rotations, rotation))
 
     def text(self) -> str:
         lines = [MARK_FORMAT, f"counter {self.counter}"]
         lines += [tip.line("origin") for tip in self.origins]
         lines += [tip.line("retired") for tip in self.retired]
-        lines += [rotation.line() for rotation in self.rotations]
+        lines += [_rotation_line(rotation) for rotation in self.rotations]
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -147,7 +138,7 @@ class Mark:
             raise ValueError(f"not a {MARK_FORMAT}")
         counter = _decimal(lines[1].removeprefix("counter "))
         tips: dict[str, list[Tip]] = {"origin": [], "retired": []}
-        rotations: list[Rotation] = []
+        rotations: list[KeyRotation] = []
         for line in lines[2:]:
             kind, _, rest = line.partition(" ")
             if kind == "rotated":
@@ -164,9 +155,9 @@ def _tip(rest: str) -> Tip:
     return Tip(origin, _decimal(size), _root(root))
 
 
-def _rotation(rest: str) -> Rotation:
+def _rotation(rest: str) -> KeyRotation:
     size, root, vkey, origin = _fields(rest, 4)
-    return Rotation(origin, _decimal(size), _root(root), vkey)
+    return KeyRotation(origin, _decimal(size), _root(root), vkey)
 
 
 def _fields(rest: str, count: int) -> list[str]:
