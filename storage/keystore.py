@@ -104,6 +104,9 @@ class KeyStore(Protocol):
     def destroyed(self, ids: Iterable[str]) -> set[str]:
         """The ids whose keys were destroyed."""
 
+    def close(self) -> None:
+        """Release what the store holds open (its cached keys among it)."""
+
 
 class FileKeyStore:
     """The key store in a directory of this host (see the module's docstring)."""

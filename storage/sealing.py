@@ -18,11 +18,11 @@ TEXT columns hold :func:`seal_text`'s form, ``pk1:`` and the sealed bytes in sta
 so a migration that seals older rows can tell a sealed value from a plain one
 (:func:`is_sealed_text`); the prefix names the version too.
 
-Files (attachment bytes) are not sealed here yet. They would be sealed in chunks (64 KiB,
-say), each chunk its own GCM message under the blob's key with a fresh nonce, and the
-associated data ``bound_to``, the chunk's index and whether it is the last one: a reader
-can then stream and check each chunk as it goes, and a chunk moved, repeated, dropped or
-a file cut short does not open.
+Files (attachment bytes) are sealed by :mod:`purgekeeper.storage.sealed_files`, in chunks of
+64 KiB, each its own GCM message under the blob's key with a fresh nonce, and the associated
+data ``bound_to``, the chunk's index and whether it is the last one: a reader streams and
+checks each chunk as it goes, and a chunk moved, repeated, dropped or a file cut short does
+not open.
 """
 
 from __future__ import annotations
