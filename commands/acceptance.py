@@ -23,6 +23,7 @@ from purgekeeper.schema import purges
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.errors import LedgerNotCopied, PurgekeeperError
 from purgekeeper.storage import ledger_copy
+from purgekeeper.storage.content_keys import ContentKeys
 from purgekeeper.storage.files import reason_of
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class Acceptor:
         settings: Settings,
         copy: ledger_copy.LedgerCopy,
         enqueuer: Enqueuer,
+        keys: ContentKeys,
         *,
         copied: Callable[[], None] | None = None,
     ) -> None:
@@ -84,7 +86,7 @@ class Acceptor:
         self.gate = gate
         self.copy = copy
         self.enqueuer = enqueuer
-        self.env = Env(gate, settings)
+        self.env = Env(gate, settings, keys)
         self._copied = copied  # told after each copy: the witnesses' thread wakes (never waited for)
 
     def preview(self, kind: Kind, args: Any) -> Any:

@@ -7,10 +7,11 @@ a small one. The HTTP upload route spools its uploads to such files."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,15 @@ from typing import Any
 from sqlalchemy import Connection
 
 from purgekeeper.commands import validation
+from purgekeeper.commands.records import Attachment
+from purgekeeper.commands.sealed_content import SealedEvent, blob_bound
 from purgekeeper.schema import content_queries
-from purgekeeper.schema.errors import ContentPurged, NotFound, ValidationError
+from purgekeeper.schema.errors import ContentPurged, InfrastructureError, NotFound, ValidationError
 from purgekeeper.schema.states import Binding, BlobKind, BlobState
-from purgekeeper.storage.blobstore import cas_path, file_path
+from purgekeeper.storage.blobstore import BlobStore, cas_path, file_path
+from purgekeeper.storage.content_keys import ContentKeys
+from purgekeeper.storage.files import reason_of
+from purgekeeper.storage.sealed_files import seal_stream
 
 CHUNK_BYTES = 1024 * 1024
 
@@ -127,13 +133,45 @@ class StagedBlob:
 
     blob_id: str
     kind: BlobKind
-    sha256: str
-    size: int
+    sha256: str  # of the plain bytes: a CAS twin is found by it
+    size: int  # of the plain bytes
     path: str
+    key_id: str  # the key that seals the bytes on disk (``purgekeeper.storage.sealed_files``)
+    key: bytes = field(repr=False)
+
+    @property
+    def bound_to(self) -> str:
+        """What the sealed bytes are bound to: this blob, whatever its path."""
+        return blob_bound(self.blob_id)
 
 
-def stage(attachment: NewAttachment) -> StagedBlob | None:
-    """Where new bytes go; None for a reuse, which writes nothing."""
+def write_staged(blobs: BlobStore, new: Sequence[NewAttachment], staged: Sequence[StagedBlob | None]) -> None:
+    """Each new blob's bytes, sealed under its key, at its path; on a failure, none of them
+    (InfrastructureError for the file system's)."""
+    written: list[StagedBlob] = []
+    try:
+        for attachment, blob in zip(new, staged, strict=True):
+            if blob is not None and attachment.data is not None:
+                written.append(blob)
+                blobs.write(blob.kind, blob.path, seal_stream(blob.key, attachment.data, bound_to=blob.bound_to))
+    except BaseException as exc:
+        discard_staged(blobs, written)
+        if isinstance(exc, OSError):
+            raise InfrastructureError(f"could not write attachment bytes: {reason_of(exc)}") from exc
+        raise
+
+
+def discard_staged(blobs: BlobStore, staged: Iterable[StagedBlob | None]) -> None:
+    """Remove staged bytes no row binds (best effort: a leftover file is bound to nothing)."""
+    for blob in staged:
+        if blob is not None:
+            with contextlib.suppress(OSError):
+                blobs.discard(blob.blob_id, blob.kind, blob.path)
+
+
+def stage(attachment: NewAttachment, keys: ContentKeys) -> StagedBlob | None:
+    """Where new bytes go, and the new key that seals them; None for a reuse, which writes
+    nothing."""
     data = attachment.data
     if data is None:
         return None
@@ -146,7 +184,8 @@ def stage(attachment: NewAttachment) -> StagedBlob | None:
         kind, path = BlobKind.CAS, cas_path(sha256, blob_id)
     else:
         kind, path = BlobKind.FILE, file_path(blob_id)
-    return StagedBlob(blob_id=blob_id, kind=kind, sha256=sha256, size=size, path=path)
+    key_id, key = keys.take()
+    return StagedBlob(blob_id=blob_id, kind=kind, sha256=sha256, size=size, path=path, key_id=key_id, key=key)
 
 
 # -- binding an ingested event's attachments (in its transaction) ------------------------------
@@ -159,19 +198,39 @@ def bind(
     blob: StagedBlob | None,
     used: set[str],
     position: int,
+    *,
+    attachment_id: str,
+    sealed_name: str,
 ) -> None:
     """Bind ``attachment`` to the event at ``position``: its blob (``_blob_for``) and the
-    attachment row. ``used`` collects the staged blobs bound (the others are discarded)."""
+    attachment row ``attachment_id``, with its name as sealed under the event's key. ``used``
+    collects the staged blobs bound (the others are discarded)."""
     blob_id = _blob_for(conn, attachment, blob, used)
     content_queries.insert_attachment(
         conn,
-        attachment_id=uuid.uuid4().hex,
+        attachment_id=attachment_id,
         event_id=event_id,
         blob_id=blob_id,
         binding=attachment.binding.value,
-        name=attachment.name,
+        name=sealed_name,
         position=position,
     )
+
+
+def bind_all(
+    conn: Connection,
+    event_id: str,
+    new: Sequence[NewAttachment],
+    staged: Sequence[StagedBlob | None],
+    sealed: SealedEvent,
+    used: set[str],
+) -> tuple[Attachment, ...]:
+    """Bind each attachment in its order (``bind``), its name as ``sealed`` sealed it; what
+    was written, as a read returns it (its names are known: not opened again)."""
+    for position, (attachment, blob) in enumerate(zip(new, staged, strict=True)):
+        attachment_id, name = sealed.attachments[position]
+        bind(conn, event_id, attachment, blob, used, position, attachment_id=attachment_id, sealed_name=name)
+    return sealed.attached(content_queries.attachments_of(conn, [event_id]))
 
 
 def _blob_for(conn: Connection, attachment: NewAttachment, blob: StagedBlob | None, used: set[str]) -> str:
@@ -190,7 +249,13 @@ def _blob_for(conn: Connection, attachment: NewAttachment, blob: StagedBlob | No
         if twin is not None:
             return str(twin.id)
     content_queries.insert_blob(
-        conn, blob_id=blob.blob_id, kind=blob.kind.value, sha256=blob.sha256, size=blob.size, path=blob.path
+        conn,
+        blob_id=blob.blob_id,
+        kind=blob.kind.value,
+        sha256=blob.sha256,
+        size=blob.size,
+        path=blob.path,
+        key_id=blob.key_id,
     )
     used.add(blob.blob_id)
     return blob.blob_id

@@ -2,30 +2,26 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import uuid
-from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from sqlalchemy import Connection
 
 from purgekeeper.commands import attachments as attachments_module
-from purgekeeper.commands import collection, validation
-from purgekeeper.commands.attachments import NewAttachment, StagedBlob, stage
+from purgekeeper.commands import collection, sealed_content, validation
+from purgekeeper.commands.attachments import NewAttachment, stage
 from purgekeeper.commands.gate import Gate
 from purgekeeper.commands.records import (
     Admission,
-    Attachment,
     Bot,
     Conversation,
     Derivative,
     Event,
     Placement,
     Run,
-    make_event,
 )
 from purgekeeper.schema import content_queries
 from purgekeeper.schema.db import Database
@@ -40,7 +36,6 @@ from purgekeeper.schema.errors import (
     ValidationError,
 )
 from purgekeeper.schema.states import (
-    Binding,
     BlobState,
     ConversationKind,
     ConversationState,
@@ -49,6 +44,7 @@ from purgekeeper.schema.states import (
 )
 from purgekeeper.storage import memory
 from purgekeeper.storage.blobstore import BlobStore
+from purgekeeper.storage.content_keys import ContentKeys
 from purgekeeper.storage.files import reason_of
 
 CONVERSATION_IDS = (TombstoneKind.CONVERSATION, TombstoneKind.CHANNEL)
@@ -57,12 +53,14 @@ CONVERSATION_IDS = (TombstoneKind.CONVERSATION, TombstoneKind.CHANNEL)
 class ContentCommands:
     """The content commands of :class:`commands.Purgekeeper` (each documented there): rows
     in ``db``, attachment bytes in ``blobs``; every content read and write first checks the
-    ``gate`` (``MessagingUnavailable`` while closed)."""
+    ``gate`` (``MessagingUnavailable`` while closed). Content is written sealed under keys
+    from ``keys`` and opened on the way out (``purgekeeper.commands.sealed_content``)."""
 
-    def __init__(self, db: Database, blobs: BlobStore, gate: Gate) -> None:
+    def __init__(self, db: Database, blobs: BlobStore, gate: Gate, keys: ContentKeys) -> None:
         self.db = db
         self.blobs = blobs
         self.gate = gate
+        self.keys = keys
 
     # -- conversations and bots -----------------------------------------------------------
 
@@ -168,29 +166,34 @@ class ContentCommands:
         event_id = validation.check_optional_id(event_id, "event_id") or uuid.uuid4().hex
         when = validation.check_occurred_at(occurred_at) or dt.datetime.now(dt.UTC)
         new = attachments_module.check_attachments(attachments)
-        staged = [stage(a) for a in new]
+        sealed = sealed_content.SealedEvent.of(self.keys, event_id, body, [a.name for a in new])
+        staged = [stage(a, self.keys) for a in new]
 
         def work(conn: Connection) -> tuple[Event, set[str]]:
             used: set[str] = set()  # fresh on every attempt: a rolled-back attempt bound nothing
             duplicate = self._insert_event(
-                conn, event_id, provider_event_id, author=author, when=when, body=body, conversation_id=conversation_id
+                conn,
+                event_id,
+                provider_event_id,
+                author=author,
+                when=when,
+                body=sealed.body,
+                key_id=sealed.key_id,
+                conversation_id=conversation_id,
             )
             if duplicate is not None:
                 return duplicate, used
             content_queries.insert_placement(conn, event_id, conversation_id)
-            for position, (attachment, blob) in enumerate(zip(new, staged, strict=True)):
-                attachments_module.bind(conn, event_id, attachment, blob, used, position)
-            # what was just written, as a read would return it (no read back: the values are known)
-            bound = _attachments_by_event(conn, [event_id]).get(event_id, ()) if new else ()
-            return Event(event_id, provider_event_id, author, when, body, tuple(bound)), used
+            attached = attachments_module.bind_all(conn, event_id, new, staged, sealed, used) if new else ()
+            return Event(event_id, provider_event_id, author, when, body, attached), used
 
-        self._write_staged(new, staged)
+        attachments_module.write_staged(self.blobs, new, staged)
         try:
             event, used = self.db.transact(work)
         except BaseException:
-            self._discard_staged(staged)
+            attachments_module.discard_staged(self.blobs, staged)
             raise
-        self._discard_staged(blob for blob in staged if blob and blob.blob_id not in used)
+        attachments_module.discard_staged(self.blobs, (blob for blob in staged if blob and blob.blob_id not in used))
         return event
 
     def _insert_event(
@@ -202,6 +205,7 @@ class ContentCommands:
         author: str,
         when: dt.datetime,
         body: str | None,
+        key_id: str,
         conversation_id: str,
     ) -> Event | None:
         """Write the event's row, the gate checked first (in the same statement where it can
@@ -212,7 +216,13 @@ class ContentCommands:
             # is known, and the gate is checked before anything else is written (a closed
             # gate rolls the insert back; the fence triggers may refuse it first)
             head = content_queries.insert_event_reading_head(
-                conn, event_id=event_id, author=author, occurred_at=when, body=body, conversation_id=conversation_id
+                conn,
+                event_id=event_id,
+                author=author,
+                occurred_at=when,
+                body=body,
+                key_id=key_id,
+                conversation_id=conversation_id,
             )
             self.gate.check_values(conn, head.seq, head.head_hash, head.gate_reason)
             if not head.conversation_known:
@@ -224,14 +234,20 @@ class ContentCommands:
         if provider_event_id is not None:
             duplicate = _duplicate_delivery(conn, provider_event_id)
             if duplicate is not None:
-                return _event_with_attachments(conn, duplicate)
+                return sealed_content.stored_event(conn, self.keys, duplicate)
         if not head.conversation_known:  # the triggers refuse a purged or deleted one
             raise NotFound(f"no conversation {conversation_id}")
         inserted = content_queries.insert_event(
-            conn, event_id=event_id, provider_event_id=provider_event_id, author=author, occurred_at=when, body=body
+            conn,
+            event_id=event_id,
+            provider_event_id=provider_event_id,
+            author=author,
+            occurred_at=when,
+            body=body,
+            key_id=key_id,
         )
         if not inserted:  # a concurrent delivery of the same provider event won
-            return _event_with_attachments(conn, _duplicate_delivery(conn, provider_event_id or ""))
+            return sealed_content.stored_event(conn, self.keys, _duplicate_delivery(conn, provider_event_id or ""))
         return None
 
     def place_event(self, event_id: str, conversation_id: str) -> Placement:
@@ -252,10 +268,12 @@ class ContentCommands:
     def read_conversation(self, conversation_id: str) -> list[Event]:
         """The conversation's events that no purge fences; ``[]`` for a purged one."""
         validation.check_id(conversation_id, "conversation_id")
-        with self.db.single() as conn, collection.paused():  # the rows and events hold no cycles
-            read = content_queries.read_conversation(conn, conversation_id)
-            self.gate.check_values(conn, read.seq, read.head_hash, read.gate_reason)  # before anything is returned
-            return _events_of(read)
+        with collection.paused():  # the rows and events hold no cycles
+            with self.db.single() as conn:
+                read = content_queries.read_conversation(conn, conversation_id)
+                self.gate.check_values(conn, read.seq, read.head_hash, read.gate_reason)  # before anything is returned
+            opened = sealed_content.Opened(self.keys, (row[5] for row in read.events))  # after the fences
+            return sealed_content.events_of(read, opened)
 
     def open_attachment(self, attachment_id: str) -> BinaryIO:
         """The attachment's bytes as a binary file; ``ContentPurged`` once it is fenced."""
@@ -267,8 +285,12 @@ class ContentCommands:
                 raise ContentPurged(f"attachment {attachment_id} belongs to purged content")
             if row.blob_state != BlobState.PRESENT:
                 raise ContentPurged(f"attachment {attachment_id} bytes are {row.blob_state}")
+            key = self.keys.lookup([row.blob_key_id]).get(row.blob_key_id) if row.blob_key_id else None
+            if row.blob_key_id and key is None:
+                raise ContentPurged(f"attachment {attachment_id} bytes are shredded: their key was destroyed")
             try:
-                return self.blobs.open(row.blob_id, row.blob_kind, row.path)
+                raw = self.blobs.open(row.blob_id, row.blob_kind, row.path)
+                return raw if key is None else sealed_content.opened_blob(raw, key, row.blob_id)
             except FileNotFoundError as exc:
                 raise ContentPurged(f"attachment {attachment_id} bytes are gone") from exc
             except (OSError, ValueError) as exc:  # a symlink or a hand-edited path: never followed
@@ -324,7 +346,11 @@ class ContentCommands:
                 raise ValidationError(f"run {run_id} is already {run.status}; it admits nothing")
             _require_live_event(conn, event_id)
             content_queries.insert_admission(
-                conn, admission_id=admission_id, event_id=event_id, run_id=run_id, payload=text
+                conn,
+                admission_id=admission_id,
+                event_id=event_id,
+                run_id=run_id,
+                payload=sealed_content.sealed_payload(conn, self.keys, event_id, admission_id, text),
             )
             return Admission(id=admission_id, event_id=event_id, run_id=run_id, payload=payload)
 
@@ -364,31 +390,6 @@ class ContentCommands:
             return Derivative(derivative_id, conversation_id, kind, payload, tuple(sources))
 
         return self.db.transact(work)
-
-    # -- staged bytes ---------------------------------------------------------------------
-
-    def _write_staged(self, new: Sequence[NewAttachment], staged: Sequence[StagedBlob | None]) -> None:
-        written: list[StagedBlob] = []
-        try:
-            for attachment, blob in zip(new, staged, strict=True):
-                if blob is not None and attachment.data is not None:
-                    written.append(blob)
-                    self.blobs.write(blob.kind, blob.path, attachment.data)
-        except BaseException as exc:
-            self._discard_staged(written)
-            if isinstance(exc, OSError):
-                raise _filesystem_error(exc) from exc
-            raise
-
-    def _discard_staged(self, staged: Iterable[StagedBlob | None]) -> None:
-        for blob in staged:
-            if blob is not None:
-                with contextlib.suppress(OSError):
-                    self.blobs.discard(blob.blob_id, blob.kind, blob.path)
-
-
-def _filesystem_error(exc: OSError) -> Exception:
-    return InfrastructureError(f"could not write attachment bytes: {reason_of(exc)}")
 
 
 def _require(row: Any, message: str) -> Any:
@@ -434,31 +435,6 @@ def _duplicate_delivery(conn: Connection, provider_event_id: str) -> Any:
     ):
         raise ContentPurged(f"provider event {provider_event_id} was purged; it is never ingested again")
     return existing
-
-
-def _event_with_attachments(conn: Connection, row: Any) -> Event:
-    by_event = _attachments_by_event(conn, [row.id])
-    return Event.from_row(row, by_event.get(row.id, ()))
-
-
-def _events_of(read: content_queries.ConversationRead) -> list[Event]:
-    """The events of a conversation read, each with its attachments."""
-    attached: dict[str, list[Attachment]] = defaultdict(list)
-    for row in read.attachments:  # part, id, event_id, blob_id, binding, name, -, size
-        attached[row[2]].append(Attachment(row[1], row[3], Binding(row[4]), row[5], int(row[7])))
-    rows = read.events
-    when = content_queries.utc_from_texts([row[6] for row in rows])
-    return [  # part, id, provider_event_id, author, body, -, occurred_at
-        make_event(row[1], row[2], row[3], at, row[4], tuple(attached[row[1]]) if row[1] in attached else ())
-        for row, at in zip(rows, when, strict=True)
-    ]
-
-
-def _attachments_by_event(conn: Connection, event_ids: Sequence[str]) -> dict[str, list[Attachment]]:
-    grouped: dict[str, list[Attachment]] = defaultdict(list)
-    for row in content_queries.attachments_of(conn, event_ids):
-        grouped[row.event_id].append(Attachment.from_row(row))
-    return grouped
 
 
 def _write_marker(repository: Path, bot_id: str) -> memory.Marker:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable
 from types import TracebackType
 
@@ -21,9 +22,12 @@ from purgekeeper.commands.retention_commands import RetentionCommands
 from purgekeeper.commands.settings import Settings
 from purgekeeper.commands.touched import TouchedCommands
 from purgekeeper.schema.db import Database
+from purgekeeper.storage.keystore import FileKeyStore, KeyStoreUnusable
 from purgekeeper.workers import runner
 from purgekeeper.workers.cleanup import StepContext
 from purgekeeper.workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
+
+log = logging.getLogger(__name__)
 
 
 class Purgekeeper:
@@ -73,6 +77,8 @@ class Purgekeeper:
         )
         self.blobs = services.blobs
         self.database_key = services.database_key
+        self.keys = services.keys
+        self.key_store: FileKeyStore = services.key_store
         self.gate = services.gate
         self.copy = services.gate.copy
         self.enqueue = services.enqueue
@@ -105,6 +111,7 @@ class Purgekeeper:
         return StepContext(
             db=self.db,
             blobs=self.blobs,
+            keys=self.keys,
             memory_roots=self.settings.memory_roots,
             lease=self.policy.lease,
             bodies=kinds.bodies_steps(),
@@ -114,9 +121,25 @@ class Purgekeeper:
     def scheduler_duties(self) -> None:
         """What the leading scheduler does after each sweep: the turn of every retention
         policy that is due (a failure is logged; the next turn tries again), then the copy
-        of every committed ledger row the checkpoint directory lacks."""
+        of every committed ledger row the checkpoint directory lacks, then the key store's
+        rotation when keys were destroyed since the last one (``ROTATE_EVERY`` ago or more)."""
         self.run_retention()
         self.copy_ledger()
+        self.rotate_keys()
+
+    def rotate_keys(self) -> bool:
+        """Rotate the key store's key-encryption key if it is due (``FileKeyStore.rotation_due``):
+        a destroyed key's leftover wrapped bytes die with the old one. A failure is logged, and
+        the next sweep tries again; whether it rotated."""
+        try:
+            if not self.key_store.rotation_due():
+                return False
+            version = self.key_store.rotate()
+        except KeyStoreUnusable:
+            log.exception("the key store's rotation failed; the next sweep tries again")
+            return False
+        log.info("the key store's key-encryption key was rotated to version %d", version)
+        return True
 
     copy_ledger = delegate("acceptance", Acceptor.copy_ledger)
 
@@ -126,6 +149,7 @@ class Purgekeeper:
             self._closed = True
             self.receipts.close()
             wiring.stop(self.db, self.gate, self.database_key, self._scheduler)
+            self.key_store.close()
 
     def __enter__(self) -> Purgekeeper:
         return self

@@ -63,16 +63,20 @@ def open(
     ):
         db.dispose()
         raise ValidationError("retention_interval must be a positive datetime.timedelta")
-    return Purgekeeper(
-        settings,
-        db=db,
-        workers=workers,
-        enqueue=enqueue,
-        policy=policy,
-        sweep_interval=sweep_interval,
-        retention_interval=retention_interval,
-        sign_checkpoints=sign_checkpoints,
-    )
+    try:
+        return Purgekeeper(
+            settings,
+            db=db,
+            workers=workers,
+            enqueue=enqueue,
+            policy=policy,
+            sweep_interval=sweep_interval,
+            retention_interval=retention_interval,
+            sign_checkpoints=sign_checkpoints,
+        )
+    except BaseException:  # a handle that could not be built (a key store refused, say) holds no connection
+        db.dispose()
+        raise
 
 
 def _check_options(settings: Any, workers: Any, sign_checkpoints: Any) -> None:

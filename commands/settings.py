@@ -157,6 +157,12 @@ class Settings:
         """The signed log's key: the file named, else ``<data dir>/ledger-signing.key``."""
         return self.signing_key_file or self.data_dir / SIGNING_KEY_FILE
 
+    def key_store_dir(self, database_key: str) -> Path:
+        """The key store that seals the database's content (``purgekeeper.storage.keystore``):
+        ``<checkpoint dir>/<database id>.keys``, beside the ledger's copy and governed like it
+        (outside the database's backups: docs/guides/encryption.md)."""
+        return self.checkpoint_dir / f"{database_key}.keys"
+
     @property
     def sqlite_file(self) -> Path | None:
         """The file of a SQLite database (None for PostgreSQL)."""

@@ -12,6 +12,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Connection
 
 from purgekeeper.commands import receipts
 from purgekeeper.commands.acceptance import Acceptor, EnqueueHook, Enqueuer, broker_hook
@@ -24,10 +27,13 @@ from purgekeeper.commands.restore_commands import RestoreCommands
 from purgekeeper.commands.retention_commands import RetentionCommands
 from purgekeeper.commands.settings import Settings
 from purgekeeper.commands.touched import TouchedCommands
-from purgekeeper.schema import ledger
+from purgekeeper.schema import content_queries, ledger
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.states import WorkerRole
+from purgekeeper.storage import keystore_files
 from purgekeeper.storage.blobstore import BlobStore
+from purgekeeper.storage.content_keys import ContentKeys
+from purgekeeper.storage.keystore import FileKeyStore, KeyStoreUnusable
 from purgekeeper.workers import runner
 from purgekeeper.workers.cleanup import StepContext
 from purgekeeper.workers.heartbeat import Heartbeat, this_process
@@ -41,6 +47,8 @@ class Services:
 
     blobs: BlobStore
     database_key: str
+    key_store: FileKeyStore
+    keys: ContentKeys
     gate: Gate
     enqueue: EnqueueHook
     enqueuer: Enqueuer
@@ -71,6 +79,8 @@ def wire(
     blobs = BlobStore(blob_root=settings.blob_root, file_root=settings.file_root)
     with db.read() as conn:
         database_key = ledger.read_head(conn).database_id
+        key_store = _key_store(settings.key_store_dir(database_key), conn)
+    keys = ContentKeys(key_store)
     log = receipts.log_for(settings, database_key) if sign_checkpoints else None
     witnessing = receipts.witnessing_for(settings, log)
     gate = Gate(db, settings.checkpoint_dir, database_key, log=log)
@@ -79,17 +89,19 @@ def wire(
     gate.start_audit()
     enqueue = enqueue or broker_hook(settings, workers, database_key, db)
     enqueuer = Enqueuer(enqueue)
-    acceptance = Acceptor(db, gate, settings, copy, enqueuer, copied=witnessing.wake if witnessing else None)
+    acceptance = Acceptor(db, gate, settings, copy, enqueuer, keys, copied=witnessing.wake if witnessing else None)
     retention = RetentionCommands(db, acceptance, retention_interval)
     return Services(
         blobs=blobs,
         database_key=database_key,
+        key_store=key_store,
+        keys=keys,
         gate=gate,
         enqueue=enqueue,
         enqueuer=enqueuer,
         acceptance=acceptance,
         receipts=receipts.Receipts(db, log, copy_ledger=acceptance.copy_ledger, witnessing=witnessing),
-        content=ContentCommands(db, blobs, gate),
+        content=ContentCommands(db, blobs, gate, keys),
         purges=PurgeCommands(acceptance),
         retention=retention,
         holds=HoldCommands(db, acceptance),
@@ -97,6 +109,18 @@ def wire(
         restore=RestoreCommands(db, gate, blobs, database_key, copy, enqueuer),
         touched=TouchedCommands(db, settings),
     )
+
+
+def _key_store(directory: Path, conn: Connection) -> FileKeyStore:
+    """The database's key store; KeyStoreUnusable, with nothing created, where the database
+    holds sealed content and the directory has no key store: a new, empty one would make it
+    all unreadable (a wrong ``PURGEKEEPER_CHECKPOINT_DIR``, a key store not restored)."""
+    if not (directory / keystore_files.DATABASE).exists() and content_queries.holds_sealed_content(conn):
+        raise KeyStoreUnusable(
+            f"the database holds sealed content, and {directory} holds no key store: restore the key store "
+            "there, or point PURGEKEEPER_CHECKPOINT_DIR at the one its keys are in (docs/guides/encryption.md)"
+        )
+    return FileKeyStore(directory)
 
 
 def start_in_process(

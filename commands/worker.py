@@ -55,6 +55,8 @@ from purgekeeper.schema.errors import PurgekeeperError
 from purgekeeper.schema.states import WorkerRole
 from purgekeeper.storage import failpoints
 from purgekeeper.storage.blobstore import BlobStore
+from purgekeeper.storage.content_keys import ContentKeys
+from purgekeeper.storage.keystore import FileKeyStore
 from purgekeeper.workers import broker, runner
 from purgekeeper.workers.cleanup import StepContext
 from purgekeeper.workers.heartbeat import Heartbeat, this_process
@@ -167,6 +169,7 @@ def configure() -> Database:
     ctx = StepContext(
         db=db,
         blobs=BlobStore(blob_root=settings.blob_root, file_root=settings.file_root),
+        keys=ContentKeys(FileKeyStore(settings.key_store_dir(key))),
         memory_roots=settings.memory_roots,
         lease=settings.step_lease,
         bodies=kinds.bodies_steps(),  # the kinds' bodies steps, given explicitly at start-up

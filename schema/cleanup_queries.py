@@ -53,6 +53,10 @@ def _event_fence_absent(event_id: Any) -> Any:
     return ~exists().where(tombstones.c.kind == TombstoneKind.EVENT.value, tombstones.c.id == event_id)
 
 
+# The keys sealing these events' content (every event written since 0019 has one, whatever
+# is left of its content: a body already NULL may leave named attachments).
+_KEYS_OF = select(events.c.key_id).where(among(events.c.id, IDS), events.c.key_id.is_not(None))
+SHRED = "purgekeeper.shred"  # in Connection.info, while a cleanup batch runs: the keys it must destroy
 _NULL_BODIES = update(events).where(among(events.c.id, IDS), events.c.body.is_not(None)).values(body=None)
 # Which dependents these events have, one EXISTS each; only the UPDATEs that have rows to
 # change run (a batch of chat messages usually has attachments and nothing else).
@@ -90,10 +94,19 @@ def null_content_of(conn: Connection, event_ids: Sequence[str]) -> int:
     """NULL the bodies of these events, the names of their attachments, the payloads of
     their admissions, the outputs of the runs that admitted them, and the payloads of what
     was derived from them. One EXISTS probe per kind of dependent says which of their
-    UPDATEs run."""
+    UPDATEs run.
+
+    Their keys are added to the batch's list of keys to destroy (``conn.info[SHRED]``,
+    which ``purgekeeper.workers.cleanup.run_batch`` sets and destroys before the batch
+    commits): content is NULLed only in a batch that shreds it, so this refuses to run in
+    any other transaction."""
+    shred = conn.info.get(SHRED)
+    if shred is None:
+        raise RuntimeError("content is NULLed only in a cleanup batch, which destroys its keys first")
     if not event_ids:
         return 0
     params = {"ids": event_ids}
+    shred.extend(conn.scalars(_KEYS_OF, params))
     changed = int(conn.execute(_NULL_BODIES, params).rowcount or 0)
     found = conn.execute(_DEPENDENTS, params).one()
     for present, statements in zip(found, (_NULL_ADMITTED, _NULL_DERIVED, _NULL_ATTACHED), strict=True):
@@ -261,7 +274,7 @@ def blobs_of_events(conn: Connection, event_ids: Sequence[str], *, after: str, l
 # A batch's blobs, locked in id order (so two steps that share blobs take them in the same
 # order), those that still have bytes: a blob deleted meanwhile drops out here.
 _LOCK_BLOBS = (
-    select(blobs.c.id, blobs.c.kind, blobs.c.path, blobs.c.state)
+    select(blobs.c.id, blobs.c.kind, blobs.c.path, blobs.c.state, blobs.c.key_id)
     .where(among(blobs.c.id, IDS), BLOB_HAS_BYTES)
     .order_by(blobs.c.id)
     .with_for_update()

@@ -117,14 +117,17 @@ def insert_event(
     author: str,
     occurred_at: dt.datetime,
     body: str | None,
+    key_id: str,
 ) -> bool:
-    """Insert the event; False when its provider_event_id was already ingested."""
+    """Insert the event (``body`` sealed under the key ``key_id``); False when its
+    provider_event_id was already ingested."""
     values = {
         "id": event_id,
         "provider_event_id": provider_event_id,
         "author": author,
         "occurred_at": occurred_at,
         "body": body,
+        "key_id": key_id,
     }
     statement = _insert_event(conn.dialect.name, deduplicated=provider_event_id is not None)
     return conn.execute(statement, values).first() is not None
@@ -157,12 +160,19 @@ _INSERT_PLACEMENT = {
 
 
 def insert_event_reading_head(
-    conn: Connection, *, event_id: str, author: str, occurred_at: dt.datetime, body: str | None, conversation_id: str
+    conn: Connection,
+    *,
+    event_id: str,
+    author: str,
+    occurred_at: dt.datetime,
+    body: str | None,
+    key_id: str,
+    conversation_id: str,
 ) -> Any:
     """PostgreSQL: insert an event without a provider event id, and return in the same
     statement the ledger head (``seq``, ``head_hash``, ``gate_reason``) and whether the
     conversation is known (``conversation_known``), for the checks before its placement."""
-    params = {"id": event_id, "author": author, "occurred_at": occurred_at, "body": body}
+    params = {"id": event_id, "author": author, "occurred_at": occurred_at, "body": body, "key_id": key_id}
     return conn.execute(_insert_event_reading_head(), {**params, "conversation_id": conversation_id}).one()
 
 
@@ -217,6 +227,7 @@ def _insert_event_reading_head() -> Any:
             author=bindparam("author"),
             occurred_at=bindparam("occurred_at", type_=events.c.occurred_at.type),
             body=bindparam("body"),
+            key_id=bindparam("key_id"),
         )
         .returning(*_HEAD_VALUES)
     )
@@ -266,8 +277,10 @@ def blob_row(conn: Connection, blob_id: str, *, lock_shared: bool = False) -> Ro
     return conn.execute(query).first()
 
 
-def insert_blob(conn: Connection, *, blob_id: str, kind: str, sha256: str, size: int, path: str) -> None:
-    conn.execute(insert(blobs).values(id=blob_id, kind=kind, sha256=sha256, size=size, path=path))
+def insert_blob(
+    conn: Connection, *, blob_id: str, kind: str, sha256: str, size: int, path: str, key_id: str | None
+) -> None:
+    conn.execute(insert(blobs).values(id=blob_id, kind=kind, sha256=sha256, size=size, path=path, key_id=key_id))
 
 
 def insert_attachment(
@@ -304,6 +317,7 @@ def attachment_with_blob(conn: Connection, attachment_id: str) -> Any:
             blobs.c.kind.label("blob_kind"),
             blobs.c.path,
             blobs.c.state.label("blob_state"),
+            blobs.c.key_id.label("blob_key_id"),
         )
         .join(blobs, blobs.c.id == attachments.c.blob_id)
         .where(attachments.c.id == attachment_id)
@@ -312,6 +326,24 @@ def attachment_with_blob(conn: Connection, attachment_id: str) -> Any:
 
 
 # -- runs, admissions, derivatives --------------------------------------------------------
+
+
+def holds_sealed_content(conn: Connection) -> bool:
+    """Whether any event or blob is sealed (names a key)."""
+    return bool(
+        conn.scalar(select(exists().where(events.c.key_id.is_not(None)) | exists().where(blobs.c.key_id.is_not(None))))
+    )
+
+
+def event_key_ids(conn: Connection, event_ids: Sequence[str]) -> dict[str, str | None]:
+    """The ids of the keys that seal these events' content, by event."""
+    query = select(events.c.id, events.c.key_id).where(events.c.id.in_(list(event_ids)))
+    return {row.id: row.key_id for row in conn.execute(query)} if event_ids else {}
+
+
+def event_key_id(conn: Connection, event_id: str) -> str | None:
+    """The id of the key that seals the event's content (None: written before 0019)."""
+    return conn.scalar(select(events.c.key_id).where(events.c.id == event_id))
 
 
 def run_row(conn: Connection, run_id: str) -> Row[Any] | None:

@@ -70,8 +70,9 @@ events = Table(
     Column("provider_event_id", String(ID_LENGTH)),
     Column("author", Text, nullable=False),
     Column("occurred_at", UtcDateTime(), nullable=False),
-    Column("body", Text),
+    Column("body", Text),  # sealed (storage.sealing) under the key key_id names; plain where key_id is NULL
     created_at_column(),
+    Column("key_id", String(64)),  # the key store's id of the key that seals the event's content (0019)
     UniqueConstraint("provider_event_id"),
     # An author erasure finds its author's events, and their latest time, by these (0008).
     Index("ix_events_author_occurred_at", "author", "occurred_at", "id"),
@@ -148,6 +149,7 @@ blobs = Table(
     Column("path", Text, nullable=False),
     Column("state", String(16), nullable=False, server_default="present"),
     created_at_column(),
+    Column("key_id", String(64)),  # the key store's id of the key that seals the bytes on disk (0019)
     UniqueConstraint("path"),
     Index("ix_blobs_sha256", "sha256"),  # no state: a state change is a HOT update (0005)
     enum_check("kind", BLOB_KINDS, "kind"),

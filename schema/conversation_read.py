@@ -99,7 +99,7 @@ _READABLE_EVENTS = (
 #   t2          gate_reason  provider_event_id   event_id
 #   t3                       author              blob_id
 #   t4                       body                binding
-#   t5                                           name
+#   t5                       key_id              name
 #   at                       occurred_at
 #   n           seq                              size
 #   k                                            position
@@ -124,7 +124,7 @@ def _events_part(occurred_at: Any) -> Any:
         events.c.provider_event_id,
         events.c.author,
         events.c.body,
-        null(),
+        events.c.key_id,
         occurred_at,
         null(),
         null(),

@@ -33,6 +33,7 @@ from purgekeeper.schema.errors import LockTimeout
 from purgekeeper.schema.states import StepKind
 from purgekeeper.storage import failpoints, memory
 from purgekeeper.storage.blobstore import BlobStore
+from purgekeeper.storage.content_keys import ContentKeys
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,9 @@ class NotProvable(Exception):
 
 @dataclass(frozen=True)
 class StepContext:
-    """What a step needs: the database, the roots, each purge kind's bodies step, and its
-    knobs. ``bodies`` is what the process gives the workers at start-up
+    """What a step needs: the database, the roots, the keys that seal the content (the
+    bodies and attachments steps destroy those of what they purge), each purge kind's
+    bodies step, and its knobs. ``bodies`` is what the process gives the workers at start-up
     (``purgekeeper.commands.kinds.bodies_steps()``): importing ``workers`` registers nothing.
 
     ``lock_timeout``: a batch waits at most this long for a row lock (default a third of the
@@ -81,6 +83,7 @@ class StepContext:
 
     db: Database
     blobs: BlobStore
+    keys: ContentKeys
     memory_roots: tuple[Path, ...]
     lease: dt.timedelta
     bodies: Mapping[str, BodiesStep]
@@ -145,13 +148,17 @@ def run_batch(
     at full speed when nothing else does.
 
     A batch does not begin, nor wait on a lock again, once ``ctx.stopping`` is set: it raises
-    :class:`Stopping` instead, at that safe point."""
+    :class:`Stopping` instead, at that safe point.
+
+    The keys of the content the work NULLs (``cleanup_queries.null_content_of`` lists them)
+    are destroyed, durably, before the batch commits: a crash between the two leaves
+    ciphertext whose key is gone, and the batch, done again, destroys nothing new."""
     busy = 0
 
     def transaction(conn: Connection) -> dict[str, Any]:
         nonlocal busy
         bound_lock_waits(conn, ctx.batch_lock_timeout)
-        done = work(conn)
+        done = _shredding(ctx, held, conn, work)
         failpoints.hit(f"{held.kind}.batch")
         steps.progress(conn, held, lease=ctx.lease, **{k: v for k, v in done.items() if k in PROGRESS_FIELDS})
         if not (durable or done.get("done")):
@@ -179,6 +186,24 @@ def run_batch(
                 extra=log_fields(held),
             )
             ctx.db.transact(functools.partial(steps.progress, held=held, lease=ctx.lease))  # LeaseLost if taken over
+
+
+def _shredding(
+    ctx: StepContext, held: steps.Claim, conn: Connection, work: Callable[[Connection], dict[str, Any]]
+) -> dict[str, Any]:
+    """``work`` in the batch's transaction, then the keys of the content it NULLed destroyed,
+    durably, before the batch commits: a crash between the two leaves ciphertext whose key
+    is gone."""
+    shred: list[str] = []
+    conn.info[cleanup_queries.SHRED] = shred
+    try:
+        done = work(conn)
+    finally:
+        del conn.info[cleanup_queries.SHRED]  # the DBAPI connection's: it outlives the batch
+    if shred:
+        ctx.keys.destroy(shred)
+        failpoints.hit(f"{held.kind}.shredded")
+    return done
 
 
 def _yield(ctx: StepContext, batch_s: float) -> None:
@@ -217,7 +242,8 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
     takes what the next windows hold). Per batch, one transaction: mark the batch before it
     deleted, find the next blobs that still have bytes and lock them in id order, count live
     references of both binding kinds, mark the unreferenced ones deleting, and commit; then
-    unlink them (a missing file is fine), a few at a time, and fsync each of their
+    destroy their keys (durably: from then on their bytes are unreadable wherever a copy
+    is), unlink them (a missing file is fine), a few at a time, and fsync each of their
     directories once. The last batch's blobs are marked deleted in a transaction of their
     own, which finishes the step. Shared blobs are recorded as retained, with the reason,
     once per attempt however many windows bind them: each attempt walks every event again,
@@ -235,6 +261,8 @@ def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.Ledger
         if marked["done"]:
             return Ran(finished=True)
         if marked["doomed"]:
+            ctx.keys.destroy(marked["keys"])  # shredded before unlinked: the freed blocks hold ciphertext only
+            failpoints.hit("attachments.shredded")
             ctx.blobs.discard_all(marked["doomed"], threads=ctx.unlink_threads)  # the unlinks are on disk after it
         first, gone, after = False, [blob_id for blob_id, _kind, _path in marked["doomed"]], marked["next"]
     run_batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone))
@@ -270,6 +298,7 @@ def _mark_unreferenced(
         "restart_retained": first,
         "shared": shared,
         "doomed": [(row.id, row.kind, row.path) for row in doomed],
+        "keys": [row.key_id for row in doomed if row.key_id],
         "next": following,
         "done": following is None and not doomed,  # nothing to unlink: this batch finishes the step
     }

@@ -9,6 +9,7 @@ report is made of are the API's (``purgekeeper.commands.scope``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import operator
@@ -20,6 +21,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from purgekeeper.commands import scope as scopes  # MAX_SCOPE_EVENTS read at each call (a test narrows it)
+from purgekeeper.commands import sealed_content
 from purgekeeper.commands.kinds import selector_fields, skeleton
 from purgekeeper.commands.kinds.kind import Already, Decision, Env, Kind
 from purgekeeper.commands.scope import (
@@ -36,11 +38,12 @@ from purgekeeper.commands.scope import (
     Reference,
     require_purgeable_conversation,
 )
-from purgekeeper.schema import authors, cleanup_queries, ledger, purges, restore, steps
+from purgekeeper.schema import authors, cleanup_queries, content_queries, ledger, purges, restore, steps
 from purgekeeper.schema.errors import NotFound, StaleConfirmation, ValidationError
 from purgekeeper.schema.idlists import Ids
 from purgekeeper.schema.ledger import canonical_json, sha256_hex, utc_text
 from purgekeeper.schema.states import PurgeKind, RunStatus, StepKind, TombstoneKind
+from purgekeeper.storage.content_keys import ContentKeys
 from purgekeeper.workers import cleanup
 
 
@@ -78,7 +81,7 @@ class ContentKind(Kind[ScopeConfirmation, PurgePreview]):
     bodies = staticmethod(null_fenced_content)
 
     def preview(self, conn: Connection, env: Env, scope: EventScope) -> tuple[PurgePreview, dict[str, Any]]:
-        report = build_report(conn, scope)
+        report = _names_opened(conn, build_report(conn, scope), env.keys)
         return report, report.id_summary()  # a stale confirmation names what changed
 
     def conversations(self, conn: Connection, selectors: Mapping[str, Any]) -> list[str]:
@@ -271,6 +274,31 @@ def _attachments(found: purges.ReportRows) -> tuple[tuple[PreviewAttachment, ...
     return tuple(exclusive), tuple(shared)
 
 
+def _names_opened(conn: Connection, report: PurgePreview, keys: ContentKeys) -> PurgePreview:
+    """The preview with its attachments' names opened, for the person who confirms (the
+    digest never holds a name: ``_fields_of``); a name whose key is gone shows as empty."""
+    attached = (*report.exclusive_attachments, *report.shared_attachments)
+    if not attached:
+        return report
+    key_ids = content_queries.event_key_ids(conn, sorted({a.event_id for a in attached}))
+    opened = sealed_content.Opened(keys, key_ids.values())
+
+    def named(items: tuple[PreviewAttachment, ...]) -> tuple[PreviewAttachment, ...]:
+        return tuple(dataclasses.replace(a, name=_name_of(opened, key_ids.get(a.event_id), a)) for a in items)
+
+    return dataclasses.replace(
+        report,
+        exclusive_attachments=named(report.exclusive_attachments),
+        shared_attachments=named(report.shared_attachments),
+    )
+
+
+def _name_of(opened: sealed_content.Opened, key_id: str | None, attachment: PreviewAttachment) -> str:
+    if not opened.readable(key_id):
+        return ""  # shredded: an old backup's row, before the ledger's merge fences it again
+    return opened.open(key_id, attachment.name, bound_to=sealed_content.name_bound(attachment.id)) or ""
+
+
 def _hashed_event(
     event_id: str, provider_event_id: str | None, author: str, occurred_at: dt.datetime, placements: tuple[str, ...]
 ) -> dict[str, Any]:
@@ -321,7 +349,9 @@ def _fields_of(kind: type) -> tuple[tuple[str, ...], Callable[[Any], Any]] | Non
     fields = getattr(kind, "__dataclass_fields__", None)
     if not fields:
         return None
-    names = tuple(n for n in fields if n != "already_fenced")  # the mark is shown, never hashed
+    # the mark is shown, never hashed; nor is an attachment's name: it is content, sealed in the
+    # database, and a digest in the ledger must not fingerprint it
+    names = tuple(n for n in fields if n != "already_fenced" and not (kind is PreviewAttachment and n == "name"))
     getter = operator.attrgetter(*names)
     return names, (getter if len(names) > 1 else lambda value: (getter(value),))
 

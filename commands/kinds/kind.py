@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # for the annotations only: a command that shows a purge's la
 
     from purgekeeper.commands.gate import Gate
     from purgekeeper.commands.settings import Settings
+    from purgekeeper.storage.content_keys import ContentKeys
     from purgekeeper.workers.cleanup import BodiesStep
 
 PREVIEW_RETENTION = dt.timedelta(days=1)  # how long a confirmation can name a preview's digest
@@ -66,6 +67,7 @@ class Env:
 
     gate: Gate
     settings: Settings
+    keys: ContentKeys  # to show a preview's sealed names (``purgekeeper.commands.sealed_content``)
 
 
 @dataclass(frozen=True)

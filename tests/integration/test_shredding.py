@@ -1,0 +1,134 @@
+"""Crypto-shredding in the cleanup steps, on both backends, with the steps run in process
+(``runner.run_step``): which keys each step destroys, what a key store that cannot be written
+does to a step, and what a read meets once a key is gone. Content is sealed at rest
+(docs/guides/encryption.md); ``opened`` reads a stored value with the handle's key store."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import purgekeeper
+from purgekeeper import EventScope
+from purgekeeper.schema.errors import ContentPurged, InfrastructureError
+from purgekeeper.storage import failpoints
+from purgekeeper.storage.keystore import KeyStoreUnusable
+from tests.helpers import body_of, opened, rows, scalar
+from tests.helpers.cleanup import SECRET, run, run_when_due, seed_content, set_max_attempts, step_of
+from tests.helpers.factories import purge_events
+
+Pk = purgekeeper.Purgekeeper
+
+
+@pytest.fixture(autouse=True)
+def _disarmed() -> Any:
+    yield
+    failpoints.disarm()
+
+
+def key_of(pk: Pk, table: str, row_id: str) -> str:
+    key_id = scalar(pk, f"SELECT key_id FROM {table} WHERE id = :id", id=row_id)
+    assert key_id is not None, f"{table} {row_id} is not sealed"
+    return str(key_id)
+
+
+def alive(pk: Pk, key_id: str) -> bool:
+    return pk.key_store.get([key_id])[key_id] is not None
+
+
+def test_the_steps_destroy_the_keys_of_what_they_purge_and_of_nothing_shared(pk: Pk) -> None:
+    """Tried: a content purge of an event with an exclusive CAS blob, an exclusive file and a
+    blob shared with a live event. The bodies step destroys the event's key (its body, names
+    and payload with it); the attachments step destroys the two exclusive blobs' keys and
+    keeps the shared blob's and the live event's."""
+    seed = seed_content(pk)
+    doomed, kept = key_of(pk, "events", "e-doomed"), key_of(pk, "events", "e-kept")
+    blob_keys = {b: key_of(pk, "blobs", b) for b in (seed.exclusive_cas, seed.exclusive_file, seed.shared)}
+    admission = scalar(pk, "SELECT id FROM admissions WHERE event_id = 'e-doomed'")
+    assert json.loads(opened(pk, "payload", admission) or "") == {"text": f"{SECRET} payload"}
+    purge_id = purge_events(pk, "e-doomed")
+    assert run(pk, step_of(pk, purge_id, "bodies").id).status == "done"
+    assert not alive(pk, doomed) and alive(pk, kept)
+    assert all(alive(pk, k) for k in blob_keys.values())  # the bytes are the attachments step's
+    assert run_when_due(pk, step_of(pk, purge_id, "attachments").id).status == "done"
+    assert not alive(pk, blob_keys[seed.exclusive_cas]) and not alive(pk, blob_keys[seed.exclusive_file])
+    assert alive(pk, blob_keys[seed.shared]) and alive(pk, kept)
+    assert pk.open_attachment(seed.kept_attachment).read() == b"kept shared bytes"
+    assert body_of(pk, "e-kept") == "kept body"
+
+
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EROFS"])
+def test_a_key_store_that_cannot_be_written_fails_the_step_and_nulls_nothing(pk: Pk, errno_name: str) -> None:
+    """Tried: the key store's writes fail (a full, then a read-only disk) while the bodies step
+    runs. The batch rolls back: the body is still there and its key still opens it, the step
+    is retried, then incomplete once its attempts run out, never done; a retry once the store
+    can be written completes it, the key destroyed."""
+    seed_content(pk)
+    doomed = key_of(pk, "events", "e-doomed")
+    purge_id = purge_events(pk, "e-doomed")
+    set_max_attempts(pk, purge_id, 2)
+    step = step_of(pk, purge_id, "bodies")
+    failpoints.arm(f"keystore.write={errno_name}")
+    assert run(pk, step.id).status == "retrying"
+    assert body_of(pk, "e-doomed") == f"{SECRET} body" and alive(pk, doomed)
+    assert "key store" in str(step_of(pk, purge_id, "bodies").last_error)
+    assert run_when_due(pk, step.id).status == "incomplete"
+    assert pk.status(purge_id).status == "incomplete"
+    failpoints.disarm()
+    pk.retry(purge_id, actor="op", reason="the key store has room again")
+    assert run_when_due(pk, step.id).status == "done"
+    assert body_of(pk, "e-doomed") is None and not alive(pk, doomed)
+
+
+def test_a_read_never_returns_what_a_destroyed_key_sealed(pk: Pk) -> None:
+    """Tried: keys destroyed behind the database's back (as a restore of an old database
+    backup finds them: its rows unfenced, their keys gone). The conversation's read leaves the
+    event out, its attachment does not open, and a duplicate delivery of it is refused."""
+    seed = seed_content(pk)
+    pk.key_store.destroy([key_of(pk, "events", "e-doomed"), key_of(pk, "blobs", seed.shared)])
+    assert pk.read_conversation("c1") == []
+    with pytest.raises(ContentPurged):
+        pk.open_attachment(seed.kept_attachment)
+    with pytest.raises(ContentPurged):
+        pk.ingest_event("c1", author="ada", body="again", provider_event_id="p-doomed")
+    assert [e.body for e in pk.read_conversation("c2")] == ["kept body"]
+
+
+def test_a_damaged_blob_file_is_refused_before_a_byte_is_served(pk: Pk, roots: dict[str, Any]) -> None:
+    """Tried: one byte of a sealed file changed on disk. Opening the attachment fails at once
+    (InfrastructureError), not in the middle of a response."""
+    seed = seed_content(pk)
+    path = scalar(pk, "SELECT path FROM blobs WHERE id = :id", id=seed.shared)
+    file = roots["blob_root"] / path
+    data = bytearray(file.read_bytes())
+    data[-1] ^= 1
+    file.write_bytes(bytes(data))
+    with pytest.raises(InfrastructureError, match="does not open"):
+        pk.open_attachment(seed.kept_attachment)
+
+
+def test_a_handle_refuses_a_key_store_that_is_not_there(pk: Pk, open_pk: Any) -> None:
+    """Tried: the key store's directory moved away from a database that holds sealed content
+    (a wrong checkpoint directory, a store not restored). Opening refuses, and creates no
+    empty store in its place."""
+    seed_content(pk)
+    directory = pk.key_store.directory
+    pk.close()
+    directory.rename(directory.with_name("moved.keys"))
+    with pytest.raises(KeyStoreUnusable, match="no key store"):
+        open_pk()
+    assert not directory.exists()
+
+
+def test_a_preview_shows_the_names_it_purges_which_the_database_holds_sealed(pk: Pk) -> None:
+    """Tried: a preview of an event with attachments. The person who confirms sees the names
+    in plain text; the database holds them sealed, under the event's key."""
+    seed_content(pk)
+    preview = pk.preview_purge(EventScope(event_ids=("e-doomed",)))
+    names = sorted(a.name for a in (*preview.exclusive_attachments, *preview.shared_attachments))
+    assert names == ["a.txt", "b.txt", "s.txt"]
+    stored = rows(pk, "SELECT id, name FROM attachments WHERE event_id = 'e-doomed' ORDER BY position")
+    assert all(name.startswith("pk1:") for _id, name in stored)
+    assert [opened(pk, "name", attachment_id) for attachment_id, _name in stored] == ["a.txt", "b.txt", "s.txt"]
