@@ -46,6 +46,7 @@ from purgekeeper.storage import memory
 from purgekeeper.storage.blobstore import BlobStore
 from purgekeeper.storage.content_keys import ContentKeys
 from purgekeeper.storage.files import reason_of
+from purgekeeper.storage.sealing import seal_text
 
 CONVERSATION_IDS = (TombstoneKind.CONVERSATION, TombstoneKind.CHANNEL)
 
@@ -321,14 +322,16 @@ class ContentCommands:
         terminal = sorted(s.value for s in RunStatus if s.is_terminal)
         status = validation.check_choice(status, "status", terminal)
         text = validation.check_optional_json(output, "output", max_bytes=validation.MAX_OUTPUT_BYTES)
+        key_id, sealed = self._sealed(text, sealed_content.output_bound(run_id)) if text is not None else (None, None)
 
         def work(conn: Connection) -> Run:
             self.gate.require_open(conn)
             run = _require(content_queries.run_row(conn, run_id), f"no run {run_id}")
             if RunStatus(run.status).is_terminal:
                 raise ValidationError(f"run {run_id} is already {run.status}")
-            content_queries.finish_run(conn, run_id, status=status, output=text)
-            return Run.from_row(_require(content_queries.run_row(conn, run_id), ""))
+            content_queries.finish_run(conn, run_id, status=status, output=sealed, key_id=key_id)
+            stored = _require(content_queries.run_row(conn, run_id), "")
+            return Run.from_row(stored, output=text)  # the output as given: not opened again
 
         return self.db.transact(work)
 
@@ -338,6 +341,7 @@ class ContentCommands:
         validation.check_id(run_id, "run_id")
         text = validation.check_json(payload, "payload", max_bytes=validation.MAX_PAYLOAD_BYTES)
         admission_id = uuid.uuid4().hex
+        key_id, sealed = self._sealed(text, sealed_content.payload_bound(admission_id))
 
         def work(conn: Connection) -> Admission:
             self.gate.require_open(conn)
@@ -350,7 +354,8 @@ class ContentCommands:
                 admission_id=admission_id,
                 event_id=event_id,
                 run_id=run_id,
-                payload=sealed_content.sealed_payload(conn, self.keys, event_id, admission_id, text),
+                payload=sealed,
+                key_id=key_id,
             )
             return Admission(id=admission_id, event_id=event_id, run_id=run_id, payload=payload)
 
@@ -372,6 +377,7 @@ class ContentCommands:
             source_event_ids, "source_event_ids", max_count=validation.MAX_DERIVATIVE_SOURCES
         )
         derivative_id = uuid.uuid4().hex
+        key_id, sealed = self._sealed(text, sealed_content.derivative_bound(derivative_id))
 
         def work(conn: Connection) -> Derivative:
             self.gate.require_open(conn)
@@ -384,12 +390,18 @@ class ContentCommands:
                 derivative_id=derivative_id,
                 conversation_id=conversation_id,
                 kind=kind,
-                payload=text,
+                payload=sealed,
+                key_id=key_id,
                 source_event_ids=sources,
             )
             return Derivative(derivative_id, conversation_id, kind, payload, tuple(sources))
 
         return self.db.transact(work)
+
+    def _sealed(self, text: str, bound_to: str) -> tuple[str, str]:
+        """``text`` sealed under a new key of its own, with the key's id."""
+        key_id, key = self.keys.take()
+        return key_id, seal_text(key, text, bound_to=bound_to)
 
 
 def _require(row: Any, message: str) -> Any:

@@ -223,13 +223,14 @@ class Run:
     finished_at: dt.datetime | None
 
     @classmethod
-    def from_row(cls, row: Row[Any]) -> Run:
+    def from_row(cls, row: Row[Any], *, output: str | None = None) -> Run:
+        """The run of a row, its ``output`` the JSON text given (the row holds it sealed)."""
         return cls(
             id=row.id,
             conversation_id=row.conversation_id,
             bot_id=row.bot_id,
             status=RunStatus(row.status),
-            output=_from_json(row.output),
+            output=_from_json(output),
             created_at=row.created_at,
             finished_at=row.finished_at,
         )

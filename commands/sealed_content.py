@@ -1,8 +1,9 @@
-"""Content as the database holds it: sealed under its event's key (issue 36).
+"""Content as the database holds it: sealed under keys of its own (issue 36).
 
-An event's body, its attachments' names and its admissions' payloads are sealed
-(``purgekeeper.storage.sealing``) under the key the event's ``key_id`` names, each bound to
-its own row and column, so a sealed value moved to another row does not open. A blob's bytes
+An event's body and its attachments' names are sealed (``purgekeeper.storage.sealing``)
+under the key the event's ``key_id`` names; an admission's payload, a run's output and a
+derivative's payload each under a key of its own row (their ``key_id``). Every value is bound
+to its row and column, so a sealed value moved to another row does not open. A blob's bytes
 are sealed under the blob's own key (``purgekeeper.storage.sealed_files``).
 
 A read opens what it returns with :class:`Opened`: the keys of all its events in one lookup
@@ -46,6 +47,14 @@ def blob_bound(blob_id: str) -> str:
 
 def payload_bound(admission_id: str) -> str:
     return f"admission:{admission_id}:payload"
+
+
+def output_bound(run_id: str) -> str:
+    return f"run:{run_id}:output"
+
+
+def derivative_bound(derivative_id: str) -> str:
+    return f"derivative:{derivative_id}:payload"
 
 
 def seal_optional(key: bytes, text: str | None, *, bound_to: str) -> str | None:
@@ -110,18 +119,6 @@ class SealedEvent:
     def attached(self, rows: Iterable[Any]) -> tuple[Attachment, ...]:
         """The attachment rows just written (``content_queries.attachments_of``), with their plain names."""
         return tuple(attachment(row, self.names[row.id]) for row in rows)
-
-
-def sealed_payload(conn: Connection, keys: ContentKeys, event_id: str, admission_id: str, text: str) -> str:
-    """An admission's payload sealed under its event's key (plain for an event written
-    before sealing, as the event's own content is); ContentPurged when the key was destroyed."""
-    key_id = content_queries.event_key_id(conn, event_id)
-    if key_id is None:
-        return text
-    key = keys.lookup([key_id]).get(key_id)
-    if key is None:  # destroyed: the event is purged, whatever its fences say yet
-        raise ContentPurged(f"event {event_id} is purged content: its key was destroyed")
-    return seal_text(key, text, bound_to=payload_bound(admission_id))
 
 
 # -- reading ------------------------------------------------------------------------------------

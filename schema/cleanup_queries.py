@@ -65,6 +65,22 @@ _DEPENDENTS = select(
     exists().where(among(derivative_sources.c.event_id, IDS)).label("derived"),
     exists().where(among(attachments.c.event_id, IDS), attachments.c.name.is_not(None)).label("attached"),
 )
+# the keys of the dependents' own content, by the same probes: their admissions' payloads,
+# the outputs of the runs that admitted them, the payloads derived from them
+_ADMITTED_KEYS = (
+    select(admissions.c.key_id).where(among(admissions.c.event_id, IDS), admissions.c.key_id.is_not(None)),
+    select(runs.c.key_id).where(
+        runs.c.id.in_(select(admissions.c.run_id).where(among(admissions.c.event_id, IDS))), runs.c.key_id.is_not(None)
+    ),
+)
+_DERIVED_KEYS = (
+    select(derivatives.c.key_id).where(
+        derivatives.c.id.in_(
+            select(derivative_sources.c.derivative_id).where(among(derivative_sources.c.event_id, IDS))
+        ),
+        derivatives.c.key_id.is_not(None),
+    ),
+)
 _NULL_ADMITTED = (
     update(admissions).where(among(admissions.c.event_id, IDS), admissions.c.payload.is_not(None)).values(payload=None),
     update(runs)
@@ -100,19 +116,28 @@ def null_content_of(conn: Connection, event_ids: Sequence[str]) -> int:
     which ``purgekeeper.workers.cleanup.run_batch`` sets and destroys before the batch
     commits): content is NULLed only in a batch that shreds it, so this refuses to run in
     any other transaction."""
-    shred = conn.info.get(SHRED)
-    if shred is None:
-        raise RuntimeError("content is NULLed only in a cleanup batch, which destroys its keys first")
+    shred = _shred(conn)
     if not event_ids:
         return 0
     params = {"ids": event_ids}
     shred.extend(conn.scalars(_KEYS_OF, params))
     changed = int(conn.execute(_NULL_BODIES, params).rowcount or 0)
     found = conn.execute(_DEPENDENTS, params).one()
-    for present, statements in zip(found, (_NULL_ADMITTED, _NULL_DERIVED, _NULL_ATTACHED), strict=True):
+    keys_of = (_ADMITTED_KEYS, _DERIVED_KEYS, ())  # an attachment's name is sealed under its event's key
+    for present, statements, keys in zip(found, (_NULL_ADMITTED, _NULL_DERIVED, _NULL_ATTACHED), keys_of, strict=True):
         if present:
+            shred.extend(key_id for query in keys for key_id in conn.scalars(query, params))
             changed += sum(int(conn.execute(statement, params).rowcount or 0) for statement in statements)
     return changed
+
+
+def _shred(conn: Connection) -> list[str]:
+    """The batch's list of keys to destroy (``SHRED``); content is removed only in a cleanup
+    batch, which destroys them before it commits."""
+    shred = conn.info.get(SHRED)
+    if shred is None:
+        raise RuntimeError("content is removed only in a cleanup batch, which destroys its keys first")
+    return shred
 
 
 _PLACED = (
@@ -209,6 +234,12 @@ def others_active(conn: Connection) -> int:
 
 _LIMIT: BindParameter[Any] = bindparam("limit")
 _RUNS_OF = select(runs.c.id).where(runs.c.conversation_id == _CONVERSATION).limit(_LIMIT)
+_RUN_KEYS = (
+    select(runs.c.key_id)
+    .where(among(runs.c.id, IDS), runs.c.key_id.is_not(None))
+    .union_all(select(admissions.c.key_id).where(among(admissions.c.run_id, IDS), admissions.c.key_id.is_not(None)))
+)
+_DERIVATIVE_KEYS = select(derivatives.c.key_id).where(among(derivatives.c.id, IDS), derivatives.c.key_id.is_not(None))
 _DELETE_ADMISSIONS = delete(admissions).where(among(admissions.c.run_id, IDS))
 _DELETE_RUNS = delete(runs).where(among(runs.c.id, IDS))
 _DERIVATIVES_OF = select(derivatives.c.id).where(derivatives.c.conversation_id == _CONVERSATION).limit(_LIMIT)
@@ -217,9 +248,11 @@ _DELETE_DERIVATIVES = delete(derivatives).where(among(derivatives.c.id, IDS))
 
 
 def delete_runs_batch(conn: Connection, conversation_id: str, *, limit: int) -> int:
-    """Delete a batch of the conversation's runs with their admissions; returns runs deleted."""
+    """Delete a batch of the conversation's runs with their admissions (their keys added to the
+    batch's to destroy); returns runs deleted."""
     ids = list(conn.scalars(_RUNS_OF, {"conversation_id": conversation_id, "limit": limit}))
     if ids:
+        _shred(conn).extend(conn.scalars(_RUN_KEYS, {"ids": ids}))
         conn.execute(_DELETE_ADMISSIONS, {"ids": ids})
         conn.execute(_DELETE_RUNS, {"ids": ids})
     return len(ids)
@@ -228,6 +261,7 @@ def delete_runs_batch(conn: Connection, conversation_id: str, *, limit: int) -> 
 def delete_derivatives_batch(conn: Connection, conversation_id: str, *, limit: int) -> int:
     ids = list(conn.scalars(_DERIVATIVES_OF, {"conversation_id": conversation_id, "limit": limit}))
     if ids:
+        _shred(conn).extend(conn.scalars(_DERIVATIVE_KEYS, {"ids": ids}))
         conn.execute(_DELETE_SOURCES, {"ids": ids})
         conn.execute(_DELETE_DERIVATIVES, {"ids": ids})
     return len(ids)

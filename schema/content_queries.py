@@ -341,11 +341,6 @@ def event_key_ids(conn: Connection, event_ids: Sequence[str]) -> dict[str, str |
     return {row.id: row.key_id for row in conn.execute(query)} if event_ids else {}
 
 
-def event_key_id(conn: Connection, event_id: str) -> str | None:
-    """The id of the key that seals the event's content (None: written before 0019)."""
-    return conn.scalar(select(events.c.key_id).where(events.c.id == event_id))
-
-
 def run_row(conn: Connection, run_id: str) -> Row[Any] | None:
     return conn.execute(select(runs).where(runs.c.id == run_id)).first()
 
@@ -354,16 +349,20 @@ def insert_run(conn: Connection, *, run_id: str, conversation_id: str, bot_id: s
     conn.execute(insert(runs).values(id=run_id, conversation_id=conversation_id, bot_id=bot_id, status="running"))
 
 
-def finish_run(conn: Connection, run_id: str, *, status: str, output: str | None) -> None:
+def finish_run(conn: Connection, run_id: str, *, status: str, output: str | None, key_id: str | None) -> None:
     conn.execute(
         update(runs)
         .where(runs.c.id == run_id)
-        .values(status=status, output=output, finished_at=func.current_timestamp())
+        .values(status=status, output=output, key_id=key_id, finished_at=func.current_timestamp())
     )
 
 
-def insert_admission(conn: Connection, *, admission_id: str, event_id: str, run_id: str, payload: str) -> None:
-    conn.execute(insert(admissions).values(id=admission_id, event_id=event_id, run_id=run_id, payload=payload))
+def insert_admission(
+    conn: Connection, *, admission_id: str, event_id: str, run_id: str, payload: str, key_id: str
+) -> None:
+    conn.execute(
+        insert(admissions).values(id=admission_id, event_id=event_id, run_id=run_id, payload=payload, key_id=key_id)
+    )
 
 
 def insert_derivative(
@@ -373,10 +372,13 @@ def insert_derivative(
     conversation_id: str,
     kind: str,
     payload: str,
+    key_id: str,
     source_event_ids: Sequence[str],
 ) -> None:
     conn.execute(
-        insert(derivatives).values(id=derivative_id, conversation_id=conversation_id, kind=kind, payload=payload)
+        insert(derivatives).values(
+            id=derivative_id, conversation_id=conversation_id, kind=kind, payload=payload, key_id=key_id
+        )
     )
     if source_event_ids:
         conn.execute(

@@ -101,6 +101,7 @@ runs = Table(
     Column("output", Text),
     created_at_column(),
     Column("finished_at", UtcDateTime()),
+    Column("key_id", String(64)),  # the key that seals the output (0019)
     enum_check("status", RUN_STATUSES, "status"),
     Index("ix_runs_conversation_id", "conversation_id"),
     Index("ix_runs_bot_id", "bot_id"),
@@ -115,6 +116,7 @@ admissions = Table(
     Column("run_id", String(ID_LENGTH), ForeignKey("runs.id"), nullable=False),
     Column("payload", Text),
     created_at_column(),
+    Column("key_id", String(64)),  # the key that seals the payload (0019)
     Index("ix_admissions_event_id", "event_id"),
     Index("ix_admissions_run_id", "run_id"),
 )
@@ -127,6 +129,7 @@ derivatives = Table(
     Column("kind", String(64), nullable=False),
     Column("payload", Text),
     created_at_column(),
+    Column("key_id", String(64)),  # the key that seals the payload (0019)
     Index("ix_derivatives_conversation_id", "conversation_id"),
 )
 

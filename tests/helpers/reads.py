@@ -27,16 +27,15 @@ _SEALED = {
         "SELECT a.name, e.key_id FROM attachments a JOIN events e ON e.id = a.event_id WHERE a.id = :id",
         "attachment:{id}:name",
     ),
-    "payload": (
-        "SELECT a.payload, e.key_id FROM admissions a JOIN events e ON e.id = a.event_id WHERE a.id = :id",
-        "admission:{id}:payload",
-    ),
+    "payload": ("SELECT payload, key_id FROM admissions WHERE id = :id", "admission:{id}:payload"),
+    "output": ("SELECT output, key_id FROM runs WHERE id = :id", "run:{id}:output"),
+    "derivative": ("SELECT payload, key_id FROM derivatives WHERE id = :id", "derivative:{id}:payload"),
 }
 
 
 def opened(pk: purgekeeper.Purgekeeper, what: str, row_id: str) -> str | None:
-    """The ``body`` of an event, the ``name`` of an attachment or the ``payload`` of an
-    admission, as stored, opened with the handle's key store: None when NULL (or no row),
+    """The ``body`` of an event, the ``name`` of an attachment, the ``payload`` of an
+    admission, the ``output`` of a run or the payload of a ``derivative``, as stored, opened with the handle's key store: None when NULL (or no row),
     the value as it is when plain (``key_id`` NULL), and ``"<shredded>"`` when its key was
     destroyed."""
     from purgekeeper.storage.sealing import unseal_text

@@ -39,18 +39,24 @@ def alive(pk: Pk, key_id: str) -> bool:
 
 
 def test_the_steps_destroy_the_keys_of_what_they_purge_and_of_nothing_shared(pk: Pk) -> None:
-    """Tried: a content purge of an event with an exclusive CAS blob, an exclusive file and a
-    blob shared with a live event. The bodies step destroys the event's key (its body, names
-    and payload with it); the attachments step destroys the two exclusive blobs' keys and
-    keeps the shared blob's and the live event's."""
+    """Tried: a content purge of an event with an admission, a run that admitted it, a
+    derivative of it, an exclusive CAS blob, an exclusive file and a blob shared with a live
+    event. The bodies step destroys the keys of the event (its body and names), the
+    admission, the run's output and the derivative; the attachments step destroys the two
+    exclusive blobs' keys and keeps the shared blob's and the live event's."""
     seed = seed_content(pk)
     doomed, kept = key_of(pk, "events", "e-doomed"), key_of(pk, "events", "e-kept")
+    dependents = [key_of(pk, "runs", "r1")] + [
+        str(r[0]) for r in rows(pk, "SELECT key_id FROM admissions UNION ALL SELECT key_id FROM derivatives")
+    ]
+    assert len(set(dependents + [doomed])) == 4 and all(alive(pk, k) for k in dependents)
     blob_keys = {b: key_of(pk, "blobs", b) for b in (seed.exclusive_cas, seed.exclusive_file, seed.shared)}
     admission = scalar(pk, "SELECT id FROM admissions WHERE event_id = 'e-doomed'")
     assert json.loads(opened(pk, "payload", admission) or "") == {"text": f"{SECRET} payload"}
     purge_id = purge_events(pk, "e-doomed")
     assert run(pk, step_of(pk, purge_id, "bodies").id).status == "done"
     assert not alive(pk, doomed) and alive(pk, kept)
+    assert not any(alive(pk, k) for k in dependents)
     assert all(alive(pk, k) for k in blob_keys.values())  # the bytes are the attachments step's
     assert run_when_due(pk, step_of(pk, purge_id, "attachments").id).status == "done"
     assert not alive(pk, blob_keys[seed.exclusive_cas]) and not alive(pk, blob_keys[seed.exclusive_file])
@@ -132,3 +138,31 @@ def test_a_preview_shows_the_names_it_purges_which_the_database_holds_sealed(pk:
     stored = rows(pk, "SELECT id, name FROM attachments WHERE event_id = 'e-doomed' ORDER BY position")
     assert all(name.startswith("pk1:") for _id, name in stored)
     assert [opened(pk, "name", attachment_id) for attachment_id, _name in stored] == ["a.txt", "b.txt", "s.txt"]
+
+
+def test_a_conversation_purge_shreds_the_runs_and_derivatives_it_deletes(pk: Pk) -> None:
+    """Tried: a conversation purge of c1, whose run admitted an event that stays live in c2.
+    The run, its admission and the conversation's derivative are deleted, their keys with
+    them; the shared event keeps its key and its body."""
+    pk.register_bot("b", name="Bot")
+    pk.create_conversation("c1")
+    pk.create_conversation("c2")
+    shared = pk.ingest_event("c2", author="ada", body="shared words")
+    pk.place_event(shared.id, "c1")
+    pk.start_run("c1", bot_id="b", run_id="r1")
+    pk.admit(shared.id, "r1", payload={"text": "shared words, admitted"})
+    pk.finish_run("r1", status="succeeded", output={"text": "an answer"})
+    pk.add_derivative("c1", kind="summary", payload={"text": "a summary"}, source_event_ids=[shared.id])
+    owned = [
+        str(r[0])
+        for r in rows(
+            pk,
+            "SELECT key_id FROM runs UNION ALL SELECT key_id FROM admissions UNION ALL SELECT key_id FROM derivatives",
+        )
+    ]
+    assert len(owned) == 3 and all(alive(pk, k) for k in owned)
+    purge_id = pk.purge_conversation("c1", actor="op", reason="shredding test").purge_id
+    assert run(pk, step_of(pk, purge_id, "bodies").id).status == "done"
+    assert not any(alive(pk, k) for k in owned)
+    assert alive(pk, key_of(pk, "events", shared.id))
+    assert [e.body for e in pk.read_conversation("c2")] == ["shared words"]

@@ -4,11 +4,14 @@ Revision ID: 0019
 Revises: 0018
 
 - ``events.key_id``: the id, in the key store (``purgekeeper.storage.keystore``), of the key
-  that seals the event's body, its attachments' names and its admissions' payloads
+  that seals the event's body and its attachments' names
   (``purgekeeper.storage.sealing``).
 - ``blobs.key_id``: the id of the key that seals the blob's bytes on disk
   (``purgekeeper.storage.sealed_files``); a blob shared by several events has its own key, so
   it is shredded only with its last live reference.
+- ``admissions.key_id``, ``runs.key_id``, ``derivatives.key_id``: the keys that seal an
+  admission's payload, a run's output and a derivative's payload, each its own: a purge that
+  deletes a run of an event that stays live elsewhere shreds the run's copy, not the event.
 - **Rows of before 0019** keep NULL: their content is in plain text until the background
   sealing (docs/guides/encryption.md) seals it. A key's id says nothing of the content: it is
   random, and the key itself never enters the database.
@@ -28,7 +31,8 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column("events", sa.Column("key_id", sa.String(64), nullable=True))
-    op.add_column("blobs", sa.Column("key_id", sa.String(64), nullable=True))
+    for table in ("blobs", "admissions", "runs", "derivatives"):
+        op.add_column(table, sa.Column("key_id", sa.String(64), nullable=True))
 
 
 def downgrade() -> None:
