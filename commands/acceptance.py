@@ -9,17 +9,20 @@ scheduler's sweep heals a wake-up that was lost.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection
 
 from purgekeeper.commands.gate import Gate
 from purgekeeper.commands.kinds.kind import PREVIEW_RETENTION, Env, Kind
 from purgekeeper.commands.kinds.skeleton import Causal, accept, appended
 from purgekeeper.commands.records import Acceptance
 from purgekeeper.commands.settings import Settings
-from purgekeeper.schema import purges
+from purgekeeper.schema import content_queries, purges
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.errors import LedgerNotCopied, PurgekeeperError
 from purgekeeper.storage import ledger_copy
@@ -66,6 +69,23 @@ def _no_enqueue(step_ids: Sequence[str]) -> None:
     """Until the workers are wired, an acceptance wakes nothing; the scheduler sweeps."""
 
 
+_Disclosing = TypeVar("_Disclosing")
+PLAIN_CONTENT_DISCLOSURE = (
+    "This database holds content written before encryption at rest that is not sealed: what a purge removes "
+    "of it may remain in plain text in the database's files, its WAL, replicas and backups until the space "
+    "is reused (docs/guides/encryption.md)."
+)
+
+
+def with_plain_content_disclosed(result: _Disclosing, plain: bool) -> _Disclosing:
+    """A preview or an acceptance, its disclosures naming the content not sealed yet when
+    ``plain`` (``content_queries.holds_plain_content``)."""
+    disclosures = getattr(result, "disclosures", None)
+    if not plain or disclosures is None or PLAIN_CONTENT_DISCLOSURE in disclosures:
+        return result
+    return dataclasses.replace(result, disclosures=(*disclosures, PLAIN_CONTENT_DISCLOSURE))  # type: ignore[type-var]
+
+
 class Acceptor:
     """Every kind's preview and acceptance: the skeleton run in ``db`` while ``gate`` is
     open (``settings`` for the kinds' stages), the ledger row copied to ``copy`` after the
@@ -95,6 +115,7 @@ class Acceptor:
         with self.db.read() as conn:
             self.gate.require_open(conn)
             report, remembered = kind.preview(conn, self.env, args)
+            report = with_plain_content_disclosed(report, content_queries.holds_plain_content(conn))
         if remembered is not None:
             digest = report.scope_digest
             self.db.transact(lambda conn: purges.save_preview(conn, digest, remembered, keep_for=PREVIEW_RETENTION))
@@ -104,7 +125,12 @@ class Acceptor:
         """Commit, then copy the ledger row out (flushed), then wake the steps; the call
         returns only once the row is in the checkpoint directory."""
         env = self.env
-        acceptance, step_ids = self.db.transact(lambda conn: accept(conn, kind, env, args, request, causal))
+
+        def work(conn: Connection) -> tuple[Acceptance, list[str]]:
+            acceptance, step_ids = accept(conn, kind, env, args, request, causal)
+            return with_plain_content_disclosed(acceptance, content_queries.holds_plain_content(conn)), step_ids
+
+        acceptance, step_ids = self.db.transact(work)
         try:
             self.copy_out(acceptance)
         finally:

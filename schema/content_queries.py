@@ -30,9 +30,11 @@ from sqlalchemy import (
     not_,
     or_,
     select,
+    text,
     update,
 )
 
+from purgekeeper.schema.content_tables import PLAIN_CONTENT
 from purgekeeper.schema.conversation_read import (
     EVENT_COLUMNS,
     ConversationRead,
@@ -326,6 +328,17 @@ def attachment_with_blob(conn: Connection, attachment_id: str) -> Any:
 
 
 # -- runs, admissions, derivatives --------------------------------------------------------
+
+
+_PLAIN_CONTENT = select(
+    or_(*(exists().where(text(predicate)).select_from(table) for table, predicate in PLAIN_CONTENT.items()))
+)
+
+
+def holds_plain_content(conn: Connection) -> bool:
+    """Whether content written before sealing is left (not sealed, nor purged): one probe
+    of each ``ix_<table>_plain`` partial index."""
+    return bool(conn.scalar(_PLAIN_CONTENT))
 
 
 def holds_sealed_content(conn: Connection) -> bool:

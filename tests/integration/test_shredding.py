@@ -9,10 +9,13 @@ import json
 from typing import Any
 
 import pytest
+from sqlalchemy import insert
 
 import purgekeeper
 from purgekeeper import EventScope
+from purgekeeper.commands.acceptance import PLAIN_CONTENT_DISCLOSURE
 from purgekeeper.schema.errors import ContentPurged, InfrastructureError
+from purgekeeper.schema.tables import events, placements
 from purgekeeper.storage import failpoints
 from purgekeeper.storage.keystore import KeyStoreUnusable
 from tests.helpers import body_of, opened, rows, scalar
@@ -49,7 +52,7 @@ def test_the_steps_destroy_the_keys_of_what_they_purge_and_of_nothing_shared(pk:
     dependents = [key_of(pk, "runs", "r1")] + [
         str(r[0]) for r in rows(pk, "SELECT key_id FROM admissions UNION ALL SELECT key_id FROM derivatives")
     ]
-    assert len(set(dependents + [doomed])) == 4 and all(alive(pk, k) for k in dependents)
+    assert len({*dependents, doomed}) == 4 and all(alive(pk, k) for k in dependents)
     blob_keys = {b: key_of(pk, "blobs", b) for b in (seed.exclusive_cas, seed.exclusive_file, seed.shared)}
     admission = scalar(pk, "SELECT id FROM admissions WHERE event_id = 'e-doomed'")
     assert json.loads(opened(pk, "payload", admission) or "") == {"text": f"{SECRET} payload"}
@@ -166,3 +169,23 @@ def test_a_conversation_purge_shreds_the_runs_and_derivatives_it_deletes(pk: Pk)
     assert not any(alive(pk, k) for k in owned)
     assert alive(pk, key_of(pk, "events", shared.id))
     assert [e.body for e in pk.read_conversation("c2")] == ["shared words"]
+
+
+def test_content_written_before_sealing_is_read_plain_and_disclosed_until_purged(pk: Pk) -> None:
+    """Tried: an event written as before this version (a raw insert: its body in plain text,
+    no key), beside a sealed one. Reads return both; every preview and acceptance discloses
+    that content is left in plain text, until that event is purged; then none does."""
+    pk.create_conversation("c-old")
+    sealed = pk.ingest_event("c-old", author="ada", body="sealed words")
+    with pk.db.write() as conn:  # as an older version wrote it: no key_id
+        conn.execute(insert(events).values(id="e-old", author="bob", occurred_at=sealed.occurred_at, body="old words"))
+        conn.execute(insert(placements).values(event_id="e-old", conversation_id="c-old"))
+    assert sorted(e.body or "" for e in pk.read_conversation("c-old")) == ["old words", "sealed words"]
+    scope = EventScope(event_ids=("e-old",))
+    preview = pk.preview_purge(scope)
+    assert PLAIN_CONTENT_DISCLOSURE in preview.disclosures
+    accepted = pk.confirm_purge(scope, scope_digest=preview.scope_digest, actor="op", reason="old content")
+    assert PLAIN_CONTENT_DISCLOSURE in accepted.disclosures
+    assert run(pk, step_of(pk, accepted.purge_id, "bodies").id).status == "done"
+    later = pk.preview_purge(EventScope(event_ids=(sealed.id,)))
+    assert PLAIN_CONTENT_DISCLOSURE not in later.disclosures

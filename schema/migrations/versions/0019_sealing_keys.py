@@ -15,7 +15,9 @@ Revises: 0018
 - **Rows of before 0019** keep NULL: their content is in plain text until the background
   sealing (docs/guides/encryption.md) seals it. A key's id says nothing of the content: it is
   random, and the key itself never enters the database.
-- Only columns are added: no trigger reads them, and SQLite adds a column in place.
+- Only columns are added (no trigger reads them, and SQLite adds a column in place), and a
+  partial index per table of the content still in plain text (``ix_<table>_plain``), which
+  the disclosure about it probes (``content_queries.holds_plain_content``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+# as at 0019 (schema.content_tables.PLAIN_CONTENT may change later)
+PLAIN = {
+    "events": "key_id IS NULL AND body IS NOT NULL",
+    "admissions": "key_id IS NULL AND payload IS NOT NULL",
+    "runs": "key_id IS NULL AND output IS NOT NULL",
+    "derivatives": "key_id IS NULL AND payload IS NOT NULL",
+    "blobs": "key_id IS NULL AND state <> 'deleted'",
+}
 revision = "0019"
 down_revision = "0018"
 branch_labels = None
@@ -33,6 +43,10 @@ def upgrade() -> None:
     op.add_column("events", sa.Column("key_id", sa.String(64), nullable=True))
     for table in ("blobs", "admissions", "runs", "derivatives"):
         op.add_column(table, sa.Column("key_id", sa.String(64), nullable=True))
+    for table, predicate in PLAIN.items():
+        op.create_index(
+            f"ix_{table}_plain", table, ["id"], postgresql_where=sa.text(predicate), sqlite_where=sa.text(predicate)
+        )
 
 
 def downgrade() -> None:
