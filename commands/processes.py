@@ -100,8 +100,9 @@ def opened(settings: Settings, *, role: str = "cli") -> Iterator[Purgekeeper]:
 def check_health(settings: Settings, *, quick: bool = False) -> Health:
     """The database answers, its schema is current, its ledger verifies and agrees with its
     copy, no merge is under way, a checkpoint can be written, the signed log's key can be
-    used (SigningKeyUnusable names its file) and no witness refused the log's newest
-    checkpoint (WitnessRefused names it); else the error says which.
+    used (SigningKeyUnusable names its file), no witness refused the log's newest
+    checkpoint (WitnessRefused names it) and the key store can be written
+    (KeyStoreUnusable names it); else the error says which.
     ``quick`` (a container's healthcheck, every few seconds) skips the walk of the chain and
     the copy: the gate's O(1) check of the head against the copy, as a content read makes it;
     the background audit of a serving process walks the chain."""
@@ -118,6 +119,7 @@ def check_health(settings: Settings, *, quick: bool = False) -> Health:
             rows, head_hash = report.rows, report.head_hash
         pk.receipts.check_key()
         pk.receipts.check_witnesses()
+        pk.key_store.check()  # KeyStoreUnusable: no ingest can seal, no purge can shred
     if not state.open:
         raise MessagingUnavailable("content reads and writes are closed", diagnostics=state.problems)
     unwritable = checkpoint.unwritable(settings.checkpoint_dir)

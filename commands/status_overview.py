@@ -34,6 +34,7 @@ from purgekeeper.schema.errors import MessagingUnavailable
 from purgekeeper.schema.overview import Counters, StepTotals
 from purgekeeper.schema.states import StepKind
 from purgekeeper.storage import checkpoint
+from purgekeeper.storage.keystore import KeyStoreUnusable
 
 DISTRIBUTION = "purgekeeper"
 
@@ -56,6 +57,7 @@ class Snapshot:
     checkpoint_problem: str | None = None  # why the checkpoint directory cannot be written
     workers_alive: Mapping[str, int] = field(default_factory=dict)  # live processes by role, every role
     log: LogState = field(default_factory=LogState)  # the signed log's size and age, why its key fails
+    key_store_problem: str | None = None  # why the key store cannot be written (no ingest seals, no purge shreds)
 
     @property
     def log_checkpoint_age(self) -> dt.timedelta | None:
@@ -121,7 +123,17 @@ def snapshot(pk: Purgekeeper, check: LedgerCheck | None = None) -> Snapshot:
         checkpoint_problem=checkpoint.unwritable(pk.settings.checkpoint_dir),
         workers_alive=present.alive,
         log=pk.receipts.log_state(),  # a read of the key, a stat of the checkpoint: no walk
+        key_store_problem=key_store_problem(pk),
     )
+
+
+def key_store_problem(pk: Purgekeeper) -> str | None:
+    """Why the handle's key store cannot be written now (``FileKeyStore.check``), or None."""
+    try:
+        pk.key_store.check()
+    except KeyStoreUnusable as exc:
+        return str(exc)
+    return None
 
 
 def probe_gate(pk: Purgekeeper, conn: Connection) -> tuple[str, ...]:

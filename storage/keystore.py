@@ -192,6 +192,14 @@ class FileKeyStore:
         with self._lock, self._unusable(), keystore_files.read(self._db) as db:
             return set(self._destroyed_among(db, wanted))
 
+    def check(self) -> None:
+        """KeyStoreUnusable, naming the path and the reason, unless the store can be written
+        now (one write of a row to itself, committed as ``destroy`` commits) and its current
+        KEK read: what ``purgectl health`` and the console ask."""
+        with self._lock, self._unusable(), keystore_files.write(self._db) as db:
+            db.execute("UPDATE state SET generation = generation")
+            self._kek(db, self._state(db).current_kek)
+
     # -- generation and rotation ---------------------------------------------------------
 
     def generation(self) -> int:

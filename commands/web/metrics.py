@@ -40,6 +40,7 @@ costs the same with 100,000 retention runs as with 10 (``bench/scrape.py``). The
     witness_cosigned_size{witness}       gauge      the size each witness last cosigned (no sample before)
     witness_refusing{witness}            gauge      1 while the witness refuses the log's checkpoint, else 0
     witness_reachable{witness}           gauge      0 when the last round could not ask the witness, else 1
+    key_store_usable                     gauge      1 when the key store that seals content can be written
     retention_policies                   gauge      standing retention policies
     retention_runs_total                 counter    retention runs accepted (ledger rows)
     retention_expired_events_total       counter    events the retention runs' bodies steps expired
@@ -148,6 +149,11 @@ class PurgekeeperCollector(Collector):
             int(snap.checkpoint_problem is None),
         )
         yield from self._log(snap)
+        yield _gauge(
+            "key_store_usable",
+            "1 when the key store that seals content can be written (no ingest seals, no purge shreds while 0).",
+            int(snap.key_store_problem is None),
+        )
         yield self._build_info()
 
     @staticmethod
