@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeAlias, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Table
 
 from purgekeeper.commands import attachments as attachments_module
 from purgekeeper.commands import collection, sealed_content, validation
@@ -42,6 +43,8 @@ from purgekeeper.schema.states import (
     RunStatus,
     TombstoneKind,
 )
+from purgekeeper.schema.tables import admissions, derivatives, events, runs
+from purgekeeper.schema.tables import blobs as blob_table
 from purgekeeper.storage import memory
 from purgekeeper.storage.blobstore import BlobStore
 from purgekeeper.storage.content_keys import ContentKeys
@@ -49,6 +52,9 @@ from purgekeeper.storage.files import reason_of
 from purgekeeper.storage.sealing import seal_text
 
 CONVERSATION_IDS = (TombstoneKind.CONVERSATION, TombstoneKind.CHANNEL)
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+_Rows: TypeAlias = Mapping[Table, Sequence[str]]  # ids of rows by table, whose key_id a stored row names
 
 
 class ContentCommands:
@@ -170,7 +176,7 @@ class ContentCommands:
         sealed = sealed_content.SealedEvent.of(self.keys, event_id, body, [a.name for a in new])
         staged = [stage(a, self.keys) for a in new]
 
-        def work(conn: Connection) -> tuple[Event, set[str]]:
+        def work(conn: Connection) -> tuple[Event, set[str], bool]:
             used: set[str] = set()  # fresh on every attempt: a rolled-back attempt bound nothing
             duplicate = self._insert_event(
                 conn,
@@ -183,18 +189,23 @@ class ContentCommands:
                 conversation_id=conversation_id,
             )
             if duplicate is not None:
-                return duplicate, used
+                return duplicate, used, False
             content_queries.insert_placement(conn, event_id, conversation_id)
             attached = attachments_module.bind_all(conn, event_id, new, staged, sealed, used) if new else ()
-            return Event(event_id, provider_event_id, author, when, body, attached), used
+            return Event(event_id, provider_event_id, author, when, body, attached), used, True
 
-        attachments_module.write_staged(self.blobs, new, staged)
+        blobs = [blob for blob in staged if blob is not None]
+        taken = [sealed.key_id, *(blob.key_id for blob in blobs)]
         try:
-            event, used = self.db.transact(work)
+            attachments_module.write_staged(self.blobs, new, staged)
+            event, used, inserted = self.db.transact(work)
         except BaseException:
             attachments_module.discard_staged(self.blobs, staged)
+            self._discard_keys(taken, {events: [event_id], blob_table: [blob.blob_id for blob in blobs]})
             raise
-        attachments_module.discard_staged(self.blobs, (blob for blob in staged if blob and blob.blob_id not in used))
+        unused = [blob for blob in blobs if blob.blob_id not in used]
+        attachments_module.discard_staged(self.blobs, unused)
+        self._discard_keys([*([] if inserted else [sealed.key_id]), *(blob.key_id for blob in unused)])
         return event
 
     def _insert_event(
@@ -288,6 +299,11 @@ class ContentCommands:
                 raise ContentPurged(f"attachment {attachment_id} bytes are {row.blob_state}")
             key = self.keys.lookup([row.blob_key_id]).get(row.blob_key_id) if row.blob_key_id else None
             if row.blob_key_id and key is None:
+                if not self.keys.destroyed([row.blob_key_id]):  # lost, not purged: the host must not take it as purged
+                    raise InfrastructureError(
+                        f"attachment {attachment_id}: the key store holds no key for its bytes, and never destroyed "
+                        "one (a key store restored from an older backup?)"
+                    )
                 raise ContentPurged(f"attachment {attachment_id} bytes are shredded: their key was destroyed")
             try:
                 raw = self.blobs.open(row.blob_id, row.blob_kind, row.path)
@@ -333,7 +349,7 @@ class ContentCommands:
             stored = _require(content_queries.run_row(conn, run_id), "")
             return Run.from_row(stored, output=text)  # the output as given: not opened again
 
-        return self.db.transact(work)
+        return self._transact_sealed(work, key_id, {runs: [run_id]})
 
     def admit(self, event_id: str, run_id: str, *, payload: Any) -> Admission:
         """Record that a live event was admitted to a non-terminal run, with its input."""
@@ -359,7 +375,7 @@ class ContentCommands:
             )
             return Admission(id=admission_id, event_id=event_id, run_id=run_id, payload=payload)
 
-        return self.db.transact(work)
+        return self._transact_sealed(work, key_id, {admissions: [admission_id]})
 
     def add_derivative(
         self,
@@ -396,7 +412,33 @@ class ContentCommands:
             )
             return Derivative(derivative_id, conversation_id, kind, payload, tuple(sources))
 
-        return self.db.transact(work)
+        return self._transact_sealed(work, key_id, {derivatives: [derivative_id]})
+
+    def _transact_sealed(self, work: Callable[[Connection], _T], key_id: str | None, rows: _Rows) -> _T:
+        """``work`` in a transaction; when it fails, the key taken for it destroyed unless a
+        stored row names it (``_discard_keys``)."""
+        try:
+            return self.db.transact(work)
+        except BaseException:
+            self._discard_keys([key_id] if key_id else [], rows)
+            raise
+
+    def _discard_keys(self, key_ids: Sequence[str], rows: _Rows | None = None) -> None:
+        """Destroy keys taken for a write that did not keep them (a duplicate delivery, a CAS
+        twin, a failed transaction): what they sealed may have reached the WAL or a file, and
+        no purge would ever destroy them. A key that one of ``rows`` names is kept (a commit
+        whose answer was lost did commit). Best effort: a store or a database that fails here
+        leaves the keys in the store, sealing nothing any row names, and is logged."""
+        if not key_ids:
+            return
+        try:
+            named = set()
+            if rows:
+                with self.db.read() as conn:
+                    named = content_queries.named_keys(conn, rows)
+            self.keys.destroy([key_id for key_id in key_ids if key_id not in named])
+        except Exception:
+            log.warning("could not destroy %d key(s) taken for a write that did not keep them", len(key_ids))
 
     def _sealed(self, text: str, bound_to: str) -> tuple[str, str]:
         """``text`` sealed under a new key of its own, with the key's id."""

@@ -47,7 +47,7 @@ from collections.abc import Sequence
 import dramatiq
 from dramatiq.middleware import Middleware
 
-from purgekeeper.commands import kinds, logs
+from purgekeeper.commands import kinds, logs, wiring
 from purgekeeper.commands.settings import Settings
 from purgekeeper.schema import ledger, migrate
 from purgekeeper.schema.db import Database
@@ -56,7 +56,6 @@ from purgekeeper.schema.states import WorkerRole
 from purgekeeper.storage import failpoints
 from purgekeeper.storage.blobstore import BlobStore
 from purgekeeper.storage.content_keys import ContentKeys
-from purgekeeper.storage.keystore import FileKeyStore
 from purgekeeper.workers import broker, runner
 from purgekeeper.workers.cleanup import StepContext
 from purgekeeper.workers.heartbeat import Heartbeat, this_process
@@ -166,10 +165,11 @@ def configure() -> Database:
     migrate.check_current(db)
     with db.read() as conn:
         key = ledger.read_head(conn).database_id
+        key_store = wiring.open_key_store(settings, key, conn)
     ctx = StepContext(
         db=db,
         blobs=BlobStore(blob_root=settings.blob_root, file_root=settings.file_root),
-        keys=ContentKeys(FileKeyStore(settings.key_store_dir(key))),
+        keys=ContentKeys(key_store),
         memory_roots=settings.memory_roots,
         lease=settings.step_lease,
         bodies=kinds.bodies_steps(),  # the kinds' bodies steps, given explicitly at start-up

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 
-from purgekeeper.storage.keystore import KeyStore
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from purgekeeper.storage.keystore import CACHE_KEYS, KeyStore
+from purgekeeper.storage.sealing import cipher
 
 __all__ = ["POOL", "ContentKeys"]
 
@@ -37,6 +40,7 @@ class ContentKeys:
     def __init__(self, store: KeyStore, *, pool: int = POOL) -> None:
         self.store = store
         self._pool: deque[tuple[str, bytes]] = deque()
+        self._ciphers: OrderedDict[str, AESGCM] = OrderedDict()
         self._size = pool
         self._lock = threading.Lock()
 
@@ -52,6 +56,27 @@ class ContentKeys:
         """``count`` keys, as ``take`` gives them."""
         return [self.take() for _ in range(count)]
 
+    def ciphers(self, key_ids: Iterable[str]) -> dict[str, AESGCM | None]:
+        """Each id's AEAD (``sealing.cipher``), or None when its key was destroyed (or never
+        made): ``lookup``, then the AEADs this process built before for the keys it returned,
+        bounded like the store's cache. Only a key the store has just returned is used, so no
+        AEAD outlives its key's destruction."""
+        found = self.lookup(key_ids)
+        built: dict[str, AESGCM | None] = {}
+        with self._lock:
+            cache = self._ciphers
+            for key_id, key in found.items():
+                if key is None:
+                    built[key_id] = None
+                elif (aead := cache.get(key_id)) is not None:
+                    cache.move_to_end(key_id)
+                    built[key_id] = aead
+                else:
+                    built[key_id] = cache[key_id] = cipher(key)
+            while len(cache) > CACHE_KEYS:
+                cache.popitem(last=False)
+        return built
+
     def lookup(self, key_ids: Iterable[str]) -> dict[str, bytes | None]:
         """Each id's key, or None when it was destroyed (or the store never held it); one
         read of the store for the lot."""
@@ -62,6 +87,8 @@ class ContentKeys:
         return self.store.destroyed(list(key_ids))
 
     def destroy(self, key_ids: Iterable[str]) -> int:
-        """Destroy these keys, durably before it returns (idempotent); how many were there."""
+        """Destroy these keys, durably before it returns (idempotent); how many were there.
+        KeyStoreUnusable, with nothing destroyed, when the store never held one of them: a
+        purge's step then fails rather than finish against the wrong store."""
         wanted = [key_id for key_id in dict.fromkeys(key_ids) if key_id]
-        return self.store.destroy(wanted) if wanted else 0
+        return self.store.destroy(wanted, held_only=True) if wanted else 0

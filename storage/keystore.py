@@ -4,7 +4,7 @@ destroyed when the content is purged (crypto-shredding, issue 36).
 :class:`KeyStore` is the interface (``create``, ``get``, ``destroy``, ``destroyed``), small
 enough for an external KMS to implement later (HashiCorp Vault's transit engine, say: a key
 per id, ``destroy`` as its key deletion). :class:`FileKeyStore` is the embedded one, in
-``<data dir>/keys/`` (0700); its files are drawn in ``purgekeeper.storage.keystore_files``.
+``<checkpoint dir>/<database id>.keys/`` (0700); its files are drawn in ``purgekeeper.storage.keystore_files``.
 
 **Why SQLite** (the standard library's ``sqlite3``): the store needs a transaction over
 several rows (a tombstone and a deleted key, a generation bumped with them), shared by several
@@ -57,7 +57,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from purgekeeper.schema.errors import Fenced, InfrastructureError, ValidationError
 from purgekeeper.storage import keystore_files, keystore_rotation
@@ -65,7 +65,16 @@ from purgekeeper.storage.files import PrivateFileUnusable, read_private
 from purgekeeper.storage.keystore_rotation import ROTATE_EVERY, StoreState
 from purgekeeper.storage.sealing import KEY_BYTES, SealedInvalid, new_key
 
-__all__ = ["CACHE_KEYS", "ROTATE_EVERY", "FileKeyStore", "KeyDestroyed", "KeyStore", "KeyStoreUnusable"]
+__all__ = [
+    "CACHE_KEYS",
+    "ROTATE_EVERY",
+    "FileKeyStore",
+    "KeyDestroyed",
+    "KeyStore",
+    "KeyStoreUnusable",
+    "RotatingKeyStore",
+    "checked_ids",
+]
 
 CACHE_KEYS = 4096  # unwrapped keys kept in memory: a batch's worth, many times over
 IDS_PER_STATEMENT = 500  # below SQLite's bound on a statement's parameters
@@ -97,15 +106,32 @@ class KeyStore(Protocol):
     def get(self, ids: Iterable[str]) -> dict[str, bytes | None]:
         """Each id's key, or None when it was destroyed or never made; never creates one."""
 
-    def destroy(self, ids: Iterable[str]) -> int:
+    def destroy(self, ids: Iterable[str], *, held_only: bool = False) -> int:
         """Destroy the ids' keys, durably before it returns, and remember the ids as destroyed
-        (also those that had no key); returns how many keys it destroyed. Idempotent."""
+        (also those that had no key, unless ``held_only``: then KeyStoreUnusable, with nothing
+        destroyed, when an id was never held here, the sign of a wrong store); returns how
+        many keys it destroyed. Idempotent."""
+
+    def close(self) -> None:
+        """Release what the store holds open (its cached keys among it)."""
+
+    def check(self) -> None:
+        """KeyStoreUnusable unless the store can be written now."""
 
     def destroyed(self, ids: Iterable[str]) -> set[str]:
         """The ids whose keys were destroyed."""
 
-    def close(self) -> None:
-        """Release what the store holds open (its cached keys among it)."""
+
+class RotatingKeyStore(KeyStore, Protocol):
+    """A key store whose key-encryption key the scheduler rotates (``FileKeyStore``); a key
+    server's client (``purgekeeper.storage.key_client.HttpKeyStore``) is never due: its server
+    rotates."""
+
+    directory: Any  # where the keys are, for messages: a path, or a key server's URL
+
+    def rotation_due(self) -> bool: ...
+
+    def rotate(self) -> int: ...
 
 
 class FileKeyStore:
@@ -138,7 +164,7 @@ class FileKeyStore:
     # -- the interface ------------------------------------------------------------------
 
     def create(self, ids: Iterable[str]) -> dict[str, bytes]:
-        wanted = _checked(ids)
+        wanted = checked_ids(ids)
         with self._lock, self._unusable():
             with keystore_files.write(self._db) as db:
                 refused = self._destroyed_among(db, wanted)
@@ -154,7 +180,7 @@ class FileKeyStore:
         return {key_id: keys[key_id] for key_id in wanted}
 
     def get(self, ids: Iterable[str]) -> dict[str, bytes | None]:
-        wanted = _checked(ids)
+        wanted = checked_ids(ids)
         with self._lock, self._unusable():
             for attempt in range(1, READ_ATTEMPTS + 1):
                 try:
@@ -164,12 +190,14 @@ class FileKeyStore:
                         raise
         raise AssertionError("unreachable")
 
-    def destroy(self, ids: Iterable[str]) -> int:
-        wanted = _checked(ids)
+    def destroy(self, ids: Iterable[str], *, held_only: bool = False) -> int:
+        wanted = checked_ids(ids)
         now = time.time()
         with self._lock, self._unusable():
             with keystore_files.write(self._db) as db:
                 before = self._state(db).generation
+                if held_only:
+                    self._refuse_unknown(db, wanted)
                 gone = sum(
                     db.execute(f"DELETE FROM keys WHERE id IN ({_marks(chunk)})", chunk).rowcount
                     for chunk in _chunks(wanted)
@@ -177,18 +205,29 @@ class FileKeyStore:
                 db.executemany(
                     "INSERT OR IGNORE INTO destroyed (id, destroyed_at) VALUES (?, ?)", [(i, now) for i in wanted]
                 )
-                db.execute(
-                    "UPDATE state SET generation = generation + 1,"
-                    " destroyed_since_rotation = destroyed_since_rotation + ?",
-                    (gone,),
-                )
+                if gone:  # a destroy that found no key leaves every cache as true as it was
+                    db.execute(
+                        "UPDATE state SET generation = generation + 1,"
+                        " destroyed_since_rotation = destroyed_since_rotation + ?",
+                        (gone,),
+                    )
             for key_id in wanted:
                 self._cache.pop(key_id, None)
-            self._generation = before + 1  # reading ``before`` brought the cache up to it
+            self._generation = before + (1 if gone else 0)  # reading ``before`` brought the cache up to it
         return gone
 
+    def _refuse_unknown(self, db: sqlite3.Connection, wanted: list[str]) -> None:
+        held = {row[0] for row in self._rows(db, wanted)} | set(self._destroyed_among(db, wanted))
+        unknown = [key_id for key_id in wanted if key_id not in held]
+        if unknown:
+            raise keystore_files.FileUnusable(
+                self.directory,
+                f"never held {len(unknown)} of the keys asked to be destroyed: it is not the store "
+                "they were made in (a wrong checkpoint directory, an empty store in its place?)",
+            )
+
     def destroyed(self, ids: Iterable[str]) -> set[str]:
-        wanted = _checked(ids)
+        wanted = checked_ids(ids)
         with self._lock, self._unusable(), keystore_files.read(self._db) as db:
             return set(self._destroyed_among(db, wanted))
 
@@ -354,7 +393,7 @@ class FileKeyStore:
             raise KeyStoreUnusable(f"the key store {self.directory}: {keystore_files.reason(exc)}") from None
 
 
-def _checked(ids: Iterable[str]) -> list[str]:
+def checked_ids(ids: Iterable[str]) -> list[str]:  # the one rule for ids, a key server's too
     """The ids, each once, in their order; ValidationError for one that is not a short
     non-empty string."""
     wanted = list(dict.fromkeys(ids))

@@ -75,13 +75,52 @@ class KekMissing(FileUnusable):
     since the snapshot that named it was read, or lost."""
 
 
+# File systems SQLite's WAL does not work on (its index is shared memory, which a network file
+# system does not keep the same on two machines: https://www.sqlite.org/wal.html), by the type
+# /proc/self/mountinfo gives their mount.
+NETWORK_FILE_SYSTEMS = frozenset(
+    {"nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "9p", "afs", "ncpfs", "davfs"}
+)
+
+
 def prepare_directory(directory: Path) -> None:
-    """The directory, made 0700 when missing; FileUnusable when it is a symlink, not a
-    directory, or open to others."""
+    """The directory, made 0700 when missing (and its entry made durable); FileUnusable when
+    it is a symlink, not a directory, open to others, or on a network file system."""
     directory.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
+    try:
         os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    else:
+        fsync_directory(directory.parent)
     _check_private(directory, directory=True)
+    kind = file_system_type(directory)
+    if kind in NETWORK_FILE_SYSTEMS or kind.startswith("fuse."):
+        raise FileUnusable(
+            directory,
+            f"is on a {kind} file system, where SQLite's write-ahead log does not work: keep the key store on "
+            "a local disk, and let other machines reach it through `purgectl keys serve` (docs/guides/encryption.md)",
+        )
+
+
+def file_system_type(path: Path, mountinfo: str | None = None) -> str:
+    """The type of the file system ``path`` is on (the longest mount point above it in
+    ``mountinfo``, by default /proc/self/mountinfo's); "" where that cannot be read."""
+    try:
+        lines = (Path("/proc/self/mountinfo").read_text() if mountinfo is None else mountinfo).splitlines()
+    except OSError:
+        return ""
+    resolved, best, kind = str(path.resolve()), -1, ""
+    for line in lines:
+        fields, _, after = line.partition(" - ")
+        parts = fields.split()
+        if len(parts) < 5 or not after:
+            continue
+        mount = parts[4].replace("\\040", " ")
+        inside = resolved == mount or resolved.startswith(mount.rstrip("/") + "/")
+        if inside and len(mount) > best:
+            best, kind = len(mount), after.split()[0]
+    return kind
 
 
 def connect(directory: Path) -> sqlite3.Connection:

@@ -71,11 +71,20 @@ def sealed_size(plain_size: int) -> int:
     return HEADER_BYTES + plain_size + (plain_size // CHUNK + 1) * RECORD_OVERHEAD
 
 
-def open_sealed(raw: BinaryIO, key: bytes, *, bound_to: str) -> io.BufferedReader:
+def open_sealed(raw: BinaryIO, key: bytes, *, bound_to: str, check_first: bool = False) -> io.BufferedReader:
     """The plaintext of the sealed file ``raw``, as a binary file read forward (not seekable).
-    Each chunk is checked as it is reached. Closing it closes ``raw``. Nothing is read here:
-    a caller that must fail before it streams anything reads or peeks once first."""
-    return io.BufferedReader(_SealedReader(raw, key, bound_to), buffer_size=CHUNK)
+    Each chunk is checked as it is reached. Closing it closes ``raw``. Nothing is read here,
+    unless ``check_first``: then the first chunk is opened before it returns (SealedInvalid,
+    ``raw`` closed, when it does not open), in the raw reader, not peeked through the buffer,
+    which would make a whole ``read()`` copy the file again to join it."""
+    reader = _SealedReader(raw, key, bound_to)
+    if check_first:
+        try:
+            reader.open_first()
+        except BaseException:
+            reader.close()
+            raise
+    return io.BufferedReader(reader, buffer_size=CHUNK)
 
 
 def _records(cipher: AESGCM, header: bytes, bound: bytes, chunks: Iterator[Plaintext]) -> Iterator[bytes]:
@@ -135,6 +144,11 @@ class _SealedReader(io.RawIOBase):
 
     def readable(self) -> bool:
         return True
+
+    def open_first(self) -> None:
+        """Open the first chunk now (SealedInvalid when it does not open)."""
+        if self._index == 0:
+            self._next_chunk()
 
     def readinto(self, buffer: WriteableBuffer) -> int:
         if self._offset == len(self._chunk) and not self._ended:

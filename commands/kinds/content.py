@@ -296,7 +296,8 @@ def _names_opened(conn: Connection, report: PurgePreview, keys: ContentKeys) -> 
 def _name_of(opened: sealed_content.Opened, key_id: str | None, attachment: PreviewAttachment) -> str:
     if not opened.readable(key_id):
         return ""  # shredded: an old backup's row, before the ledger's merge fences it again
-    return opened.open(key_id, attachment.name, bound_to=sealed_content.name_bound(attachment.id)) or ""
+    ok, name = opened.opened(key_id, attachment.name, bound_to=sealed_content.name_bound(attachment.id))
+    return (name or "") if ok else ""  # damaged: logged, and shown as no name
 
 
 def _hashed_event(

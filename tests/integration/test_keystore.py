@@ -211,3 +211,57 @@ def test_reads_during_another_processs_rotation_always_find_their_keys(store: Fi
         out, _ = rotating.communicate(timeout=60)
     assert rotating.returncode == 0 and "rotated" in out
     assert store.get(list(expected)) == expected and keystore_files.kek_versions(directory) == {4}
+
+
+MOUNTINFO = """\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+40 22 0:35 / /srv/keys rw,relatime shared:20 - nfs4 server:/export rw,vers=4.2
+41 40 0:36 / /srv/keys/local\\040disk rw,relatime - ext4 /dev/sdb1 rw
+42 22 0:37 / /mnt/sshfs rw,nosuid - fuse.sshfs user@host:/ rw
+"""
+
+
+def test_the_file_system_under_a_path_is_its_longest_mount() -> None:
+    """Tried: mount points nested (an ext4 disk mounted inside an NFS mount, with a space in its
+    name), FUSE, and a path outside any of them but the root."""
+    kinds = {
+        p: keystore_files.file_system_type(Path(p), MOUNTINFO)
+        for p in (
+            "/srv/keys/db1.keys",
+            "/srv/keys/local disk/db1.keys",
+            "/mnt/sshfs/x",
+            "/var/lib/purgekeeper",
+        )
+    }
+    assert kinds == {
+        "/srv/keys/db1.keys": "nfs4",
+        "/srv/keys/local disk/db1.keys": "ext4",
+        "/mnt/sshfs/x": "fuse.sshfs",
+        "/var/lib/purgekeeper": "ext4",
+    }
+
+
+@pytest.mark.parametrize("kind", ["nfs4", "cifs", "fuse.sshfs"])
+def test_a_store_on_a_network_file_system_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """Tried: the store's directory on NFS, SMB and a FUSE mount, where SQLite's write-ahead
+    log is not shared between machines. Opening refuses, naming the file system, before the
+    store's database is made."""
+    monkeypatch.setattr(keystore_files, "file_system_type", lambda _path, _mountinfo=None: kind)
+    with pytest.raises(KeyStoreUnusable, match=kind):
+        FileKeyStore(tmp_path / "db1.keys")
+    assert not (tmp_path / "db1.keys" / keystore_files.DATABASE).exists()
+
+
+def test_destroying_a_key_the_store_never_held_is_refused_when_asked(store: FileKeyStore) -> None:
+    """Tried: ``held_only`` destructions (a purge's) of ids this store never made, beside one it
+    holds and one it destroyed: refused with nothing destroyed (the sign of a wrong store);
+    without ``held_only`` the unknown id is remembered as destroyed, as before."""
+    keys = store.create(["held", "gone"])
+    store.destroy(["gone"], held_only=True)
+    with pytest.raises(KeyStoreUnusable, match="never held 1"):
+        store.destroy(["held", "gone", "elsewhere"], held_only=True)
+    assert store.get(["held"]) == {"held": keys["held"]}
+    assert store.destroy(["held", "gone"], held_only=True) == 1
+    assert store.destroy(["elsewhere"]) == 0 and store.destroyed(["elsewhere"]) == {"elsewhere"}

@@ -5,16 +5,18 @@ does to a step, and what a read meets once a key is gone. Content is sealed at r
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 from typing import Any
 
 import pytest
-from sqlalchemy import insert
+from sqlalchemy import insert, text
 
 import purgekeeper
-from purgekeeper import EventScope
+from purgekeeper import EventScope, NewAttachment
 from purgekeeper.commands.acceptance import PLAIN_CONTENT_DISCLOSURE
-from purgekeeper.schema.errors import ContentPurged, InfrastructureError
+from purgekeeper.schema.errors import ContentPurged, InfrastructureError, NotFound
 from purgekeeper.schema.tables import events, placements
 from purgekeeper.storage import failpoints
 from purgekeeper.storage.keystore import KeyStoreUnusable
@@ -189,3 +191,61 @@ def test_content_written_before_sealing_is_read_plain_and_disclosed_until_purged
     assert run(pk, step_of(pk, accepted.purge_id, "bodies").id).status == "done"
     later = pk.preview_purge(EventScope(event_ids=(sealed.id,)))
     assert PLAIN_CONTENT_DISCLOSURE not in later.disclosures
+
+
+def test_keys_taken_for_writes_that_do_not_keep_them_are_destroyed(pk: Pk) -> None:
+    """Tried: a duplicate delivery (its event's key and its attachment's blob key unused), a
+    CAS twin (the staged blob's key unused) and an ingest that fails in its transaction (a
+    reuse of a blob that does not exist). Every key taken for them is destroyed, so nothing
+    they sealed into the WAL or a staged file can be opened; the keys rows name stay."""
+    pk.create_conversation("c1")
+    first = pk.ingest_event(
+        "c1", author="ada", body="once", provider_event_id="p-1", attachments=[NewAttachment.cas(b"same", name="a")]
+    )
+    again = pk.ingest_event(
+        "c1", author="ada", body="twice", provider_event_id="p-1", attachments=[NewAttachment.cas(b"x", name="b")]
+    )
+    assert again.id == first.id and again.body == "once"
+    twin = pk.ingest_event("c1", author="ada", body="twin", attachments=[NewAttachment.cas(b"same", name="c")])
+    assert twin.attachments[0].blob_id == first.attachments[0].blob_id
+    with pytest.raises(NotFound):
+        pk.ingest_event("c1", author="ada", body="fails", attachments=[NewAttachment.reuse("nope", name="d")])
+    # the duplicate's event and blob keys, the twin's blob key, the failure's event key
+    assert len(_store_rows(pk, "SELECT id FROM destroyed")) == 4
+    named = {str(r[0]) for r in rows(pk, "SELECT key_id FROM events UNION SELECT key_id FROM blobs")}
+    assert named.isdisjoint(_store_rows(pk, "SELECT id FROM destroyed")) and all(alive(pk, k) for k in named)
+
+
+def _store_rows(pk: Pk, sql: str) -> set[str]:
+    """Ids the key store's own tables hold, read directly (a test's view, as an attacker with
+    its files would read them)."""
+    with contextlib.closing(sqlite3.connect(pk.key_store.directory / "keys.db")) as db:
+        return {r[0] for r in db.execute(sql)}
+
+
+def test_one_damaged_or_lost_row_leaves_the_rest_of_a_read(
+    pk: Pk, open_pk: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Tried: in a conversation of three, one body damaged in place, and one event whose key
+    and blob key the store lost without destroying them (deleted from its table with no
+    tombstone: a key store restored from a backup older than the content). The read returns
+    the third and logs the other two at ERROR by id (never content); the lost attachment is
+    an InfrastructureError, not ContentPurged."""
+    pk.create_conversation("c1")
+    damaged = pk.ingest_event("c1", author="ada", body="to be damaged")
+    lost = pk.ingest_event("c1", author="ada", body="key lost", attachments=[NewAttachment.file(b"bytes", name="f")])
+    kept = pk.ingest_event("c1", author="ada", body="kept")
+    with pk.db.write() as conn:
+        conn.execute(text("UPDATE events SET body = 'pk1:AAAA' || substr(body, 9) WHERE id = :id"), {"id": damaged.id})
+    gone = [key_of(pk, "events", lost.id), key_of(pk, "blobs", lost.attachments[0].blob_id)]
+    pk.close()  # the store as a restore leaves it: these two keys never made, as far as it knows
+    with contextlib.closing(sqlite3.connect(pk.key_store.directory / "keys.db")) as db, db:
+        db.execute("DELETE FROM keys WHERE id IN (?, ?)", gone)
+    pk = open_pk()
+    with caplog.at_level("ERROR"):
+        assert [e.id for e in pk.read_conversation("c1")] == [kept.id]
+    messages = " ".join(r.getMessage() for r in caplog.records)
+    assert f"event:{damaged.id}:body" in messages and "1 item(s) of content cannot be opened" in messages
+    assert "to be damaged" not in messages
+    with pytest.raises(InfrastructureError, match="never destroyed"):
+        pk.open_attachment(lost.attachments[0].id)
