@@ -203,8 +203,9 @@ def bind(
     sealed_name: str,
 ) -> None:
     """Bind ``attachment`` to the event at ``position``: its blob (``_blob_for``) and the
-    attachment row ``attachment_id``, with its name as sealed under the event's key. ``used``
-    collects the staged blobs bound (the others are discarded)."""
+    attachment row ``attachment_id``, with its name as sealed under the event's key (which the
+    row names: ``insert_attachment`` copies the event's ``key_id``). ``used`` collects the
+    staged blobs bound (the others are discarded)."""
     blob_id = _blob_for(conn, attachment, blob, used)
     content_queries.insert_attachment(
         conn,

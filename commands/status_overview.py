@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
+from purgekeeper.commands import sealing_backfill
 from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.commands.purge_reads import stall_bound
 from purgekeeper.commands.receipts import LogState
@@ -58,11 +59,21 @@ class Snapshot:
     workers_alive: Mapping[str, int] = field(default_factory=dict)  # live processes by role, every role
     log: LogState = field(default_factory=LogState)  # the signed log's size and age, why its key fails
     key_store_problem: str | None = None  # why the key store cannot be written (no ingest seals, no purge shreds)
+    plain_content: Mapping[str, int] = field(default_factory=dict)  # rows written before sealing, by table (capped)
 
     @property
     def log_checkpoint_age(self) -> dt.timedelta | None:
         age = self.log.checkpoint_age
         return None if age is None else dt.timedelta(seconds=age)
+
+    @property
+    def plain_summary(self) -> str:
+        """What is left in plain text, as ``events 3, blobs 10000+``; "" when nothing is."""
+        return ", ".join(
+            f"{table} {min(count, 10_000)}{'+' if count > 10_000 else ''}"
+            for table, count in sorted(self.plain_content.items())
+            if count
+        )
 
     @property
     def messaging_available(self) -> bool:
@@ -124,6 +135,7 @@ def snapshot(pk: Purgekeeper, check: LedgerCheck | None = None) -> Snapshot:
         workers_alive=present.alive,
         log=pk.receipts.log_state(),  # a read of the key, a stat of the checkpoint: no walk
         key_store_problem=key_store_problem(pk),
+        plain_content=sealing_backfill.content_left(pk.db),
     )
 
 

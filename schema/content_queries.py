@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import importlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -288,9 +288,17 @@ def insert_blob(
 def insert_attachment(
     conn: Connection, *, attachment_id: str, event_id: str, blob_id: str, binding: str, name: str, position: int
 ) -> None:
+    """Bind the blob to the event; ``name`` is sealed under the event's key, which the row
+    names (``key_id``, 0020) from the event's row in the same statement."""
     conn.execute(
         insert(attachments).values(
-            id=attachment_id, event_id=event_id, blob_id=blob_id, binding=binding, name=name, position=position
+            id=attachment_id,
+            event_id=event_id,
+            blob_id=blob_id,
+            binding=binding,
+            name=name,
+            position=position,
+            key_id=select(events.c.key_id).where(events.c.id == event_id).scalar_subquery(),
         )
     )
 
@@ -339,6 +347,16 @@ def holds_plain_content(conn: Connection) -> bool:
     """Whether content written before sealing is left (not sealed, nor purged): one probe
     of each ``ix_<table>_plain`` partial index."""
     return bool(conn.scalar(_PLAIN_CONTENT))
+
+
+def named_keys(conn: Connection, rows: Mapping[Table, Sequence[str]]) -> set[str]:
+    """The key ids that these rows (ids by table: each table's primary key is ``id``) name."""
+    return {
+        key_id
+        for table, ids in rows.items()
+        if ids
+        for key_id in conn.scalars(select(table.c.key_id).where(table.c.id.in_(list(ids)), table.c.key_id.is_not(None)))
+    }
 
 
 def holds_sealed_content(conn: Connection) -> bool:

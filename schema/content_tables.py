@@ -169,6 +169,7 @@ attachments = Table(
     Column("name", Text),  # NULLed by the bodies step of a purge: a name is content (0006)
     Column("position", Integer, nullable=False, server_default="0"),
     created_at_column(),
+    Column("key_id", String(64)),  # the key that seals the name: its event's (0020)
     Index("ix_attachments_event_id", "event_id"),
     Index("ix_attachments_blob_id", "blob_id"),
     enum_check("binding", BINDINGS, "binding"),
@@ -209,4 +210,5 @@ PLAIN_CONTENT = {
     runs: "key_id IS NULL AND output IS NOT NULL",
     derivatives: "key_id IS NULL AND payload IS NOT NULL",
     blobs: "key_id IS NULL AND state <> 'deleted'",
+    attachments: "key_id IS NULL AND name IS NOT NULL",  # (0020)
 }

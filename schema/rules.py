@@ -356,8 +356,42 @@ RULES: tuple[Rule, ...] = (
         "legal_hold_preserves",
         "while a hold is in force, live content it covers is not removed or overwritten, by any writer",
         # PostgreSQL asks a deleted placement's hold in its statement trigger (0014)
-        postgresql=(*(name for name in _HELD if name != "pk_placements_held_delete"), "pk_placements_after_delete"),
-        sqlite=(*_HELD, "pk_events_held_replace"),
+        # and a sealing of held content is refused where a key is set (0020)
+        postgresql=(
+            *(name for name in _HELD if name != "pk_placements_held_delete"),
+            "pk_placements_after_delete",
+            "pk_events_before_update",
+        ),
+        sqlite=(*_HELD, "pk_events_held_replace", "pk_events_sealing"),
+    ),
+    Rule(
+        "sealing",
+        "a row's key is set once: at insert, at a run's finish, or by sealing live plain content no hold covers "
+        "(content to pk1:, nothing else changed, no version bump); it never changes",
+        postgresql=(
+            "pk_events_before_update",
+            "pk_events_after_update",
+            "pk_runs_before_update",
+            "pk_runs_after_write",
+            "pk_admissions_before_write",
+            "pk_derivatives_before_write",
+            "pk_derivatives_after_write",
+            "pk_attachments_before_write",
+        ),
+        sqlite=(
+            "pk_events_sealing",
+            "pk_events_before_content_update",
+            "pk_events_after_update",
+            "pk_runs_sealing",
+            "pk_runs_after_update",
+            "pk_admissions_sealing",
+            "pk_admissions_before_update",
+            "pk_derivatives_sealing",
+            "pk_derivatives_before_content_update",
+            "pk_derivatives_after_update",
+            "pk_attachments_sealing",
+            "pk_attachments_before_update",
+        ),
     ),
     Rule(
         "canonical_times",

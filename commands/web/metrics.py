@@ -41,6 +41,7 @@ costs the same with 100,000 retention runs as with 10 (``bench/scrape.py``). The
     witness_refusing{witness}            gauge      1 while the witness refuses the log's checkpoint, else 0
     witness_reachable{witness}           gauge      0 when the last round could not ask the witness, else 1
     key_store_usable                     gauge      1 when the key store that seals content can be written
+    plain_content_rows{table}            gauge      rows written before encryption at rest, still plain (up to 10,001)
     retention_policies                   gauge      standing retention policies
     retention_runs_total                 counter    retention runs accepted (ledger rows)
     retention_expired_events_total       counter    events the retention runs' bodies steps expired
@@ -149,6 +150,14 @@ class PurgekeeperCollector(Collector):
             int(snap.checkpoint_problem is None),
         )
         yield from self._log(snap)
+        plain = GaugeMetricFamily(
+            PREFIX + "plain_content_rows",
+            "Rows written before encryption at rest, still in plain text, by table (counted up to 10,001).",
+            labels=["table"],
+        )
+        for table, count in sorted(snap.plain_content.items()):
+            plain.add_metric([table], count)
+        yield plain
         yield _gauge(
             "key_store_usable",
             "1 when the key store that seals content can be written (no ingest seals, no purge shreds while 0).",

@@ -1,5 +1,5 @@
 -- purgekeeper: every function and trigger the PostgreSQL migrations install, as they stand at
--- the newest revision (0018). Reviewed source, not a migration: the migrations (schema/sql/
+-- the newest revision (0020). Reviewed source, not a migration: the migrations (schema/sql/
 -- postgresql/NNNN_*.sql) install it, this file says in one place what they have installed.
 -- tests/integration/test_current_sql.py fails when the two disagree; schema/rules.py names
 -- the rule each trigger enforces. Statements are separated by lines reading "-- ;;".
@@ -273,6 +273,16 @@ BEGIN
     RAISE EXCEPTION 'purgekeeper:legal_hold: a legal hold covers %; it stays until the hold is released', what;
 END $$;
 -- ;;
+CREATE FUNCTION pk_sealed_value(old_value text, new_value text) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$
+    -- A plain value replaced by a sealed one (storage.sealing's 'pk1:' form).
+    SELECT COALESCE(old_value IS NOT NULL AND new_value <> old_value AND substr(new_value, 1, 4) = 'pk1:', false);
+$$;
+-- ;;
+CREATE FUNCTION pk_refuse_key_change(what text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'purgekeeper:invalid_change: %: a key (key_id) is set once, by sealing the plain content written before it (the content replaced by a pk1: value, nothing else changed), and never changes', what;
+END $$;
+-- ;;
 -- ================================================================================================
 -- helpers
 -- Ledger-bound bookkeeping: retention and hold state is written only with the ledger row that records it.
@@ -461,16 +471,21 @@ CREATE TRIGGER pk_conversations_no_truncate BEFORE TRUNCATE ON conversations FOR
 -- nothing by an erased or closed author is written; the content of an event that is not live is
 -- never written again; an erased event's author and time never change; the row is never deleted;
 -- held content is not overwritten; a change of content bumps its conversations' versions.
+-- Its key is set once (0020): at insert, or by the sealing of its plain body (or, without a body, for
+-- its attachments' names), nothing else changed, on a live event no hold covers; a sealing bumps nothing.
 -- ================================================================================================
 CREATE FUNCTION pk_events_after_update() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    -- Statement level: one version bump per conversation, however many rows changed.
+    -- Statement level: one version bump per conversation, however many rows changed. A
+    -- sealing (a key set: pk_events_before_update lets nothing else change with it) changes
+    -- nothing a reader gets, and bumps nothing.
     PERFORM pk_bump_versions(ARRAY(
         SELECT DISTINCT p.conversation_id
           FROM new_rows n
           JOIN old_rows o ON o.id = n.id
           JOIN placements p ON p.event_id = n.id
-         WHERE (n.body, n.author, n.occurred_at) IS DISTINCT FROM (o.body, o.author, o.occurred_at)));
+         WHERE (n.body, n.author, n.occurred_at) IS DISTINCT FROM (o.body, o.author, o.occurred_at)
+           AND NOT (o.key_id IS NULL AND n.key_id IS NOT NULL)));
     RETURN NULL;
 END $$;
 -- ;;
@@ -510,6 +525,22 @@ BEGIN
     IF NEW.id <> OLD.id OR NEW.provider_event_id IS DISTINCT FROM OLD.provider_event_id THEN
         RAISE EXCEPTION 'purgekeeper:invalid_change: an event id and provider_event_id never change';
     END IF;
+    IF NEW.key_id IS DISTINCT FROM OLD.key_id THEN
+        -- The sealing of an event written before 0019: its key, and its plain body sealed (or
+        -- none, for an event without a body), nothing else; live, and no hold covers it.
+        IF OLD.key_id IS NOT NULL OR NEW.key_id IS NULL
+           OR NOT (pk_sealed_value(OLD.body, NEW.body) OR (OLD.body IS NULL AND NEW.body IS NULL))
+           OR NEW.author <> OLD.author OR NEW.occurred_at <> OLD.occurred_at OR NEW.created_at <> OLD.created_at THEN
+            PERFORM pk_refuse_key_change(format('event %s', OLD.id));
+        END IF;
+        PERFORM pk_lock_for_write(NULL, OLD.id, false);  -- a deleted channel's history may be sealed
+        IF pk_holds_in_force() THEN  -- then a new statement: a snapshot after the lock
+            IF pk_event_held(OLD.id) THEN
+                PERFORM pk_refuse_held(format('event %s: it is sealed once the hold is released', OLD.id));
+            END IF;
+        END IF;
+        RETURN NEW;
+    END IF;
     IF NEW.body IS NULL AND NEW.author = OLD.author AND NEW.occurred_at = OLD.occurred_at
        AND NEW.created_at = OLD.created_at THEN
         RETURN NEW;  -- the purge's own cleanup: content set to NULL
@@ -541,7 +572,7 @@ END $$;
 CREATE TRIGGER pk_events_before_update BEFORE UPDATE ON events
 FOR EACH ROW WHEN (NEW.id <> OLD.id OR NEW.provider_event_id IS DISTINCT FROM OLD.provider_event_id
                    OR NEW.body IS NOT NULL OR NEW.author <> OLD.author OR NEW.occurred_at <> OLD.occurred_at
-                   OR NEW.created_at <> OLD.created_at)
+                   OR NEW.created_at <> OLD.created_at OR NEW.key_id IS DISTINCT FROM OLD.key_id)
 EXECUTE FUNCTION pk_events_before_update();
 -- ;;
 CREATE FUNCTION pk_events_held_author() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -674,9 +705,14 @@ CREATE TRIGGER pk_placements_no_truncate BEFORE TRUNCATE ON placements FOR EACH 
 -- A run starts only in a live conversation with a bot that is not deleted; its id, conversation
 -- and bot never change and a terminal status is final; its output stays NULL once its conversation
 -- is purged or an event it admitted is not live; held output is kept; changes bump the version.
+-- Its key is set once (0020): with its sealed output at its finish, or by the sealing of a finished
+-- run's plain output, nothing else changed (no hold, admitted events live); a sealing bumps nothing.
 -- ================================================================================================
 CREATE FUNCTION pk_runs_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.key_id IS NULL AND NEW.key_id IS NOT NULL AND NEW.status = OLD.status THEN
+        RETURN NULL;  -- a sealing of the output (pk_runs_before_update): nothing a reader gets changes
+    END IF;
     PERFORM pk_bump_versions(ARRAY[NEW.conversation_id]);
     RETURN NULL;
 END $$;
@@ -700,6 +736,17 @@ DECLARE
 BEGIN
     IF NEW.id <> OLD.id OR NEW.conversation_id <> OLD.conversation_id OR NEW.bot_id <> OLD.bot_id THEN
         RAISE EXCEPTION 'purgekeeper:invalid_change: a run id, conversation and bot never change';
+    END IF;
+    -- A run's key is set with its sealed output: when it finishes (its status moves), or when
+    -- the output of a finished run written before 0019 is sealed, nothing else changed.
+    IF NEW.key_id IS DISTINCT FROM OLD.key_id
+       AND (OLD.key_id IS NOT NULL OR NEW.key_id IS NULL OR substr(NEW.output, 1, 4) IS DISTINCT FROM 'pk1:'
+            OR (NEW.status = OLD.status
+                AND NOT (pk_sealed_value(OLD.output, NEW.output)
+                         AND OLD.status IN ('succeeded', 'failed', 'cancelled', 'abandoned')
+                         AND NEW.finished_at IS NOT DISTINCT FROM OLD.finished_at
+                         AND NEW.created_at = OLD.created_at))) THEN
+        PERFORM pk_refuse_key_change(format('run %s', OLD.id));
     END IF;
     IF OLD.status IN ('succeeded', 'failed', 'cancelled', 'abandoned') AND NEW.status <> OLD.status THEN
         RAISE EXCEPTION 'purgekeeper:invalid_change: run % is already terminal', OLD.id;
@@ -751,6 +798,8 @@ CREATE TRIGGER pk_runs_no_truncate BEFORE TRUNCATE ON runs FOR EACH STATEMENT EX
 -- An admission is written only for a live event, in a run of a live conversation; it never
 -- changes but for its payload being NULLed; it is not deleted while its event's purge stands, nor
 -- while held.
+-- Its key is set once (0020): at insert, or by the sealing of its plain payload, nothing else
+-- changed, of a live event in a conversation not purged, no hold covering it.
 -- ================================================================================================
 CREATE FUNCTION pk_admissions_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -785,11 +834,27 @@ CREATE FUNCTION pk_admissions_before_write() RETURNS trigger LANGUAGE plpgsql AS
 DECLARE
     run_conv text;
     run_bot text;
+    fixed boolean;
 BEGIN
     IF TG_OP = 'UPDATE' THEN
-        IF NEW.payload IS NULL AND NEW.id = OLD.id AND NEW.event_id = OLD.event_id
-           AND NEW.run_id = OLD.run_id THEN
+        fixed := NEW.id = OLD.id AND NEW.event_id = OLD.event_id AND NEW.run_id = OLD.run_id;
+        IF fixed AND NEW.payload IS NULL AND NEW.key_id IS NOT DISTINCT FROM OLD.key_id THEN
             RETURN NEW;  -- the purge's own cleanup
+        END IF;
+        IF fixed AND NEW.created_at = OLD.created_at AND OLD.key_id IS NULL AND NEW.key_id IS NOT NULL
+           AND pk_sealed_value(OLD.payload, NEW.payload) THEN
+            -- The sealing of a payload written before 0019: of a live event, in a run whose
+            -- conversation is not purged.
+            SELECT conversation_id INTO run_conv FROM runs WHERE id = NEW.run_id;
+            PERFORM pk_lock_for_write(NULL, NEW.event_id, false);
+            PERFORM 1 FROM conversations WHERE id = run_conv FOR NO KEY UPDATE;
+            IF EXISTS (SELECT 1 FROM conversations WHERE id = run_conv AND state = 'purged') THEN
+                RAISE EXCEPTION 'purgekeeper:conversation_purged: conversation % is purged', run_conv;
+            END IF;
+            RETURN NEW;
+        END IF;
+        IF NEW.key_id IS DISTINCT FROM OLD.key_id THEN
+            PERFORM pk_refuse_key_change(format('the admission %s', OLD.id));
         END IF;
         RAISE EXCEPTION 'purgekeeper:invalid_change: an admission receipt never changes';
     END IF;
@@ -830,9 +895,14 @@ CREATE TRIGGER pk_admissions_no_truncate BEFORE TRUNCATE ON admissions FOR EACH 
 -- A derivative is written only in a live conversation; its id and conversation never change; its
 -- payload stays NULL while an event it comes from is not live; held payloads and rows are kept;
 -- changes bump the version.
+-- Its key is set once (0020): at insert, or by the sealing of its plain payload, nothing else changed,
+-- in a conversation not purged, its events live, no hold covering it; a sealing bumps nothing.
 -- ================================================================================================
 CREATE FUNCTION pk_derivatives_after_write() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF TG_OP = 'UPDATE' AND OLD.key_id IS NULL AND NEW.key_id IS NOT NULL THEN
+        RETURN NULL;  -- a sealing of the payload (pk_derivatives_before_write): nothing a reader gets changes
+    END IF;
     PERFORM pk_bump_versions(ARRAY[NEW.conversation_id]);
     RETURN NULL;
 END $$;
@@ -844,16 +914,30 @@ CREATE FUNCTION pk_derivatives_before_write() RETURNS trigger LANGUAGE plpgsql A
 DECLARE
     source text;
 BEGIN
-    IF TG_OP = 'UPDATE' THEN
-        IF NEW.id <> OLD.id OR NEW.conversation_id <> OLD.conversation_id THEN
-            RAISE EXCEPTION 'purgekeeper:invalid_change: a derivative id and conversation never change';
-        END IF;
-        IF NEW.payload IS NULL AND NEW.kind = OLD.kind THEN
-            RETURN NEW;  -- the purge's own cleanup
-        END IF;
+    IF TG_OP = 'INSERT' THEN
+        PERFORM pk_lock_for_write(NEW.conversation_id, NULL, false);
+        RETURN NEW;
     END IF;
-    PERFORM pk_lock_for_write(NEW.conversation_id, NULL, false);
-    IF TG_OP = 'UPDATE' AND NEW.payload IS NOT NULL THEN
+    IF NEW.id <> OLD.id OR NEW.conversation_id <> OLD.conversation_id THEN
+        RAISE EXCEPTION 'purgekeeper:invalid_change: a derivative id and conversation never change';
+    END IF;
+    IF NEW.key_id IS DISTINCT FROM OLD.key_id THEN
+        -- The sealing of a payload written before 0019, nothing else changed, in a
+        -- conversation that is not purged (a deleted channel's may be sealed).
+        IF OLD.key_id IS NOT NULL OR NEW.key_id IS NULL OR NOT pk_sealed_value(OLD.payload, NEW.payload)
+           OR NEW.kind <> OLD.kind OR NEW.created_at <> OLD.created_at THEN
+            PERFORM pk_refuse_key_change(format('derivative %s', OLD.id));
+        END IF;
+        PERFORM 1 FROM conversations WHERE id = OLD.conversation_id FOR NO KEY UPDATE;
+        IF EXISTS (SELECT 1 FROM conversations WHERE id = OLD.conversation_id AND state = 'purged') THEN
+            RAISE EXCEPTION 'purgekeeper:conversation_purged: conversation % is purged', OLD.conversation_id;
+        END IF;
+    ELSIF NEW.payload IS NULL AND NEW.kind = OLD.kind THEN
+        RETURN NEW;  -- the purge's own cleanup
+    ELSE
+        PERFORM pk_lock_for_write(NEW.conversation_id, NULL, false);
+    END IF;
+    IF NEW.payload IS NOT NULL THEN
         source := pk_first_unlive_event(ARRAY(SELECT event_id FROM derivative_sources WHERE derivative_id = NEW.id));
         IF source IS NOT NULL THEN
             RAISE EXCEPTION 'purgekeeper:content_purged: derivative % comes from event %, which is purged or no longer live; its payload stays NULL', NEW.id, source;
@@ -946,6 +1030,8 @@ CREATE TRIGGER pk_derivative_sources_no_truncate BEFORE TRUNCATE ON derivative_s
 -- An attachment binds a live event to a present blob, and a blob that holds purged content is
 -- bound to nothing new; only its name changes (the bodies step NULLs it); the row stays until the
 -- purge's cleanup has deleted the bytes; a held attachment keeps its name and row.
+-- Its key is its event's, set once (0020): at insert, or by the sealing of its plain name under the
+-- event's key, nothing else changed, of a live event no hold covers.
 -- ================================================================================================
 CREATE FUNCTION pk_attachments_after_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -978,11 +1064,22 @@ FOR EACH STATEMENT EXECUTE FUNCTION pk_attachments_after_insert();
 CREATE FUNCTION pk_attachments_before_write() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     blob_state text;
+    fixed boolean;
 BEGIN
     IF TG_OP = 'UPDATE' THEN
-        IF NEW.name IS NULL AND NEW.id = OLD.id AND NEW.event_id = OLD.event_id AND NEW.blob_id = OLD.blob_id
-           AND NEW.binding = OLD.binding AND NEW.position = OLD.position AND NEW.created_at = OLD.created_at THEN
+        fixed := NEW.id = OLD.id AND NEW.event_id = OLD.event_id AND NEW.blob_id = OLD.blob_id
+                 AND NEW.binding = OLD.binding AND NEW.position = OLD.position AND NEW.created_at = OLD.created_at;
+        IF fixed AND NEW.name IS NULL AND NEW.key_id IS NOT DISTINCT FROM OLD.key_id THEN
             RETURN NEW;  -- the purge's own cleanup: an attachment's name is content
+        END IF;
+        IF fixed AND OLD.key_id IS NULL AND pk_sealed_value(OLD.name, NEW.name)
+           AND NEW.key_id = (SELECT key_id FROM events WHERE id = OLD.event_id) THEN
+            -- The sealing of a name written before 0019, under its event's key, of a live event.
+            PERFORM pk_lock_for_write(NULL, OLD.event_id, false);
+            RETURN NEW;
+        END IF;
+        IF NEW.key_id IS DISTINCT FROM OLD.key_id THEN
+            PERFORM pk_refuse_key_change(format('attachment %s (its key is its event''s)', OLD.id));
         END IF;
         RAISE EXCEPTION 'purgekeeper:invalid_change: an attachment never changes';
     END IF;
@@ -1000,6 +1097,7 @@ BEGIN
     END IF;
     RETURN NEW;
 END $$;
+
 -- ;;
 CREATE TRIGGER pk_attachments_before_write BEFORE INSERT OR UPDATE ON attachments
 FOR EACH ROW EXECUTE FUNCTION pk_attachments_before_write();

@@ -1,5 +1,5 @@
 -- purgekeeper: every trigger and view the SQLite migrations install, as they stand at the
--- newest revision (0018). Reviewed source, not a migration: the migrations (schema/sql/sqlite/
+-- newest revision (0020). Reviewed source, not a migration: the migrations (schema/sql/sqlite/
 -- NNNN_*.sql) install it, this file says in one place what they have installed.
 -- tests/integration/test_current_sql.py fails when the two disagree; schema/rules.py names
 -- the rule each trigger enforces. Statements are separated by lines reading "-- ;;".
@@ -91,17 +91,12 @@ END;
 -- held content is not overwritten; a change of content bumps its conversations' versions.
 -- SQLite: times are written as the library writes them (canonical times), and REPLACE (which
 -- deletes the row it conflicts with without its DELETE triggers) cannot write over a held event.
+-- Its key is set once (0020): at insert, or by the sealing of its plain body (or, without a body, for
+-- its attachments' names), nothing else changed, on a live event no hold covers; a sealing bumps nothing.
 -- ================================================================================================
 CREATE TRIGGER pk_events_before_update BEFORE UPDATE ON events
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an event id and provider_event_id never change') WHERE NEW.id <> OLD.id OR NEW.provider_event_id IS NOT OLD.provider_event_id;
-END;
--- ;;
-CREATE TRIGGER pk_events_after_update AFTER UPDATE ON events
-WHEN NEW.body IS NOT OLD.body OR NEW.author IS NOT OLD.author OR NEW.occurred_at IS NOT OLD.occurred_at
-BEGIN
-    UPDATE conversations SET version = version + 1
-     WHERE state = 'active' AND id IN (SELECT conversation_id FROM placements WHERE event_id = NEW.id);
 END;
 -- ;;
 CREATE TRIGGER pk_events_never_deleted BEFORE DELETE ON events
@@ -124,8 +119,30 @@ BEGIN
                     WHERE a.author = NEW.author AND (a.close_author OR a.window_end > NEW.occurred_at));
 END;
 -- ;;
+CREATE TRIGGER pk_events_held_replace BEFORE INSERT ON events
+WHEN EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
+ AND EXISTS (SELECT 1 FROM events WHERE id = NEW.id)
+BEGIN
+    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the event; it is not written over until the hold is released')
+     WHERE EXISTS (SELECT 1 FROM pk_held_events h JOIN events e ON e.id = h.event_id
+                    WHERE h.event_id = NEW.id
+                      AND (NEW.body IS NOT e.body OR NEW.author IS NOT e.author OR NEW.occurred_at IS NOT e.occurred_at));
+END;
+-- ;;
+CREATE TRIGGER pk_events_canonical_times BEFORE INSERT ON events
+WHEN EXISTS (SELECT 1 FROM (SELECT NEW.occurred_at AS t UNION ALL SELECT NEW.created_at)
+              WHERE t IS NOT NULL
+                AND NOT (typeof(t) = 'text'
+                         AND (t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
+                              OR t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]')
+                         AND t >= '0001-01-01' AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
+BEGIN
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an event''s times are UTC, written YYYY-MM-DD HH:MM:SS.ffffff');
+END;
+-- ;;
 CREATE TRIGGER pk_events_before_content_update BEFORE UPDATE ON events
 WHEN NOT (NEW.body IS NULL AND NEW.author = OLD.author AND NEW.occurred_at = OLD.occurred_at AND NEW.created_at = OLD.created_at)
+ AND NOT (OLD.key_id IS NULL AND NEW.key_id IS NOT NULL)  -- a sealing: pk_events_sealing judges it
 BEGIN
     -- An erased event cannot leave its window, and no event moves into one (nor, by a change
     -- of author, to an author who is closed).
@@ -166,27 +183,6 @@ BEGIN
      WHERE EXISTS (SELECT 1 FROM pk_held_events WHERE event_id = OLD.id);
 END;
 -- ;;
-CREATE TRIGGER pk_events_held_replace BEFORE INSERT ON events
-WHEN EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
- AND EXISTS (SELECT 1 FROM events WHERE id = NEW.id)
-BEGIN
-    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the event; it is not written over until the hold is released')
-     WHERE EXISTS (SELECT 1 FROM pk_held_events h JOIN events e ON e.id = h.event_id
-                    WHERE h.event_id = NEW.id
-                      AND (NEW.body IS NOT e.body OR NEW.author IS NOT e.author OR NEW.occurred_at IS NOT e.occurred_at));
-END;
--- ;;
-CREATE TRIGGER pk_events_canonical_times BEFORE INSERT ON events
-WHEN EXISTS (SELECT 1 FROM (SELECT NEW.occurred_at AS t UNION ALL SELECT NEW.created_at)
-              WHERE t IS NOT NULL
-                AND NOT (typeof(t) = 'text'
-                         AND (t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9]'
-                              OR t GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]')
-                         AND t >= '0001-01-01' AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
-BEGIN
-    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an event''s times are UTC, written YYYY-MM-DD HH:MM:SS.ffffff');
-END;
--- ;;
 CREATE TRIGGER pk_events_canonical_times_update BEFORE UPDATE OF occurred_at, created_at ON events
 WHEN EXISTS (SELECT 1 FROM (SELECT NEW.occurred_at AS t WHERE NEW.occurred_at IS NOT OLD.occurred_at
                             UNION ALL SELECT NEW.created_at WHERE NEW.created_at IS NOT OLD.created_at)
@@ -197,6 +193,32 @@ WHEN EXISTS (SELECT 1 FROM (SELECT NEW.occurred_at AS t WHERE NEW.occurred_at IS
                          AND t >= '0001-01-01' AND datetime(substr(t, 1, 19), '+0 seconds') IS substr(t, 1, 19)))
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an event''s times are UTC, written YYYY-MM-DD HH:MM:SS.ffffff');
+END;
+-- ;;
+CREATE TRIGGER pk_events_after_update AFTER UPDATE ON events
+WHEN (NEW.body IS NOT OLD.body OR NEW.author IS NOT OLD.author OR NEW.occurred_at IS NOT OLD.occurred_at)
+ AND NOT (OLD.key_id IS NULL AND NEW.key_id IS NOT NULL)  -- a sealing: nothing a reader gets changes
+BEGIN
+    UPDATE conversations SET version = version + 1
+     WHERE state = 'active' AND id IN (SELECT conversation_id FROM placements WHERE event_id = NEW.id);
+END;
+-- ;;
+CREATE TRIGGER pk_events_sealing BEFORE UPDATE OF key_id ON events
+WHEN NEW.key_id IS NOT OLD.key_id
+BEGIN
+    -- The sealing of an event written before 0019: its key, and its plain body sealed (or none,
+    -- for an event without a body), nothing else; live (a deleted channel's history may be
+    -- sealed), and no hold covers it.
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an event''s key (key_id) is set once, by sealing the plain content written before it (the content replaced by a pk1: value, nothing else changed), and never changes')
+     WHERE OLD.key_id IS NOT NULL OR NEW.key_id IS NULL
+        OR NEW.author IS NOT OLD.author OR NEW.occurred_at IS NOT OLD.occurred_at OR NEW.created_at IS NOT OLD.created_at
+        OR NOT ((OLD.body IS NULL AND NEW.body IS NULL)
+                OR (OLD.body IS NOT NULL AND NEW.body IS NOT OLD.body AND substr(NEW.body, 1, 4) IS 'pk1:'));
+    SELECT RAISE(ABORT, 'purgekeeper:content_purged: the event is purged or no longer live')
+     WHERE NOT EXISTS (SELECT 1 FROM pk_live_events WHERE event_id = OLD.id);
+    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the event; it is sealed once the hold is released')
+     WHERE EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)
+       AND EXISTS (SELECT 1 FROM pk_held_events WHERE event_id = OLD.id);
 END;
 -- ;;
 -- ================================================================================================
@@ -288,6 +310,8 @@ END;
 -- A run starts only in a live conversation with a bot that is not deleted; its id, conversation
 -- and bot never change and a terminal status is final; its output stays NULL once its conversation
 -- is purged or an event it admitted is not live; held output is kept; changes bump the version.
+-- Its key is set once (0020): with its sealed output at its finish, or by the sealing of a finished
+-- run's plain output, nothing else changed (no hold, admitted events live); a sealing bumps nothing.
 -- ================================================================================================
 CREATE TRIGGER pk_runs_before_insert BEFORE INSERT ON runs
 BEGIN
@@ -302,12 +326,6 @@ BEGIN
 END;
 -- ;;
 CREATE TRIGGER pk_runs_after_insert AFTER INSERT ON runs
-BEGIN
-    UPDATE conversations SET version = version + 1
-     WHERE state = 'active' AND id IN (NEW.conversation_id);
-END;
--- ;;
-CREATE TRIGGER pk_runs_after_update AFTER UPDATE ON runs
 BEGIN
     UPDATE conversations SET version = version + 1
      WHERE state = 'active' AND id IN (NEW.conversation_id);
@@ -353,17 +371,35 @@ BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the run''s conversation or what it admitted; the run stays until the hold is released');
 END;
 -- ;;
+CREATE TRIGGER pk_runs_after_update AFTER UPDATE ON runs
+WHEN NOT (OLD.key_id IS NULL AND NEW.key_id IS NOT NULL AND NEW.status = OLD.status)  -- a sealing of the output
+BEGIN
+    UPDATE conversations SET version = version + 1
+     WHERE state = 'active' AND id IN (NEW.conversation_id);
+END;
+-- ;;
+CREATE TRIGGER pk_runs_sealing BEFORE UPDATE OF key_id ON runs
+WHEN NEW.key_id IS NOT OLD.key_id
+BEGIN
+    -- A run's key is set with its sealed output: when it finishes (its status moves), or when
+    -- the output of a finished run written before 0019 is sealed, nothing else changed. Whether
+    -- the output may be written at all is pk_runs_before_update's and pk_runs_held_content's.
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a run''s key (key_id) is set once, with its sealed output: when the run finishes, or by sealing the plain output of a finished run written before it (nothing else changed); it never changes')
+     WHERE OLD.key_id IS NOT NULL OR NEW.key_id IS NULL OR substr(NEW.output, 1, 4) IS NOT 'pk1:'
+        OR (NEW.status = OLD.status
+            AND NOT (OLD.output IS NOT NULL AND NEW.output IS NOT OLD.output
+                     AND OLD.status IN ('succeeded', 'failed', 'cancelled', 'abandoned')
+                     AND NEW.finished_at IS OLD.finished_at AND NEW.created_at IS OLD.created_at));
+END;
+-- ;;
 -- ================================================================================================
 -- admissions
 -- An admission is written only for a live event, in a run of a live conversation; it never
 -- changes but for its payload being NULLed; it is not deleted while its event's purge stands, nor
 -- while held.
+-- Its key is set once (0020): at insert, or by the sealing of its plain payload, nothing else
+-- changed, of a live event in a conversation not purged, no hold covering it.
 -- ================================================================================================
-CREATE TRIGGER pk_admissions_before_update BEFORE UPDATE ON admissions
-BEGIN
-    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an admission receipt never changes') WHERE NOT (NEW.payload IS NULL AND NEW.id = OLD.id AND NEW.event_id = OLD.event_id AND NEW.run_id = OLD.run_id);
-END;
--- ;;
 CREATE TRIGGER pk_admissions_after_insert AFTER INSERT ON admissions
 BEGIN
     UPDATE conversations SET version = version + 1
@@ -398,18 +434,6 @@ BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:content_purged: the admission stays: its event is purged or no longer live');
 END;
 -- ;;
-CREATE TRIGGER pk_admissions_held_content BEFORE UPDATE OF payload ON admissions
-WHEN OLD.payload IS NOT NULL AND NEW.payload IS NOT OLD.payload
- AND EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
- AND EXISTS (SELECT 1 FROM pk_live_events WHERE event_id = OLD.event_id)
- AND EXISTS (SELECT 1 FROM runs r JOIN conversations c ON c.id = r.conversation_id
-              WHERE r.id = OLD.run_id AND c.state <> 'purged'
-                AND (EXISTS (SELECT 1 FROM pk_held_subjects WHERE kind = 'conversation' AND subject_id = r.conversation_id)
-                     OR EXISTS (SELECT 1 FROM pk_held_events WHERE event_id = OLD.event_id)))
-BEGIN
-    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the admitted event or the run''s conversation; the payload stays until the hold is released');
-END;
--- ;;
 CREATE TRIGGER pk_admissions_held_delete BEFORE DELETE ON admissions
 WHEN OLD.payload IS NOT NULL
  AND EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
@@ -422,11 +446,49 @@ BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the admitted event or the run''s conversation; the admission stays until the hold is released');
 END;
 -- ;;
+CREATE TRIGGER pk_admissions_before_update BEFORE UPDATE ON admissions
+BEGIN
+    -- Its payload NULLed (the purge's own cleanup), or sealed with its key set (judged by
+    -- pk_admissions_sealing); nothing else.
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an admission receipt never changes')
+     WHERE NOT (NEW.id = OLD.id AND NEW.event_id = OLD.event_id AND NEW.run_id = OLD.run_id
+                AND ((NEW.payload IS NULL AND NEW.key_id IS OLD.key_id) OR (OLD.key_id IS NULL AND NEW.key_id IS NOT NULL)));
+END;
+-- ;;
+CREATE TRIGGER pk_admissions_held_content BEFORE UPDATE OF payload ON admissions
+WHEN OLD.payload IS NOT NULL AND NEW.payload IS NOT OLD.payload
+ AND EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
+ AND EXISTS (SELECT 1 FROM pk_live_events WHERE event_id = OLD.event_id)
+ AND EXISTS (SELECT 1 FROM runs r JOIN conversations c ON c.id = r.conversation_id
+              WHERE r.id = OLD.run_id AND c.state <> 'purged'
+                AND (EXISTS (SELECT 1 FROM pk_held_subjects WHERE kind = 'conversation' AND subject_id = r.conversation_id)
+                     OR EXISTS (SELECT 1 FROM pk_held_events WHERE event_id = OLD.event_id)))
+BEGIN
+    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the admitted event or the run''s conversation; the payload stays until the hold is released');
+END;
+-- ;;
+CREATE TRIGGER pk_admissions_sealing BEFORE UPDATE OF key_id ON admissions
+WHEN NEW.key_id IS NOT OLD.key_id
+BEGIN
+    -- The sealing of a payload written before 0019, nothing else changed: of a live event, in
+    -- a run whose conversation is not purged.
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an admission''s key (key_id) is set once, by sealing the plain content written before it (the content replaced by a pk1: value, nothing else changed), and never changes')
+     WHERE OLD.key_id IS NOT NULL OR NEW.key_id IS NULL OR OLD.payload IS NULL OR NEW.payload IS OLD.payload
+        OR substr(NEW.payload, 1, 4) IS NOT 'pk1:' OR NEW.created_at IS NOT OLD.created_at;
+    SELECT RAISE(ABORT, 'purgekeeper:conversation_purged: the conversation is purged')
+     WHERE EXISTS (SELECT 1 FROM runs r JOIN conversations c ON c.id = r.conversation_id
+                    WHERE r.id = OLD.run_id AND c.state = 'purged');
+    SELECT RAISE(ABORT, 'purgekeeper:content_purged: the event is purged or no longer live')
+     WHERE NOT EXISTS (SELECT 1 FROM pk_live_events WHERE event_id = OLD.event_id);
+END;
+-- ;;
 -- ================================================================================================
 -- derivatives
 -- A derivative is written only in a live conversation; its id and conversation never change; its
 -- payload stays NULL while an event it comes from is not live; held payloads and rows are kept;
 -- changes bump the version.
+-- Its key is set once (0020): at insert, or by the sealing of its plain payload, nothing else changed,
+-- in a conversation not purged, its events live, no hold covering it; a sealing bumps nothing.
 -- ================================================================================================
 CREATE TRIGGER pk_derivatives_before_insert BEFORE INSERT ON derivatives
 BEGIN
@@ -448,14 +510,22 @@ BEGIN
      WHERE state = 'active' AND id IN (NEW.conversation_id);
 END;
 -- ;;
-CREATE TRIGGER pk_derivatives_after_update AFTER UPDATE ON derivatives
+CREATE TRIGGER pk_derivatives_held_delete BEFORE DELETE ON derivatives
+WHEN OLD.payload IS NOT NULL
+ AND EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
+ AND EXISTS (SELECT 1 FROM conversations WHERE id = OLD.conversation_id AND state <> 'purged')
+ AND NOT EXISTS (SELECT 1 FROM derivative_sources s WHERE s.derivative_id = OLD.id
+                    AND NOT EXISTS (SELECT 1 FROM pk_live_events WHERE event_id = s.event_id))
+ AND (EXISTS (SELECT 1 FROM pk_held_subjects WHERE kind = 'conversation' AND subject_id = OLD.conversation_id)
+      OR EXISTS (SELECT 1 FROM derivative_sources s JOIN pk_held_events h ON h.event_id = s.event_id
+                  WHERE s.derivative_id = OLD.id))
 BEGIN
-    UPDATE conversations SET version = version + 1
-     WHERE state = 'active' AND id IN (NEW.conversation_id);
+    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the derivative''s conversation or what it came from; the derivative stays until the hold is released');
 END;
 -- ;;
 CREATE TRIGGER pk_derivatives_before_content_update BEFORE UPDATE ON derivatives
 WHEN NOT (NEW.payload IS NULL AND NEW.kind = OLD.kind)
+ AND NOT (OLD.key_id IS NULL AND NEW.key_id IS NOT NULL)  -- a sealing: pk_derivatives_sealing judges it
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:conversation_purged: the conversation is purged')
      WHERE EXISTS (SELECT 1 FROM tombstones WHERE kind = 'conversation' AND id = NEW.conversation_id)
@@ -484,17 +554,27 @@ BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the derivative''s conversation or what it came from; its payload stays until the hold is released');
 END;
 -- ;;
-CREATE TRIGGER pk_derivatives_held_delete BEFORE DELETE ON derivatives
-WHEN OLD.payload IS NOT NULL
- AND EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
- AND EXISTS (SELECT 1 FROM conversations WHERE id = OLD.conversation_id AND state <> 'purged')
- AND NOT EXISTS (SELECT 1 FROM derivative_sources s WHERE s.derivative_id = OLD.id
-                    AND NOT EXISTS (SELECT 1 FROM pk_live_events WHERE event_id = s.event_id))
- AND (EXISTS (SELECT 1 FROM pk_held_subjects WHERE kind = 'conversation' AND subject_id = OLD.conversation_id)
-      OR EXISTS (SELECT 1 FROM derivative_sources s JOIN pk_held_events h ON h.event_id = s.event_id
-                  WHERE s.derivative_id = OLD.id))
+CREATE TRIGGER pk_derivatives_after_update AFTER UPDATE ON derivatives
+WHEN NOT (OLD.key_id IS NULL AND NEW.key_id IS NOT NULL)  -- a sealing: nothing a reader gets changes
 BEGIN
-    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the derivative''s conversation or what it came from; the derivative stays until the hold is released');
+    UPDATE conversations SET version = version + 1
+     WHERE state = 'active' AND id IN (NEW.conversation_id);
+END;
+-- ;;
+CREATE TRIGGER pk_derivatives_sealing BEFORE UPDATE OF key_id ON derivatives
+WHEN NEW.key_id IS NOT OLD.key_id
+BEGIN
+    -- The sealing of a payload written before 0019, nothing else changed, in a conversation
+    -- that is not purged (a deleted channel's may be sealed), of events that are all live.
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a derivative''s key (key_id) is set once, by sealing the plain content written before it (the content replaced by a pk1: value, nothing else changed), and never changes')
+     WHERE OLD.key_id IS NOT NULL OR NEW.key_id IS NULL OR OLD.payload IS NULL OR NEW.payload IS OLD.payload
+        OR substr(NEW.payload, 1, 4) IS NOT 'pk1:' OR NEW.kind IS NOT OLD.kind OR NEW.created_at IS NOT OLD.created_at;
+    SELECT RAISE(ABORT, 'purgekeeper:conversation_purged: the conversation is purged')
+     WHERE EXISTS (SELECT 1 FROM tombstones WHERE kind = 'conversation' AND id = OLD.conversation_id)
+        OR EXISTS (SELECT 1 FROM conversations WHERE id = OLD.conversation_id AND state = 'purged');
+    SELECT RAISE(ABORT, 'purgekeeper:content_purged: the derivative comes from an event that is purged or no longer live; its payload stays NULL')
+     WHERE EXISTS (SELECT 1 FROM derivative_sources s WHERE s.derivative_id = OLD.id
+                      AND NOT EXISTS (SELECT 1 FROM pk_live_events WHERE event_id = s.event_id));
 END;
 -- ;;
 -- ================================================================================================
@@ -546,14 +626,9 @@ END;
 -- An attachment binds a live event to a present blob, and a blob that holds purged content is
 -- bound to nothing new; only its name changes (the bodies step NULLs it); the row stays until the
 -- purge's cleanup has deleted the bytes; a held attachment keeps its name and row.
+-- Its key is its event's, set once (0020): at insert, or by the sealing of its plain name under the
+-- event's key, nothing else changed, of a live event no hold covers.
 -- ================================================================================================
-CREATE TRIGGER pk_attachments_before_update BEFORE UPDATE ON attachments
-BEGIN
-    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an attachment never changes')
-     WHERE NOT (NEW.name IS NULL AND NEW.id = OLD.id AND NEW.event_id = OLD.event_id AND NEW.blob_id = OLD.blob_id
-                AND NEW.binding = OLD.binding AND NEW.position = OLD.position AND NEW.created_at = OLD.created_at);
-END;
--- ;;
 CREATE TRIGGER pk_attachments_after_insert AFTER INSERT ON attachments
 BEGIN
     UPDATE conversations SET version = version + 1
@@ -591,6 +666,23 @@ BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:content_purged: the attachment stays until the purge''s cleanup has deleted its bytes');
 END;
 -- ;;
+CREATE TRIGGER pk_attachments_held_delete BEFORE DELETE ON attachments
+WHEN EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
+ AND EXISTS (SELECT 1 FROM pk_held_events WHERE event_id = OLD.event_id)
+BEGIN
+    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the attachment''s event; the attachment stays until the hold is released');
+END;
+-- ;;
+CREATE TRIGGER pk_attachments_before_update BEFORE UPDATE ON attachments
+BEGIN
+    -- Its name NULLed (the purge's own cleanup), or sealed with its key set (judged by
+    -- pk_attachments_sealing); nothing else.
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an attachment never changes')
+     WHERE NOT (NEW.id = OLD.id AND NEW.event_id = OLD.event_id AND NEW.blob_id = OLD.blob_id
+                AND NEW.binding = OLD.binding AND NEW.position = OLD.position AND NEW.created_at = OLD.created_at
+                AND ((NEW.name IS NULL AND NEW.key_id IS OLD.key_id) OR (OLD.key_id IS NULL AND NEW.key_id IS NOT NULL)));
+END;
+-- ;;
 CREATE TRIGGER pk_attachments_held_content BEFORE UPDATE OF name ON attachments
 WHEN OLD.name IS NOT NULL AND NEW.name IS NOT OLD.name
  AND EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
@@ -599,11 +691,15 @@ BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the attachment''s event; its name stays until the hold is released');
 END;
 -- ;;
-CREATE TRIGGER pk_attachments_held_delete BEFORE DELETE ON attachments
-WHEN EXISTS (SELECT 1 FROM legal_holds WHERE released_by IS NULL)  -- one probe while no hold is in force
- AND EXISTS (SELECT 1 FROM pk_held_events WHERE event_id = OLD.event_id)
+CREATE TRIGGER pk_attachments_sealing BEFORE UPDATE OF key_id ON attachments
+WHEN NEW.key_id IS NOT OLD.key_id
 BEGIN
-    SELECT RAISE(ABORT, 'purgekeeper:legal_hold: a legal hold covers the attachment''s event; the attachment stays until the hold is released');
+    -- The sealing of a name written before 0019, under its event's key, of a live event.
+    SELECT RAISE(ABORT, 'purgekeeper:invalid_change: an attachment''s key (key_id) is its event''s, set once, by sealing the plain name written before it (the name replaced by a pk1: value, nothing else changed); it never changes')
+     WHERE OLD.key_id IS NOT NULL OR OLD.name IS NULL OR NEW.name IS OLD.name OR substr(NEW.name, 1, 4) IS NOT 'pk1:'
+        OR NEW.key_id IS NOT (SELECT key_id FROM events WHERE id = OLD.event_id);
+    SELECT RAISE(ABORT, 'purgekeeper:content_purged: the event is purged or no longer live')
+     WHERE NOT EXISTS (SELECT 1 FROM pk_live_events WHERE event_id = OLD.event_id);
 END;
 -- ;;
 -- ================================================================================================
