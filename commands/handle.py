@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 from types import TracebackType
 
-from purgekeeper.commands import kinds, wiring
+from purgekeeper.commands import kinds, sealing_backfill, wiring
 from purgekeeper.commands.acceptance import Acceptor, EnqueueHook
 from purgekeeper.commands.content_commands import ContentCommands
 from purgekeeper.commands.delegation import delegate
@@ -19,15 +20,19 @@ from purgekeeper.commands.receipts import Receipts
 from purgekeeper.commands.records import PurgeStatus
 from purgekeeper.commands.restore_commands import RestoreCommands
 from purgekeeper.commands.retention_commands import RetentionCommands
+from purgekeeper.commands.sealing_backfill import SealingRound
 from purgekeeper.commands.settings import Settings
 from purgekeeper.commands.touched import TouchedCommands
+from purgekeeper.schema import content_queries
 from purgekeeper.schema.db import Database
-from purgekeeper.storage.keystore import FileKeyStore, KeyStoreUnusable
+from purgekeeper.schema.errors import PurgekeeperError
+from purgekeeper.storage.keystore import KeyStoreUnusable, RotatingKeyStore
 from purgekeeper.workers import runner
 from purgekeeper.workers.cleanup import StepContext
 from purgekeeper.workers.scheduler import DEFAULT_SWEEP_INTERVAL, Scheduler
 
 log = logging.getLogger(__name__)
+SEALING_IDLE = dt.timedelta(hours=1)  # after a sealing round that sealed nothing (held rows, files left)
 
 
 class Purgekeeper:
@@ -78,7 +83,7 @@ class Purgekeeper:
         self.blobs = services.blobs
         self.database_key = services.database_key
         self.keys = services.keys
-        self.key_store: FileKeyStore = services.key_store
+        self.key_store: RotatingKeyStore = services.key_store
         self.gate = services.gate
         self.copy = services.gate.copy
         self.enqueue = services.enqueue
@@ -94,6 +99,7 @@ class Purgekeeper:
         self.touched = services.touched
         self._closed = False
         self._scheduler: Scheduler | None = None
+        self._sealing_idle_until = 0.0  # time.monotonic() before which no sealing round runs
         if workers == "auto" and settings.broker_url is None:
             self._scheduler = wiring.start_in_process(
                 db,
@@ -122,10 +128,34 @@ class Purgekeeper:
         """What the leading scheduler does after each sweep: the turn of every retention
         policy that is due (a failure is logged; the next turn tries again), then the copy
         of every committed ledger row the checkpoint directory lacks, then the key store's
-        rotation when keys were destroyed since the last one (``ROTATE_EVERY`` ago or more)."""
+        rotation when keys were destroyed since the last one (``ROTATE_EVERY`` ago or more),
+        then a round of sealing older content while any is left."""
         self.run_retention()
         self.copy_ledger()
         self.rotate_keys()
+        self.seal_older_content()
+
+    def seal_older_content(self) -> SealingRound | None:
+        """One round of sealing the content written before encryption at rest
+        (``purgekeeper.commands.sealing_backfill``), while any is left; after a round that
+        sealed nothing (only held rows, or files, are left), not again for ``SEALING_IDLE``. A
+        failure is logged; the next sweep tries again. The round, or None when none ran."""
+        if time.monotonic() < self._sealing_idle_until:
+            return None
+        try:
+            with self.db.read() as conn:
+                if not content_queries.holds_plain_content(conn):
+                    self._sealing_idle_until = time.monotonic() + SEALING_IDLE.total_seconds()
+                    return None
+            sealed = sealing_backfill.seal_older_content(self.db, self.keys)
+        except PurgekeeperError:
+            log.exception("sealing older content failed; the next sweep tries again")
+            return None
+        if sealed.sealed_any:
+            log.info("sealed older content: %s; left: %s", dict(sealed.sealed), dict(sealed.left))
+        else:
+            self._sealing_idle_until = time.monotonic() + SEALING_IDLE.total_seconds()
+        return sealed
 
     def rotate_keys(self) -> bool:
         """Rotate the key store's key-encryption key if it is due (``FileKeyStore.rotation_due``):

@@ -44,7 +44,9 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(process_role)s %(name)s: %(message)s%
 JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(message)s"
 JSON_NAMES = {"asctime": "time", "levelname": "level", "name": "logger"}
 CONTEXT_FIELDS = ("purge_id", "step_kind", "step_id")
-QUIET_LOGGERS = ("alembic",)  # INFO at every start ("Context impl PostgresqlImpl.", ...)
+# INFO at every start ("Context impl PostgresqlImpl.", ...); httpx: a line per request (the
+# key server's client asks at every ingest and read)
+QUIET_LOGGERS = ("alembic", "httpx")
 # uvicorn passes its coloured message along as an extra; the plain one is the message (with
 # python-json-logger's RESERVED_ATTRS, which the JSON formatter skips too).
 EXTRA_SKIPPED_ATTRS = ("color_message", "taskName")

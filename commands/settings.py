@@ -48,7 +48,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -94,6 +94,8 @@ class Settings:
     signing_key_file: Path | None = None
     witnesses: str | None = None  # purgekeeper.commands.witnessing.parse_witnesses reads it
     witness_quorum: int | None = None  # None: every witness
+    key_store_url: str | None = None  # a key server's (`purgectl keys serve`); None: the file store
+    key_store_token: str | None = field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -133,6 +135,8 @@ class Settings:
             signing_key_file=_optional_path(get("SIGNING_KEY_FILE")),
             witnesses=get("WITNESSES"),
             witness_quorum=_count("WITNESS_QUORUM", get("WITNESS_QUORUM")),
+            key_store_url=get("KEY_STORE_URL"),
+            key_store_token=get("KEY_STORE_TOKEN"),
         )
 
     def open_database(self, *, role: str = "handle") -> Database:
@@ -158,9 +162,10 @@ class Settings:
         return self.signing_key_file or self.data_dir / SIGNING_KEY_FILE
 
     def key_store_dir(self, database_key: str) -> Path:
-        """The key store that seals the database's content (``purgekeeper.storage.keystore``):
-        ``<checkpoint dir>/<database id>.keys``, beside the ledger's copy and governed like it
-        (outside the database's backups: docs/guides/encryption.md)."""
+        """The file key store that seals the database's content (``purgekeeper.storage.keystore``)
+        when no key server is set (``key_store_url``): ``<checkpoint dir>/<database id>.keys``,
+        beside the ledger's copy and governed like it (outside the database's backups:
+        docs/guides/encryption.md)."""
         return self.checkpoint_dir / f"{database_key}.keys"
 
     @property

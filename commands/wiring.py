@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from sqlalchemy import Connection
 
@@ -33,7 +32,8 @@ from purgekeeper.schema.states import WorkerRole
 from purgekeeper.storage import keystore_files
 from purgekeeper.storage.blobstore import BlobStore
 from purgekeeper.storage.content_keys import ContentKeys
-from purgekeeper.storage.keystore import FileKeyStore, KeyStoreUnusable
+from purgekeeper.storage.key_client import HttpKeyStore
+from purgekeeper.storage.keystore import FileKeyStore, KeyStoreUnusable, RotatingKeyStore
 from purgekeeper.workers import runner
 from purgekeeper.workers.cleanup import StepContext
 from purgekeeper.workers.heartbeat import Heartbeat, this_process
@@ -47,7 +47,7 @@ class Services:
 
     blobs: BlobStore
     database_key: str
-    key_store: FileKeyStore
+    key_store: RotatingKeyStore
     keys: ContentKeys
     gate: Gate
     enqueue: EnqueueHook
@@ -79,7 +79,7 @@ def wire(
     blobs = BlobStore(blob_root=settings.blob_root, file_root=settings.file_root)
     with db.read() as conn:
         database_key = ledger.read_head(conn).database_id
-        key_store = _key_store(settings.key_store_dir(database_key), conn)
+        key_store = open_key_store(settings, database_key, conn)
     keys = ContentKeys(key_store)
     log = receipts.log_for(settings, database_key) if sign_checkpoints else None
     witnessing = receipts.witnessing_for(settings, log)
@@ -111,10 +111,17 @@ def wire(
     )
 
 
-def _key_store(directory: Path, conn: Connection) -> FileKeyStore:
-    """The database's key store; KeyStoreUnusable, with nothing created, where the database
-    holds sealed content and the directory has no key store: a new, empty one would make it
-    all unreadable (a wrong ``PURGEKEEPER_CHECKPOINT_DIR``, a key store not restored)."""
+def open_key_store(settings: Settings, database_key: str, conn: Connection) -> RotatingKeyStore:
+    """The database's key store, as every process that serves it opens it (a handle, a
+    worker): the key server's client when ``PURGEKEEPER_KEY_STORE_URL`` is set (a wrong or
+    empty server fails the first destruction of a key it never held), else the file store
+    in ``settings.key_store_dir``. KeyStoreUnusable, with nothing created, where the database
+    holds sealed content and that directory has no key store: a new, empty one would make it
+    all unreadable, and a worker's purges would "destroy" keys it never held (a wrong
+    ``PURGEKEEPER_CHECKPOINT_DIR``, a key store not restored, a mount that failed)."""
+    if settings.key_store_url:
+        return HttpKeyStore(settings.key_store_url, settings.key_store_token or "")
+    directory = settings.key_store_dir(database_key)
     if not (directory / keystore_files.DATABASE).exists() and content_queries.holds_sealed_content(conn):
         raise KeyStoreUnusable(
             f"the database holds sealed content, and {directory} holds no key store: restore the key store "

@@ -316,6 +316,8 @@ def serve(
     watchdog = Watchdog()
     config = uvicorn.Config(
         create_witness_app(witness_),
+        host=host,  # for the readiness line it logs: the socket is bound beforehand
+        port=port,
         timeout_graceful_shutdown=int(REQUEST_GRACE.total_seconds()),
         **logs.uvicorn_options(),
     )

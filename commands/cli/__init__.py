@@ -17,6 +17,8 @@ import click
 from purgekeeper import __version__
 from purgekeeper.commands.cli import (  # noqa: F401 (they register)
     content_purges,
+    content_sealing,
+    key_server_commands,
     ledger_commands,
     operate,
     policies,

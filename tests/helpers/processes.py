@@ -216,10 +216,10 @@ class Processes:
         proc = self._start("worker", argv, {**extra, **(env or {})})
         return self._wait_ready(proc, WORKER_READY, count=worker_processes) if wait_ready else proc
 
-    def scheduler(self, failpoints: str = "") -> Proc:
+    def scheduler(self, failpoints: str = "", *, env: dict[str, str] | None = None) -> Proc:
         """``purgectl scheduler``: sweeps every 0.2 s while it leads, optionally with
-        failpoints (``retention.planned=exit``, say)."""
-        extra = {"PURGEKEEPER_FAILPOINTS": failpoints} if failpoints else {}
+        failpoints (``retention.planned=exit``, say) and more environment."""
+        extra = {**({"PURGEKEEPER_FAILPOINTS": failpoints} if failpoints else {}), **(env or {})}
         proc = self._start("scheduler", [*self._command("purgectl", "purgekeeper.commands.cli"), "scheduler"], extra)
         return self._wait_ready(proc, SCHEDULER_READY)
 
