@@ -76,7 +76,7 @@ docs: $(DEV)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 bench: $(DEV)
-	@set -e; found=0; for script in bench/acceptance.py bench/cleanup.py bench/interference.py bench/broker_mode.py bench/scrape.py bench/scale.py bench/erasure.py bench/retention.py bench/receipts.py; do \
+	@set -e; found=0; for script in bench/acceptance.py bench/cleanup.py bench/interference.py bench/broker_mode.py bench/scrape.py bench/scale.py bench/erasure.py bench/retention.py bench/receipts.py bench/sealing.py; do \
 		[ -e "$$script" ] || continue; found=1; echo "== $$script"; $(BIN)/python bench/record.py "$${script#bench/}"; \
 	done; [ $$found = 1 ] || echo "no benchmarks in bench/ yet"; $(BIN)/python bench/compare.py || true
 
