@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Iterable
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -40,7 +40,8 @@ class ContentKeys:
     def __init__(self, store: KeyStore, *, pool: int = POOL) -> None:
         self.store = store
         self._pool: deque[tuple[str, bytes]] = deque()
-        self._ciphers: OrderedDict[str, AESGCM] = OrderedDict()
+        self._ciphers: dict[str, AESGCM] = {}  # by key id, in the order built
+        self._generation: int | None = None  # the store's, when the AEADs kept were built
         self._size = pool
         self._lock = threading.Lock()
 
@@ -58,24 +59,37 @@ class ContentKeys:
 
     def ciphers(self, key_ids: Iterable[str]) -> dict[str, AESGCM | None]:
         """Each id's AEAD (``sealing.cipher``), or None when its key was destroyed (or never
-        made): ``lookup``, then the AEADs this process built before for the keys it returned,
-        bounded like the store's cache. Only a key the store has just returned is used, so no
-        AEAD outlives its key's destruction."""
-        found = self.lookup(key_ids)
+        made). The AEADs this process built are kept, up to ``CACHE_KEYS``, while the store's
+        generation (``FileKeyStore.generation``: every destruction, in any process, moves it)
+        stays where it was when they were built: a warm read costs one read of that counter,
+        not a lookup per key, and no AEAD outlives its key's destruction. A store without a
+        generation (a key server's client) is asked for every key, every time."""
+        wanted = [key_id for key_id in dict.fromkeys(key_ids) if key_id]
         built: dict[str, AESGCM | None] = {}
-        with self._lock:
-            cache = self._ciphers
-            for key_id, key in found.items():
-                if key is None:
-                    built[key_id] = None
-                elif (aead := cache.get(key_id)) is not None:
-                    cache.move_to_end(key_id)
-                    built[key_id] = aead
-                else:
-                    built[key_id] = cache[key_id] = cipher(key)
-            while len(cache) > CACHE_KEYS:
-                cache.popitem(last=False)
+        generation = getattr(self.store, "generation", None)
+        if generation is not None and wanted:
+            now = generation()
+            with self._lock:
+                if now != self._generation:
+                    self._ciphers.clear()
+                    self._generation = now
+                cache = self._ciphers
+                built = {key_id: cache[key_id] for key_id in wanted if key_id in cache}
+        missing = [key_id for key_id in wanted if key_id not in built]
+        if missing:
+            found = self.store.get(missing)
+            with self._lock:
+                for key_id, key in found.items():
+                    built[key_id] = None if key is None else self._remember(key_id, key)
         return built
+
+    def _remember(self, key_id: str, key: bytes) -> AESGCM:
+        if not hasattr(self.store, "generation"):  # only a store with a generation has its AEADs kept
+            return cipher(key)
+        made = self._ciphers[key_id] = cipher(key)
+        while len(self._ciphers) > CACHE_KEYS:
+            del self._ciphers[next(iter(self._ciphers))]  # the oldest first
+        return made
 
     def lookup(self, key_ids: Iterable[str]) -> dict[str, bytes | None]:
         """Each id's key, or None when it was destroyed (or the store never held it); one
@@ -91,4 +105,7 @@ class ContentKeys:
         KeyStoreUnusable, with nothing destroyed, when the store never held one of them: a
         purge's step then fails rather than finish against the wrong store."""
         wanted = [key_id for key_id in dict.fromkeys(key_ids) if key_id]
+        with self._lock:
+            for key_id in wanted:
+                self._ciphers.pop(key_id, None)
         return self.store.destroy(wanted, held_only=True) if wanted else 0

@@ -265,3 +265,22 @@ def test_destroying_a_key_the_store_never_held_is_refused_when_asked(store: File
     assert store.get(["held"]) == {"held": keys["held"]}
     assert store.destroy(["held", "gone"], held_only=True) == 1
     assert store.destroy(["elsewhere"]) == 0 and store.destroyed(["elsewhere"]) == {"elsewhere"}
+
+
+def test_an_aead_kept_for_reads_never_outlives_its_keys_destruction_elsewhere(directory: Path) -> None:
+    """Tried: a reader's ContentKeys warm with a key's AEAD, then the key destroyed through
+    another store on the same directory (another process's). The reader's next lookup gives
+    None for it at once (the store's generation moved), and still opens the others."""
+    from purgekeeper.storage.content_keys import ContentKeys
+    from purgekeeper.storage.sealing import open_text, seal_text
+
+    with FileKeyStore(directory) as mine, FileKeyStore(directory) as theirs:
+        reader = ContentKeys(mine)
+        made = mine.create(["a", "b"])
+        sealed = seal_text(made["b"], "kept", bound_to="event:b:body")
+        assert all(reader.ciphers(["a", "b"]).values())
+        assert reader.ciphers(["a", "b"]) == reader.ciphers(["a", "b"])  # kept: the same AEADs
+        ContentKeys(theirs).destroy(["a"])
+        now = reader.ciphers(["a", "b"])
+        assert now["a"] is None and now["b"] is not None
+        assert open_text(now["b"], sealed, bound_to="event:b:body") == "kept"
