@@ -42,6 +42,12 @@ class FileBytes:
     size: int
     sha256: str
 
+    def chunks(self) -> Iterator[bytes]:
+        """The file's bytes as they are on disk, in chunks (a subclass may open them)."""
+        with self.path.open("rb") as handle:
+            while chunk := handle.read(CHUNK_BYTES):
+                yield chunk
+
     @classmethod
     def of(cls, path: str | os.PathLike[str]) -> FileBytes:
         """Hash the file at ``path`` (one pass, in chunks)."""
@@ -61,10 +67,9 @@ class FileBytes:
         """The bytes, chunk by chunk; ``ValidationError`` at the end if they are not the
         bytes that were hashed."""
         digest = hashlib.sha256()
-        with self.path.open("rb") as handle:
-            while chunk := handle.read(CHUNK_BYTES):
-                digest.update(chunk)
-                yield chunk
+        for chunk in self.chunks():
+            digest.update(chunk)
+            yield chunk
         if digest.hexdigest() != self.sha256:
             raise ValidationError("the attachment file changed after it was given; nothing was stored")
 

@@ -8,6 +8,11 @@ content-addressed blob; its ``filename`` is the attachment's name. An attachment
 the limit is a ``413`` as soon as its bytes pass it. The spool files are the caller's to
 ``discard`` once the event is ingested (or refused); ``sweep_stale`` removes what a crash
 left behind, at the app's start and before each upload.
+
+A spool file holds its bytes sealed (AES-256-GCM, one record per chunk received, bound to
+its place in the file) under a key that lives in this process's memory only and is never
+written anywhere: content is never on disk in plain text, not for the length of an upload,
+and a spool file a crash leaves behind can never be read.
 """
 
 from __future__ import annotations
@@ -17,10 +22,13 @@ import hashlib
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
@@ -31,6 +39,7 @@ from purgekeeper.commands import validation
 from purgekeeper.commands.attachments import FileBytes, NewAttachment
 from purgekeeper.schema.errors import ValidationError
 from purgekeeper.schema.states import Binding
+from purgekeeper.storage.sealing import NONCE_BYTES, new_key
 
 if TYPE_CHECKING:
     from python_multipart.multipart import MultipartCallbacks
@@ -59,7 +68,8 @@ class UnsupportedMediaType(HTTPException):
 
 @dataclass
 class SpooledFile:
-    """One attachment's bytes in a spool file, with its size and hash so far."""
+    """One attachment's bytes in a spool file, sealed under a key of its own that is never
+    written anywhere, with its size, hash and records so far."""
 
     source: str
     name: str
@@ -67,10 +77,40 @@ class SpooledFile:
     handle: BinaryIO
     size: int = 0
     digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+    key: bytes = field(default_factory=new_key, repr=False)
+    records: int = 0
+
+    def write(self, data: bytes) -> None:
+        """One record: its length, a fresh nonce, and ``data`` sealed, bound to its index."""
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = AESGCM(self.key).encrypt(nonce, data, self.records.to_bytes(8, "big"))
+        self.handle.write(len(sealed).to_bytes(4, "big") + nonce + sealed)
+        self.digest.update(data)
+        self.records += 1
 
     def attachment(self) -> NewAttachment:
-        data = FileBytes(path=self.path, size=self.size, sha256=self.digest.hexdigest())
+        data = SpooledBytes(path=self.path, size=self.size, sha256=self.digest.hexdigest(), key=self.key)
         return NewAttachment(source=self.source, name=self.name, binding=BINDINGS[self.source], data=data)
+
+
+@dataclass(frozen=True)
+class SpooledBytes(FileBytes):
+    """A spool file's bytes, opened record by record with its key as they are read (and
+    hashed again: ``FileBytes``'s check)."""
+
+    key: bytes = field(default=b"", repr=False)
+
+    def chunks(self) -> Iterator[bytes]:
+        aead = AESGCM(self.key)
+        with self.path.open("rb") as handle:
+            index = 0
+            while header := handle.read(4):
+                record = handle.read(NONCE_BYTES + int.from_bytes(header, "big"))
+                try:
+                    yield aead.decrypt(record[:NONCE_BYTES], record[NONCE_BYTES:], index.to_bytes(8, "big"))
+                except InvalidTag:
+                    raise ValidationError("an upload's spool file was changed; nothing was stored") from None
+                index += 1
 
 
 @dataclass
@@ -229,8 +269,7 @@ class _Parts:
     def flush(self) -> None:
         """Write and hash what the last chunk brought (in a worker thread: disk writes)."""
         for spooled, data in self.pending:
-            spooled.handle.write(data)
-            spooled.digest.update(data)
+            spooled.write(data)
         self.pending.clear()
 
     def finish(self) -> None:

@@ -363,3 +363,30 @@ def test_a_file_that_changes_before_it_is_stored_is_refused(pk: Pk, tmp_path: Pa
             bad.write_bytes(b"")
         with pytest.raises(purgekeeper.ValidationError):
             NewAttachment.cas_from(bad, name="x")
+
+
+def test_an_upload_s_spool_file_never_holds_its_bytes_in_plain_text(
+    pk: Pk, uploader: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tried: an upload of a file whose bytes repeat a marker, with every spool file read at
+    the moment the ingest is called (the spool complete, the blob not yet written). No spool
+    file holds the marker, the event's attachment reads back whole, and after the request no
+    file under the roots holds it either (the blob is sealed)."""
+    pk.create_conversation("c-spool")
+    mark = b"MARK-spool-" + os.urandom(8).hex().encode()
+    seen: dict[str, bool] = {}
+    ingest = pk.ingest_event
+
+    def watching(*args: Any, **kwargs: Any) -> Any:
+        for spool in uploads.spool_directory(pk.settings.blob_root).iterdir():
+            seen[spool.name] = mark in spool.read_bytes()
+        return ingest(*args, **kwargs)
+
+    monkeypatch.setattr(pk, "ingest_event", watching)
+    answer = upload(uploader, "c-spool", {"author": "ada"}, [("file", ("report.pdf", mark * 5000, "application/pdf"))])
+    event = ok(answer)
+    assert seen and not any(seen.values()), seen
+    attachment_id = event["attachments"][0]["id"]
+    assert pk.open_attachment(attachment_id).read() == mark * 5000
+    roots = (pk.settings.blob_root, pk.settings.file_root)
+    assert [p for root in roots for p in root.rglob("*") if p.is_file() and mark in p.read_bytes()] == []
