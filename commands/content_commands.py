@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, TypeAlias, TypeVar
+from typing import Any, BinaryIO
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection
 
 from purgekeeper.commands import attachments as attachments_module
 from purgekeeper.commands import collection, sealed_content, validation
@@ -52,9 +51,6 @@ from purgekeeper.storage.files import reason_of
 from purgekeeper.storage.sealing import seal_text
 
 CONVERSATION_IDS = (TombstoneKind.CONVERSATION, TombstoneKind.CHANNEL)
-log = logging.getLogger(__name__)
-_T = TypeVar("_T")
-_Rows: TypeAlias = Mapping[Table, Sequence[str]]  # ids of rows by table, whose key_id a stored row names
 
 
 class ContentCommands:
@@ -201,11 +197,15 @@ class ContentCommands:
             event, used, inserted = self.db.transact(work)
         except BaseException:
             attachments_module.discard_staged(self.blobs, staged)
-            self._discard_keys(taken, {events: [event_id], blob_table: [blob.blob_id for blob in blobs]})
+            sealed_content.discard_keys(
+                self.db, self.keys, taken, {events: [event_id], blob_table: [blob.blob_id for blob in blobs]}
+            )
             raise
         unused = [blob for blob in blobs if blob.blob_id not in used]
         attachments_module.discard_staged(self.blobs, unused)
-        self._discard_keys([*([] if inserted else [sealed.key_id]), *(blob.key_id for blob in unused)])
+        sealed_content.discard_keys(
+            self.db, self.keys, [*([] if inserted else [sealed.key_id]), *(blob.key_id for blob in unused)]
+        )
         return event
 
     def _insert_event(
@@ -349,7 +349,7 @@ class ContentCommands:
             stored = _require(content_queries.run_row(conn, run_id), "")
             return Run.from_row(stored, output=text)  # the output as given: not opened again
 
-        return self._transact_sealed(work, key_id, {runs: [run_id]})
+        return sealed_content.transact_sealed(self.db, self.keys, work, key_id, {runs: [run_id]})
 
     def admit(self, event_id: str, run_id: str, *, payload: Any) -> Admission:
         """Record that a live event was admitted to a non-terminal run, with its input."""
@@ -375,7 +375,7 @@ class ContentCommands:
             )
             return Admission(id=admission_id, event_id=event_id, run_id=run_id, payload=payload)
 
-        return self._transact_sealed(work, key_id, {admissions: [admission_id]})
+        return sealed_content.transact_sealed(self.db, self.keys, work, key_id, {admissions: [admission_id]})
 
     def add_derivative(
         self,
@@ -412,33 +412,7 @@ class ContentCommands:
             )
             return Derivative(derivative_id, conversation_id, kind, payload, tuple(sources))
 
-        return self._transact_sealed(work, key_id, {derivatives: [derivative_id]})
-
-    def _transact_sealed(self, work: Callable[[Connection], _T], key_id: str | None, rows: _Rows) -> _T:
-        """``work`` in a transaction; when it fails, the key taken for it destroyed unless a
-        stored row names it (``_discard_keys``)."""
-        try:
-            return self.db.transact(work)
-        except BaseException:
-            self._discard_keys([key_id] if key_id else [], rows)
-            raise
-
-    def _discard_keys(self, key_ids: Sequence[str], rows: _Rows | None = None) -> None:
-        """Destroy keys taken for a write that did not keep them (a duplicate delivery, a CAS
-        twin, a failed transaction): what they sealed may have reached the WAL or a file, and
-        no purge would ever destroy them. A key that one of ``rows`` names is kept (a commit
-        whose answer was lost did commit). Best effort: a store or a database that fails here
-        leaves the keys in the store, sealing nothing any row names, and is logged."""
-        if not key_ids:
-            return
-        try:
-            named = set()
-            if rows:
-                with self.db.read() as conn:
-                    named = content_queries.named_keys(conn, rows)
-            self.keys.destroy([key_id for key_id in key_ids if key_id not in named])
-        except Exception:
-            log.warning("could not destroy %d key(s) taken for a write that did not keep them", len(key_ids))
+        return sealed_content.transact_sealed(self.db, self.keys, work, key_id, {derivatives: [derivative_id]})
 
     def _sealed(self, text: str, bound_to: str) -> tuple[str, str]:
         """``text`` sealed under a new key of its own, with the key's id."""

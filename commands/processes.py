@@ -119,12 +119,12 @@ def check_health(settings: Settings, *, quick: bool = False) -> Health:
             rows, head_hash = report.rows, report.head_hash
         pk.receipts.check_key()
         pk.receipts.check_witnesses()
+        if not state.open:
+            raise MessagingUnavailable("content reads and writes are closed", diagnostics=state.problems)
+        unwritable = checkpoint.unwritable(settings.checkpoint_dir)
+        if unwritable is not None:  # before the key store in it: the cause, with the system's reason
+            raise InfrastructureError(f"the checkpoint directory cannot be written: {unwritable}")
         pk.key_store.check()  # KeyStoreUnusable: no ingest can seal, no purge can shred
-    if not state.open:
-        raise MessagingUnavailable("content reads and writes are closed", diagnostics=state.problems)
-    unwritable = checkpoint.unwritable(settings.checkpoint_dir)
-    if unwritable is not None:
-        raise InfrastructureError(f"the checkpoint directory cannot be written: {unwritable}")
     return Health(ok=True, revision=revision, ledger_rows=rows, head_hash=head_hash, verified=not quick)
 
 

@@ -139,7 +139,7 @@ class PreviewAttachment:
     event_id: str
     blob_id: str
     binding: str
-    name: str
+    name: str | None  # None once the purge's cleanup cleared it
     size: int
     other_references: tuple[Reference, ...] = ()
 

@@ -18,14 +18,15 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeAlias, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Table
 
 from purgekeeper.commands.records import Attachment, Event, make_event
 from purgekeeper.schema import content_queries
+from purgekeeper.schema.db import Database
 from purgekeeper.schema.errors import ContentPurged, InfrastructureError
 from purgekeeper.schema.states import Binding
 from purgekeeper.storage.content_keys import ContentKeys
@@ -33,6 +34,8 @@ from purgekeeper.storage.sealed_files import open_sealed
 from purgekeeper.storage.sealing import SealedInvalid, open_text, seal_text
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+Rows: TypeAlias = Mapping[Table, Sequence[str]]  # ids of rows by table, whose key_id a stored row names
 
 
 def body_bound(event_id: str) -> str:
@@ -141,6 +144,36 @@ class SealedEvent:
     def attached(self, rows: Iterable[Any]) -> tuple[Attachment, ...]:
         """The attachment rows just written (``content_queries.attachments_of``), with their plain names."""
         return tuple(attachment(row, self.names[row.id]) for row in rows)
+
+
+def transact_sealed(
+    db: Database, keys: ContentKeys, work: Callable[[Connection], _T], key_id: str | None, rows: Rows
+) -> _T:
+    """``work`` in a transaction; when it fails, the key taken for it destroyed unless a
+    stored row names it (``discard_keys``)."""
+    try:
+        return db.transact(work)
+    except BaseException:
+        discard_keys(db, keys, [key_id] if key_id else [], rows)
+        raise
+
+
+def discard_keys(db: Database, keys: ContentKeys, key_ids: Sequence[str], rows: Rows | None = None) -> None:
+    """Destroy keys taken for a write that did not keep them (a duplicate delivery, a CAS
+    twin, a failed transaction): what they sealed may have reached the WAL or a file, and no
+    purge would ever destroy them. A key that one of ``rows`` names is kept (a commit whose
+    answer was lost did commit). Best effort: a store or a database that fails here leaves
+    the keys in the store, sealing nothing any row names, and is logged."""
+    if not key_ids:
+        return
+    try:
+        named: set[str] = set()
+        if rows:
+            with db.read() as conn:
+                named = content_queries.named_keys(conn, rows)
+        keys.destroy([key_id for key_id in key_ids if key_id not in named])
+    except Exception:
+        log.warning("could not destroy %d key(s) taken for a write that did not keep them", len(key_ids))
 
 
 # -- reading ------------------------------------------------------------------------------------

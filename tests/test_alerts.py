@@ -74,6 +74,7 @@ def test_every_alert_waits_has_a_severity_and_says_what_to_do() -> None:
         "PurgekeeperNoScheduler",
         "PurgekeeperLedgerCopyUnwritable",
         "PurgekeeperSigningKeyUnusable",
+        "PurgekeeperKeyStoreUnusable",
         "PurgekeeperWitnessRefusing",
         "PurgekeeperWitnessLagging",
         "PurgekeeperLedgerDamaged",

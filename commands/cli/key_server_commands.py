@@ -5,12 +5,14 @@ it is not in the process list)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from purgekeeper.commands.cli.options import Duration
 from purgekeeper.commands.cli.shared import fail, main, settings
 from purgekeeper.schema.errors import PurgekeeperError, ValidationError
 
@@ -44,10 +46,11 @@ def keys_group() -> None:
 )
 @click.option(
     "--rotate-every",
-    default=ROTATE_EVERY_S,
+    default=f"{ROTATE_EVERY_S:g}s",
     show_default=True,
-    type=click.FloatRange(min=1),
-    help="Seconds between two rotations of the key-encryption key, which come only after keys were destroyed.",
+    type=Duration(),
+    help="The time between two rotations of the key-encryption key, which come only after keys were destroyed "
+    "(at least 1s).",
 )
 @click.option("--ssl-keyfile", type=pem_file, help="TLS: the server's private key (PEM), with --ssl-certfile.")
 @click.option("--ssl-certfile", type=pem_file, help="TLS: the server's certificate chain (PEM), with --ssl-keyfile.")
@@ -55,7 +58,7 @@ def keys_serve(
     host: str,
     port: int,
     directory: Path | None,
-    rotate_every: float,
+    rotate_every: dt.timedelta,
     ssl_keyfile: Path | None,
     ssl_certfile: Path | None,
 ) -> None:
@@ -70,7 +73,10 @@ def keys_serve(
         tls = _tls(ssl_keyfile, ssl_certfile)
         found = settings()
         store_dir = directory or found.data_dir / DIRECTORY
-        with key_server.open_key_server(store_dir, os.environ.get(TOKEN_VARIABLE), rotate_every=rotate_every) as served:
+        if rotate_every < dt.timedelta(seconds=1):
+            raise ValidationError("--rotate-every is at least 1s")
+        token = os.environ.get(TOKEN_VARIABLE)
+        with key_server.open_key_server(store_dir, token, rotate_every=rotate_every.total_seconds()) as served:
             failpoints.arm(found.failpoints)  # after the store is open: a fault test's disk fails requests only
             key_server.serve(served, host=host, port=port, tls=tls, echo=click.echo)
     except PurgekeeperError as error:

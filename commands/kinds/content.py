@@ -276,7 +276,7 @@ def _attachments(found: purges.ReportRows) -> tuple[tuple[PreviewAttachment, ...
 
 def _names_opened(conn: Connection, report: PurgePreview, keys: ContentKeys) -> PurgePreview:
     """The preview with its attachments' names opened, for the person who confirms (the
-    digest never holds a name: ``_fields_of``); a name whose key is gone shows as empty."""
+    digest never holds a name: ``_fields_of``)."""
     attached = (*report.exclusive_attachments, *report.shared_attachments)
     if not attached:
         return report
@@ -293,11 +293,13 @@ def _names_opened(conn: Connection, report: PurgePreview, keys: ContentKeys) -> 
     )
 
 
-def _name_of(opened: sealed_content.Opened, key_id: str | None, attachment: PreviewAttachment) -> str:
-    if not opened.readable(key_id):
-        return ""  # shredded: an old backup's row, before the ledger's merge fences it again
-    ok, name = opened.opened(key_id, attachment.name, bound_to=sealed_content.name_bound(attachment.id))
-    return (name or "") if ok else ""  # damaged: logged, and shown as no name
+def _name_of(opened: sealed_content.Opened, key_id: str | None, attachment: PreviewAttachment) -> str | None:
+    """The name opened; None once the purge's cleanup cleared it, once its key is destroyed
+    (an old backup's row, before the ledger's merge fences it again), or when it does not
+    open (logged)."""
+    if attachment.name is None or not opened.readable(key_id):
+        return None
+    return opened.opened(key_id, attachment.name, bound_to=sealed_content.name_bound(attachment.id))[1]
 
 
 def _hashed_event(

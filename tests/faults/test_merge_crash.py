@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 import purgekeeper
 from purgekeeper import EventScope, NewAttachment
 from purgekeeper.workers import runner
-from tests.helpers import rows, scalar
+from tests.helpers import body_of, rows, scalar
 from tests.helpers.databases import copy_database, drop_database
 
 Pk = purgekeeper.Purgekeeper
@@ -217,7 +217,7 @@ def test_a_merge_that_dies_half_way_keeps_content_closed_until_a_rerun_completes
 ) -> None:
     path, ids = restored_database(database_url, tmp_path, open_pk, backup_copies)
     before = open_pk()  # open on the restored database before the merge
-    assert scalar(before, "SELECT body FROM events WHERE id = 'e-doomed'") == f"{SECRET} body"
+    assert body_of(before, "e-doomed") == f"{SECRET} body"
 
     child = merge_in_a_child(database_url, roots, spec, path)
     crash(child, spec.partition("=")[2], before)

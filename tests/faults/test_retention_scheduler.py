@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import text
 
 import purgekeeper
+from tests.helpers import bodies
 from tests.helpers.processes import Processes, wait_until
 from tests.helpers.retention import ago, set_policy
 
@@ -36,11 +37,6 @@ def runs(pk: Pk) -> list[Any]:
 def pending_cutoff(pk: Pk) -> Any:
     with pk.db.read() as conn:
         return conn.execute(text("SELECT pending_cutoff FROM retention_policies WHERE policy_id = 'all'")).scalar()
-
-
-def bodies(pk: Pk) -> dict[str, Any]:
-    with pk.db.read() as conn:
-        return {row.id: row.body for row in conn.execute(text("SELECT id, body FROM events"))}
 
 
 @pytest.fixture

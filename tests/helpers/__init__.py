@@ -25,7 +25,19 @@ from here (or a fixture from a conftest), never from another test module:
 The names below are the ones ``tests/helpers.py`` exported when it was one module.
 """
 
-from tests.helpers.reads import body_of, opened, rows, scalar
+from tests.helpers.reads import all_opened, blob_bytes, bodies, body_of, opened, rows, scalar
 from tests.helpers.steps import POLICY, SETTLE_S, FailingStore, settle
 
-__all__ = ["POLICY", "SETTLE_S", "FailingStore", "body_of", "opened", "rows", "scalar", "settle"]
+__all__ = [
+    "POLICY",
+    "SETTLE_S",
+    "FailingStore",
+    "all_opened",
+    "blob_bytes",
+    "bodies",
+    "body_of",
+    "opened",
+    "rows",
+    "scalar",
+    "settle",
+]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
@@ -35,9 +37,9 @@ _SEALED = {
 
 def opened(pk: purgekeeper.Purgekeeper, what: str, row_id: str) -> str | None:
     """The ``body`` of an event, the ``name`` of an attachment, the ``payload`` of an
-    admission, the ``output`` of a run or the payload of a ``derivative``, as stored, opened with the handle's key store: None when NULL (or no row),
-    the value as it is when plain (``key_id`` NULL), and ``"<shredded>"`` when its key was
-    destroyed."""
+    admission, the ``output`` of a run or the payload of a ``derivative``, as stored, opened
+    with the handle's key store: None when NULL (or no row), the value as it is when plain
+    (``key_id`` NULL), and ``"<shredded>"`` when its key was destroyed."""
     from purgekeeper.storage.sealing import unseal_text
 
     sql, bound = _SEALED[what]
@@ -61,3 +63,40 @@ def body_of(pk: purgekeeper.Purgekeeper, event_id: str) -> str | None:
 def bodies(pk: purgekeeper.Purgekeeper, sql: str = "SELECT id FROM events", **params: Any) -> dict[str, str | None]:
     """Each event's body (``body_of``), for the event ids ``sql`` selects."""
     return {row[0]: body_of(pk, row[0]) for row in rows(pk, sql, **params)}
+
+
+def blob_bytes(pk: purgekeeper.Purgekeeper, blob_id: str, path: Path | None = None) -> bytes:
+    """The blob's bytes as its file holds them, opened with the blob's key (``blobs.key_id``),
+    as they are when plain (``key_id`` NULL). ``path``: where the file is, when not at the
+    blob's path under its root (a test that moved it). A missing file raises
+    FileNotFoundError, a destroyed key AssertionError, a file that does not open
+    SealedInvalid."""
+    from purgekeeper.storage.sealed_files import open_sealed
+
+    found = rows(pk, "SELECT kind, path, key_id FROM blobs WHERE id = :id", id=blob_id)
+    assert found, f"no blob {blob_id}"
+    kind, relative, key_id = found[0]
+    raw = (path or pk.blobs.root(kind) / relative).read_bytes()
+    if key_id is None:
+        return raw
+    key = pk.key_store.get([key_id])[key_id]
+    assert key is not None, f"the key of blob {blob_id} was destroyed"
+    with open_sealed(io.BytesIO(raw), key, bound_to=f"blob:{blob_id}") as plain:
+        return plain.read()
+
+
+_CONTENT_ROWS = {
+    "body": "SELECT id FROM events",
+    "name": "SELECT id FROM attachments",
+    "payload": "SELECT id FROM admissions",
+    "output": "SELECT id FROM runs",
+    "derivative": "SELECT id FROM derivatives",
+}
+
+
+def all_opened(pk: purgekeeper.Purgekeeper) -> dict[tuple[str, str], str]:
+    """Every value of content the database holds (sealed or plain), opened (``opened``), by
+    what it is and its row's id; NULL ones are left out, and one whose key was destroyed
+    reads ``"<shredded>"``. A raw scan of the tables finds ciphertext only: search this."""
+    found = {(what, row[0]): opened(pk, what, row[0]) for what, sql in _CONTENT_ROWS.items() for row in rows(pk, sql)}
+    return {where: value for where, value in found.items() if value is not None}

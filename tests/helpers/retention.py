@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import purgekeeper
+from tests.helpers import reads
 from tests.helpers.backups import Backups
-from tests.helpers.reads import scalar
 from tests.helpers.steps import settle
 
 Pk = purgekeeper.Purgekeeper
@@ -59,7 +59,8 @@ def texts(pk: Pk, conversation_id: str) -> list[str | None]:
 
 
 def body_of(pk: Pk, event_id: str) -> Any:
-    return scalar(pk, "SELECT body FROM events WHERE id = :id", id=event_id)
+    """The event's body as stored, opened (``tests.helpers.reads.body_of``)."""
+    return reads.body_of(pk, event_id)
 
 
 def set_policy_of(pk: Pk, policy_id: str, max_age: dt.timedelta, conversation_id: str | None) -> None:

@@ -14,7 +14,7 @@ from sqlalchemy import text
 
 import purgekeeper
 from purgekeeper import NewAttachment
-from tests.helpers import rows, scalar, settle
+from tests.helpers import bodies, rows, scalar, settle
 from tests.helpers.backups import Backups
 
 Pk = purgekeeper.Purgekeeper
@@ -36,10 +36,6 @@ def erase(pk: Pk, author: str = "ada", **options: Any) -> purgekeeper.Acceptance
     return pk.erase_author(
         author, scope_digest=preview.scope_digest, actor="op", reason="GDPR", before=before, **options
     )
-
-
-def bodies(pk: Pk) -> dict[str, Any]:
-    return {r.id: r.body for r in rows(pk, "SELECT id, body FROM events")}
 
 
 @pytest.fixture

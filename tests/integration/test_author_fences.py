@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
-from purgekeeper.schema import authors, content_queries, restore
+from purgekeeper.schema import authors, cleanup_queries, content_queries, restore
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.errors import AuthorErased, ContentPurged, PurgekeeperError, ValidationError
 from tests.helpers.raw import refused, statement, value, write
@@ -28,16 +28,25 @@ HOUR = dt.timedelta(hours=1)
 
 
 def add_event(
-    db: Database, event_id: str, author: str, at: dt.datetime, *, conversations: tuple[str, ...] = ("c1",)
+    db: Database,
+    event_id: str,
+    author: str,
+    at: dt.datetime,
+    *,
+    conversations: tuple[str, ...] = ("c1",),
+    key_id: str | None = None,
 ) -> None:
+    """A raw event; with ``key_id``, as if its body were sealed under that key (the body
+    stays the plain 'secret': these tests never open it)."""
     write(
         db,
-        "INSERT INTO events (id, provider_event_id, author, occurred_at, body) "
-        "VALUES (:id, :p, :author, :at, 'secret')",
+        "INSERT INTO events (id, provider_event_id, author, occurred_at, body, key_id) "
+        "VALUES (:id, :p, :author, :at, 'secret', :k)",
         id=event_id,
         p=f"p-{event_id}",
         author=author,
         at=at,
+        k=key_id,
     )
     for conversation in conversations:
         write(db, "INSERT INTO placements (event_id, conversation_id) VALUES (:e, :c)", e=event_id, c=conversation)
@@ -221,19 +230,28 @@ def test_a_restore_abandons_the_runs_that_admitted_an_erased_event(chat: Databas
 
 
 def test_erase_batch_fences_and_nulls_in_keyset_batches_and_again_changes_nothing(chat: Database) -> None:
-    for n in range(3):
-        add_event(chat, f"a-{n}", "ada", T0 + HOUR)  # three more at a1's time: the keyset's id breaks ties
-    write(chat, "INSERT INTO admissions (id, event_id, run_id, payload) VALUES ('ad', 'a-1', 'r1', 'x')")
-    write(chat, "UPDATE runs SET output = 'o' WHERE id = 'r1'")
+    for n in range(3):  # three more at a1's time: the keyset's id breaks ties
+        add_event(chat, f"a-{n}", "ada", T0 + HOUR, key_id="k-a-1" if n == 1 else None)
+    add_event(chat, "b-2", "bob", T0 + HOUR, key_id="k-b-2")  # bob's, in the window's time: not erased
+    write(
+        chat, "INSERT INTO admissions (id, event_id, run_id, payload, key_id) VALUES ('ad', 'a-1', 'r1', 'x', 'k-ad')"
+    )
+    write(chat, "UPDATE runs SET status = 'succeeded', output = 'pk1:o', key_id = 'k-r1' WHERE id = 'r1'")  # sealed
     write(chat, "INSERT INTO tombstones (kind, id, purge_id) VALUES ('event', 'a2', 'earlier')")
     erase(chat)
+    shred: list[str] = []  # the keys the batches give their cleanup batch to destroy
 
     def batch(after: tuple[Any, ...] | None) -> tuple[list[str], tuple[Any, ...] | None]:
-        return chat.transact(
-            lambda conn: authors.erase_batch(
-                conn, purge_id="pa", author="ada", window_end=WINDOW_END, after=after, limit=2
-            )
-        )
+        def work(conn: Connection) -> tuple[list[str], tuple[Any, ...] | None]:
+            conn.info[cleanup_queries.SHRED] = shred  # as workers.cleanup.run_batch does
+            try:
+                return authors.erase_batch(
+                    conn, purge_id="pa", author="ada", window_end=WINDOW_END, after=after, limit=2
+                )
+            finally:
+                del conn.info[cleanup_queries.SHRED]
+
+        return chat.transact(work)
 
     def batches() -> list[list[str]]:
         ids, after = batch(None)
@@ -246,6 +264,7 @@ def test_erase_batch_fences_and_nulls_in_keyset_batches_and_again_changes_nothin
     with chat.read() as conn:
         assert authors.content_left(conn, "ada", WINDOW_END)
     assert batches() == [["a-0", "a-1"], ["a-2", "a1"], ["a2"]]
+    assert sorted(shred) == ["k-a-1", "k-ad", "k-r1"]  # bob's b-2 keeps its key
     assert batches() == [["a-0", "a-1"], ["a-2", "a1"], ["a2"]]
     fences = "SELECT purge_id FROM tombstones WHERE kind = :k AND id = :i"
     assert value(chat, fences, k="event", i="a-1") == "pa"

@@ -43,7 +43,7 @@ from purgekeeper.storage.blobstore import BlobStore, cas_path
 from purgekeeper.workers import broker, runner
 from purgekeeper.workers.cleanup import ASIDE_PREFIX
 from purgekeeper.workers.scheduler import Scheduler
-from tests.helpers import POLICY, SETTLE_S, rows, scalar
+from tests.helpers import POLICY, SETTLE_S, all_opened, blob_bytes, body_of, opened, rows, scalar
 from tests.helpers.cleanup import (
     SECRET,
     WHO,
@@ -68,10 +68,6 @@ Roots = dict[str, Path]
 
 
 # -- reading and poking the database -------------------------------------------------------------
-
-
-def body_of(pk: Pk, event_id: str) -> str | None:
-    return scalar(pk, "SELECT body FROM events WHERE id = :id", id=event_id)
 
 
 # -- running steps --------------------------------------------------------------------------------
@@ -226,6 +222,9 @@ def assert_purges_leave_nothing(pk: Pk, roots: Roots) -> None:
     """After every purge completed, over every table and root:
     - no body, payload or output of fenced content remains, nor anything of a purged
       conversation, and no row of any table holds the SECRET marker;
+    - the content is sealed, so the marker search above finds ciphertext only: the keys of
+      fenced content and of deleted blobs are destroyed, every live event's key still opens
+      its content, and no sealed value that still opens holds the SECRET marker;
     - no file of an exclusive blob remains, every shared (live) blob's file remains intact,
       and no file under any root holds the SECRET marker;
     - no fenced content is readable through the API;
@@ -235,6 +234,9 @@ def assert_purges_leave_nothing(pk: Pk, roots: Roots) -> None:
     _assert_fenced_content_is_null(pk)
     _assert_purged_conversations_are_empty(pk)
     _assert_no_secret_in_any_table(pk)
+    _assert_purged_keys_are_destroyed(pk)
+    _assert_live_keys_open(pk)
+    _assert_no_secret_in_what_opens(pk)
     _assert_blob_files_follow_liveness(pk)
     _assert_no_secret_on_disk(roots)
     _assert_nothing_fenced_is_readable(pk)
@@ -273,6 +275,46 @@ def _assert_no_secret_in_any_table(pk: Pk) -> None:
                 assert found == [], f"{table.name} still holds purged content: {row}"
 
 
+# The keys a completed purge must have destroyed, by what they sealed: a fenced event's (its
+# body and its attachments' names), its admissions' payloads, the outputs of the runs that
+# admitted it, the payloads derived from it, and a deleted blob's bytes.
+PURGED_KEYS = {
+    "fenced events": f"SELECT key_id FROM events e WHERE key_id IS NOT NULL AND {FENCED.format(e='e.id')}",
+    "admissions of fenced events": "SELECT key_id FROM admissions a WHERE key_id IS NOT NULL"
+    f" AND {FENCED.format(e='a.event_id')}",
+    "runs that admitted fenced events": "SELECT key_id FROM runs r WHERE key_id IS NOT NULL AND EXISTS (SELECT 1"
+    f" FROM admissions a WHERE a.run_id = r.id AND {FENCED.format(e='a.event_id')})",
+    "derivatives of fenced events": "SELECT key_id FROM derivatives d WHERE key_id IS NOT NULL AND EXISTS (SELECT 1"
+    f" FROM derivative_sources s WHERE s.derivative_id = d.id AND {FENCED.format(e='s.event_id')})",
+    "deleted blobs": "SELECT key_id FROM blobs WHERE key_id IS NOT NULL AND state = 'deleted'",
+}
+
+
+def _assert_purged_keys_are_destroyed(pk: Pk) -> None:
+    for what, sql in PURGED_KEYS.items():
+        key_ids = [r[0] for r in rows(pk, sql)]
+        kept = [key_id for key_id, key in pk.key_store.get(key_ids).items() if key is not None]
+        assert kept == [], f"{what}: keys not destroyed"
+        assert pk.key_store.destroyed(key_ids) == set(key_ids), f"{what}: keys never made, not destroyed"
+
+
+def _assert_live_keys_open(pk: Pk) -> None:
+    """A live event's key is still there, and opens its body; so does a present blob's key
+    (``_assert_blob_files_follow_liveness`` opens the live blobs' files with it)."""
+    live = rows(pk, f"SELECT id, key_id FROM events e WHERE key_id IS NOT NULL AND {LIVE.format(e='e.id')}")
+    keys = pk.key_store.get([row.key_id for row in live])
+    assert [row.id for row in live if keys[row.key_id] is None] == [], "live events whose key was destroyed"
+    for row in live:
+        assert body_of(pk, row.id) != "<shredded>"  # opens, or raises SealedInvalid
+    present = [r[0] for r in rows(pk, "SELECT key_id FROM blobs WHERE key_id IS NOT NULL AND state = 'present'")]
+    assert [k for k, key in pk.key_store.get(present).items() if key is None] == [], "present blobs without a key"
+
+
+def _assert_no_secret_in_what_opens(pk: Pk) -> None:
+    found = [where for where, value in all_opened(pk).items() if SECRET in value]
+    assert found == [], "sealed content still holds purged content"
+
+
 def _assert_blob_files_follow_liveness(pk: Pk) -> None:
     sql = (
         "SELECT b.id, b.kind, b.path, b.state, b.sha256,"
@@ -285,7 +327,7 @@ def _assert_blob_files_follow_liveness(pk: Pk) -> None:
         path = pk.blobs.root(row.kind) / row.path  # not resolved: a symlink is not its target
         if row.live:
             assert (row.state, path.is_symlink()) == ("present", False), f"shared blob {row.id} is {row.state}"
-            assert hashlib.sha256(path.read_bytes()).hexdigest() == row.sha256, f"shared blob {row.id} changed"
+            assert hashlib.sha256(blob_bytes(pk, row.id)).hexdigest() == row.sha256, f"shared blob {row.id} changed"
             present.add(path)
         elif row.refs:
             assert (row.state, os.path.lexists(path)) == ("deleted", False), f"exclusive blob {row.id} remains"
@@ -374,7 +416,7 @@ def test_attachments_step_deletes_exclusive_bytes_and_keeps_the_shared_blob(pk: 
     assert run(pk, attachments.id).status == "done"
     for gone in (seed.exclusive_cas, seed.exclusive_file):
         assert (blob(pk, gone).state, files[gone].exists()) == ("deleted", False)
-    assert (blob(pk, seed.shared).state, files[seed.shared].read_bytes()) == ("present", b"kept shared bytes")
+    assert (blob(pk, seed.shared).state, blob_bytes(pk, seed.shared)) == ("present", b"kept shared bytes")
     assert read_attachment(pk, seed.kept_attachment) == b"kept shared bytes"
     progress = step_of(pk, purge_id, "attachments").progress
     assert (progress.removed, progress.retained_shared) == (2, 1)
@@ -402,7 +444,7 @@ def test_a_blob_shared_across_both_binding_kinds_keeps_its_bytes(
     assert {original.attachments[0].binding, forwarded.attachments[0].binding} == {"legacy_cas", "real_file"}
     first_purge = purge_events(pk, original.id)
     clean(pk, first_purge)
-    assert (blob(pk, blob_id).state, blob_file(pk, blob_id).read_bytes()) == ("present", data)
+    assert (blob(pk, blob_id).state, blob_bytes(pk, blob_id)) == ("present", data)
     assert read_attachment(pk, forwarded.attachments[0].id) == data
     assert step_of(pk, first_purge, "attachments").progress.retained_shared == 1
     assert_purges_leave_nothing(pk, roots)
@@ -432,7 +474,7 @@ def test_a_cas_reupload_while_the_old_blob_is_deleted_keeps_the_new_bytes(pk: Pk
     assert new_blob != old_blob  # dedupe matched no "deleting" blob
     sha = hashlib.sha256(data).hexdigest()
     assert (blob(pk, new_blob).path, blob(pk, new_blob).state) == (cas_path(sha, new_blob), "present")
-    assert blob_file(pk, new_blob).read_bytes() == data
+    assert blob_bytes(pk, new_blob) == data
     assert read_attachment(pk, reuploaded[0].attachments[0].id) == data
     assert (blob(pk, old_blob).state, blob_file(pk, old_blob).exists()) == ("deleted", False)
     clean(pk, purge_id)
@@ -470,14 +512,15 @@ def test_a_symlinked_shard_directory_makes_cleanup_touch_nothing_outside_the_roo
     shutil.move(shard, outside)
     shard.symlink_to(outside, target_is_directory=True)
     target = outside / attachment.blob_id[2:4] / attachment.blob_id
-    assert target.read_bytes() == b"doomed"
+    assert blob_bytes(pk, attachment.blob_id, target) == b"doomed"
+    before = target.read_bytes()
     purge_id = purge_events(pk, doomed.id)
     clean(pk, purge_id)
     step = step_of(pk, purge_id, "attachments")
     assert (step.status, step.attempts) == ("incomplete", step.max_attempts)
     assert step.last_error and "symlink" in step.last_error and attachment.blob_id in step.last_error
     assert str(outside) not in step.last_error and str(pk.settings.file_root) not in step.last_error
-    assert target.read_bytes() == b"doomed"
+    assert target.read_bytes() == before  # untouched
     assert pk.status(purge_id).status == "incomplete"
     with pytest.raises(purgekeeper.ContentPurged):
         pk.open_attachment(attachment.id)
@@ -510,7 +553,7 @@ def test_a_symlink_at_a_purged_blob_path_is_removed_and_its_target_kept(pk: Pk, 
     purge_id = purge_events(pk, doomed.id)
     clean(pk, purge_id)
     assert pk.status(purge_id).status == "complete"
-    assert blob_file(pk, live.attachments[0].blob_id).read_bytes() == b"live bytes"
+    assert blob_bytes(pk, live.attachments[0].blob_id) == b"live bytes"
     assert read_attachment(pk, live.attachments[0].id) == b"live bytes"
     assert not os.path.lexists(planted)
     assert_purges_leave_nothing(pk, roots)
@@ -925,8 +968,8 @@ def test_conversation_purge_fences_what_lived_only_there_and_keeps_what_lives_el
         assert scalar(pk, f"SELECT COUNT(*) FROM {table} WHERE conversation_id = 'c1'") == 0, table
     assert scalar(pk, "SELECT COUNT(*) FROM admissions WHERE run_id = 'r-c1'") == 0
     assert scalar(pk, "SELECT payload FROM derivatives WHERE id = :id", id=quote.id) is None
-    assert scalar(pk, "SELECT payload FROM derivatives WHERE id = :id", id=kept_index.id) == '"kept index"'
-    assert scalar(pk, "SELECT output FROM runs WHERE id = 'r-c2'") == '"kept output"'
+    assert opened(pk, "derivative", kept_index.id) == '"kept index"'
+    assert opened(pk, "output", "r-c2") == '"kept output"'
     progress = step_of(pk, purge_id, "bodies").progress
     assert progress.retained_shared == 1
     assert progress.retained_reasons == {"event placed in a live conversation": {"count": 1, "examples": ["e-both"]}}

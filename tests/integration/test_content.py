@@ -22,6 +22,7 @@ import purgekeeper
 from purgekeeper import NewAttachment
 from purgekeeper.commands.validation import MAX_NAME_LENGTH
 from purgekeeper.schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus
+from tests.helpers import blob_bytes, opened, scalar
 
 Pk = purgekeeper.Purgekeeper
 TERMINAL = ["succeeded", "failed", "cancelled", "abandoned"]
@@ -286,7 +287,7 @@ def test_cas_bytes_land_under_blob_root_by_hash_and_blob_id(pk: Pk, roots: dict[
     row = blob(pk, attachment.blob_id)
     assert (row.kind, row.sha256, row.size, row.state) == ("cas", sha, len(data), "present")
     assert row.path == f"{sha[:2]}/{sha[2:4]}/{sha}-{attachment.blob_id}"
-    assert (roots["blob_root"] / row.path).read_bytes() == data
+    assert blob_bytes(pk, row.id, roots["blob_root"] / row.path) == data
     assert files_under(roots["file_root"]) == []
     assert read_bytes(pk, attachment.id) == data
 
@@ -304,7 +305,7 @@ def test_a_real_file_lands_under_file_root_named_by_its_blob(pk: Pk, roots: dict
     stored = roots["file_root"] / row.path
     assert row.path == f"{row.id[:2]}/{row.id[2:4]}/{row.id}" and "report" not in row.path
     assert roots["file_root"] in stored.parents
-    assert stored.read_bytes() == data
+    assert blob_bytes(pk, row.id, stored) == data
     assert files_under(roots["blob_root"]) == []
     assert read_bytes(pk, attachment.id) == data
 
@@ -396,7 +397,7 @@ def test_cas_dedupe_matches_only_present_blobs(pk: Pk, roots: dict[str, Path]) -
     fresh = blob(pk, new.blob_id)
     assert (fresh.state, fresh.sha256) == ("present", blob(pk, old.blob_id).sha256)
     assert fresh.path != old_path
-    assert (roots["blob_root"] / fresh.path).read_bytes() == b"recycled"
+    assert blob_bytes(pk, fresh.id, roots["blob_root"] / fresh.path) == b"recycled"
     assert read_bytes(pk, new.id) == b"recycled"
     assert blob(pk, old.blob_id).state == "deleting"
 
@@ -466,10 +467,8 @@ def test_finish_run_with_a_terminal_status_keeps_the_output(chat: Pk, status: st
     assert run.status == RunStatus(status)
     assert run.output == output
     assert run.finished_at is not None and run.finished_at.utcoffset() == dt.timedelta(0)
-    with chat.db.read() as conn:
-        stored = conn.execute(text("SELECT status, output FROM runs WHERE id = 'r1'")).one()
-    assert stored.status == status
-    assert json.loads(stored.output) == output
+    assert scalar(chat, "SELECT status FROM runs WHERE id = 'r1'") == status
+    assert json.loads(opened(chat, "output", "r1") or "") == output
 
 
 def test_finishing_a_run_twice_is_refused(chat: Pk) -> None:
@@ -477,9 +476,8 @@ def test_finishing_a_run_twice_is_refused(chat: Pk) -> None:
     chat.finish_run("r1", status="succeeded", output="first")
     with pytest.raises(purgekeeper.ValidationError):
         chat.finish_run("r1", status="failed", output="second")
-    with chat.db.read() as conn:
-        stored = conn.execute(text("SELECT status, output FROM runs WHERE id = 'r1'")).one()
-    assert (stored.status, json.loads(stored.output)) == ("succeeded", "first")
+    assert scalar(chat, "SELECT status FROM runs WHERE id = 'r1'") == "succeeded"
+    assert json.loads(opened(chat, "output", "r1") or "") == "first"
 
 
 @pytest.mark.parametrize("status", ["queued", "running", "waiting", "done", "SUCCEEDED"])
@@ -499,7 +497,7 @@ def test_admit_records_the_payload(chat: Pk) -> None:
     with chat.db.read() as conn:
         row = conn.execute(text("SELECT * FROM admissions WHERE id = :id"), {"id": admission.id}).one()
     assert (row.event_id, row.run_id) == ("e1", "r1")
-    assert json.loads(row.payload) == payload
+    assert json.loads(opened(chat, "payload", admission.id) or "") == payload
 
 
 def test_admitting_to_a_finished_run_is_refused(chat: Pk) -> None:
@@ -521,8 +519,7 @@ def test_add_derivative_links_its_sources(chat: Pk) -> None:
             {"id": derivative.id},
         ).scalars()
         assert list(sources) == ["e1", "e2"]
-        stored = conn.execute(text("SELECT payload FROM derivatives WHERE id = :id"), {"id": derivative.id})
-        assert json.loads(stored.scalar_one()) == {"text": "short"}
+    assert json.loads(opened(chat, "derivative", derivative.id) or "") == {"text": "short"}
 
 
 def test_add_derivative_with_an_unknown_source_is_not_found(chat: Pk) -> None:

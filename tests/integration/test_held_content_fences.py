@@ -19,7 +19,7 @@ from sqlalchemy import text
 
 import purgekeeper
 from purgekeeper import EventScope, NewAttachment
-from tests.helpers import scalar, settle
+from tests.helpers import body_of, opened, rows, scalar, settle
 
 Pk = purgekeeper.Purgekeeper
 
@@ -96,8 +96,8 @@ def test_a_raw_writer_cannot_remove_held_content(chat: dict[str, Any], sql: str,
         write(pk, sql.format(**chat))
     [event] = pk.read_conversation("c1")
     assert event.body == "e1's secret" and event.attachments[0].name == "e1.pdf"
-    assert scalar(pk, "SELECT output FROM runs WHERE id = 'r1'") == '"about e1"'
-    assert scalar(pk, "SELECT payload FROM derivatives WHERE id = :d", d=chat["d1"]) == '"about e1"'
+    assert opened(pk, "output", "r1") == '"about e1"'
+    assert opened(pk, "derivative", chat["d1"]) == '"about e1"'
     assert scalar(pk, "SELECT count(*) FROM admissions WHERE event_id = 'e1' AND payload IS NOT NULL") == 1
     assert scalar(pk, "SELECT count(*) FROM derivative_sources WHERE event_id = 'e1'") == 1
 
@@ -215,7 +215,7 @@ def test_what_makes_content_held_does_not_change_under_a_hold(chat: dict[str, An
         write(pk, last)
     with pytest.raises(purgekeeper.LegalHold):
         write(pk, "UPDATE events SET body = NULL WHERE id = 'e1'")
-    assert scalar(pk, "SELECT body FROM events WHERE id = 'e1'") == "e1's secret"
+    assert body_of(pk, "e1") == "e1's secret"
 
 
 @pytest.mark.sqlite_only
@@ -229,6 +229,7 @@ def test_sqlite_replace_does_not_rewrite_a_held_event(chat: dict[str, Any]) -> N
     replace = "INSERT OR REPLACE INTO events (id, author, occurred_at, body) VALUES ('e1', 'ada', :at, :body)"
     with pytest.raises(purgekeeper.LegalHold):
         write(pk, replace, at=occurred_at, body=None)
-    assert scalar(pk, "SELECT body FROM events WHERE id = 'e1'") == "e1's secret"
-    write(pk, "INSERT OR IGNORE INTO events (id, author, occurred_at, body) VALUES ('e1', 'ada', :at, :body)",
-          at=occurred_at, body="e1's secret")  # fmt: skip
+    assert body_of(pk, "e1") == "e1's secret"
+    body, key_id = rows(pk, "SELECT body, key_id FROM events WHERE id = 'e1'")[0]  # as stored: sealed
+    again = "INSERT OR IGNORE INTO events (id, author, occurred_at, body, key_id) VALUES ('e1', 'ada', :at, :body, :k)"
+    write(pk, again, at=occurred_at, body=body, k=key_id)

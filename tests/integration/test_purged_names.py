@@ -28,7 +28,7 @@ from purgekeeper.commands.web import status as status_page
 from purgekeeper.commands.web.auth import Tokens
 from purgekeeper.schema.tables import metadata
 from purgekeeper.workers import runner
-from tests.helpers import POLICY, settle
+from tests.helpers import POLICY, all_opened, settle
 from tests.helpers.backups import Backups
 
 with warnings.catch_warnings():  # starlette warns at import when httpx2 is not installed
@@ -43,8 +43,11 @@ AS_OPERATOR = {"Authorization": "Bearer operator-token-1"}
 
 
 def everything_in_the_database(pk: Pk) -> str:
+    """Every row of every table as text, and every value of content opened with its key: a
+    name is sealed at rest, so the rows alone hold none, purged or not."""
     with pk.db.read() as conn:
-        return "\n".join(repr(row) for table in metadata.sorted_tables for row in conn.execute(select(table)))
+        found = [repr(row) for table in metadata.sorted_tables for row in conn.execute(select(table))]
+    return "\n".join([*found, *all_opened(pk).values()])
 
 
 def ingest_named(pk: Pk, conversation_id: str, event_id: str) -> purgekeeper.Event:

@@ -24,7 +24,7 @@ import purgekeeper
 from purgekeeper import EventScope, NewAttachment
 from purgekeeper.schema import ledger
 from purgekeeper.storage import checkpoint, ledger_copy
-from tests.helpers import rows
+from tests.helpers import body_of, rows
 from tests.helpers.backups import Backups, tracked
 from tests.helpers.factories import purge_conversation, purge_events
 
@@ -213,7 +213,7 @@ def test_a_restored_older_database_is_closed_to_content_until_merged(
     gated: Pk, backups: Backups, open_pk: Callable[[], Pk], tmp_path: Path
 ) -> None:
     restored, ids = restored_behind(gated, backups, open_pk)
-    assert rows(restored, "SELECT body FROM events WHERE id = 'e-doomed'")[0][0] == f"{SECRET} body", (
+    assert body_of(restored, "e-doomed") == f"{SECRET} body", (
         "the restore brought the purged body back (the premise of this test)"
     )
     checkpoint_name = ids["checkpoint"].name
@@ -339,7 +339,7 @@ def test_a_running_handle_that_did_not_see_the_newer_head_closes_after_a_restore
     purge_events(other, "e-doomed")
     outside_copy(other)
     backups.restore(backup)
-    assert rows(gated, "SELECT body FROM events WHERE id = 'e-doomed'")[0][0] == f"{SECRET} body"
+    assert body_of(gated, "e-doomed") == f"{SECRET} body"
     with pytest.raises(purgekeeper.MessagingUnavailable):  # today: [Event(e-doomed, body=SECRET...)]
         gated.read_conversation("c-doomed")
 

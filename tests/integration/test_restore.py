@@ -41,7 +41,7 @@ from purgekeeper.schema import ledger
 from purgekeeper.schema.tables import metadata
 from purgekeeper.storage import checkpoint, ledger_copy
 from purgekeeper.workers.cleanup import ASIDE_PREFIX
-from tests.helpers import rows, scalar
+from tests.helpers import all_opened, blob_bytes, body_of, rows, scalar
 from tests.helpers.databases import POSTGRES_ADMIN_URL
 from tests.helpers.restore import clean
 
@@ -323,10 +323,11 @@ def restore_from_backup(
     files.restore()
     assert world.repository.is_dir()
 
-    # 5. a new handle: content is closed, the restore brought the purged content back
+    # 5. a new handle: content is closed, the restore brought the purged content back (sealed,
+    # under keys the cleanup destroyed: the key store lives outside the backups)
     restored = open_pk()
     assert scalar(restored, "SELECT COUNT(*) FROM purge_ledger") == 1
-    assert scalar(restored, "SELECT body FROM events WHERE id = 'e-doomed'") == f"{SECRET} doomed body"
+    assert_back_but_shredded(restored)
     assert all(blob_path(restored, b).exists() for b in world.exclusive)
     for attempt in (
         lambda: restored.read_conversation("c-whole"),
@@ -366,7 +367,7 @@ def restore_from_backup(
 def assert_fenced_before_cleanup(pk: Pk, world: World) -> None:
     """Right after the merge, before any cleanup ran again: the restored rows and files are
     still there, and none of them is readable."""
-    assert scalar(pk, "SELECT body FROM events WHERE id = 'e-doomed'") == f"{SECRET} doomed body"
+    assert_back_but_shredded(pk)
     assert world.repository.is_dir()
     assert pk.read_conversation("c-whole") == []
     assert pk.get_conversation("c-whole") is None
@@ -387,6 +388,15 @@ def assert_fenced_before_cleanup(pk: Pk, world: World) -> None:
     assert scalar(pk, "SELECT status FROM runs WHERE id = 'r-whole'") == "abandoned"
 
 
+def assert_back_but_shredded(pk: Pk) -> None:
+    """The purged body is back in its row, sealed under the key the first cleanup destroyed:
+    no key store restore brings it back."""
+    body, key_id = rows(pk, "SELECT body, key_id FROM events WHERE id = 'e-doomed'")[0]
+    assert body is not None and key_id is not None
+    assert pk.key_store.get([key_id]) == {key_id: None} and pk.key_store.destroyed([key_id]) == {key_id}
+    assert body_of(pk, "e-doomed") == "<shredded>"
+
+
 def assert_cleaned_again(pk: Pk, world: World, roots: Roots, *, erase: bool) -> None:
     """Cleanup removed what the restore brought back, and only that."""
     assert not list(world.repository.parent.glob(f"{ASIDE_PREFIX}*"))
@@ -399,7 +409,7 @@ def assert_cleaned_again(pk: Pk, world: World, roots: Roots, *, erase: bool) -> 
         assert not os.path.lexists(blob_path(pk, blob_id))
     shared = blob_path(pk, world.shared)
     assert blob_state(pk, world.shared) == "present"
-    assert hashlib.sha256(shared.read_bytes()).hexdigest() == hashlib.sha256(SHARED_BYTES).hexdigest()
+    assert hashlib.sha256(blob_bytes(pk, world.shared)).hexdigest() == hashlib.sha256(SHARED_BYTES).hexdigest()
     assert (
         scalar(
             pk, "SELECT COUNT(*) FROM events WHERE body IS NOT NULL AND id IN ('e-doomed', 'e-whole-1', 'e-whole-2')"
@@ -408,8 +418,9 @@ def assert_cleaned_again(pk: Pk, world: World, roots: Roots, *, erase: bool) -> 
     )
     assert scalar(pk, "SELECT COUNT(*) FROM placements WHERE conversation_id = 'c-whole'") == 0
     assert scalar(pk, "SELECT COUNT(*) FROM runs WHERE conversation_id = 'c-whole'") == 0
-    assert_no_secret_in_any_table(pk)
-    assert list(files_under(roots["blob_root"], roots["file_root"]).values()) == [SHARED_BYTES]
+    assert_no_secret_in_any_table(pk)  # finds ciphertext only: what opens is searched too
+    assert [where for where, value in all_opened(pk).items() if SECRET in value] == []
+    assert [Path(path).resolve() for path in files_under(roots["blob_root"], roots["file_root"])] == [shared.resolve()]
     memory = files_under(roots["memory_root"]) if erase else {}
     assert [path for path, data in memory.items() if SECRET.encode() in data] == []
     kept = pk.read_conversation("c-keep")

@@ -17,7 +17,7 @@ import purgekeeper
 from purgekeeper.schema.content_queries import utc_from_text
 from purgekeeper.schema.ledger import utc_text
 from purgekeeper.storage import failpoints
-from tests.helpers import rows, scalar, settle
+from tests.helpers import body_of, opened, rows, scalar, settle
 
 Pk = purgekeeper.Purgekeeper
 DAY = dt.timedelta(days=1)
@@ -47,10 +47,6 @@ def turn(pk: Pk) -> purgekeeper.RetentionRunOutcome:
 
 def texts(pk: Pk, conversation_id: str) -> list[str | None]:
     return [e.body for e in pk.read_conversation(conversation_id)]
-
-
-def body_of(pk: Pk, event_id: str) -> Any:
-    return scalar(pk, "SELECT body FROM events WHERE id = :id", id=event_id)
 
 
 def selectors_of(pk: Pk, purge_id: str) -> dict[str, Any]:
@@ -93,7 +89,8 @@ def test_a_run_defers_what_a_running_agent_run_admitted(agent: Pk, scope: str | 
     # what occurred before the admitted event expired; it, and what came after it, wait
     assert texts(pk, "c1") == ["admitted", "later", "fresh"]
     assert body_of(pk, "oldest") is None and body_of(pk, "admitted") == "admitted"
-    assert scalar(pk, "SELECT payload FROM admissions WHERE run_id = 'r1'") == '"the prompt"'
+    [admission] = rows(pk, "SELECT id FROM admissions WHERE run_id = 'r1'")
+    assert opened(pk, "payload", admission.id) == '"the prompt"'
     assert first.cutoff == admitted_at
     assert (first.deferred_events, first.deferred_run_ids) == (1, ("r1",))
     selectors = selectors_of(pk, first.purge_id)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 
 import purgekeeper
-from tests.helpers import settle
+from tests.helpers import scalar, settle
 from tests.helpers.backups import Backups
 from tests.helpers.retention import ago, body_of, restored_after, set_policy, texts
 
@@ -76,7 +76,8 @@ def test_a_run_after_the_backup_is_fenced_again_before_any_read_and_cleaned_agai
     assert body_of(world, "old") is None
     restored, report = restored_after(world, backups, backup, open_pk)
     assert report.appended == (policy.purge_id, outcome.purge_id)
-    assert body_of(restored, "old") == "old"  # the backup's copy of the content is back on disk...
+    assert scalar(restored, "SELECT body FROM events WHERE id = 'old'") is not None  # the backup's copy is back...
+    assert body_of(restored, "old") == "<shredded>"  # ...sealed under the key the cleanup destroyed...
     assert texts(restored, "c1") == ["new"]  # ...and fenced before any reader sees it
     [standing] = restored.list_retention()
     assert (standing.policy_id, standing.last_purge_id) == ("thirty", outcome.purge_id)

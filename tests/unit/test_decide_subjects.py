@@ -239,7 +239,7 @@ def repository(tmp_path: Path) -> tuple[Path, memory.Marker]:
 
 
 def memory_env(tmp_path: Path) -> Any:
-    return Env(gate=None, settings=SimpleNamespace(memory_roots=(tmp_path / "memory",)))
+    return Env(gate=None, settings=SimpleNamespace(memory_roots=(tmp_path / "memory",)), keys=None)
 
 
 def test_a_proven_repository_is_erased_by_a_memory_step(

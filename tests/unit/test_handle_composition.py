@@ -220,6 +220,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "repair_ledger_copy": ("self", "-> 'CopyRepair'"),
     "resume": ("self", "-> 'int'"),
     "retry": ("self", "purge_id: 'str'", "*", "actor: 'str'", "reason: 'str'", "-> 'PurgeStatus'"),
+    "rotate_keys": ("self", "-> 'bool'"),
     "run_retention": ("self", "-> 'list[RetentionRunOutcome]'"),
     "run_retention_policy": (
         "self",
@@ -231,6 +232,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
         "-> 'RetentionRunOutcome'",
     ),
     "scheduler_duties": ("self", "-> 'None'"),
+    "seal_older_content": ("self", "-> 'SealingRound | None'"),
     "set_retention": (
         "self",
         "policy_id: 'str'",
