@@ -161,11 +161,20 @@ def _run(app: Any, phases: tuple[str, ...]) -> tuple[list[Finding], int]:
     return findings, responses
 
 
+# schemathesis's own word that the "negative" case it sent is the positive one (its mutation
+# left nothing invalid: a duplicate delivery's upload, say, answered 200 with the stored
+# event): not a finding about the API. Seen in the stateful phase, where the cases depend on
+# the earlier steps' answers.
+NOT_NEGATIVE = "Invalid component: positive test case"
+
+
 def _failed_checks(recorder: Any) -> Iterator[Finding]:
     for case_id, checks in recorder.checks.items():
         for check in checks:
             if check.failure_info is not None:
                 failure = check.failure_info.failure
+                if check.name == "negative_data_rejection" and NOT_NEGATIVE in str(failure.message):
+                    continue
                 yield _finding(recorder, case_id, check.name, f"{failure.title}: {failure.message}"[:400])
 
 
