@@ -272,8 +272,10 @@ def test_an_operator_signs_in_filters_opens_retries_and_sees_the_audit_row(
     search = by_id(browser, "search-query")
     search.send_keys(prepared.incomplete[:8])
     by_id(browser, "search-submit").click()
-    wait_for(lambda: by_id(browser, "purge-title"), "the purge's page")
-    assert browser.current_url == f"{server.url}/status/purges/{prepared.incomplete}"
+    # the hold's page has a purge-title too: wait for the new page's address, then its title
+    expected = f"{server.url}/status/purges/{prepared.incomplete}"
+    wait_for(lambda: browser.current_url == expected, "the purge's page")
+    wait_for(lambda: by_id(browser, "purge-title"), "the purge's title")
     touched = {
         term.text: term.find_element(By.XPATH, "following-sibling::dd[1]").text
         for term in by_id(browser, "touched").find_elements(By.TAG_NAME, "dt")
