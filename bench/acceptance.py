@@ -62,7 +62,7 @@ from types import FrameType
 from typing import Any
 
 import psycopg
-from scratch import ScratchDatabase, shown_url
+from scratch import ScratchDatabase, open_under, shown_url
 
 import purgekeeper
 from purgekeeper.commands.handle import Purgekeeper
@@ -688,14 +688,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         seed_all(scratch.url, args.runs, args.threads, args.per_thread, args.large_events)
 
-        pk = purgekeeper.open(
-            scratch.url,
-            blob_root=root / "blobs",
-            file_root=root / "files",
-            checkpoint_dir=root / "ledger",
-            memory_roots=[root / "memory"],
-            workers="none",  # no cleanup runs during the measurement: acceptance only
-        )
+        pk = open_under(scratch.url, root)  # workers none: no cleanup runs during the measurement
         conns: list[psycopg.Connection[Any]] = []
         try:
             conns = [psycopg.connect(scratch.url) for _ in range(args.threads)]

@@ -57,9 +57,8 @@ from types import FrameType
 from typing import Any
 
 import psycopg
-from scratch import ScratchDatabase, shown_url
+from scratch import ScratchDatabase, open_under, shown_url
 
-import purgekeeper
 from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.schema import migrate
 from purgekeeper.schema.db import Database
@@ -377,14 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.scale != DEFAULT_SCALE:
             print(f"--scale {args.scale:g} (the default is {DEFAULT_SCALE:g})")
         seed(scratch.url, args.runs, events)
-        pk = purgekeeper.open(
-            scratch.url,
-            blob_root=root / "blobs",
-            file_root=root / "files",
-            checkpoint_dir=root / "ledger",
-            memory_roots=[root / "memory"],
-            workers="none",  # the steps run in this script's own thread, as the embedded worker's would
-        )
+        pk = open_under(scratch.url, root)  # workers none: the steps run in this thread, as the embedded worker's would
         try:
             knobs = {"yield_share": args.yield_share, "batch_size": args.batch_size}
             bench = Bench(

@@ -56,9 +56,8 @@ from typing import Any
 import httpx
 from acceptance import GROUP_SIZE, WARMUP_GROUPS_PER_THREAD, Bench, Phase, run_phase, seed_conversations
 from scale import Chain, median_ms, seed_ledger, settle
-from scratch import ScratchDatabase, shown_url
+from scratch import ScratchDatabase, open_under, shown_url
 
-import purgekeeper
 from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.commands.settings import Settings
 from purgekeeper.schema import ledger, migrate
@@ -87,16 +86,8 @@ def migrated(url: str) -> str:
 
 
 def open_handle(url: str, root: Path, *, sign: bool = True, witnesses: str | None = None) -> Purgekeeper:
-    return purgekeeper.open(
-        url,
-        settings=dataclasses.replace(Settings.from_env(), witnesses=witnesses),
-        blob_root=root / "blobs",
-        file_root=root / "files",
-        checkpoint_dir=root / "ledger",
-        memory_roots=[root / "memory"],
-        workers="none",
-        sign_checkpoints=sign,
-    )
+    settings = dataclasses.replace(Settings.from_env(), witnesses=witnesses)
+    return open_under(url, root, settings=settings, sign_checkpoints=sign)
 
 
 @contextlib.contextmanager

@@ -64,7 +64,7 @@ from typing import Any
 
 import psycopg
 from acceptance import baseline_confirm, event_ids_of, seed_conversations
-from scratch import ScratchDatabase, shown_url
+from scratch import ScratchDatabase, open_under, shown_url
 
 import purgekeeper
 from purgekeeper.commands.handle import Purgekeeper
@@ -189,14 +189,7 @@ def median_ms(call: Callable[[], object], repeat: int) -> float:
 
 @contextmanager
 def handle(url: str, root: Path) -> Iterator[Purgekeeper]:
-    pk = purgekeeper.open(
-        url,
-        blob_root=root / "blobs",
-        file_root=root / "files",
-        checkpoint_dir=root / "ledger",
-        memory_roots=[root / "memory"],
-        workers="none",
-    )
+    pk = open_under(url, root)
     try:
         yield pk
     finally:

@@ -41,10 +41,9 @@ from typing import Any
 
 import psycopg
 from prometheus_client import generate_latest
-from scratch import ScratchDatabase, shown_url
+from scratch import ScratchDatabase, open_under, shown_url
 from sqlalchemy import event
 
-import purgekeeper
 from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.commands.web import metrics
 from purgekeeper.schema import migrate
@@ -83,14 +82,7 @@ def seed(url: str, runs: int) -> None:
 
 @contextlib.contextmanager
 def handle(url: str, root: Path) -> Iterator[Purgekeeper]:
-    pk = purgekeeper.open(
-        url,
-        blob_root=root / "blobs",
-        file_root=root / "files",
-        checkpoint_dir=root / "ledger",
-        memory_roots=[root / "memory"],
-        workers="none",
-    )
+    pk = open_under(url, root)
     pk.gate.stop_audit()  # the seeded hashes are stand-ins; a scrape reads the audit's state only
     try:
         yield pk

@@ -1,9 +1,28 @@
-"""What the benchmarks share: connection strings and a scratch database that is always dropped."""
+"""What the benchmarks share: connection strings, a scratch database that is always dropped,
+and a handle whose roots are all under one directory."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import psycopg
 from sqlalchemy.engine import make_url
+
+import purgekeeper
+
+
+def open_under(url: str, root: Path, **options: Any) -> purgekeeper.Purgekeeper:
+    """``purgekeeper.open(url)`` with its blob, file, checkpoint and Memory roots under ``root``
+    and no workers (``options`` go to ``purgekeeper.open`` too)."""
+    return purgekeeper.open(
+        url,
+        blob_root=root / "blobs",
+        file_root=root / "files",
+        checkpoint_dir=root / "ledger",
+        memory_roots=[root / "memory"],
+        **{"workers": "none", **options},
+    )
 
 
 def libpq_url(url: str, database: str | None = None) -> str:

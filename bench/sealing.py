@@ -79,10 +79,9 @@ from types import FrameType
 from typing import Any
 from unittest import mock
 
-from scratch import ScratchDatabase, shown_url
+from scratch import ScratchDatabase, open_under, shown_url
 from sqlalchemy import text
 
-import purgekeeper
 from purgekeeper.commands import attachments, content_commands
 from purgekeeper.commands.attachments import NewAttachment
 from purgekeeper.commands.handle import Purgekeeper
@@ -181,14 +180,7 @@ class Side:
 
 def open_side(name: str, url: str, root: Path) -> Side:
     root.mkdir(parents=True, exist_ok=True)
-    pk = purgekeeper.open(
-        url,
-        blob_root=root / "blobs",
-        file_root=root / "files",
-        checkpoint_dir=root / "ledger",
-        memory_roots=[root / "memory"],
-        workers="none",
-    )
+    pk = open_under(url, root)
     return Side(name, pk)
 
 
