@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -42,6 +42,8 @@ class ContentKeys:
         self._pool: deque[tuple[str, bytes]] = deque()
         self._ciphers: dict[str, AESGCM] = {}  # by key id, in the order built
         self._generation: int | None = None  # the store's, when the AEADs kept were built
+        # the store's counter of destructions; None (a key server's client): no AEAD is kept
+        self._generation_of: Callable[[], int] | None = getattr(store, "generation", None)
         self._size = pool
         self._lock = threading.Lock()
 
@@ -66,9 +68,8 @@ class ContentKeys:
         generation (a key server's client) is asked for every key, every time."""
         wanted = [key_id for key_id in dict.fromkeys(key_ids) if key_id]
         built: dict[str, AESGCM | None] = {}
-        generation = getattr(self.store, "generation", None)
-        if generation is not None and wanted:
-            now = generation()
+        if self._generation_of is not None and wanted:
+            now = self._generation_of()
             with self._lock:
                 if now != self._generation:
                     self._ciphers.clear()
@@ -84,7 +85,7 @@ class ContentKeys:
         return built
 
     def _remember(self, key_id: str, key: bytes) -> AESGCM:
-        if not hasattr(self.store, "generation"):  # only a store with a generation has its AEADs kept
+        if self._generation_of is None:
             return cipher(key)
         made = self._ciphers[key_id] = cipher(key)
         while len(self._ciphers) > CACHE_KEYS:

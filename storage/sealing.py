@@ -14,9 +14,9 @@ caller must not either.
 A random 96-bit nonce is safe here because each key seals very few values (one event's
 body, name and payloads): the birthday bound of 2**32 messages per key is never near.
 
-TEXT columns hold :func:`seal_text`'s form, ``pk1:`` and the sealed bytes in standard base64,
-so a migration that seals older rows can tell a sealed value from a plain one
-(:func:`is_sealed_text`); the prefix names the version too.
+TEXT columns hold :func:`seal_text`'s form, ``pk1:`` and the sealed bytes in standard base64;
+the prefix names the version. Whether a value is sealed is its row's ``key_id``, never the
+prefix (a plain value may begin with ``pk1:`` too): :func:`is_sealed_text` only says the form.
 
 Files (attachment bytes) are sealed by :mod:`purgekeeper.storage.sealed_files`, in chunks of
 64 KiB, each its own GCM message under the blob's key with a fresh nonce, and the associated
