@@ -37,7 +37,8 @@ def test_a_worker_killed_after_the_keys_are_destroyed_leaves_ciphertext_nobody_c
     purge_id, event_id, conversation = _purge_one(pk)
     key_id = scalar(pk, "SELECT key_id FROM events WHERE id = :id", id=event_id)
     assert pk.key_store.get([key_id])[key_id] is not None
-    doomed = processes.worker(failpoints="bodies.shredded=exit")
+    # The step was sent at the acceptance: the worker may take it, and die, before it logs ready.
+    doomed = processes.worker(failpoints="bodies.shredded=exit", wait_ready=False)
     processes.scheduler()
     assert doomed.popen.wait(timeout=60) == KILLED, doomed.tail()
     assert pk.key_store.get([key_id])[key_id] is None  # destroyed, durably, before the process died
