@@ -137,6 +137,7 @@ import json
 import os
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -547,6 +548,7 @@ def run_product(
         )
     }
     conn.commit()
+    woken: set[str] = set()
     for kind, times in (("bodies", side.bodies_s), ("attachments", side.attachments_s)):
         for purge_id in side.purge_ids:
             step_id = step_ids[(purge_id, kind)]
@@ -555,10 +557,14 @@ def run_product(
             with profiled:
                 outcome = runner.run_step(ctx, step_id, policy=policy)
             times.append(time.perf_counter() - begin)
+            if outcome.status == "skipped" and step_status(conn, step_id) == "done":
+                continue  # an earlier delivery's group did it (purgekeeper.workers.grouped)
             if outcome.status != "done":
                 raise RuntimeError(f"{kind} step {step_id} of purge {purge_id} ended {outcome.status!r}")
-            if kind == "bodies" and outcome.wake != (step_ids[(purge_id, "attachments")],):
-                raise RuntimeError(f"the bodies step of purge {purge_id} did not unpark its attachments step")
+            woken.update(outcome.wake)
+    unparked = {step_ids[(purge_id, "attachments")] for purge_id in side.purge_ids}
+    if woken != unparked:
+        raise RuntimeError(f"the bodies steps unparked {len(woken)} attachments steps, not {len(unparked)}")
     side.window_s = time.perf_counter() - window_start
     progress = conn.execute(
         "SELECT kind, sum(removed), sum(retained_shared) FROM cleanup_steps WHERE purge_id = ANY(%s) GROUP BY kind",
@@ -569,6 +575,12 @@ def run_product(
     side.rows = by_kind["bodies"][0]
     side.files, side.retained = by_kind["attachments"]
     return side
+
+
+def step_status(conn: psycopg.Connection[Any], step_id: str) -> str:
+    row = conn.execute("SELECT status FROM cleanup_steps WHERE id = %s", (step_id,)).fetchone()
+    conn.commit()
+    return str(row[0]) if row else "?"
 
 
 # -- the baseline ---------------------------------------------------------------------------------
@@ -1194,6 +1206,41 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # run the finally blocks: the scratch database is dropped
 
 
+def against(rev: str, argv: list[str]) -> dict[str, Any]:
+    """This script run again, with ``argv`` less ``--against``, on the purgekeeper of commit
+    ``rev`` (checked out as a git worktree, first on PYTHONPATH: this script and its helpers
+    stay this tree's), in a scratch database of its own; its figures beside this run's."""
+    repo = Path(__file__).resolve().parent.parent
+    rest = [a for i, a in enumerate(argv) if not (a.startswith("--against") or (i and argv[i - 1] == "--against"))]
+    with tempfile.TemporaryDirectory(prefix="pk-bench-against-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(tree), rev], check=True)
+        try:
+            commit = subprocess.run(
+                ["git", "-C", str(tree), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+            print(f"\nthe same benchmark on {rev} ({commit}), after this one:", flush=True)
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            done = subprocess.run(
+                [sys.executable, __file__, *rest], env=env, capture_output=True, text=True, check=True
+            )
+        finally:
+            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(tree)], check=False)
+    lines = done.stdout.strip().splitlines()
+    print("\n".join(f"  [{commit}] {line}" for line in lines[:-1]), flush=True)
+    theirs = json.loads(lines[-1])
+    names = (
+        "acceptance_to_complete_s",
+        "bodies_steps_s",
+        "attachments_steps_s",
+        "purgekeeper_rows_per_s",
+        "purgekeeper_files_per_s",
+        "rows_same_work_ratio",
+        "files_same_work_ratio",
+    )
+    return {"against": {"commit": commit, **{name: theirs.get(name) for name in names}}}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--runs", type=int, default=3)
@@ -1227,6 +1274,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N",
         help="profile the library's steps statement by statement (bench/statements.py) and show the N that take "
         "the longest, per step kind; the profile's listeners add a little to the steps' times",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        default=None,
+        help="then run this script, with the same arguments, on the purgekeeper of commit REV (a git worktree put "
+        "first on PYTHONPATH), and report its acceptance-to-complete beside this run's (at_once_ratio)",
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args(argv)
@@ -1314,6 +1368,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             figures["warm_up"] = not args.cold
             if bench.statements is not None:
                 figures["statements"] = bench.statements.report(args.statements)
+            if args.against:
+                figures.update(against(args.against, list(sys.argv[1:] if argv is None else argv)))
+                theirs = figures["against"]["acceptance_to_complete_s"]
+                figures["at_once_ratio"] = figures["acceptance_to_complete_s"] / theirs
+                print(
+                    f"\n{layout.per_run} purges at once, acceptance to complete: "
+                    f"{figures['acceptance_to_complete_s']:.2f} s here, {theirs:.2f} s on {args.against}: "
+                    f"{figures['at_once_ratio']:.2f}x (target <= 0.5x)"
+                )
             print()
             print(f"checks after each run: {'ok' if not bench.problems else 'FAILED'}")
             print(json.dumps(figures, sort_keys=True))

@@ -384,6 +384,14 @@ def entry_by_purge_id(conn: Reader, purge_id: str) -> LedgerEntry | None:
     return LedgerEntry.from_row(row) if row else None
 
 
+def entries_by_purge_ids(conn: Connection, purge_ids: Sequence[str]) -> dict[str, LedgerEntry]:
+    """The rows of these purges, by purge id (one statement; unknown ids are left out)."""
+    if not purge_ids:
+        return {}
+    rows = conn.execute(select(purge_ledger).where(purge_ledger.c.purge_id.in_(list(purge_ids))))
+    return {entry.purge_id: entry for entry in map(LedgerEntry.from_row, rows)}
+
+
 def entry_by_idempotency_key(conn: Connection, key: str) -> LedgerEntry | None:
     query = select(purge_ledger).where(purge_ledger.c.idempotency_key == key).order_by(purge_ledger.c.seq).limit(1)
     row = conn.execute(query).first()

@@ -32,7 +32,13 @@ from purgekeeper.schema.content_queries import upsert_insert
 from purgekeeper.schema.ledger import clock, database_now
 from purgekeeper.schema.overview import Counter
 from purgekeeper.schema.states import StepStatus
-from purgekeeper.schema.tables import cleanup_steps, leader_leases, purge_completions, purge_ledger, step_attempts
+from purgekeeper.schema.tables import (
+    cleanup_steps,
+    leader_leases,
+    purge_completions,
+    purge_ledger,
+    step_attempts,
+)
 
 LEASE_EXPIRED = "the worker stopped during its last attempt (lease expired)"
 LEASE_LOST = "lease_lost"  # an attempt's outcome: its lease ran out before it finished
@@ -142,6 +148,86 @@ def claim_or_end(conn: Connection, step_id: str, *, owner: str, lease: dt.timede
     )
     overview.add(conn, Counter.ATTEMPTS, row.kind)
     return Claim(row.id, row.purge_id, row.kind, int(row.attempts), int(row.max_attempts), owner)
+
+
+def claim_more(
+    conn: Connection,
+    *,
+    kind: str,
+    owner: str,
+    lease: dt.timedelta,
+    limit: int,
+    besides: str,
+    purge_kinds: Sequence[str] | None = None,
+) -> list[Claim]:
+    """Up to ``limit`` more steps of ``kind`` for ``owner``, beside the step ``besides`` it has
+    just claimed: a group, worked together (``purgekeeper.workers.grouped``). Only waiting steps
+    due now (oldest first), of purges of ``purge_kinds`` when given: a step whose lease ran out
+    is left to its own delivery, whose claim closes the lost attempt. A step another worker is
+    claiming at the same moment is skipped, not waited for (SKIP LOCKED on PostgreSQL; SQLite
+    writes one transaction at a time). Each attempt is counted and recorded as ``claim``'s."""
+    if limit <= 0:
+        return []
+    now = clock(conn)
+    c = cleanup_steps.c
+    candidates = select(c.id).where(c.kind == kind, c.id != besides, lifecycle.waiting_due_clause(now))
+    if purge_kinds is not None:
+        ledger_row = purge_ledger.c
+        candidates = candidates.where(
+            select(ledger_row.purge_id)
+            .where(ledger_row.purge_id == c.purge_id, ledger_row.kind.in_(list(purge_kinds)))
+            .exists()
+        )
+    candidates = candidates.order_by(c.next_attempt_at, c.id).limit(limit).with_for_update(skip_locked=True)
+    rows = conn.execute(
+        update(cleanup_steps)
+        .where(c.id.in_(candidates.scalar_subquery()), lifecycle.waiting_due_clause(now))
+        .values(
+            status=StepStatus.RUNNING.value,
+            attempts=c.attempts + 1,
+            lease_owner=owner,
+            lease_expires_at=clock(conn, plus=lease),
+            updated_at=now,
+        )
+        .returning(c.id, c.purge_id, c.kind, c.attempts, c.max_attempts)
+    ).all()
+    if not rows:
+        return []
+    conn.execute(
+        insert(step_attempts).values(started_at=now),
+        [
+            {
+                "id": uuid.uuid4().hex,
+                "step_id": row.id,
+                "purge_id": row.purge_id,
+                "kind": row.kind,
+                "attempt": int(row.attempts),
+                "owner": owner,
+            }
+            for row in rows
+        ],
+    )
+    overview.add(conn, Counter.ATTEMPTS, kind, len(rows))
+    return sorted(
+        (Claim(row.id, row.purge_id, row.kind, int(row.attempts), int(row.max_attempts), owner) for row in rows),
+        key=lambda held: held.step_id,
+    )
+
+
+def renew(conn: Connection, owner: str, step_ids: Sequence[str], *, lease: dt.timedelta) -> set[str]:
+    """Renew ``owner``'s leases of these steps, and lock their rows for the transaction: the
+    ids it still holds (a step missing from them was taken over after its lease ran out, or
+    given back; a group works on none of its rows then)."""
+    if not step_ids:
+        return set()
+    c = cleanup_steps.c
+    rows = conn.execute(
+        update(cleanup_steps)
+        .where(c.id.in_(list(step_ids)), c.lease_owner == owner, c.status == StepStatus.RUNNING.value)
+        .values(lease_expires_at=clock(conn, plus=lease), updated_at=clock(conn))
+        .returning(c.id)
+    )
+    return {row.id for row in rows}
 
 
 def _close_attempts(

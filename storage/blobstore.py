@@ -59,6 +59,7 @@ MAX_BATCH_DIRECTORIES = 256  # a batch holds at most about twice this many descr
 SYNCS_AT_A_TIME = 16
 Doomed = tuple[str, str, str]  # a blob's id, kind and path
 _T = TypeVar("_T")
+_F = TypeVar("_F")
 
 
 @dataclass(frozen=True)
@@ -115,34 +116,47 @@ class BlobStore:
         tried; the first failure is raised afterwards, named by its blob id and never by its
         path (a path written by an earlier version holds the attachment's name, which may be
         purged)."""
-        failures: list[OSError] = []
+        failures = self.discard_each(doomed, threads=threads)
+        if failures:
+            raise next(iter(failures.values()))
+
+    def discard_each(self, doomed: Sequence[Doomed], *, threads: int) -> dict[str, OSError]:
+        """:meth:`discard_all`, which says which blobs failed instead of raising: each
+        failure by blob id, in the order met. A directory whose fsync failed fails every blob
+        of the batch in it, since none of their unlinks is known to be on disk (a group of
+        steps gives each failure to the step whose blob it is, ``purgekeeper.workers.grouped``)."""
+        failures: list[tuple[str, OSError, bool]] = []  # (blob id, error, whether its whole directory failed)
         groups = _by_directory(doomed)
         for start in range(0, len(groups), MAX_BATCH_DIRECTORIES):
             with Directories(self._resolved, limit=None) as directories:
                 unlink = functools.partial(self._discard_group, directories)
                 failures += _each(unlink, groups[start : start + MAX_BATCH_DIRECTORIES], threads)
                 failures += _each(self._sync_directory, directories.to_sync(), max(threads, SYNCS_AT_A_TIME))
-        if failures:
-            raise failures[0]
+        failed: dict[str, OSError] = {}
+        for blob_id, error, whole_directory in failures:
+            for failed_id in _same_directory(groups, blob_id) if whole_directory else [blob_id]:
+                failed.setdefault(failed_id, error)
+        return failed
 
-    def _discard_group(self, directories: Directories, group: Sequence[Doomed]) -> list[OSError]:
+    def _discard_group(self, directories: Directories, group: Sequence[Doomed]) -> list[tuple[str, OSError, bool]]:
         """Unlink the files of one directory; their failures, named by blob id."""
         failures = []
         for blob_id, kind, relative in group:
             try:
                 self.discard(blob_id, kind, relative, directories=directories)
             except (OSError, ValueError) as exc:  # ValueError: not the blob's own path, never touched
-                failures.append(discard_failed(blob_id, exc))
+                failures.append((blob_id, discard_failed(blob_id, exc), False))
         return failures
 
-    def _sync_directory(self, directory: tuple[int, str]) -> list[OSError]:
+    def _sync_directory(self, directory: tuple[int, str]) -> list[tuple[str, OSError, bool]]:
         """fsync a directory the batch changed. A failure is named by the first blob there: its
-        unlink is not known to be on disk, so it is not deleted yet."""
+        unlink is not known to be on disk, so it is not deleted yet (nor the others there:
+        ``discard_each``)."""
         fd, blob_id = directory
         try:
             self.sync(fd)
         except OSError as exc:
-            return [discard_failed(blob_id, exc)]
+            return [(blob_id, discard_failed(blob_id, exc), True)]
         return []
 
     def open(self, blob_id: str, kind: BlobKind | str, relative: str) -> BinaryIO:
@@ -200,7 +214,15 @@ def _by_directory(doomed: Sequence[Doomed]) -> list[list[Doomed]]:
     return list(groups.values())
 
 
-def _each(work: Callable[[_T], list[OSError]], items: Sequence[_T], threads: int) -> list[OSError]:
+def _same_directory(groups: Sequence[Sequence[Doomed]], blob_id: str) -> list[str]:
+    """The blobs of the batch in the same directory as ``blob_id`` (itself alone if it is not one of them)."""
+    for group in groups:
+        if any(doomed_id == blob_id for doomed_id, _kind, _path in group):
+            return [doomed_id for doomed_id, _kind, _path in group]
+    return [blob_id]
+
+
+def _each(work: Callable[[_T], list[_F]], items: Sequence[_T], threads: int) -> list[_F]:
     """``work`` on every item, ``threads`` at a time (a share of the items per thread); the
     failures, in order of the shares."""
     shares = [items[i::threads] for i in range(min(threads, len(items)))]
@@ -211,7 +233,7 @@ def _each(work: Callable[[_T], list[OSError]], items: Sequence[_T], threads: int
     return [failure for future in futures for failure in future.result()]
 
 
-def _each_of(work: Callable[[_T], list[OSError]], items: Sequence[_T]) -> list[OSError]:
+def _each_of(work: Callable[[_T], list[_F]], items: Sequence[_T]) -> list[_F]:
     return [failure for item in items for failure in work(item)]
 
 

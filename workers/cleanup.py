@@ -1,4 +1,6 @@
-"""The three cleanup steps as plain functions: bodies, attachments and memory.
+"""The cleanup steps as plain functions, bodies and memory, and the batch they are made of
+(the attachments step, and the bodies steps of :class:`Batched` kinds, run in groups of steps
+worked together: ``purgekeeper.workers.grouped``).
 
 Each works in small batches; each batch is its own transaction, which also records progress
 and renews the lease (``purgekeeper.schema.steps.progress``): a lost lease rolls the batch back. Every
@@ -42,6 +44,10 @@ log = logging.getLogger(__name__)
 # a fraction of a second.
 DEFAULT_BATCH_SIZE = 2000
 DEFAULT_UNLINK_THREADS = 4  # a batch's files are unlinked this many at a time
+# At most this many steps of one kind are claimed and worked together (purgekeeper.workers.grouped):
+# a batch still holds at most batch_size rows or files, so this only bounds how many purges one
+# attempt's lease covers. 1 works every step alone.
+DEFAULT_GROUP_STEPS = 64
 DEFAULT_MAX_LOCK_WAIT = retry_policy.MAX_LOCK_WAIT
 # After a batch that ran while other sessions of the database were running statements, the
 # step pauses this share of the batch's time (at most DEFAULT_MAX_YIELD): the foreground
@@ -78,6 +84,9 @@ class StepContext:
     ``yield_share``: after a batch that met other busy sessions, the step pauses that share
     of the batch's time, at most ``max_yield`` (0 never pauses; see ``run_batch``).
 
+    ``group_steps``: how many steps of one kind an attempt may claim and work together, at
+    most (``purgekeeper.workers.grouped``; 1: each alone).
+
     ``stopping``: set when the process that serves with this context stops; each attempt
     then ends before its next batch (``purgekeeper.workers.runner.wind_down``)."""
 
@@ -93,6 +102,7 @@ class StepContext:
     max_lock_wait: dt.timedelta = DEFAULT_MAX_LOCK_WAIT
     yield_share: float = DEFAULT_YIELD_SHARE
     max_yield: dt.timedelta = DEFAULT_MAX_YIELD
+    group_steps: int = DEFAULT_GROUP_STEPS
     stopping: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
     @property
@@ -114,23 +124,15 @@ def log_fields(held: steps.Claim) -> dict[str, str]:
     return {"purge_id": held.purge_id, "step_id": held.step_id, "step_kind": held.kind}
 
 
-def run(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry | None = None) -> Ran:
-    """Carry out one claimed step (of the ledger row ``entry``, read here when not given)."""
-    entry = entry or _entry(ctx, held.purge_id)
+def run(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
+    """Carry out one claimed bodies or memory step of the ledger row ``entry`` (the
+    attachments step, and bodies steps of :class:`Batched` kinds, run in groups:
+    ``purgekeeper.workers.grouped``, whose ``run`` is the one to call for any step)."""
     handler: Callable[[StepContext, steps.Claim, ledger.LedgerEntry], Ran] = {
         StepKind.BODIES.value: remove_bodies,
-        StepKind.ATTACHMENTS.value: remove_attachments,
         StepKind.MEMORY.value: remove_memory,
     }[held.kind]
     return handler(ctx, held, entry)
-
-
-def _entry(ctx: StepContext, purge_id: str) -> ledger.LedgerEntry:
-    with ctx.db.read() as conn:
-        entry = ledger.entry_by_purge_id(conn, purge_id)
-    if entry is None:
-        raise LookupError(f"purge {purge_id} has cleanup steps but no ledger row")
-    return entry
 
 
 def run_batch(
@@ -174,7 +176,7 @@ def run_batch(
             began = time.monotonic()
             done = ctx.db.transact(transaction)
             if busy:
-                _yield(ctx, time.monotonic() - began)
+                pause(ctx, time.monotonic() - began)
             return done
         except LockTimeout:
             waited += ctx.batch_lock_timeout
@@ -206,7 +208,7 @@ def _shredding(
     return done
 
 
-def _yield(ctx: StepContext, batch_s: float) -> None:
+def pause(ctx: StepContext, batch_s: float) -> None:
     """Pause a share of the batch's time (outside any transaction: nothing stays locked), so
     the foreground that met the batch has the CPU and the disk to itself for a while."""
     time.sleep(min(ctx.yield_share * batch_s, ctx.max_yield.total_seconds()))
@@ -215,6 +217,24 @@ def _yield(ctx: StepContext, batch_s: float) -> None:
 # -- bodies -------------------------------------------------------------------------------------
 
 BodiesStep = Callable[[StepContext, steps.Claim, ledger.LedgerEntry], Ran]
+BodiesBatch = Callable[[Connection, ledger.LedgerEntry, int], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Batched:
+    """A bodies step made of batches that each find what is left by themselves:
+    ``batch(conn, entry, limit)`` does the next ``limit`` items or so of the purge ``entry``,
+    says what it did (``removed``, ``retained``, ...; ``cost``: the items it took, toward a
+    group's budget; ``wake``: the steps it unparked) and ``"done": True`` on the last. A
+    worker may run several purges' steps of such a kind together, in shared batches
+    (``purgekeeper.workers.grouped``); called, it is the plain loop of one step."""
+
+    batch: BodiesBatch
+
+    def __call__(self, ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
+        while not (done := run_batch(ctx, held, lambda conn: self.batch(conn, entry, ctx.batch_size))).get("done"):
+            pass
+        return Ran(tuple(done.get("wake", ())), finished=True)
 
 
 def remove_bodies(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
@@ -225,108 +245,6 @@ def remove_bodies(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry
     if step is None:
         raise LookupError(f"no bodies step is given for purge kind {entry.kind!r} (purge {entry.purge_id})")
     return step(ctx, held, entry)
-
-
-# -- attachments --------------------------------------------------------------------------------
-
-
-# Where the attachments step's walk is: after which fenced event its window starts, and
-# after which blob of that window it goes on ("" for none).
-Cursor = tuple[str, str]
-WINDOWS_PER_BATCH = 16
-
-
-def remove_attachments(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> Ran:
-    """The purge's fenced events, ``batch_size`` at a time in id order (a window: its cost
-    follows the window, not the purge), and their blobs, ``batch_size`` at a time (a batch
-    takes what the next windows hold). Per batch, one transaction: mark the batch before it
-    deleted, find the next blobs that still have bytes and lock them in id order, count live
-    references of both binding kinds, mark the unreferenced ones deleting, and commit; then
-    destroy their keys (durably: from then on their bytes are unreadable wherever a copy
-    is), unlink them (a missing file is fine), a few at a time, and fsync each of their
-    directories once. The last batch's blobs are marked deleted in a transaction of their
-    own, which finishes the step. Shared blobs are recorded as retained, with the reason,
-    once per attempt however many windows bind them: each attempt walks every event again,
-    so its first batch starts the count afresh."""
-    after: Cursor | None = ("", "")
-    first, gone = True, list[str]()
-    kept: set[str] = set()  # the shared blobs this attempt counted (committed batches only)
-    while after is not None:
-        batch = functools.partial(
-            _next_batch, purge_id=entry.purge_id, after=after, limit=ctx.batch_size, first=first, gone=gone, kept=kept
-        )
-        # durable: "deleting" is on disk before any unlink, else a present blob could lack its bytes
-        marked = run_batch(ctx, held, batch, durable=True)
-        kept.update(marked["shared"])
-        if marked["done"]:
-            return Ran(finished=True)
-        if marked["doomed"]:
-            ctx.keys.destroy(marked["keys"])  # shredded before unlinked: the freed blocks hold ciphertext only
-            failpoints.hit("attachments.shredded")
-            ctx.blobs.discard_all(marked["doomed"], threads=ctx.unlink_threads)  # the unlinks are on disk after it
-        first, gone, after = False, [blob_id for blob_id, _kind, _path in marked["doomed"]], marked["next"]
-    run_batch(ctx, held, functools.partial(_mark_deleted, blob_ids=gone))
-    return Ran(finished=True)
-
-
-def _next_batch(
-    conn: Connection, *, purge_id: str, after: Cursor, limit: int, first: bool, gone: list[str], kept: set[str]
-) -> dict[str, Any]:
-    """The blobs of the batch before (``gone``: unlinked, on disk) deleted, and the next
-    batch's unreferenced blobs deleting, in one transaction."""
-    removed = cleanup_queries.mark_deleted(conn, gone)
-    marked = _mark_unreferenced(conn, purge_id=purge_id, after=after, limit=limit, first=first, kept=kept)
-    return {**marked, "removed": removed}
-
-
-def _mark_unreferenced(
-    conn: Connection, *, purge_id: str, after: Cursor, limit: int, first: bool, kept: set[str]
-) -> dict[str, Any]:
-    """The next ``limit`` blobs of the walk at ``after``: locked, the unreferenced ones marked
-    deleting. ``kept``: the shared blobs earlier batches of this attempt counted, left alone
-    here (read only: a transaction that is tried again must not have changed it)."""
-    candidates, following = _next_blobs(conn, purge_id, after, limit)
-    rows = [row for row in cleanup_queries.lock_blobs(conn, candidates) if row.id not in kept] if candidates else []
-    ids = [row.id for row in rows]
-    live = cleanup_queries.live_referenced(conn, ids) if ids else set()
-    shared = sorted(blob_id for blob_id in ids if blob_id in live)
-    doomed = [row for row in rows if row.id not in live]
-    cleanup_queries.mark_deleting(conn, [row.id for row in doomed])
-    return {
-        "retained": len(shared),
-        "reasons": {"blob referenced by live content": shared} if shared else None,
-        "restart_retained": first,
-        "shared": shared,
-        "doomed": [(row.id, row.kind, row.path) for row in doomed],
-        "keys": [row.key_id for row in doomed if row.key_id],
-        "next": following,
-        "done": following is None and not doomed,  # nothing to unlink: this batch finishes the step
-    }
-
-
-def _next_blobs(conn: Connection, purge_id: str, after: Cursor, limit: int) -> tuple[list[str], Cursor | None]:
-    """Up to ``limit`` blobs with bytes of the purge's fenced events, from the window at
-    ``after`` on, a window of ``limit`` events at a time (at most ``WINDOWS_PER_BATCH`` of
-    them: events without attachments cost a batch its windows, not its blobs); and where the
-    walk goes on (None: the last window is done)."""
-    found: list[str] = []
-    event_after, blob_after = after
-    for _ in range(WINDOWS_PER_BATCH):
-        window = cleanup_queries.fenced_events_after(conn, purge_id, after=event_after, limit=limit)
-        wanted = limit - len(found)
-        more = cleanup_queries.blobs_of_events(conn, window, after=blob_after, limit=wanted) if window else []
-        found += more
-        if len(more) == wanted:
-            return found, (event_after, more[-1])  # this window may hold more blobs
-        if len(window) < limit:
-            return found, None  # a short window: the last one
-        event_after, blob_after = window[-1], ""
-    return found, (event_after, "")
-
-
-def _mark_deleted(conn: Connection, *, blob_ids: list[str]) -> dict[str, Any]:
-    """The last batch's blobs deleted; the step is done."""
-    return {"removed": cleanup_queries.mark_deleted(conn, blob_ids), "done": True}
 
 
 # -- memory -------------------------------------------------------------------------------------

@@ -33,8 +33,8 @@ from tenacity import RetryCallState, Retrying, retry_if_exception, wait_exponent
 from purgekeeper.schema import ledger, retry_policy, steps
 from purgekeeper.schema.db import bound_lock_waits
 from purgekeeper.schema.errors import InfrastructureError, LockTimeout, connection_lost
-from purgekeeper.schema.states import StepStatus
-from purgekeeper.workers import cleanup
+from purgekeeper.schema.states import StepKind, StepStatus
+from purgekeeper.workers import grouped
 from purgekeeper.workers.cleanup import NotProvable, StepContext, Stopping, log_fields
 from purgekeeper.workers.shutdown import STOP_GRACE, STOP_LOCK_WAIT
 
@@ -136,24 +136,73 @@ def _give_back(ctx: StepContext, owner: str) -> int:
 def _run_step(ctx: StepContext, step_id: str, owner: str, policy: Policy) -> Outcome:
     # Durable: the attempt must be counted even if the step takes the database server down
     # with it, or a step that does so every time would never end incomplete.
-    claim = functools.partial(_claim, step_id=step_id, owner=owner, lease=policy.lease)
-    held, entry = ctx.db.transact(claim)
+    claim = functools.partial(_claim, ctx, step_id=step_id, owner=owner, lease=policy.lease)
+    held, entry, more = ctx.db.transact(claim)
     if isinstance(held, steps.Exhausted):
         _log_exhausted(held)
         return Outcome("skipped")
     if held is None:
         log.debug("step not due, or taken by another worker: nothing to do", extra={"step_id": step_id})
         return Outcome("skipped")
+    if more is not None and entry is not None:
+        return _run_group(ctx, [grouped.Member(held, entry), *more], policy)
     started = time.monotonic()
+    _log_claimed(held)
+    outcome, error = _attempt(ctx, held, entry, policy)
+    _log_finished(held, outcome, error, time.monotonic() - started)
+    return outcome
+
+
+def _run_group(ctx: StepContext, members: list[grouped.Member], policy: Policy) -> Outcome:
+    """Claimed steps worked together (``purgekeeper.workers.grouped``), each ending as it
+    would alone, recorded and logged as it ends: the first one's outcome, with what every
+    member unparked."""
+    started = time.monotonic()
+    for member in members:
+        _log_claimed(member.held)
+    outcomes: dict[str, Outcome] = {}
+
+    def ended(member: grouped.Member, how: grouped.Ended) -> None:
+        if how.how == grouped.STOPPED:  # given back together, below
+            outcomes[member.held.step_id] = Outcome(steps.STOPPED)
+            return
+        outcome, error = _ended(ctx, member.held, how, policy)
+        outcomes[member.held.step_id] = outcome
+        _log_finished(member.held, outcome, error, time.monotonic() - started)
+
+    group = grouped.Group(list(members), on_end=ended)
+    try:
+        _with_transient_retries(lambda: grouped.work(ctx, group), patience=policy.lease)
+    except Exception as exc:  # a fault of the whole batch: each member still in it ends its attempt with it
+        group.fail_all(exc)
+    stopped = [m for m in members if outcomes[m.held.step_id].status == steps.STOPPED]
+    if stopped:
+        _give_back(ctx, members[0].held.owner)
+        for member in stopped:
+            _log_finished(member.held, outcomes[member.held.step_id], None, time.monotonic() - started)
+    first = outcomes[members[0].held.step_id]
+    return Outcome(first.status, tuple(step for outcome in outcomes.values() for step in outcome.wake))
+
+
+def _ended(ctx: StepContext, held: steps.Claim, ended: grouped.Ended, policy: Policy) -> tuple[Outcome, str | None]:
+    """A group member's attempt as it ended: recorded on its own step."""
+    if ended.how == grouped.DONE:  # its last batch set it done, in the same commit
+        return Outcome(StepStatus.DONE.value, ended.wake), None
+    if ended.how == grouped.LEASE_LOST:
+        return Outcome("lease_lost"), "the lease was lost; this attempt's writes were rejected"
+    if ended.how == grouped.STOPPED:
+        return Outcome(steps.STOPPED), None
+    assert ended.error is not None
+    return _failed(ctx, held, ended.error, policy)
+
+
+def _log_claimed(held: steps.Claim) -> None:
     log.info(
         "step claimed: attempt %d of %d",
         held.attempt,
         held.max_attempts,
-        extra={**log_fields(held), "attempt": held.attempt, "owner": owner},
+        extra={**log_fields(held), "attempt": held.attempt, "owner": held.owner},
     )
-    outcome, error = _attempt(ctx, held, entry, policy)
-    _log_finished(held, outcome, error, time.monotonic() - started)
-    return outcome
 
 
 def _attempt(
@@ -161,26 +210,32 @@ def _attempt(
 ) -> tuple[Outcome, str | None]:
     """Run the claimed step and record how it ended: its outcome, and its error if any."""
     try:
-        ran = _with_transient_retries(lambda: cleanup.run(ctx, held, entry), patience=policy.lease)
+        ran = _with_transient_retries(lambda: grouped.run(ctx, held, entry), patience=policy.lease)
     except steps.LeaseLost:
         return Outcome("lease_lost"), "the lease was lost; this attempt's writes were rejected"
     except Stopping:
         _give_back(ctx, held.owner)
         return Outcome(steps.STOPPED), None
-    except NotProvable as exc:
-        error = f"memory erasure unavailable: {exc}"
-        return _finish(ctx, held, StepStatus.INCOMPLETE, error), error
     except Exception as exc:  # every failure is recorded on the step, where the operator sees it
-        error = _describe(exc)
-        if held.attempt >= held.max_attempts:
-            return _finish(ctx, held, StepStatus.INCOMPLETE, error), error
-        delay = retry_policy.backoff(
-            held.attempt, base=policy.backoff_base.total_seconds(), cap=policy.backoff_cap.total_seconds()
-        )
-        return _finish(ctx, held, StepStatus.RETRYING, error, retry_in=dt.timedelta(seconds=delay)), error
+        return _failed(ctx, held, exc, policy)
     if ran.finished:  # its last batch set it done, in the same commit
         return Outcome(StepStatus.DONE.value, ran.wake), None
     return _finish(ctx, held, StepStatus.DONE, None, wake=ran.wake), None
+
+
+def _failed(ctx: StepContext, held: steps.Claim, exc: BaseException, policy: Policy) -> tuple[Outcome, str | None]:
+    """A failed attempt, recorded on its step: retrying with backoff, or incomplete at the
+    maximum of attempts, or at once for a failure no retry can fix."""
+    if isinstance(exc, NotProvable):
+        error = f"memory erasure unavailable: {exc}"
+        return _finish(ctx, held, StepStatus.INCOMPLETE, error), error
+    error = _describe(exc)
+    if held.attempt >= held.max_attempts:
+        return _finish(ctx, held, StepStatus.INCOMPLETE, error), error
+    delay = retry_policy.backoff(
+        held.attempt, base=policy.backoff_base.total_seconds(), cap=policy.backoff_cap.total_seconds()
+    )
+    return _finish(ctx, held, StepStatus.RETRYING, error, retry_in=dt.timedelta(seconds=delay)), error
 
 
 def _log_finished(held: steps.Claim, outcome: Outcome, error: str | None, seconds: float) -> None:
@@ -232,11 +287,28 @@ def _log_exhausted(ended: steps.Exhausted) -> None:
 
 
 def _claim(
-    conn: Connection, *, step_id: str, owner: str, lease: dt.timedelta
-) -> tuple[steps.Claim | steps.Exhausted | None, ledger.LedgerEntry | None]:
-    """The claim, and the step's ledger row read in the same transaction."""
+    ctx: StepContext, conn: Connection, *, step_id: str, owner: str, lease: dt.timedelta
+) -> tuple[steps.Claim | steps.Exhausted | None, ledger.LedgerEntry | None, list[grouped.Member] | None]:
+    """The claim, and the step's ledger row read in the same transaction; for a step that is
+    worked in groups, the others of its group claimed with it (None for a step alone)."""
     held = steps.claim_or_end(conn, step_id, owner=owner, lease=lease)
-    return held, (ledger.entry_by_purge_id(conn, held.purge_id) if isinstance(held, steps.Claim) else None)
+    if not isinstance(held, steps.Claim):
+        return held, None, None
+    entry = ledger.entry_by_purge_id(conn, held.purge_id)
+    if entry is None or not grouped.groupable(ctx, held.kind, entry):
+        return held, entry, None
+    bodies = held.kind == StepKind.BODIES.value
+    more = steps.claim_more(
+        conn,
+        kind=held.kind,
+        owner=owner,
+        lease=lease,
+        limit=ctx.group_steps - 1,
+        besides=held.step_id,
+        purge_kinds=grouped.batched_kinds(ctx) if bodies else None,
+    )
+    entries = ledger.entries_by_purge_ids(conn, [claim.purge_id for claim in more])
+    return held, entry, [grouped.Member(claim, entries[claim.purge_id]) for claim in more]
 
 
 def _with_transient_retries(work: Callable[[], T], *, patience: dt.timedelta) -> T:

@@ -3,7 +3,6 @@ O(1) and emptied by its cleanup. An absent id is reserved anyway."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,27 +36,28 @@ class ConversationPurgeRequest:
 # -- the bodies step (the workers run it: ``purgekeeper.commands.kinds.bodies_steps``) --------------
 
 
-def empty_conversation(ctx: cleanup.StepContext, held: steps.Claim, entry: ledger.LedgerEntry) -> cleanup.Ran:
-    """Events placed only here lose their content and are fenced; events live elsewhere keep
-    it there and are reported retained-shared. Then runs, admissions and derivatives go (the
-    last events batch goes on with them in its own transaction), and the batch that finds
-    none left unparks the attachments step, which waits for this one, and finishes the step."""
+def conversation_batch(conn: Connection, entry: ledger.LedgerEntry, limit: int) -> dict[str, Any]:
+    """The next ``limit`` events placed in the conversation: events placed only here lose
+    their content and are fenced; events live elsewhere keep it there and are reported
+    retained-shared. Once its events are all done, its runs, admissions and derivatives go (in
+    the same transaction as the last events), and the batch that finds none left unparks the
+    attachments step, which waits for this one, and finishes the step. Each batch finds what
+    is left by itself, so workers may run several conversations' steps together
+    (``purgekeeper.workers.grouped``)."""
     purge_id, conversation_id = entry.purge_id, str(entry.selectors["conversation_id"])
-    batch = functools.partial(_empty_batch, purge_id=purge_id, conversation_id=conversation_id, limit=ctx.batch_size)
-    while not (done := cleanup.run_batch(ctx, held, batch)).get("done"):
-        pass
-    return cleanup.Ran(tuple(done["wake"]), finished=True)
-
-
-def _empty_batch(conn: Connection, *, purge_id: str, conversation_id: str, limit: int) -> dict[str, Any]:
-    """The next events of the conversation; once its events are all done, its runs and
-    derivatives in the same transaction."""
     placed = cleanup_queries.placed_events(conn, conversation_id, limit=limit + 1)  # one more: is there a next batch?
     if len(placed) > limit:
-        return _empty_events(conn, placed[:limit], purge_id=purge_id, conversation_id=conversation_id)
+        some = _empty_events(conn, placed[:limit], purge_id=purge_id, conversation_id=conversation_id)
+        return {**some, "cost": limit}
     done = _empty_events(conn, placed, purge_id=purge_id, conversation_id=conversation_id)
     rows = _delete_rows(conn, purge_id=purge_id, conversation_id=conversation_id, limit=limit)
-    return {**done, "removed": done["removed"] + rows["removed"], "done": not rows["more"], "wake": rows["wake"]}
+    return {
+        **done,
+        "removed": done["removed"] + rows["removed"],
+        "done": not rows["more"],
+        "wake": rows["wake"],
+        "cost": len(placed) + rows["removed"],
+    }
 
 
 def _empty_events(conn: Connection, placed: list[str], *, purge_id: str, conversation_id: str) -> dict[str, Any]:
@@ -139,7 +139,7 @@ class ConversationPurgeKind(Kind[ConversationPurgeRequest, Row[Any] | None]):
     name = PurgeKind.CONVERSATION
     head_first = True  # an absent id has no row to lock: the head serialises its reservation
     policy_lock = "shared"
-    bodies = staticmethod(empty_conversation)
+    bodies = cleanup.Batched(conversation_batch)
 
     def preview(self, conn: Connection, env: Env, conversation_id: str) -> tuple[ConversationPreview, None]:
         """Counts, holds and what stays. Confirmed by its id and, optionally, the version the

@@ -178,3 +178,29 @@ def test_a_wake_up_consumed_while_the_database_is_down_is_sent_again_by_the_next
     wait_until(lambda: redis_client.hlen(queue) == 0, "the worker to take the wake-ups (and fail to claim)")
     cluster.ctl("start")
     complete_without_restarts(handle, purge_id, [worker, scheduler])
+
+
+def test_a_postgres_restart_mid_group_heals_every_purge_of_the_group(
+    handle: Pk, on_cluster: Processes, cluster: Cluster
+) -> None:
+    """Four conversation purges accepted before the worker starts: their steps run in groups
+    (``purgekeeper.workers.grouped``) when the server restarts; every purge completes, and no
+    process is restarted."""
+    on_cluster.env = {**on_cluster.env, **LONG_LEASE}
+    names = [f"g{i}" for i in range(4)]
+    for name in names:
+        seed_conversation(handle, name, EVENTS)
+    purged = [handle.purge_conversation(name, actor="op", reason="restart test").purge_id for name in names]
+    worker = on_cluster.worker()
+    scheduler = on_cluster.scheduler()
+    wait_until(lambda: _running(handle) > 1, "a group to be claimed", interval=0.005)  # mid-group, then the restart
+    cluster.restart()
+
+    for purge_id in purged:
+        complete_without_restarts(handle, purge_id, [worker, scheduler])
+    assert all(handle.read_conversation(name) == [] for name in names)
+
+
+def _running(pk: Pk) -> int:
+    with pk.db.read() as conn:
+        return int(conn.scalar(text("SELECT count(*) FROM cleanup_steps WHERE status = 'running'")))

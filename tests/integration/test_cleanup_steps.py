@@ -1271,9 +1271,9 @@ def test_a_steps_last_batch_finishes_it_in_the_same_commit(pk: Pk, roots: Roots)
     """The last batch of each step sets it ``done`` (lease released) in its own UPDATE and
     commit, so no separate finish is needed and a crash right after it cannot leave the step
     running. Tried: the bodies and then the attachments step of a conversation purge, each
-    claimed and carried out by ``cleanup.run`` directly, with no finish call afterwards; and a
+    claimed and carried out by ``grouped.run`` directly, with no finish call afterwards; and a
     content purge's bodies step the same way."""
-    from purgekeeper.workers import cleanup
+    from purgekeeper.workers import cleanup, grouped
 
     pk.create_conversation("c1")
     pk.ingest_event("c1", author="ada", body=f"{SECRET} gone", attachments=[NewAttachment.file(b"gone", name="g")])
@@ -1281,7 +1281,7 @@ def test_a_steps_last_batch_finishes_it_in_the_same_commit(pk: Pk, roots: Roots)
     purge_id = pk.purge_conversation("c1", **WHO).purge_id
 
     def claim_and_run(step_id: str) -> cleanup.Ran:
-        return cleanup.run(pk.step_context(), claim_as(pk, step_id, "test-owner"))
+        return grouped.run(pk.step_context(), claim_as(pk, step_id, "test-owner"))
 
     bodies, attachments = step_of(pk, purge_id, "bodies"), step_of(pk, purge_id, "attachments")
     assert claim_and_run(bodies.id) == cleanup.Ran((attachments.id,), finished=True)

@@ -90,6 +90,34 @@ def test_an_unlink_that_fails_once_is_retried_and_completes(pk: Pk, armed: Calla
     assert (status.status, step.attempts) == ("complete", 2)
 
 
+def test_unlinks_failing_in_a_group_fail_each_purge_with_its_own_blob(pk: Pk, armed: Callable[[str], None]) -> None:
+    """Three purges' attachments steps worked as one group (``purgekeeper.workers.grouped``)
+    while every unlink fails with EIO: each step is retrying, with its own blob in its error
+    and one attempt; once the disk is fixed, each completes on its own retry."""
+    from purgekeeper.workers import runner
+    from tests.helpers import POLICY
+
+    purged = {}
+    for name in ("c1", "c2", "c3"):
+        pk.create_conversation(name)
+        event = pk.ingest_event(name, author="ada", body="x", attachments=[NewAttachment.file(name.encode(), name="n")])
+        purged[pk.purge_conversation(name, actor="op", reason="r").purge_id] = event.attachments[0].blob_id
+    first = next(iter(purged))
+    [bodies] = [s for s in pk.status(first).steps if s.kind == "bodies"]
+    assert runner.run_step(pk.step_context(), bodies.id, policy=POLICY).status == "done"  # all three, grouped
+    armed("blobs.unlink=EIO")
+    [attachments] = [s for s in pk.status(first).steps if s.kind == "attachments"]
+    assert runner.run_step(pk.step_context(), attachments.id, policy=POLICY).status == "retrying"
+    for purge_id, blob_id in purged.items():
+        [step] = [s for s in pk.status(purge_id).steps if s.kind == "attachments"]
+        assert (step.status, step.attempts) == ("retrying", 1)
+        assert step.last_error and blob_id in step.last_error
+        assert not any(other in step.last_error for other in purged.values() if other != blob_id)
+    failpoints.disarm()
+    for purge_id in purged:
+        assert settle(pk, purge_id).status == "complete"
+
+
 @pytest.mark.parametrize("name", ERRNOS)
 def test_a_memory_rename_that_keeps_failing_ends_incomplete(
     pk: Pk, armed: Callable[[str], None], roots: dict[str, Path], name: str

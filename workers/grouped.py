@@ -1,0 +1,381 @@
+"""Steps of one kind worked together: a group.
+
+A host that deletes an account purges hundreds of small conversations at once. Alone, each of
+their steps pays for its own claim, its own commits, its own write of the key store and its
+own directory fsyncs, and that fixed cost, not the rows, is what a small purge's cleanup
+costs. So a worker that claims a step that can be grouped (an attachments step, or the
+bodies step of a kind made of :class:`~purgekeeper.workers.cleanup.Batched` batches) claims
+up to ``ctx.group_steps - 1`` more waiting, due steps of the same kind in the same
+transaction (``purgekeeper.schema.steps.claim_more``), and works them together:
+
+- Each batch is one transaction for the group. It renews the members' leases first
+  (``steps.renew``, which also locks their step rows until the commit); a member whose lease
+  was lost meanwhile drops out, and nothing is written for it. Then each member's part runs
+  inside a SAVEPOINT of its own, the members taking turns, up to ``ctx.batch_size`` rows or
+  files for the whole batch (a member that had its part goes to the back). Then each
+  member's progress is recorded, exactly its own: its counts, retained reasons and remaining,
+  and ``done`` for a member whose last batch this was, in the same commit.
+- The keys of the content the batch NULLed are destroyed in one durable write of the key
+  store, before the commit. An attachments batch destroys its blobs' keys after its commit
+  and unlinks the files of every member at once, fsyncing each directory once for all.
+- A member's part that raises is rolled back to its savepoint, and that member alone ends its
+  attempt with the error (retrying, or incomplete at its maximum: ``purgekeeper.workers.runner``).
+  A file that cannot be unlinked fails the member whose blob it is, and no other. A row lock
+  that does not come is waited for again at the next batch, up to ``ctx.max_lock_wait`` per member.
+- A fault that is the whole batch's (the database gone, the key store failing) is retried
+  as a step's is, and past that ends the attempt of each member still in the group, each
+  recorded on its own step.
+
+Each step keeps its own attempts, counts, status and log lines: the group is only how they
+share their commits. A step alone is a group of one (:func:`run`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+
+from purgekeeper.schema import cleanup_queries, ledger, steps
+from purgekeeper.schema.db import bound_lock_waits, commit_without_flush
+from purgekeeper.schema.errors import InfrastructureError, LockTimeout
+from purgekeeper.schema.states import StepKind
+from purgekeeper.storage import failpoints
+from purgekeeper.workers import cleanup
+from purgekeeper.workers.cleanup import PROGRESS_FIELDS, Batched, Ran, StepContext, Stopping
+
+log = logging.getLogger(__name__)
+
+# Where the attachments step's walk is: after which fenced event its window starts, and
+# after which blob of that window it goes on ("" for none).
+Cursor = tuple[str, str]
+WINDOWS_PER_BATCH = 16
+
+DONE, FAILED, LEASE_LOST, STOPPED = "done", "failed", "lease_lost", "stopped"
+
+
+@dataclass
+class Member:
+    """One step of a group, and where its walk is (the attachments step's: its cursor, whether
+    its next batch is its attempt's first, the blobs it unlinked in the batch before, the shared
+    blobs it counted)."""
+
+    held: steps.Claim
+    entry: ledger.LedgerEntry
+    after: Cursor | None = ("", "")
+    first: bool = True
+    gone: list[str] = field(default_factory=list)
+    kept: set[str] = field(default_factory=set)
+    waited: dt.timedelta = dt.timedelta(0)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a member's attempt ended: ``done`` (its last batch finished it), ``failed`` (with
+    the error), ``lease_lost``, or ``stopped`` (its process is stopping: the step is to be
+    given back)."""
+
+    how: str
+    error: BaseException | None = None
+    wake: tuple[str, ...] = ()
+
+
+@dataclass
+class Group:
+    """The members still at work, and how the others ended (by step id). A transient fault
+    runs :func:`work` again with what is left. ``on_end`` is told of each member as it ends,
+    at once (the runner records a failure on its step then, before its lease runs out while
+    the others go on)."""
+
+    active: list[Member]
+    ended: dict[str, Ended] = field(default_factory=dict)
+    on_end: Callable[[Member, Ended], None] | None = None
+
+    def end(self, member: Member, ended: Ended) -> None:
+        self.active.remove(member)
+        self.ended[member.held.step_id] = ended
+        if self.on_end is not None:
+            self.on_end(member, ended)
+
+    def fail_all(self, error: BaseException) -> None:
+        for member in list(self.active):
+            self.end(member, Ended(FAILED, error))
+
+
+def groupable(ctx: StepContext, kind: str, entry: ledger.LedgerEntry) -> bool:
+    """Whether a step of ``kind`` of the purge ``entry`` runs in a group: an attachments step
+    always, a bodies step when its purge kind's is :class:`Batched`."""
+    return kind == StepKind.ATTACHMENTS.value or (
+        kind == StepKind.BODIES.value and isinstance(ctx.bodies.get(entry.kind), Batched)
+    )
+
+
+def batched_kinds(ctx: StepContext) -> list[str]:
+    """The purge kinds whose bodies steps may share a group."""
+    return sorted(kind for kind, step in ctx.bodies.items() if isinstance(step, Batched))
+
+
+def run(ctx: StepContext, held: steps.Claim, entry: ledger.LedgerEntry | None = None) -> Ran:
+    """Carry out one claimed step (of the ledger row ``entry``, read here when not given): a
+    group of one, or the plain step of a kind that is not grouped. A failure is raised."""
+    entry = entry or _entry(ctx, held.purge_id)
+    if not groupable(ctx, held.kind, entry):
+        return cleanup.run(ctx, held, entry)
+    group = Group([Member(held, entry)])
+    work(ctx, group)
+    ended = group.ended[held.step_id]
+    if ended.how == FAILED and ended.error is not None:
+        raise ended.error
+    if ended.how == LEASE_LOST:
+        raise steps.LeaseLost(f"step {held.step_id} is no longer leased to {held.owner}")
+    if ended.how == STOPPED:
+        raise Stopping(f"the process is stopping: step {held.step_id} is given back before its next batch")
+    return Ran(ended.wake, finished=True)
+
+
+def _entry(ctx: StepContext, purge_id: str) -> ledger.LedgerEntry:
+    with ctx.db.read() as conn:
+        entry = ledger.entry_by_purge_id(conn, purge_id)
+    if entry is None:
+        raise LookupError(f"purge {purge_id} has cleanup steps but no ledger row")
+    return entry
+
+
+def work(ctx: StepContext, group: Group) -> None:
+    """Batches until every member has ended (:class:`Group`). A fault of a whole batch is
+    raised, with the group as it stands: running it again goes on from there."""
+    while group.active:
+        if ctx.stopping.is_set():
+            for member in list(group.active):
+                group.end(member, Ended(STOPPED))
+            return
+        _batch(ctx, group)
+
+
+def _batch(ctx: StepContext, group: Group) -> None:
+    attachments = group.active[0].held.kind == StepKind.ATTACHMENTS.value
+    part = _attachments_part if attachments else _bodies_part
+    parts: dict[str, dict[str, Any]] = {}
+    failed: dict[str, BaseException] = {}
+    lost: list[str] = []
+    busy = 0
+
+    def transaction(conn: Connection) -> None:
+        nonlocal busy
+        parts.clear()  # a transaction tried again starts afresh
+        failed.clear()
+        lost.clear()
+        bound_lock_waits(conn, ctx.batch_lock_timeout)
+        owner = group.active[0].held.owner
+        held = steps.renew(conn, owner, [m.held.step_id for m in group.active], lease=ctx.lease)
+        lost.extend(m.held.step_id for m in group.active if m.held.step_id not in held)
+        shred: list[str] = []
+        taken: set[str] = set()  # the blobs an earlier member's part of this batch marked
+        budget = ctx.batch_size
+        for member in group.active:
+            if budget <= 0 or member.held.step_id in lost:
+                continue
+            work = functools.partial(part, ctx, member=member, limit=budget, taken=taken)
+            done, error = _in_savepoint(conn, work, shred)
+            if error is not None:
+                failed[member.held.step_id] = error
+                continue
+            parts[member.held.step_id] = done
+            budget -= max(int(done.get("cost", 0)), 1)
+        if shred:
+            ctx.keys.destroy(shred)
+            failpoints.hit(f"{group.active[0].held.kind}.shredded")
+        failpoints.hit(f"{group.active[0].held.kind}.batch")
+        for member in group.active:
+            if member.held.step_id in parts:
+                fields = {k: v for k, v in parts[member.held.step_id].items() if k in PROGRESS_FIELDS}
+                steps.progress(conn, member.held, lease=ctx.lease, **fields)
+        finishing = any(done.get("done") for done in parts.values())
+        if not (attachments or finishing):
+            commit_without_flush(conn)
+        busy = cleanup_queries.others_active(conn) if ctx.yield_share > 0 and not finishing else 0
+
+    began = time.monotonic()
+    try:
+        ctx.db.transact(transaction)
+    except LockTimeout as exc:  # the step rows themselves: every member waits
+        failed.update({m.held.step_id: exc for m in group.active})
+        parts.clear()
+    _settle(ctx, group, parts, failed, lost, attachments=attachments)
+    if busy:
+        cleanup.pause(ctx, time.monotonic() - began)
+
+
+def _in_savepoint(
+    conn: Connection, part: Callable[[Connection], dict[str, Any]], shred: list[str]
+) -> tuple[dict[str, Any], BaseException | None]:
+    """A member's part in a SAVEPOINT of its own: what it did, or the error it was rolled back
+    for. The keys of the content it NULLed join the batch's (``shred``) only when it stays.
+    A fault of the database connection is the whole batch's, and is raised."""
+    mine: list[str] = []
+    conn.info[cleanup_queries.SHRED] = mine
+    try:
+        with conn.begin_nested():
+            done = part(conn)
+    except InfrastructureError as exc:
+        if not isinstance(exc, LockTimeout):
+            raise
+        return {}, exc
+    except Exception as exc:  # this member's own failure: the others go on
+        return {}, exc
+    finally:
+        del conn.info[cleanup_queries.SHRED]  # the DBAPI connection's: it outlives the batch
+    shred.extend(mine)
+    return done, None
+
+
+def _settle(
+    ctx: StepContext,
+    group: Group,
+    parts: dict[str, dict[str, Any]],
+    failed: dict[str, BaseException],
+    lost: list[str],
+    *,
+    attachments: bool,
+) -> None:
+    """After the batch's commit: members whose lease was lost, or whose last batch this was,
+    ended first (their rows are written: nothing after may change how they ended); then the
+    attachments' files gone (their failures are their own members'); members whose part
+    failed for good ended; the others moved on, those that had a part to the back."""
+    for member in list(group.active):
+        done = parts.get(member.held.step_id, {})
+        if member.held.step_id in lost:
+            group.end(member, Ended(LEASE_LOST))
+        elif done.get("done"):
+            group.end(member, Ended(DONE, wake=tuple(done.get("wake", ()))))
+    if attachments:
+        failed.update(_unlink(ctx, group, parts))
+    worked: list[Member] = []
+    for member in list(group.active):
+        step_id = member.held.step_id
+        if step_id in failed:
+            _failed(ctx, group, member, failed[step_id])
+        elif step_id in parts:
+            if attachments:
+                _moved_on(member, parts[step_id])
+            worked.append(member)
+    group.active = [m for m in group.active if m not in worked] + worked
+
+
+def _failed(ctx: StepContext, group: Group, member: Member, error: BaseException) -> None:
+    """A member's part failed: a lock that did not come is waited for again at the next batch
+    (up to ``ctx.max_lock_wait``); anything else ends its attempt."""
+    if isinstance(error, LockTimeout):
+        member.waited += ctx.batch_lock_timeout
+        if member.waited < ctx.max_lock_wait:
+            log.info(
+                "step waiting for a row lock (%gs so far); the lease is renewed",
+                member.waited.total_seconds(),
+                extra=cleanup.log_fields(member.held),
+            )
+            return
+        error = LockTimeout(f"a row stayed locked by another session for {member.waited.total_seconds():g}s")
+    group.end(member, Ended(FAILED, error))
+
+
+# -- bodies -------------------------------------------------------------------------------------
+
+
+def _bodies_part(ctx: StepContext, conn: Connection, *, member: Member, limit: int, taken: set[str]) -> dict[str, Any]:
+    """The next batch of the member's purge kind's :class:`Batched` bodies step."""
+    step = ctx.bodies[member.entry.kind]
+    assert isinstance(step, Batched)  # groupable() admitted only these
+    return step.batch(conn, member.entry, limit)
+
+
+# -- attachments --------------------------------------------------------------------------------
+
+
+def _attachments_part(
+    ctx: StepContext, conn: Connection, *, member: Member, limit: int, taken: set[str]
+) -> dict[str, Any]:
+    """The purge's fenced events, ``limit`` at a time in id order (a window: its cost follows
+    the window, not the purge), and their blobs, up to ``limit`` (taken from the next windows).
+    The blobs of the member's batch before (``member.gone``: unlinked, on disk) are marked
+    deleted; the next ones that still have bytes are locked in id order, the live references
+    of both binding kinds counted, and the unreferenced ones marked deleting (a blob another
+    member of this batch marked already, ``taken``, is that member's). Once the walk is over
+    and its last blobs are deleted, the step is done. Shared blobs are recorded as retained,
+    with the reason, once per attempt however many windows bind them: each attempt walks every
+    event again, so its first batch starts the count afresh."""
+    removed = cleanup_queries.mark_deleted(conn, member.gone)
+    if member.after is None:
+        return {"removed": removed, "done": True, "cost": len(member.gone)}
+    candidates, following = _next_blobs(conn, member.entry.purge_id, member.after, limit)
+    locked = cleanup_queries.lock_blobs(conn, candidates) if candidates else []
+    rows = [row for row in locked if row.id not in member.kept and row.id not in taken]
+    ids = [row.id for row in rows]
+    live = cleanup_queries.live_referenced(conn, ids) if ids else set()
+    shared = sorted(blob_id for blob_id in ids if blob_id in live)
+    doomed = [row for row in rows if row.id not in live]
+    cleanup_queries.mark_deleting(conn, [row.id for row in doomed])
+    taken.update(row.id for row in doomed)
+    return {
+        "removed": removed,
+        "retained": len(shared),
+        "reasons": {"blob referenced by live content": shared} if shared else None,
+        "restart_retained": member.first,
+        "shared": shared,
+        "doomed": [(row.id, row.kind, row.path) for row in doomed],
+        "keys": [row.key_id for row in doomed if row.key_id],
+        "next": following,
+        "done": following is None and not doomed,  # nothing to unlink: this batch finishes the step
+        "cost": len(candidates),
+    }
+
+
+def _next_blobs(conn: Connection, purge_id: str, after: Cursor, limit: int) -> tuple[list[str], Cursor | None]:
+    """Up to ``limit`` blobs with bytes of the purge's fenced events, from the window at
+    ``after`` on, a window of ``limit`` events at a time (at most ``WINDOWS_PER_BATCH`` of
+    them: events without attachments cost a batch its windows, not its blobs); and where the
+    walk goes on (None: the last window is done)."""
+    found: list[str] = []
+    event_after, blob_after = after
+    for _ in range(WINDOWS_PER_BATCH):
+        window = cleanup_queries.fenced_events_after(conn, purge_id, after=event_after, limit=limit)
+        wanted = limit - len(found)
+        more = cleanup_queries.blobs_of_events(conn, window, after=blob_after, limit=wanted) if window else []
+        found += more
+        if len(more) == wanted:
+            return found, (event_after, more[-1])  # this window may hold more blobs
+        if len(window) < limit:
+            return found, None  # a short window: the last one
+        event_after, blob_after = window[-1], ""
+    return found, (event_after, "")
+
+
+def _unlink(ctx: StepContext, group: Group, parts: dict[str, dict[str, Any]]) -> dict[str, BaseException]:
+    """The committed batch's doomed blobs, of every member: their keys destroyed (durably:
+    from then on their bytes are unreadable wherever a copy is), then their files unlinked, a
+    few at a time, each directory fsynced once. A blob whose file could not be unlinked
+    fails the member whose blob it is."""
+    owners = {blob_id: step_id for step_id, done in parts.items() for blob_id, _kind, _path in done.get("doomed", ())}
+    if not owners:
+        return {}
+    ctx.keys.destroy([key for done in parts.values() for key in done.get("keys", ())])
+    failpoints.hit("attachments.shredded")  # shredded before unlinked: the freed blocks hold ciphertext only
+    doomed = [blob for done in parts.values() for blob in done.get("doomed", ())]
+    failures = ctx.blobs.discard_each(doomed, threads=ctx.unlink_threads)
+    failed: dict[str, BaseException] = {}
+    for blob_id, error in failures.items():
+        failed.setdefault(owners[blob_id], error)
+    return failed
+
+
+def _moved_on(member: Member, done: dict[str, Any]) -> None:
+    """After a member's committed batch whose files are gone: where its walk goes on."""
+    member.kept.update(done["shared"])
+    member.gone = [blob_id for blob_id, _kind, _path in done["doomed"]]
+    member.after = done["next"]
+    member.first = False
