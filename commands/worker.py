@@ -32,14 +32,24 @@ back for it) and marks the process stopped, before dramatiq joins its threads; u
 ``python -m purgekeeper.commands.worker`` that join waits ``JOIN_AFTER_WIND_DOWN_MS`` (only abandoned
 attempts are left to it; the bare ``dramatiq`` command waits its own 10 minutes, unless given
 ``--worker-shutdown-timeout``). The process exits within ``shutdown.STOP_BOUND`` of the SIGTERM.
+
+**A worker process that dies** (kill -9, the OOM killer) is seen by the main process of
+``python -m purgekeeper.commands.worker`` within 0.2 s (``purgekeeper.workers.children``): the steps
+it held are made due again at once (:func:`release_steps_of`), for the scheduler's next sweep
+to send. dramatiq's main process then stops the group, as it does whenever a worker process
+dies; the process manager starts it again. Without a main process that saw it (the bare
+``dramatiq`` command, or the whole group killed), the scheduler releases them once the dead
+process's heartbeat row has missed three beats.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -49,7 +59,7 @@ from dramatiq.middleware import Middleware
 
 from purgekeeper.commands import kinds, logs, wiring
 from purgekeeper.commands.settings import Settings
-from purgekeeper.schema import ledger, migrate
+from purgekeeper.schema import ledger, migrate, steps
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.errors import PurgekeeperError
 from purgekeeper.schema.states import WorkerRole
@@ -57,6 +67,7 @@ from purgekeeper.storage import failpoints
 from purgekeeper.storage.blobstore import BlobStore
 from purgekeeper.storage.content_keys import ContentKeys
 from purgekeeper.workers import broker, runner
+from purgekeeper.workers.children import ChildWatch
 from purgekeeper.workers.cleanup import StepContext
 from purgekeeper.workers.heartbeat import Heartbeat, this_process
 from purgekeeper.workers.shutdown import StopSignals
@@ -205,7 +216,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not any(arg.startswith("--worker-shutdown-timeout") for arg in given):
         args.worker_shutdown_timeout = JOIN_AFTER_WIND_DOWN_MS
     sys.argv = [sys.executable, "-m", MODULE, *given]  # what a reload on SIGHUP runs again
-    return int(cli.main(args))
+    watch = ChildWatch(release_steps_of)
+    watch.start()
+    try:
+        return int(cli.main(args))
+    finally:
+        watch.stop()
+
+
+def release_steps_of(pid: int) -> None:
+    """A worker process of this group exited: the steps it held are due again now
+    (``steps.release_dead``), for the next sweep to send, rather than when their leases run
+    out. After a clean stop it held none. The database is opened for this only (the worker
+    processes are forked from this one: it keeps no connection)."""
+    db = Settings.from_env().open_database(role="worker")
+    try:
+        released = db.transact(functools.partial(steps.release_dead, host=socket.gethostname(), pid=pid))
+    finally:
+        db.dispose()
+    if released:
+        log.warning(
+            "worker process %d exited holding %d step(s); they are due again: %s",
+            pid,
+            len(released),
+            ", ".join(released[:10]),
+        )
 
 
 if __name__ == "__main__":

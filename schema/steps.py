@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, case, func, insert, or_, select, update
+from sqlalchemy import Connection, String, case, cast, func, insert, or_, select, update
 
 from purgekeeper.schema import lifecycle, overview
 from purgekeeper.schema.content_queries import upsert_insert
@@ -38,6 +38,7 @@ from purgekeeper.schema.tables import (
     purge_completions,
     purge_ledger,
     step_attempts,
+    worker_processes,
 )
 
 LEASE_EXPIRED = "the worker stopped during its last attempt (lease expired)"
@@ -398,6 +399,39 @@ def release(conn: Connection, owner: str) -> int:
         .returning(c.id)
     )
     return len(list(rows))
+
+
+def release_dead(conn: Connection, *, host: str | None = None, pid: int | None = None) -> list[str]:
+    """Make the steps held by dead processes due now, without waiting for their leases to run
+    out: those of the process ``host``/``pid`` (its supervisor saw it exit), or, with neither
+    given, those of every process whose heartbeat row says it missed its beats
+    (``worker_processes``: not stopped, ``alive_until`` passed). A step is released when its
+    lease owner names the process (``host:pid:...``, ``purgekeeper.workers.runner.worker_identity``)
+    and its open attempt began while the process was alive (a later process that got the same
+    pid is not mistaken for it). Released, a step is exactly one whose lease expired: the next
+    claim closes the attempt ``lease_lost``, and a late write of the dead process is refused by
+    its owner guard. Returns the ids released."""
+    now = database_now(conn)
+    c, a, w = cleanup_steps.c, step_attempts.c, worker_processes.c
+    owner_of = c.lease_owner.like(w.host + ":" + cast(w.pid, String) + ":%")
+    began_alive = (
+        select(a.id)
+        .where(a.step_id == c.id, a.owner == c.lease_owner, a.finished_at.is_(None))
+        .where(a.started_at >= w.started_at, a.started_at <= w.alive_until)
+        .exists()
+    )
+    process = select(w.id).where(owner_of, began_alive)
+    if host is not None and pid is not None:
+        process = process.where(w.host == host, w.pid == pid)
+    else:
+        process = process.where(w.stopped_at.is_(None), w.alive_until < now)
+    rows = conn.execute(
+        update(cleanup_steps)
+        .where(c.status == StepStatus.RUNNING.value, c.lease_expires_at > now, process.exists())
+        .values(lease_expires_at=now, updated_at=now)
+        .returning(c.id)
+    ).all()
+    return sorted(row.id for row in rows)
 
 
 def give_back(conn: Connection, owner: str) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import os
 import socket
 import threading
 import time
@@ -63,8 +64,9 @@ class Outcome:
 
 
 def worker_identity() -> str:
-    """host:pid:thread:random — unique per attempt, so a late attempt never passes for a new one."""
-    return f"{socket.gethostname()}:{threading.get_native_id()}:{uuid.uuid4().hex[:8]}"
+    """host:pid:thread:random — unique per attempt, so a late attempt never passes for a new
+    one; its host and pid say whose it is once that process is dead (``steps.release_dead``)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}:{uuid.uuid4().hex[:8]}"
 
 
 _active: dict[str, StepContext] = {}  # lease owner -> the context its attempt runs with

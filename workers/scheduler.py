@@ -37,7 +37,16 @@ Queued = Callable[[], "set[str] | None"]  # the step ids with a wake-up in the b
 
 
 def sweep(db: Database, enqueue: Enqueue, *, limit: int = SWEEP_LIMIT) -> int:
-    """Re-send every step that is due or whose lease expired; returns how many."""
+    """Release the steps of processes whose heartbeats say they died (``steps.release_dead``:
+    their leases need not run out), then re-send every step that is due or whose lease
+    expired; returns how many were sent."""
+    released = db.transact(steps.release_dead)
+    if released:
+        log.warning(
+            "%d step(s) held by processes that missed their heartbeats are due again: %s",
+            len(released),
+            ", ".join(released[:10]),
+        )
     with db.read() as conn:
         step_ids = steps.due_steps(conn, limit=limit)
     if step_ids:
