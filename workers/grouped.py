@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 # after which blob of that window it goes on ("" for none).
 Cursor = tuple[str, str]
 WINDOWS_PER_BATCH = 16
+# A member's part gets at least 1/MIN_PART_SHARE of the batch size; with less left, the batch
+# ends there (a sliver of work costs a part its statements all the same).
+MIN_PART_SHARE = 16
 
 DONE, FAILED, LEASE_LOST, STOPPED = "done", "failed", "lease_lost", "stopped"
 
@@ -179,8 +182,11 @@ def _batch(ctx: StepContext, group: Group) -> None:
         taken: set[str] = set()  # the blobs an earlier member's part of this batch marked
         budget = ctx.batch_size
         for member in group.active:
-            if budget <= 0 or member.held.step_id in lost:
+            if member.held.step_id in lost:
                 continue
+            if budget < max(ctx.batch_size // MIN_PART_SHARE, 1) and (parts or failed):
+                break  # too little left to be worth a part: the others go first next batch
+
             work = functools.partial(part, ctx, member=member, limit=budget, taken=taken)
             done, error = _in_savepoint(conn, work, shred)
             if error is not None:
