@@ -59,7 +59,7 @@ from dramatiq.middleware import Middleware
 
 from purgekeeper.commands import kinds, logs, wiring
 from purgekeeper.commands.settings import Settings
-from purgekeeper.schema import ledger, migrate, steps
+from purgekeeper.schema import heartbeats, ledger, migrate
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.errors import PurgekeeperError
 from purgekeeper.schema.states import WorkerRole
@@ -226,12 +226,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def release_steps_of(pid: int) -> None:
     """A worker process of this group exited: the steps it held are due again now
-    (``steps.release_dead``), for the next sweep to send, rather than when their leases run
+    (``heartbeats.release_dead``), for the next sweep to send, rather than when their leases run
     out. After a clean stop it held none. The database is opened for this only (the worker
     processes are forked from this one: it keeps no connection)."""
     db = Settings.from_env().open_database(role="worker")
     try:
-        released = db.transact(functools.partial(steps.release_dead, host=socket.gethostname(), pid=pid))
+        released = db.transact(functools.partial(heartbeats.release_dead, host=socket.gethostname(), pid=pid))
     finally:
         db.dispose()
     if released:

@@ -21,12 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, delete, func, select, update
+from sqlalchemy import Connection, String, and_, case, cast, delete, func, select, update
 
 from purgekeeper.schema.content_queries import upsert_insert
 from purgekeeper.schema.ledger import database_now
-from purgekeeper.schema.states import RUNS_STEPS, WorkerRole, values
-from purgekeeper.schema.tables import worker_processes
+from purgekeeper.schema.states import RUNS_STEPS, StepStatus, WorkerRole, values
+from purgekeeper.schema.tables import cleanup_steps, step_attempts, worker_processes
 
 DEAD_AFTER_BEATS = 3  # missed heartbeats before a process counts as dead
 MIN_DEAD_AFTER = dt.timedelta(seconds=2)  # a sub-second interval still allows a pause of GC or I/O
@@ -123,3 +123,36 @@ def presence(conn: Connection, now: dt.datetime) -> Presence:
     for role, rows, living in conn.execute(query):
         seen[role], alive[role] = int(rows), int(living)
     return Presence(seen=seen, alive=alive)
+
+
+def release_dead(conn: Connection, *, host: str | None = None, pid: int | None = None) -> list[str]:
+    """Make the steps held by dead processes due now, without waiting for their leases to run
+    out: those of the process ``host``/``pid`` (its supervisor saw it exit), or, with neither
+    given, those of every process whose heartbeat row says it missed its beats
+    (``worker_processes``: not stopped, ``alive_until`` passed). A step is released when its
+    lease owner names the process (``host:pid:...``, ``purgekeeper.workers.runner.worker_identity``)
+    and its open attempt began while the process was alive (a later process that got the same
+    pid is not mistaken for it). Released, a step is exactly one whose lease expired: the next
+    claim closes the attempt ``lease_lost``, and a late write of the dead process is refused by
+    its owner guard. Returns the ids released."""
+    now = database_now(conn)
+    c, a, w = cleanup_steps.c, step_attempts.c, _c
+    owner_of = c.lease_owner.like(w.host + ":" + cast(w.pid, String) + ":%")
+    began_alive = (
+        select(a.id)
+        .where(a.step_id == c.id, a.owner == c.lease_owner, a.finished_at.is_(None))
+        .where(a.started_at >= w.started_at, a.started_at <= w.alive_until)
+        .exists()
+    )
+    process = select(w.id).where(owner_of, began_alive)
+    if host is not None and pid is not None:
+        process = process.where(w.host == host, w.pid == pid)
+    else:
+        process = process.where(w.stopped_at.is_(None), w.alive_until < now)
+    rows = conn.execute(
+        update(cleanup_steps)
+        .where(c.status == StepStatus.RUNNING.value, c.lease_expires_at > now, process.exists())
+        .values(lease_expires_at=now, updated_at=now)
+        .returning(c.id)
+    ).all()
+    return sorted(row.id for row in rows)

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, String, case, cast, func, insert, or_, select, update
+from sqlalchemy import Connection, case, func, insert, select, update
 
 from purgekeeper.schema import lifecycle, overview
 from purgekeeper.schema.content_queries import upsert_insert
@@ -34,11 +34,9 @@ from purgekeeper.schema.overview import Counter
 from purgekeeper.schema.states import StepStatus
 from purgekeeper.schema.tables import (
     cleanup_steps,
-    leader_leases,
     purge_completions,
     purge_ledger,
     step_attempts,
-    worker_processes,
 )
 
 LEASE_EXPIRED = "the worker stopped during its last attempt (lease expired)"
@@ -136,19 +134,19 @@ def claim_or_end(conn: Connection, step_id: str, *, owner: str, lease: dt.timede
     if row is None:
         return None
     _close_attempts(conn, step_id, outcome=LEASE_LOST, error=LEASE_EXPIRED)  # an earlier attempt's lease ran out
-    conn.execute(
-        insert(step_attempts).values(
-            id=uuid.uuid4().hex,
-            step_id=row.id,
-            purge_id=row.purge_id,
-            kind=row.kind,
-            attempt=int(row.attempts),
-            owner=owner,
-            started_at=now,
-        )
-    )
-    overview.add(conn, Counter.ATTEMPTS, row.kind)
-    return Claim(row.id, row.purge_id, row.kind, int(row.attempts), int(row.max_attempts), owner)
+    return _started(conn, [row], owner=owner, now=now)[0]
+
+
+def _started(conn: Connection, rows: Sequence[Any], *, owner: str, now: Any) -> list[Claim]:
+    """The attempts of steps just claimed (rows of ``id, purge_id, kind, attempts,
+    max_attempts``), recorded in ``step_attempts`` and counted (one statement each)."""
+    attempts = [
+        {"id": uuid.uuid4().hex, "step_id": r.id, "purge_id": r.purge_id, "kind": r.kind, "attempt": int(r.attempts)}
+        for r in rows
+    ]
+    conn.execute(insert(step_attempts).values(owner=owner, started_at=now), attempts)
+    overview.add(conn, Counter.ATTEMPTS, rows[0].kind, len(rows))
+    return [Claim(r.id, r.purge_id, r.kind, int(r.attempts), int(r.max_attempts), owner) for r in rows]
 
 
 def claim_more(
@@ -192,27 +190,7 @@ def claim_more(
         )
         .returning(c.id, c.purge_id, c.kind, c.attempts, c.max_attempts)
     ).all()
-    if not rows:
-        return []
-    conn.execute(
-        insert(step_attempts).values(started_at=now),
-        [
-            {
-                "id": uuid.uuid4().hex,
-                "step_id": row.id,
-                "purge_id": row.purge_id,
-                "kind": row.kind,
-                "attempt": int(row.attempts),
-                "owner": owner,
-            }
-            for row in rows
-        ],
-    )
-    overview.add(conn, Counter.ATTEMPTS, kind, len(rows))
-    return sorted(
-        (Claim(row.id, row.purge_id, row.kind, int(row.attempts), int(row.max_attempts), owner) for row in rows),
-        key=lambda held: held.step_id,
-    )
+    return _started(conn, sorted(rows, key=lambda row: row.id), owner=owner, now=now) if rows else []
 
 
 def renew(conn: Connection, owner: str, step_ids: Sequence[str], *, lease: dt.timedelta) -> set[str]:
@@ -401,39 +379,6 @@ def release(conn: Connection, owner: str) -> int:
     return len(list(rows))
 
 
-def release_dead(conn: Connection, *, host: str | None = None, pid: int | None = None) -> list[str]:
-    """Make the steps held by dead processes due now, without waiting for their leases to run
-    out: those of the process ``host``/``pid`` (its supervisor saw it exit), or, with neither
-    given, those of every process whose heartbeat row says it missed its beats
-    (``worker_processes``: not stopped, ``alive_until`` passed). A step is released when its
-    lease owner names the process (``host:pid:...``, ``purgekeeper.workers.runner.worker_identity``)
-    and its open attempt began while the process was alive (a later process that got the same
-    pid is not mistaken for it). Released, a step is exactly one whose lease expired: the next
-    claim closes the attempt ``lease_lost``, and a late write of the dead process is refused by
-    its owner guard. Returns the ids released."""
-    now = database_now(conn)
-    c, a, w = cleanup_steps.c, step_attempts.c, worker_processes.c
-    owner_of = c.lease_owner.like(w.host + ":" + cast(w.pid, String) + ":%")
-    began_alive = (
-        select(a.id)
-        .where(a.step_id == c.id, a.owner == c.lease_owner, a.finished_at.is_(None))
-        .where(a.started_at >= w.started_at, a.started_at <= w.alive_until)
-        .exists()
-    )
-    process = select(w.id).where(owner_of, began_alive)
-    if host is not None and pid is not None:
-        process = process.where(w.host == host, w.pid == pid)
-    else:
-        process = process.where(w.stopped_at.is_(None), w.alive_until < now)
-    rows = conn.execute(
-        update(cleanup_steps)
-        .where(c.status == StepStatus.RUNNING.value, c.lease_expires_at > now, process.exists())
-        .values(lease_expires_at=now, updated_at=now)
-        .returning(c.id)
-    ).all()
-    return sorted(row.id for row in rows)
-
-
 def give_back(conn: Connection, owner: str) -> int:
     """Give back every step ``owner`` holds (a worker that stops cleanly): each is waiting and
     due now, its lease cleared, with what its committed batches did, and its attempt given
@@ -508,38 +453,3 @@ def rearm_for_retry(conn: Connection, purge_id: str) -> list[str]:
         .returning(c.id)
     )
     return sorted(row.id for row in rows)
-
-
-def take_leadership(conn: Connection, name: str, *, owner: str, lease: dt.timedelta) -> bool:
-    """Become (or stay) the one holder of ``name`` until the lease runs out. The first lease
-    of a name is inserted; an insert that waited for another transaction's insert of the same
-    name takes the row that one committed if it may (the same owner racing itself: an
-    embedded scheduler's thread and a ``lead()`` call, or an expired lease)."""
-    now = database_now(conn)
-    renew = (
-        update(leader_leases)
-        .where(leader_leases.c.name == name)
-        .where(or_(leader_leases.c.owner == owner, leader_leases.c.expires_at <= now))
-        .values(owner=owner, expires_at=now + lease)
-        .returning(leader_leases.c.name)
-    )
-    if conn.execute(renew).first() is not None:
-        return True
-    statement = upsert_insert(conn, leader_leases).values(name=name, owner=owner, expires_at=now + lease)
-    inserted = conn.execute(
-        statement.on_conflict_do_nothing(index_elements=["name"]).returning(leader_leases.c.name)
-    ).first()
-    return inserted is not None or conn.execute(renew).first() is not None
-
-
-def give_up_leadership(conn: Connection, name: str, *, owner: str) -> bool:
-    """End ``owner``'s lease of ``name`` now (a scheduler that stops): the next one leads at
-    its next tick instead of waiting for the lease to run out."""
-    now = database_now(conn)
-    ended = conn.execute(
-        update(leader_leases)
-        .where(leader_leases.c.name == name, leader_leases.c.owner == owner, leader_leases.c.expires_at > now)
-        .values(expires_at=now)
-        .returning(leader_leases.c.name)
-    ).first()
-    return ended is not None

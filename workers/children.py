@@ -3,7 +3,7 @@ within ``interval`` (Linux: the children are read from ``/proc``, a zombie count
 so nothing here reaps them: dramatiq's own loop does), and says so (``on_exit(pid)``).
 
 The worker's main process (``purgekeeper.commands.worker``) makes the steps a child held due
-again at once (``purgekeeper.schema.steps.release_dead``), rather than after their leases run
+again at once (``purgekeeper.schema.heartbeats.release_dead``), rather than after their leases run
 out: a kill -9 of one child then costs its steps a sweep interval, not a lease.
 """
 

@@ -65,7 +65,7 @@ class Outcome:
 
 def worker_identity() -> str:
     """host:pid:thread:random — unique per attempt, so a late attempt never passes for a new
-    one; its host and pid say whose it is once that process is dead (``steps.release_dead``)."""
+    one; its host and pid say whose it is once that process is dead (``heartbeats.release_dead``)."""
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}:{uuid.uuid4().hex[:8]}"
 
 

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from purgekeeper.schema import steps
+from purgekeeper.schema import heartbeats, leadership, steps
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.states import WorkerRole
 from purgekeeper.workers.heartbeat import Heartbeat, this_process
@@ -37,10 +37,10 @@ Queued = Callable[[], "set[str] | None"]  # the step ids with a wake-up in the b
 
 
 def sweep(db: Database, enqueue: Enqueue, *, limit: int = SWEEP_LIMIT) -> int:
-    """Release the steps of processes whose heartbeats say they died (``steps.release_dead``:
+    """Release the steps of processes whose heartbeats say they died (``heartbeats.release_dead``:
     their leases need not run out), then re-send every step that is due or whose lease
     expired; returns how many were sent."""
-    released = db.transact(steps.release_dead)
+    released = db.transact(heartbeats.release_dead)
     if released:
         log.warning(
             "%d step(s) held by processes that missed their heartbeats are due again: %s",
@@ -84,7 +84,9 @@ class Scheduler:
 
     def lead(self) -> bool:
         lease = max(self.interval * 3, dt.timedelta(seconds=1))
-        leads = self.db.transact(lambda conn: steps.take_leadership(conn, LEADER_NAME, owner=self.owner, lease=lease))
+        leads = self.db.transact(
+            lambda conn: leadership.take_leadership(conn, LEADER_NAME, owner=self.owner, lease=lease)
+        )
         if leads != self._leading:
             self._leading = leads
             log.info("scheduler %s %s", self.owner, "leads now" if leads else "no longer leads; another one does")
@@ -166,6 +168,6 @@ class Scheduler:
 
     def release(self) -> None:
         try:
-            self.db.transact(lambda conn: steps.give_up_leadership(conn, LEADER_NAME, owner=self.owner))
+            self.db.transact(lambda conn: leadership.give_up_leadership(conn, LEADER_NAME, owner=self.owner))
         except Exception:  # the database is gone: the lease runs out by itself
             log.warning("could not give up the scheduler's leader lease; it expires by itself", exc_info=True)

@@ -9,6 +9,7 @@ import signal
 from sqlalchemy import text
 
 import purgekeeper
+from purgekeeper.schema import leadership
 from purgekeeper.workers import scheduler as scheduling
 from tests.helpers.processes import Processes, wait_until
 
@@ -46,14 +47,12 @@ def test_two_transactions_of_the_same_owner_racing_for_a_new_lease_both_lead(pk:
     import datetime as dt
     import threading
 
-    from purgekeeper.schema import steps
-
     lease_for = dt.timedelta(seconds=30)
     first_inside = threading.Event()
     results: dict[str, bool] = {}
 
     def first(conn: object) -> bool:
-        took = steps.take_leadership(conn, "race", owner="me", lease=lease_for)  # type: ignore[arg-type]
+        took = leadership.take_leadership(conn, "race", owner="me", lease=lease_for)  # type: ignore[arg-type]
         first_inside.set()
         threading.Event().wait(0.5)  # keep the insert uncommitted while the second one runs
         return took
@@ -61,7 +60,9 @@ def test_two_transactions_of_the_same_owner_racing_for_a_new_lease_both_lead(pk:
     racer = threading.Thread(target=lambda: results.__setitem__("first", pk.db.transact(first)))
     racer.start()
     assert first_inside.wait(10)
-    results["second"] = pk.db.transact(lambda conn: steps.take_leadership(conn, "race", owner="me", lease=lease_for))
+    results["second"] = pk.db.transact(
+        lambda conn: leadership.take_leadership(conn, "race", owner="me", lease=lease_for)
+    )
     racer.join()
     assert results == {"first": True, "second": True}
-    assert not pk.db.transact(lambda conn: steps.take_leadership(conn, "race", owner="other", lease=lease_for))
+    assert not pk.db.transact(lambda conn: leadership.take_leadership(conn, "race", owner="other", lease=lease_for))

@@ -1,5 +1,5 @@
 """The steps of a process that died are due again as soon as its death is known, not when
-their leases run out (``steps.release_dead``): its heartbeat row missed its beats, or its
+their leases run out (``heartbeats.release_dead``): its heartbeat row missed its beats, or its
 supervisor saw it exit. Tried on both backends, with a 300 s lease, so that nothing here is
 released by a lease running out: a dead process's step (released, and the next claim closes
 its attempt ``lease_lost``); a live process's (kept); a later process that got the dead
@@ -51,11 +51,11 @@ def test_a_process_that_missed_its_beats_has_its_steps_released(pk: Pk) -> None:
     _beat(pk, dead, dt.timedelta(seconds=1))
     _beat(pk, alive, dt.timedelta(seconds=300))
     dead_step, alive_step = _step_held_by(pk, "c-dead", 4242), _step_held_by(pk, "c-alive", 4343)
-    assert pk.db.transact(steps.release_dead) == []  # both alive still
+    assert pk.db.transact(heartbeats.release_dead) == []  # both alive still
     time.sleep(1.2)
 
-    assert pk.db.transact(steps.release_dead) == [dead_step]
-    assert pk.db.transact(steps.release_dead) == []  # released once: it is due, not leased
+    assert pk.db.transact(heartbeats.release_dead) == [dead_step]
+    assert pk.db.transact(heartbeats.release_dead) == []  # released once: it is due, not leased
     assert _lease_owner(pk, alive_step) is not None
     assert run(pk, dead_step).status == "done"  # claimed at once, with no lease run out
     attempts = rows(pk, "SELECT attempt, outcome FROM step_attempts WHERE step_id = :s ORDER BY attempt", s=dead_step)
@@ -79,7 +79,7 @@ def test_a_later_process_with_the_dead_ones_pid_keeps_its_own_steps(pk: Pk) -> N
     time.sleep(1.2)
     _beat(pk, _process(4545), dt.timedelta(seconds=300))
     step_id = _step_held_by(pk, "c1", 4545)
-    assert pk.db.transact(steps.release_dead) == []
+    assert pk.db.transact(heartbeats.release_dead) == []
     assert _lease_owner(pk, step_id) is not None
 
 
@@ -88,6 +88,6 @@ def test_the_supervisor_releases_the_steps_of_the_child_it_saw_exit(pk: Pk) -> N
     _beat(pk, _process(4646), dt.timedelta(seconds=300))
     _beat(pk, _process(4747), dt.timedelta(seconds=300))
     exited, other = _step_held_by(pk, "c1", 4646), _step_held_by(pk, "c2", 4747)
-    assert pk.db.transact(lambda conn: steps.release_dead(conn, host=HOST, pid=4646)) == [exited]
+    assert pk.db.transact(lambda conn: heartbeats.release_dead(conn, host=HOST, pid=4646)) == [exited]
     assert _lease_owner(pk, other) is not None
     assert run(pk, exited).status == "done"
