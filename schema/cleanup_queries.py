@@ -146,8 +146,18 @@ _PLACED = (
     .order_by(placements.c.event_id)
     .limit(bindparam("limit"))
 )
+# The batch's events placed in another conversation too: an index search by the batch's ids
+# (most events of a conversation are placed nowhere else, and then nothing more is asked).
+_PLACED_ELSEWHERE = (
+    select(placements.c.event_id)
+    .distinct()
+    .where(among(placements.c.event_id, IDS), placements.c.conversation_id != _CONVERSATION)
+)
 # Two statements, not one with a correlated EXISTS: PostgreSQL hashes such a subplan over the
-# whole placements table, a cost that grows with the database instead of with the batch.
+# whole placements table, a cost that grows with the database instead of with the batch. Asked
+# only of the events _PLACED_ELSEWHERE found: over a whole batch of ids, PostgreSQL misjudged
+# how few of them are placed elsewhere and joined them to sequential scans of events (the soak,
+# bench/soak.py, found that statement the cleanup's most active one).
 _LIVE_ELSEWHERE = (
     select(placements.c.event_id)
     .join(conversations, conversations.c.id == placements.c.conversation_id)
@@ -172,7 +182,11 @@ def placed_events(conn: Connection, conversation_id: str, *, limit: int) -> list
 def live_elsewhere(conn: Connection, event_ids: Sequence[str], conversation_id: str) -> set[str]:
     """The events that, now, are unfenced and placed in a conversation that is not purged and
     that no retention run expires them from."""
-    return set(conn.scalars(_LIVE_ELSEWHERE, {"conversation_id": conversation_id, "ids": event_ids}))
+    params = {"conversation_id": conversation_id, "ids": event_ids}
+    elsewhere = list(conn.scalars(_PLACED_ELSEWHERE, params))
+    if not elsewhere:
+        return set()
+    return set(conn.scalars(_LIVE_ELSEWHERE, {**params, "ids": elsewhere}))
 
 
 def _listed_ids(dialect: str) -> Any:

@@ -255,6 +255,10 @@ def session_options(idle_in_transaction_timeout: dt.timedelta, *, application_na
         "tcp_keepalives_count": TCP_KEEPALIVE_COUNT,
         "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
         "client_connection_check_interval": CLIENT_CHECK_INTERVAL_MS,
+        # Every statement here is short: compiling one with JIT (PostgreSQL's default, once
+        # its estimated cost is high) took tens of milliseconds of a cleanup statement whose
+        # cost the planner overestimated, and never paid back.
+        "jit": "off",
     }
     return {
         "application_name": application_name[:63],
