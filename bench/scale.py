@@ -23,9 +23,11 @@ Measured at each size (medians of ``--repeat`` calls unless said):
   each, the same statements' shape): ``read_conversation`` of 50 and of 10,000 events
   (raw: the events joined to their placements minus the purged conversations, event
   tombstones and author erasures, and their attachments), ``ingest_event`` (raw: the event and its placement in
-  one transaction, the schema's triggers firing), and ``preview_purge`` + ``confirm_purge`` of
-  1,000 selected events of a 20,000-event conversation (ten pairs at most) against ``acceptance.baseline_confirm``
-  of 1,000 other events of it (the same locks, report reads, tombstones and ledger row).
+  one transaction, the schema's triggers firing; the library seals the body under a key of its own and checks the
+  gate, and sends the event, its placement and the head read as one statement), and ``preview_purge`` +
+  ``confirm_purge`` of 1,000 selected events of a 20,000-event conversation (ten pairs at most)
+  against ``acceptance.baseline_confirm`` of 1,000 other events of it (the same locks, report reads,
+  tombstones and ledger row).
 
 A library call and its raw SQL are timed in turns (library, raw, library, ...), after ten
 warm-up calls of each (past psycopg's prepare threshold), so that a slow disk or a busy
@@ -36,10 +38,10 @@ against one merge of 100,000, per row. And the read ratios on SQLite (the embedd
 against the same statements through ``sqlite3``.
 
 Targets (issue 12): ``open`` at the largest size <= 1.2x the smallest; the merge per row of
-100,000 <= 1.2x that of 1,000; reads <= 1.5x raw on PostgreSQL and <= 2x on SQLite; ingest and
-preview+confirm <= 2x; none of these ratios more than 10% higher at 1,000,000 tombstones
-than at 10,000 (the absolute figures are printed too); a sweep over 1,000,000 done steps
-<= 1.2x one over none (the acceptance bench is ``bench/acceptance.py``). ``--strict``
+100,000 <= 1.2x that of 1,000; reads <= 1.5x raw on PostgreSQL and <= 2x on SQLite; ingest
+<= 1.2x and preview+confirm <= 1.3x (issue 37; they were 2x); none of these ratios more than
+10% higher at 1,000,000 tombstones than at 10,000 (the absolute figures are printed too); a
+sweep over 1,000,000 done steps <= 1.2x one over none (the acceptance bench is ``bench/acceptance.py``). ``--strict``
 exits 1 when one is missed. The server is ``PK_BENCH_POSTGRES_URL``.
 """
 
@@ -470,9 +472,9 @@ TARGETS: dict[str, Callable[[dict[str, Any]], bool]] = {
     "read_conversation <= 2x raw (SQLite)": lambda r: (
         r["sqlite_read_50_ratio"] <= 2 and r["sqlite_read_10000_ratio"] <= 2
     ),
-    "ingest_event <= 2x raw": lambda r: all(v <= 2 for k, v in r.items() if k.startswith("ingest_ratio")),
-    "preview + confirm of 1,000 <= 2x raw": lambda r: all(
-        v <= 2 for k, v in r.items() if k.startswith("preview_confirm_ratio")
+    "ingest_event <= 1.2x raw": lambda r: all(v <= 1.2 for k, v in r.items() if k.startswith("ingest_ratio")),
+    "preview + confirm of 1,000 <= 1.3x raw": lambda r: all(
+        v <= 1.3 for k, v in r.items() if k.startswith("preview_confirm_ratio")
     ),
     "reads, ingest, preview+confirm against raw rise <= 10% at the largest size": lambda r: all(
         r[f"{name}_ratio_rise"] <= 0.10 for name in ("read_50", "read_10000", "ingest", "preview_confirm")

@@ -11,9 +11,10 @@ from typing import Any, BinaryIO
 from sqlalchemy import Connection
 
 from purgekeeper.commands import attachments as attachments_module
-from purgekeeper.commands import collection, sealed_content, validation
+from purgekeeper.commands import collection, event_ingest, ingest_batch, sealed_content, validation
 from purgekeeper.commands.attachments import NewAttachment, stage
 from purgekeeper.commands.gate import Gate
+from purgekeeper.commands.ingest_batch import IngestResult, NewEvent
 from purgekeeper.commands.records import (
     Admission,
     Bot,
@@ -172,21 +173,13 @@ class ContentCommands:
         sealed = sealed_content.SealedEvent.of(self.keys, event_id, body, [a.name for a in new])
         staged = [stage(a, self.keys) for a in new]
 
+        row = event_ingest.StoredRow(event_id, provider_event_id, author, when, sealed.body, sealed.key_id)
+
         def work(conn: Connection) -> tuple[Event, set[str], bool]:
             used: set[str] = set()  # fresh on every attempt: a rolled-back attempt bound nothing
-            duplicate = self._insert_event(
-                conn,
-                event_id,
-                provider_event_id,
-                author=author,
-                when=when,
-                body=sealed.body,
-                key_id=sealed.key_id,
-                conversation_id=conversation_id,
-            )
+            duplicate = event_ingest.store_event(conn, self.gate, self.keys, row, conversation_id)
             if duplicate is not None:
                 return duplicate, used, False
-            content_queries.insert_placement(conn, event_id, conversation_id)
             attached = attachments_module.bind_all(conn, event_id, new, staged, sealed, used) if new else ()
             return Event(event_id, provider_event_id, author, when, body, attached), used, True
 
@@ -194,7 +187,7 @@ class ContentCommands:
         taken = [sealed.key_id, *(blob.key_id for blob in blobs)]
         try:
             attachments_module.write_staged(self.blobs, new, staged)
-            event, used, inserted = self.db.transact(work)
+            event, used, inserted = event_ingest.transact_fenced(self.db, self.gate, work)
         except BaseException:
             attachments_module.discard_staged(self.blobs, staged)
             sealed_content.discard_keys(
@@ -208,59 +201,14 @@ class ContentCommands:
         )
         return event
 
-    def _insert_event(
-        self,
-        conn: Connection,
-        event_id: str,
-        provider_event_id: str | None,
-        *,
-        author: str,
-        when: dt.datetime,
-        body: str | None,
-        key_id: str,
-        conversation_id: str,
-    ) -> Event | None:
-        """Write the event's row, the gate checked first (in the same statement where it can
-        be); the event a delivery of the same provider event stored already (nothing
-        written), else None."""
-        if provider_event_id is None and conn.dialect.name == "postgresql":
-            # one round trip less: the insert returns the head and whether the conversation
-            # is known, and the gate is checked before anything else is written (a closed
-            # gate rolls the insert back; the fence triggers may refuse it first)
-            head = content_queries.insert_event_reading_head(
-                conn,
-                event_id=event_id,
-                author=author,
-                occurred_at=when,
-                body=body,
-                key_id=key_id,
-                conversation_id=conversation_id,
-            )
-            self.gate.check_values(conn, head.seq, head.head_hash, head.gate_reason)
-            if not head.conversation_known:
-                raise NotFound(f"no conversation {conversation_id}")
-            return None
-        head = self.gate.require_open(
-            conn, content_queries.HEAD_WITH_CONVERSATION, {"conversation_id": conversation_id}
-        )
-        if provider_event_id is not None:
-            duplicate = _duplicate_delivery(conn, provider_event_id)
-            if duplicate is not None:
-                return sealed_content.stored_event(conn, self.keys, duplicate)
-        if not head.conversation_known:  # the triggers refuse a purged or deleted one
-            raise NotFound(f"no conversation {conversation_id}")
-        inserted = content_queries.insert_event(
-            conn,
-            event_id=event_id,
-            provider_event_id=provider_event_id,
-            author=author,
-            occurred_at=when,
-            body=body,
-            key_id=key_id,
-        )
-        if not inserted:  # a concurrent delivery of the same provider event won
-            return sealed_content.stored_event(conn, self.keys, _duplicate_delivery(conn, provider_event_id or ""))
-        return None
+    def ingest_events(self, conversation_id: str, events: Sequence[NewEvent]) -> list[IngestResult]:
+        """Add many events to a conversation in one transaction (at most ``MAX_BATCH_EVENTS``,
+        1,000), each as ``ingest_event`` adds it, attachments aside. One result per event, in
+        order: ``accepted``, ``duplicate`` (its provider event id was ingested already: the
+        event stored then) or ``refused`` (a fence of that event, or its id taken: the error's
+        code and message; it is not written, the others are). A refusal of the whole batch
+        (the conversation unknown or purged, the gate closed) is raised, nothing written."""
+        return ingest_batch.ingest_events(self.db, self.gate, self.keys, conversation_id, events)
 
     def place_event(self, event_id: str, conversation_id: str) -> Placement:
         """Place a live event in another conversation too; it stays one piece of content."""
@@ -451,18 +399,6 @@ def _require_live_event(conn: Connection, event_id: str) -> None:
     _require(content_queries.event_row(conn, event_id), f"no event {event_id}")
     if not content_queries.is_event_live(conn, event_id):
         raise ContentPurged(f"event {event_id} is purged or no longer live")
-
-
-def _duplicate_delivery(conn: Connection, provider_event_id: str) -> Any:
-    """The event already ingested with this provider event id, if any. A purged one is refused,
-    never returned: fenced by its own tombstone, by its event's, or no longer live at all (its
-    conversations purged, the bodies step not yet run), so a redelivery cannot read it back."""
-    existing = content_queries.event_by_provider_id(conn, provider_event_id)
-    if content_queries.is_tombstoned(conn, [TombstoneKind.PROVIDER_EVENT], provider_event_id) or (
-        existing is not None and not content_queries.is_event_live(conn, existing.id)
-    ):
-        raise ContentPurged(f"provider event {provider_event_id} was purged; it is never ingested again")
-    return existing
 
 
 def _write_marker(repository: Path, bot_id: str) -> memory.Marker:

@@ -204,6 +204,7 @@ class Purgekeeper:
     why_unreadable = delegate("content", ContentCommands.why_unreadable)
     list_conversations = delegate("content", ContentCommands.list_conversations)
     ingest_event = delegate("content", ContentCommands.ingest_event)
+    ingest_events = delegate("content", ContentCommands.ingest_events)
     place_event = delegate("content", ContentCommands.place_event)
     read_conversation = delegate("content", ContentCommands.read_conversation)
     open_attachment = delegate("content", ContentCommands.open_attachment)

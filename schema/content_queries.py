@@ -42,6 +42,7 @@ from purgekeeper.schema.conversation_read import (
     utc_from_text,
     utc_from_texts,
 )
+from purgekeeper.schema.ingest_queries import conversation_known, ingest_placed, ingest_placed_batch
 from purgekeeper.schema.liveness import (
     NOT_PURGED,
     _tombstone_exists,
@@ -65,7 +66,6 @@ from purgekeeper.schema.tables import (
     ledger_head,
     placements,
     runs,
-    tombstones,
 )
 
 # -- conversations and bots ---------------------------------------------------------------
@@ -161,23 +161,6 @@ _INSERT_PLACEMENT = {
 }
 
 
-def insert_event_reading_head(
-    conn: Connection,
-    *,
-    event_id: str,
-    author: str,
-    occurred_at: dt.datetime,
-    body: str | None,
-    key_id: str,
-    conversation_id: str,
-) -> Any:
-    """PostgreSQL: insert an event without a provider event id, and return in the same
-    statement the ledger head (``seq``, ``head_hash``, ``gate_reason``) and whether the
-    conversation is known (``conversation_known``), for the checks before its placement."""
-    params = {"id": event_id, "author": author, "occurred_at": occurred_at, "body": body, "key_id": key_id}
-    return conn.execute(_insert_event_reading_head(), {**params, "conversation_id": conversation_id}).one()
-
-
 def upsert_insert(conn: Connection, table: Table) -> Any:
     """The dialect's INSERT, which has ON CONFLICT DO NOTHING on both backends."""
     return dialect_insert(conn.dialect.name)(table)
@@ -194,46 +177,15 @@ def placement_exists(conn: Connection, event_id: str, conversation_id: str) -> b
     return conn.execute(query).first() is not None
 
 
-# The gate's head read of an ingest, with whether its conversation id is known (a row, or a
-# conversation or channel tombstone: the triggers refuse those): one statement, not two.
-_CONVERSATION_KNOWN = or_(
-    exists().where(conversations.c.id == bindparam("conversation_id")),
-    exists().where(
-        tombstones.c.kind.in_([TombstoneKind.CONVERSATION.value, TombstoneKind.CHANNEL.value]),
-        tombstones.c.id == bindparam("conversation_id"),
-    ),
-)
+# The gate's head read of an ingest, with whether its conversation id is known: one
+# statement, not two.
+_CONVERSATION_KNOWN = conversation_known(bindparam("conversation_id"))
 HEAD_WITH_CONVERSATION = select(
     ledger_head.c.seq,
     ledger_head.c.head_hash,
     ledger_head.c.gate_reason,
     _CONVERSATION_KNOWN.label("conversation_known"),
 ).where(ledger_head.c.id == 1)
-# each a one-value statement, for a RETURNING clause
-_HEAD_VALUES = (
-    *(
-        select(column).where(ledger_head.c.id == 1).scalar_subquery().label(column.name)
-        for column in (ledger_head.c.seq, ledger_head.c.head_hash, ledger_head.c.gate_reason)
-    ),
-    select(_CONVERSATION_KNOWN).scalar_subquery().label("conversation_known"),
-)
-
-
-@functools.cache
-def _insert_event_reading_head() -> Any:
-    return (
-        dialect_insert("postgresql")(events)
-        .values(
-            id=bindparam("id"),
-            provider_event_id=None,
-            author=bindparam("author"),
-            occurred_at=bindparam("occurred_at", type_=events.c.occurred_at.type),
-            body=bindparam("body"),
-            key_id=bindparam("key_id"),
-        )
-        .returning(*_HEAD_VALUES)
-    )
-
 
 # -- blobs and attachments ----------------------------------------------------------------
 
@@ -443,6 +395,8 @@ __all__ = [
     "existing_event_ids",
     "finish_run",
     "holds_purged_content",
+    "ingest_placed",
+    "ingest_placed_batch",
     "insert_admission",
     "insert_attachment",
     "insert_blob",
@@ -450,7 +404,6 @@ __all__ = [
     "insert_conversation",
     "insert_derivative",
     "insert_event",
-    "insert_event_reading_head",
     "insert_placement",
     "insert_run",
     "is_event_live",

@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Tag
 from pydantic import ValidationError as PydanticValidationError
 
-from purgekeeper.commands import validation
+from purgekeeper.commands import ingest_batch, validation
 from purgekeeper.commands.hold_commands import MAX_HOLD_SUBJECTS
 from purgekeeper.commands.http import uploads
 from purgekeeper.commands.http.field_types import (
@@ -127,6 +127,32 @@ class NewEventIn(_Body):
     event_id: Id | None = None
     occurred_at: UtcTime | None = None
     attachments: Annotated[list[AttachmentIn], Field(max_length=validation.MAX_ATTACHMENTS_PER_EVENT)] = []
+
+
+class BatchEventIn(_Body):
+    model_config = example(
+        author="ada",
+        body="Here are my notes",
+        provider_event_id="slack:T1/C1/1700000000.000100",
+        occurred_at="2026-01-05T09:30:00Z",
+    )
+
+    author: Author
+    body: EventBody | None = None
+    provider_event_id: ProviderId | None = None
+    event_id: Id | None = None
+    occurred_at: UtcTime | None = None
+
+
+class NewEventsIn(_Body):
+    model_config = example(
+        events=[
+            {"author": "ada", "body": "Hello", "provider_event_id": "slack:T1/C1/1700000000.000100"},
+            {"author": "bob", "body": "Hi", "provider_event_id": "slack:T1/C1/1700000001.000200"},
+        ]
+    )
+
+    events: Annotated[list[BatchEventIn], Field(max_length=ingest_batch.MAX_BATCH_EVENTS)]
 
 
 class NewPlacementIn(_Body):

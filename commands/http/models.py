@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
-from purgekeeper.commands import gate, records, restore_commands, scope
+from purgekeeper.commands import gate, ingest_batch, records, restore_commands, scope
 from purgekeeper.schema.states import Binding, BotState, ConversationKind, ConversationState, RunStatus, StepStatus
 
 PurgeState = Literal["accepted", "cleaning", "complete", "incomplete"]
@@ -72,6 +72,17 @@ class EventOut(_Model):
 
 class EventListOut(_Model):
     events: list[EventOut] = Field(description="the events no purge fences, oldest first")
+
+
+class IngestResultOut(_Model):
+    status: ingest_batch.IngestStatus = Field(description="accepted (stored now), duplicate (stored before) or refused")
+    event: EventOut | None = Field(description="accepted: the event stored; duplicate: the event stored first")
+    error: str | None = Field(description="refused: the code of the error that refused it (nothing of it written)")
+    message: str | None = Field(description="refused: the error's message")
+
+
+class IngestBatchOut(_Model):
+    results: list[IngestResultOut] = Field(description="one per event given, in the order given")
 
 
 class PlacementOut(_Model):
@@ -449,6 +460,7 @@ MIRRORS: dict[type[BaseModel], type[Any]] = {
     BotOut: records.Bot,
     AttachmentOut: records.Attachment,
     EventOut: records.Event,
+    IngestResultOut: ingest_batch.IngestResult,
     PlacementOut: records.Placement,
     RunOut: records.Run,
     AdmissionOut: records.Admission,

@@ -48,6 +48,7 @@ ENDPOINTS = {
     ("GET", "/v1/conversations/{conversation_id}/events"): "host",
     ("POST", "/v1/conversations/{conversation_id}/events"): "host",
     ("POST", "/v1/conversations/{conversation_id}/events/upload"): "host",
+    ("POST", "/v1/conversations/{conversation_id}/events:batch"): "host",
     ("POST", "/v1/conversations/{conversation_id}/placements"): "host",
     ("POST", "/v1/conversations/{conversation_id}/derivatives"): "host",
     ("GET", "/v1/conversations/{conversation_id}/purge-preview"): "host",

@@ -25,6 +25,7 @@ OPERATION_IDS = {
     ("GET", "/v1/conversations/{conversation_id}/events"): "read_conversation",
     ("POST", "/v1/conversations/{conversation_id}/events"): "ingest_event",
     ("POST", "/v1/conversations/{conversation_id}/events/upload"): "upload_event",
+    ("POST", "/v1/conversations/{conversation_id}/events:batch"): "ingest_events",
     ("POST", "/v1/conversations/{conversation_id}/placements"): "place_event",
     ("POST", "/v1/conversations/{conversation_id}/derivatives"): "add_derivative",
     ("POST", "/v1/conversations/{conversation_id}/purge"): "purge_conversation",
@@ -166,6 +167,7 @@ def test_every_response_model_is_a_mirror_or_a_wrapper_of_mirrors() -> None:
     wrappers = {
         models.ConversationListOut,
         models.EventListOut,
+        models.IngestBatchOut,
         models.PolicyListOut,
         models.HoldListOut,
         models.ResumedOut,

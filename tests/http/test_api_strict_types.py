@@ -141,6 +141,19 @@ BODIES: dict[str, list[dict[str, Any]]] = {
         {"author": "ada", "attachments": [{"kind": "file", "name": "a.txt", "data_base64": b64(b"bytes")}]},
         {"author": "ada", "attachments": [{"kind": "reuse", "name": "a.txt", "blob_id": "x1", "binding": "real_file"}]},
     ],
+    "ingest_events": [
+        {
+            "events": [
+                {
+                    "author": "ada",
+                    "body": "hello",
+                    "provider_event_id": "p-batch",
+                    "event_id": "e-batch",
+                    "occurred_at": "2024-05-01T12:00:00Z",
+                }
+            ]
+        }
+    ],
     "place_event": [{"event_id": "e1"}],
     "add_derivative": [{"kind": "summary", "payload": {"of": "e1"}, "source_event_ids": ["e1"]}],
     "purge_conversation": [{**WHO, "idempotency_key": "k1", "expected_version": 1}],

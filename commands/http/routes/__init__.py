@@ -20,6 +20,7 @@ GET      /v1/conversations/{id}                      get_conversation          2
 GET      /v1/conversations/{id}/events               read_conversation         200     host
 POST     /v1/conversations/{id}/events               ingest_event              200     host
 POST     /v1/conversations/{id}/events/upload        upload_event (multipart)  200     host
+POST     /v1/conversations/{id}/events:batch         ingest_events             200     host
 POST     /v1/conversations/{id}/placements           place_event               200     host
 POST     /v1/conversations/{id}/derivatives          add_derivative            200     host
 POST     /v1/conversations/{id}/purge                purge_conversation        202     host

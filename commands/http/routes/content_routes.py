@@ -27,6 +27,7 @@ from purgekeeper.commands.http.bodies import (
     NewConversationIn,
     NewDerivativeIn,
     NewEventIn,
+    NewEventsIn,
     NewPlacementIn,
     NewRunIn,
     ReuseAttachmentIn,
@@ -36,6 +37,7 @@ from purgekeeper.commands.http.bodies import (
 )
 from purgekeeper.commands.http.field_types import IdPath
 from purgekeeper.commands.http.routes.common import BINARY, UPLOAD_RESPONSES, as_json, v1
+from purgekeeper.commands.ingest_batch import NewEvent
 from purgekeeper.schema.errors import ValidationError
 
 
@@ -43,6 +45,7 @@ def content_routes(pk: Purgekeeper, max_attachment_bytes: int) -> APIRouter:
     router = v1("content")
     _conversation_routes(router, pk)
     _event_route(router, pk, max_attachment_bytes)
+    _batch_route(router, pk)
     _upload_route(router, pk, max_attachment_bytes)
     _derived_routes(router, pk)
     _bot_and_run_routes(router, pk)
@@ -125,6 +128,23 @@ def _event_route(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int) 
             attachments=attachments,
         )
         return as_json(event)
+
+
+def _batch_route(router: APIRouter, pk: Purgekeeper) -> None:
+    @router.post(
+        "/conversations/{conversation_id}/events:batch",
+        operation_id="ingest_events",
+        summary="Add many events",
+        response_model=models.IngestBatchOut,
+    )
+    def ingest_events(conversation_id: IdPath, new: NewEventsIn) -> JSONResponse:
+        """At most 1,000 events (and 1 MiB of JSON) in one transaction, for a host importing history; no
+        attachments. One result per event, in order: `accepted`, `duplicate` (its `provider_event_id` was
+        ingested already: the event stored first) or `refused` (its own fence, or its `event_id` taken: the
+        error's code; nothing of it is written, the others are). 404 or 410 for the conversation refuse the whole
+        batch, nothing written."""
+        given = [NewEvent(**event.model_dump()) for event in new.events]
+        return as_json({"results": pk.ingest_events(conversation_id, given)})
 
 
 def _upload_route(router: APIRouter, pk: Purgekeeper, max_attachment_bytes: int) -> None:
