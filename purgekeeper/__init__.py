@@ -29,6 +29,7 @@ from purgekeeper.commands import lazy
 if TYPE_CHECKING:
     from purgekeeper.commands.attachments import NewAttachment
     from purgekeeper.commands.handle import Purgekeeper
+    from purgekeeper.commands.ingest_batch import IngestResult, IngestStatus, NewEvent
     from purgekeeper.commands.opening import open
     from purgekeeper.commands.records import (
         Acceptance,
@@ -146,6 +147,8 @@ __all__ = [
     "IdReserved",
     "IdempotencyConflict",
     "InfrastructureError",
+    "IngestResult",
+    "IngestStatus",
     "LedgerNotCopied",
     "LedgerReport",
     "LegalHold",
@@ -153,6 +156,7 @@ __all__ = [
     "MemoryPreview",
     "MessagingUnavailable",
     "NewAttachment",
+    "NewEvent",
     "NotFound",
     "Placement",
     "PolicyConflict",

@@ -101,6 +101,7 @@ PUBLIC_API: dict[str, tuple[str, ...]] = {
     "find_purges": ("self", "query: 'str'", "*", "limit: 'int' = 20", "-> 'PurgeSearch'"),
     "finish_run": ("self", "run_id: 'str'", "*", "status: 'str'", "output: 'Any' = None", "-> 'Run'"),
     "get_conversation": ("self", "conversation_id: 'str'", "-> 'Conversation | None'"),
+    "ingest_events": ("self", "conversation_id: 'str'", "events: 'Sequence[NewEvent]'", "-> 'list[IngestResult]'"),
     "ingest_event": (
         "self",
         "conversation_id: 'str'",
