@@ -49,7 +49,6 @@ import functools
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 from collections.abc import Sequence
@@ -66,7 +65,7 @@ from purgekeeper.schema.states import WorkerRole
 from purgekeeper.storage import failpoints
 from purgekeeper.storage.blobstore import BlobStore
 from purgekeeper.storage.content_keys import ContentKeys
-from purgekeeper.workers import broker, runner
+from purgekeeper.workers import broker, identity, runner
 from purgekeeper.workers.children import ChildWatch
 from purgekeeper.workers.cleanup import StepContext
 from purgekeeper.workers.heartbeat import Heartbeat, this_process
@@ -216,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not any(arg.startswith("--worker-shutdown-timeout") for arg in given):
         args.worker_shutdown_timeout = JOIN_AFTER_WIND_DOWN_MS
     sys.argv = [sys.executable, "-m", MODULE, *given]  # what a reload on SIGHUP runs again
+    identity.new_group()  # its worker processes' tags: derived from it and their pids
     watch = ChildWatch(release_steps_of)
     watch.start()
     try:
@@ -231,7 +231,7 @@ def release_steps_of(pid: int) -> None:
     processes are forked from this one: it keeps no connection)."""
     db = Settings.from_env().open_database(role="worker")
     try:
-        released = db.transact(functools.partial(heartbeats.release_dead, host=socket.gethostname(), pid=pid))
+        released = db.transact(functools.partial(heartbeats.release_dead, tag=identity.process_tag(pid)))
     finally:
         db.dispose()
     if released:

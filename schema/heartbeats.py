@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, String, and_, case, cast, delete, func, select, update
+from sqlalchemy import Connection, and_, case, delete, func, select, update
 
 from purgekeeper.schema.content_queries import upsert_insert
 from purgekeeper.schema.ledger import database_now
 from purgekeeper.schema.states import RUNS_STEPS, StepStatus, WorkerRole, values
-from purgekeeper.schema.tables import cleanup_steps, step_attempts, worker_processes
+from purgekeeper.schema.tables import cleanup_steps, worker_processes
 
 DEAD_AFTER_BEATS = 3  # missed heartbeats before a process counts as dead
 MIN_DEAD_AFTER = dt.timedelta(seconds=2)  # a sub-second interval still allows a pause of GC or I/O
@@ -34,6 +35,7 @@ PRUNE_AFTER = dt.timedelta(days=1)
 ROLES = values(WorkerRole)
 
 _c = worker_processes.c
+_HEX = re.compile(r"[0-9a-f]{16}")
 
 
 @dataclass(frozen=True)
@@ -125,33 +127,43 @@ def presence(conn: Connection, now: dt.datetime) -> Presence:
     return Presence(seen=seen, alive=alive)
 
 
-def release_dead(conn: Connection, *, host: str | None = None, pid: int | None = None) -> list[str]:
+TAG_LENGTH = 16  # a process's tag leads its row's id (purgekeeper.workers.identity)
+
+
+def release_dead(conn: Connection, *, tag: str | None = None) -> list[str]:
     """Make the steps held by dead processes due now, without waiting for their leases to run
-    out: those of the process ``host``/``pid`` (its supervisor saw it exit), or, with neither
-    given, those of every process whose heartbeat row says it missed its beats
-    (``worker_processes``: not stopped, ``alive_until`` passed). A step is released when its
-    lease owner names the process (``host:pid:...``, ``purgekeeper.workers.runner.worker_identity``)
-    and its open attempt began while the process was alive (a later process that got the same
-    pid is not mistaken for it). Released, a step is exactly one whose lease expired: the next
-    claim closes the attempt ``lease_lost``, and a late write of the dead process is refused by
-    its owner guard. Returns the ids released."""
+    out: those of the process whose tag is ``tag`` (its main process saw it exit), or, with
+    none given, those of every process whose heartbeat row says it missed its beats (not
+    stopped, ``alive_until`` passed) while no row of the same process is alive. A step is
+    one of a process's when its lease owner carries the process's tag
+    (``purgekeeper.workers.runner.worker_identity``): a process restarted with the same pid, or
+    another container's with the same host name, has a tag of its own. Released, a step is
+    exactly one whose lease expired: the next claim closes the attempt ``lease_lost``, and a
+    late write of a process that was only frozen is refused by its owner guard. Returns the
+    ids released."""
     now = database_now(conn)
-    c, a, w = cleanup_steps.c, step_attempts.c, _c
-    owner_of = c.lease_owner.like(w.host + ":" + cast(w.pid, String) + ":%")
-    began_alive = (
-        select(a.id)
-        .where(a.step_id == c.id, a.owner == c.lease_owner, a.finished_at.is_(None))
-        .where(a.started_at >= w.started_at, a.started_at <= w.alive_until)
-        .exists()
-    )
-    process = select(w.id).where(owner_of, began_alive)
-    if host is not None and pid is not None:
-        process = process.where(w.host == host, w.pid == pid)
+    c = cleanup_steps.c
+    if tag is not None:
+        if not _HEX.fullmatch(tag):
+            raise ValueError(f"not a process tag: {tag!r}")
+        held = c.lease_owner.contains(f":{tag}:", autoescape=True)
     else:
-        process = process.where(w.stopped_at.is_(None), w.alive_until < now)
+        dead, alive = worker_processes.alias("dead"), worker_processes.alias("alive")
+        dead_tag, alive_tag = func.substr(dead.c.id, 1, TAG_LENGTH), func.substr(alive.c.id, 1, TAG_LENGTH)
+        still_alive = (
+            select(alive.c.id)
+            .where(alive_tag == dead_tag, alive.c.stopped_at.is_(None), alive.c.alive_until >= now)
+            .exists()
+        )
+        held = (
+            select(dead.c.id)
+            .where(dead.c.stopped_at.is_(None), dead.c.alive_until < now, ~still_alive)
+            .where(c.lease_owner.like("%:" + dead_tag + ":%"))
+            .exists()
+        )
     rows = conn.execute(
         update(cleanup_steps)
-        .where(c.status == StepStatus.RUNNING.value, c.lease_expires_at > now, process.exists())
+        .where(c.status == StepStatus.RUNNING.value, c.lease_expires_at > now, held)
         .values(lease_expires_at=now, updated_at=now)
         .returning(c.id)
     ).all()

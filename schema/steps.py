@@ -103,9 +103,13 @@ def claim_or_end(conn: Connection, step_id: str, *, owner: str, lease: dt.timede
     """:func:`claim`, saying when it ended the step incomplete instead (for the worker's log)."""
     now = clock(conn)
     c = cleanup_steps.c
+    # A row another transaction holds (a batch recording its progress) is skipped, not waited
+    # for: PostgreSQL would compute the new lease before the wait, and a claim that waited a
+    # while would write a lease that had already run out.
+    unlocked = c.id.in_(select(c.id).where(c.id == step_id).with_for_update(skip_locked=True).scalar_subquery())
     ended = conn.execute(
         update(cleanup_steps)
-        .where(c.id == step_id, c.status == StepStatus.RUNNING.value, c.lease_expires_at <= now)
+        .where(unlocked, c.status == StepStatus.RUNNING.value, c.lease_expires_at <= now)
         .where(c.attempts >= c.max_attempts)
         .values(
             status=StepStatus.INCOMPLETE.value,
@@ -121,7 +125,7 @@ def claim_or_end(conn: Connection, step_id: str, *, owner: str, lease: dt.timede
         return Exhausted(ended.id, ended.purge_id, ended.kind, int(ended.attempts))
     row = conn.execute(
         update(cleanup_steps)
-        .where(c.id == step_id, lifecycle.due_clause(now))
+        .where(unlocked, lifecycle.due_clause(now))
         .values(
             status=StepStatus.RUNNING.value,
             attempts=c.attempts + 1,

@@ -197,11 +197,12 @@ def _shredding(
     durably, before the batch commits: a crash between the two leaves ciphertext whose key
     is gone."""
     shred: list[str] = []
-    conn.info[cleanup_queries.SHRED] = shred
+    info = conn.info  # read once: on a connection the server ended, reading it again raises
+    info[cleanup_queries.SHRED] = shred
     try:
         done = work(conn)
     finally:
-        del conn.info[cleanup_queries.SHRED]  # the DBAPI connection's: it outlives the batch
+        del info[cleanup_queries.SHRED]  # the DBAPI connection's: it outlives the batch
     if shred:
         ctx.keys.destroy(shred)
         failpoints.hit(f"{held.kind}.shredded")

@@ -44,9 +44,17 @@ from sqlalchemy import Connection
 
 from purgekeeper.schema import cleanup_queries, ledger, steps
 from purgekeeper.schema.db import bound_lock_waits, commit_without_flush
-from purgekeeper.schema.errors import InfrastructureError, LockTimeout
+from purgekeeper.schema.errors import (
+    InfrastructureError,
+    LockTimeout,
+    connection_lost,
+    is_retryable,
+    translate_db_error,
+)
 from purgekeeper.schema.states import StepKind
 from purgekeeper.storage import failpoints
+from purgekeeper.storage.blobstore import Doomed
+from purgekeeper.storage.keystore import KeyStoreUnusable
 from purgekeeper.workers import cleanup
 from purgekeeper.workers.cleanup import PROGRESS_FIELDS, Batched, Ran, StepContext, Stopping
 
@@ -61,13 +69,15 @@ WINDOWS_PER_BATCH = 16
 MIN_PART_SHARE = 16
 
 DONE, FAILED, LEASE_LOST, STOPPED = "done", "failed", "lease_lost", "stopped"
+SAVEPOINT = "pk_member"
 
 
 @dataclass
 class Member:
     """One step of a group, and where its walk is (the attachments step's: its cursor, whether
     its next batch is its attempt's first, the blobs it unlinked in the batch before, the shared
-    blobs it counted)."""
+    blobs it counted, and the blobs its last committed batch marked deleting, whose keys and
+    files are still to go)."""
 
     held: steps.Claim
     entry: ledger.LedgerEntry
@@ -76,6 +86,8 @@ class Member:
     gone: list[str] = field(default_factory=list)
     kept: set[str] = field(default_factory=set)
     waited: dt.timedelta = dt.timedelta(0)
+    unlinking: list[Doomed] = field(default_factory=list)  # marked deleting, committed; not yet unlinked
+    unlinking_keys: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -99,6 +111,7 @@ class Group:
     active: list[Member]
     ended: dict[str, Ended] = field(default_factory=dict)
     on_end: Callable[[Member, Ended], None] | None = None
+    progressed_at: float = field(default_factory=time.monotonic)  # the last batch committed then
 
     def end(self, member: Member, ended: Ended) -> None:
         self.active.remove(member)
@@ -152,8 +165,12 @@ def _entry(ctx: StepContext, purge_id: str) -> ledger.LedgerEntry:
 
 def work(ctx: StepContext, group: Group) -> None:
     """Batches until every member has ended (:class:`Group`). A fault of a whole batch is
-    raised, with the group as it stands: running it again goes on from there."""
+    raised, with the group as it stands: running it again goes on from there (first with the
+    files of a batch that committed before the fault)."""
     while group.active:
+        _unlink(ctx, group)
+        if not group.active:
+            return
         if ctx.stopping.is_set():
             for member in list(group.active):
                 group.end(member, Ended(STOPPED))
@@ -161,12 +178,25 @@ def work(ctx: StepContext, group: Group) -> None:
         _batch(ctx, group)
 
 
+class _Refused(Exception):
+    """Members a batch cannot go on with (a key of theirs the store never held): the batch's
+    transaction rolls back, they end with their error, and the batch runs again without them."""
+
+    def __init__(self, failed: dict[str, BaseException]) -> None:
+        self.failed = failed
+        super().__init__(f"{len(failed)} member(s) refused")
+
+
 def _batch(ctx: StepContext, group: Group) -> None:
+    """One transaction: each member's part and its progress in a SAVEPOINT of its own (a
+    member whose progress finds its lease lost is rolled back alone), the waiting members'
+    leases renewed, the batch's keys destroyed before the commit. Step rows are locked by the
+    progress UPDATEs only, as a step alone locks its row only at the end of a batch."""
     attachments = group.active[0].held.kind == StepKind.ATTACHMENTS.value
     part = _attachments_part if attachments else _bodies_part
     parts: dict[str, dict[str, Any]] = {}
     failed: dict[str, BaseException] = {}
-    lost: list[str] = []
+    lost: set[str] = set()
     busy = 0
 
     def transaction(conn: Connection) -> None:
@@ -175,33 +205,24 @@ def _batch(ctx: StepContext, group: Group) -> None:
         failed.clear()
         lost.clear()
         bound_lock_waits(conn, ctx.batch_lock_timeout)
-        owner = group.active[0].held.owner
-        held = steps.renew(conn, owner, [m.held.step_id for m in group.active], lease=ctx.lease)
-        lost.extend(m.held.step_id for m in group.active if m.held.step_id not in held)
-        shred: list[str] = []
-        taken: set[str] = set()  # the blobs an earlier member's part of this batch marked
+        shreds: dict[str, list[str]] = {}
         budget = ctx.batch_size
         for member in group.active:
-            if member.held.step_id in lost:
-                continue
-            if budget < max(ctx.batch_size // MIN_PART_SHARE, 1) and (parts or failed):
+            if budget < max(ctx.batch_size // MIN_PART_SHARE, 1) and (parts or failed or lost):
                 break  # too little left to be worth a part: the others go first next batch
-
-            work = functools.partial(part, ctx, member=member, limit=budget, taken=taken)
-            done, error = _in_savepoint(conn, work, shred)
-            if error is not None:
+            work = functools.partial(_with_progress, ctx, part, member=member, limit=budget)
+            done, error, keys = _in_savepoint(conn, work)
+            if isinstance(error, steps.LeaseLost):
+                lost.add(member.held.step_id)
+            elif error is not None:
                 failed[member.held.step_id] = error
-                continue
-            parts[member.held.step_id] = done
-            budget -= max(int(done.get("cost", 0)), 1)
-        if shred:
-            ctx.keys.destroy(shred)
-            failpoints.hit(f"{group.active[0].held.kind}.shredded")
+            else:
+                parts[member.held.step_id], shreds[member.held.step_id] = done, keys
+                budget -= max(int(done.get("cost", 0)), 1)
+        waiting = [m.held.step_id for m in group.active if m.held.step_id not in parts and m.held.step_id not in lost]
+        lost.update(set(waiting) - steps.renew(conn, group.active[0].held.owner, waiting, lease=ctx.lease))
+        _destroy(ctx, shreds, after=f"{group.active[0].held.kind}.shredded")
         failpoints.hit(f"{group.active[0].held.kind}.batch")
-        for member in group.active:
-            if member.held.step_id in parts:
-                fields = {k: v for k, v in parts[member.held.step_id].items() if k in PROGRESS_FIELDS}
-                steps.progress(conn, member.held, lease=ctx.lease, **fields)
         finishing = any(done.get("done") for done in parts.values())
         if not (attachments or finishing):
             commit_without_flush(conn)
@@ -210,35 +231,97 @@ def _batch(ctx: StepContext, group: Group) -> None:
     began = time.monotonic()
     try:
         ctx.db.transact(transaction)
-    except LockTimeout as exc:  # the step rows themselves: every member waits
-        failed.update({m.held.step_id: exc for m in group.active})
-        parts.clear()
+    except _Refused as refused:
+        for member in [m for m in group.active if m.held.step_id in refused.failed]:
+            group.end(member, Ended(FAILED, refused.failed[member.held.step_id]))
+        return
+    group.progressed_at = time.monotonic()
     _settle(ctx, group, parts, failed, lost, attachments=attachments)
     if busy:
         cleanup.pause(ctx, time.monotonic() - began)
 
 
+def _with_progress(
+    ctx: StepContext, part: Callable[..., dict[str, Any]], conn: Connection, *, member: Member, limit: int
+) -> dict[str, Any]:
+    """The member's part, then its progress (which renews its lease: LeaseLost if it was lost)."""
+    done = part(ctx, conn, member=member, limit=limit)
+    fields = {k: v for k, v in done.items() if k in PROGRESS_FIELDS}
+    steps.progress(conn, member.held, lease=ctx.lease, **fields)
+    return done
+
+
 def _in_savepoint(
-    conn: Connection, part: Callable[[Connection], dict[str, Any]], shred: list[str]
-) -> tuple[dict[str, Any], BaseException | None]:
-    """A member's part in a SAVEPOINT of its own: what it did, or the error it was rolled back
-    for. The keys of the content it NULLed join the batch's (``shred``) only when it stays.
-    A fault of the database connection is the whole batch's, and is raised."""
+    conn: Connection, part: Callable[[Connection], dict[str, Any]]
+) -> tuple[dict[str, Any], BaseException | None, list[str]]:
+    """A member's part in a SAVEPOINT of its own: what it did and the keys of the content it
+    NULLed, or the error it was rolled back for. A fault of the whole transaction (a deadlock,
+    a serialization failure, a lost connection) is raised: the transaction runs again, or the
+    attempt retries it. A row lock that did not come is the member's (it waits for it again at
+    the next batch), and so is any other error (a trigger's refusal), as its domain error."""
     mine: list[str] = []
-    conn.info[cleanup_queries.SHRED] = mine
+    info = conn.info  # read once: on a connection the server ended, reading it again raises
+    info[cleanup_queries.SHRED] = mine
+    # Plain SQL, not SQLAlchemy's nested transaction: on a connection the server ended, its
+    # savepoint could not be rolled back and would hide the error the retries must see.
+    conn.exec_driver_sql(f"SAVEPOINT {SAVEPOINT}")
     try:
-        with conn.begin_nested():
-            done = part(conn)
-    except InfrastructureError as exc:
-        if not isinstance(exc, LockTimeout):
-            raise
-        return {}, exc
-    except Exception as exc:  # this member's own failure: the others go on
-        return {}, exc
+        done = part(conn)
+    except Exception as exc:
+        own = exc if isinstance(exc, steps.LeaseLost) else _own_failure(exc)
+        if own is None:
+            raise  # as it is: the whole transaction rolls back, and runs again or fails the attempt
+        conn.exec_driver_sql(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
+        return {}, own, []
     finally:
-        del conn.info[cleanup_queries.SHRED]  # the DBAPI connection's: it outlives the batch
-    shred.extend(mine)
-    return done, None
+        del info[cleanup_queries.SHRED]  # the DBAPI connection's: it outlives the batch
+    conn.exec_driver_sql(f"RELEASE SAVEPOINT {SAVEPOINT}")
+    return done, None, mine
+
+
+def _own_failure(exc: BaseException) -> BaseException | None:
+    """What a member's part raised, as that member's own failure; None for a fault of the
+    whole transaction."""
+    if is_retryable(exc) or connection_lost(exc):
+        return None
+    domain = translate_db_error(exc)
+    if isinstance(domain, LockTimeout):
+        return domain
+    if isinstance(domain, InfrastructureError) or isinstance(exc, InfrastructureError):
+        return None
+    return domain or exc
+
+
+def _destroy(ctx: StepContext, shreds: dict[str, list[str]], *, after: str) -> None:
+    """The keys of every member's content, destroyed in one durable write of the key store.
+    A member with a key the store never held is refused (:class:`_Refused`) rather than fail
+    the others; a store that cannot be written fails the batch."""
+    if not any(shreds.values()):
+        return
+    refused = _destroy_each_or_refuse(ctx, shreds)
+    if refused:
+        raise _Refused(refused)
+    failpoints.hit(after)
+
+
+def _destroy_each_or_refuse(ctx: StepContext, keys: dict[str, list[str]]) -> dict[str, BaseException]:
+    """Destroy all these keys (by member) in one write; if the store refuses them, each
+    member's apart, to find whose the store refuses (a key it never held: one restored from
+    an older copy lacks it). The members refused, with the error; raised when every member
+    with keys is refused (the store itself is wrong, or cannot be written)."""
+    try:
+        ctx.keys.destroy([key for mine in keys.values() for key in mine])
+        return {}
+    except KeyStoreUnusable as exc:
+        refused: dict[str, BaseException] = {}
+        for owner, mine in keys.items():
+            try:
+                ctx.keys.destroy(mine)
+            except KeyStoreUnusable as own:
+                refused[owner] = own
+        if len(refused) == sum(1 for mine in keys.values() if mine):
+            raise exc from None
+        return refused
 
 
 def _settle(
@@ -246,30 +329,26 @@ def _settle(
     group: Group,
     parts: dict[str, dict[str, Any]],
     failed: dict[str, BaseException],
-    lost: list[str],
+    lost: set[str],
     *,
     attachments: bool,
 ) -> None:
-    """After the batch's commit: members whose lease was lost, or whose last batch this was,
-    ended first (their rows are written: nothing after may change how they ended); then the
-    attachments' files gone (their failures are their own members'); members whose part
-    failed for good ended; the others moved on, those that had a part to the back."""
-    for member in list(group.active):
-        done = parts.get(member.held.step_id, {})
-        if member.held.step_id in lost:
-            group.end(member, Ended(LEASE_LOST))
-        elif done.get("done"):
-            group.end(member, Ended(DONE, wake=tuple(done.get("wake", ()))))
-    if attachments:
-        failed.update(_unlink(ctx, group, parts))
+    """After the batch's commit: members whose lease was lost, whose last batch this was, or
+    whose part failed for good, ended; the others moved on (an attachments member with the
+    files of its batch to unlink), those that had a part to the back."""
     worked: list[Member] = []
     for member in list(group.active):
         step_id = member.held.step_id
-        if step_id in failed:
+        done = parts.get(step_id, {})
+        if step_id in lost:
+            group.end(member, Ended(LEASE_LOST))
+        elif done.get("done"):
+            group.end(member, Ended(DONE, wake=tuple(done.get("wake", ()))))
+        elif step_id in failed:
             _failed(ctx, group, member, failed[step_id])
         elif step_id in parts:
             if attachments:
-                _moved_on(member, parts[step_id])
+                _moved_on(member, done)
             worked.append(member)
     group.active = [m for m in group.active if m not in worked] + worked
 
@@ -293,7 +372,7 @@ def _failed(ctx: StepContext, group: Group, member: Member, error: BaseException
 # -- bodies -------------------------------------------------------------------------------------
 
 
-def _bodies_part(ctx: StepContext, conn: Connection, *, member: Member, limit: int, taken: set[str]) -> dict[str, Any]:
+def _bodies_part(ctx: StepContext, conn: Connection, *, member: Member, limit: int) -> dict[str, Any]:
     """The next batch of the member's purge kind's :class:`Batched` bodies step."""
     step = ctx.bodies[member.entry.kind]
     assert isinstance(step, Batched)  # groupable() admitted only these
@@ -303,15 +382,14 @@ def _bodies_part(ctx: StepContext, conn: Connection, *, member: Member, limit: i
 # -- attachments --------------------------------------------------------------------------------
 
 
-def _attachments_part(
-    ctx: StepContext, conn: Connection, *, member: Member, limit: int, taken: set[str]
-) -> dict[str, Any]:
+def _attachments_part(ctx: StepContext, conn: Connection, *, member: Member, limit: int) -> dict[str, Any]:
     """The purge's fenced events, ``limit`` at a time in id order (a window: its cost follows
     the window, not the purge), and their blobs, up to ``limit`` (taken from the next windows).
     The blobs of the member's batch before (``member.gone``: unlinked, on disk) are marked
     deleted; the next ones that still have bytes are locked in id order, the live references
-    of both binding kinds counted, and the unreferenced ones marked deleting (a blob another
-    member of this batch marked already, ``taken``, is that member's). Once the walk is over
+    of both binding kinds counted, and the unreferenced ones marked deleting (a blob two
+    members of a batch find is each one's: either's failure to unlink it fails both, and
+    neither is done before it is gone). Once the walk is over
     and its last blobs are deleted, the step is done. Shared blobs are recorded as retained,
     with the reason, once per attempt however many windows bind them: each attempt walks every
     event again, so its first batch starts the count afresh."""
@@ -320,13 +398,12 @@ def _attachments_part(
         return {"removed": removed, "done": True, "cost": len(member.gone)}
     candidates, following = _next_blobs(conn, member.entry.purge_id, member.after, limit)
     locked = cleanup_queries.lock_blobs(conn, candidates) if candidates else []
-    rows = [row for row in locked if row.id not in member.kept and row.id not in taken]
+    rows = [row for row in locked if row.id not in member.kept]
     ids = [row.id for row in rows]
     live = cleanup_queries.live_referenced(conn, ids) if ids else set()
     shared = sorted(blob_id for blob_id in ids if blob_id in live)
     doomed = [row for row in rows if row.id not in live]
     cleanup_queries.mark_deleting(conn, [row.id for row in doomed])
-    taken.update(row.id for row in doomed)
     return {
         "removed": removed,
         "retained": len(shared),
@@ -361,27 +438,37 @@ def _next_blobs(conn: Connection, purge_id: str, after: Cursor, limit: int) -> t
     return found, (event_after, "")
 
 
-def _unlink(ctx: StepContext, group: Group, parts: dict[str, dict[str, Any]]) -> dict[str, BaseException]:
-    """The committed batch's doomed blobs, of every member: their keys destroyed (durably:
-    from then on their bytes are unreadable wherever a copy is), then their files unlinked, a
-    few at a time, each directory fsynced once. A blob whose file could not be unlinked
-    fails the member whose blob it is."""
-    owners = {blob_id: step_id for step_id, done in parts.items() for blob_id, _kind, _path in done.get("doomed", ())}
-    if not owners:
-        return {}
-    ctx.keys.destroy([key for done in parts.values() for key in done.get("keys", ())])
-    failpoints.hit("attachments.shredded")  # shredded before unlinked: the freed blocks hold ciphertext only
-    doomed = [blob for done in parts.values() for blob in done.get("doomed", ())]
-    failures = ctx.blobs.discard_each(doomed, threads=ctx.unlink_threads)
-    failed: dict[str, BaseException] = {}
-    for blob_id, error in failures.items():
-        failed.setdefault(owners[blob_id], error)
-    return failed
+def _unlink(ctx: StepContext, group: Group) -> None:
+    """The files of the members' last committed batch: their keys destroyed (durably: from
+    then on their bytes are unreadable wherever a copy is), then the files unlinked, a few at
+    a time, each directory fsynced once for all of them. A blob whose file could not be
+    unlinked fails each member whose blob it is (two purges of a group may share one), and a
+    key the store never held fails the member it is of; the others' blobs are deleted at their
+    next batch. A fault of the key store is raised, and the files wait for the next try."""
+    pending = [m for m in group.active if m.unlinking]
+    by_member = {m.held.step_id: m.unlinking_keys for m in pending}
+    if any(by_member.values()):
+        refused = _destroy_each_or_refuse(ctx, by_member)
+        for member in [m for m in pending if m.held.step_id in refused]:
+            member.unlinking, member.unlinking_keys = [], []  # its blobs stay deleting, for its retry
+            group.end(member, Ended(FAILED, refused[member.held.step_id]))
+        pending = [m for m in pending if m.held.step_id not in refused]
+        failpoints.hit("attachments.shredded")  # shredded before unlinked: the freed blocks hold ciphertext only
+    doomed = list({blob[0]: blob for m in pending for blob in m.unlinking}.values())
+    failures = ctx.blobs.discard_each(doomed, threads=ctx.unlink_threads) if doomed else {}
+    for member in pending:
+        errors = [failures[blob_id] for blob_id, _kind, _path in member.unlinking if blob_id in failures]
+        member.gone = [blob_id for blob_id, _kind, _path in member.unlinking]
+        member.unlinking, member.unlinking_keys = [], []
+        if errors:
+            group.end(member, Ended(FAILED, errors[0]))
 
 
 def _moved_on(member: Member, done: dict[str, Any]) -> None:
-    """After a member's committed batch whose files are gone: where its walk goes on."""
+    """After a member's committed batch: where its walk goes on, and the files to unlink
+    before its next batch marks them deleted."""
     member.kept.update(done["shared"])
-    member.gone = [blob_id for blob_id, _kind, _path in done["doomed"]]
+    member.gone = []
+    member.unlinking, member.unlinking_keys = list(done["doomed"]), list(done["keys"])
     member.after = done["next"]
     member.first = False

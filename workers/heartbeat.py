@@ -24,7 +24,7 @@ from purgekeeper.schema import heartbeats
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.heartbeats import ProcessIdentity
 from purgekeeper.schema.states import WorkerRole
-from purgekeeper.workers import runner
+from purgekeeper.workers import identity, runner
 from purgekeeper.workers.shutdown import STOP_JOIN
 
 log = logging.getLogger(__name__)
@@ -33,9 +33,10 @@ DEFAULT_INTERVAL = dt.timedelta(seconds=5)
 
 
 def this_process(role: WorkerRole, *, queues: Sequence[str] = (), threads: int = 0) -> ProcessIdentity:
-    """This process, under a new random id: host, pid, role, and the queues and threads it
-    runs steps from (none for a scheduler)."""
-    return ProcessIdentity(uuid.uuid4().hex, role.value, socket.gethostname(), os.getpid(), tuple(queues), threads)
+    """This process, under a new id (its tag, ``purgekeeper.workers.identity``, then random): host,
+    pid, role, and the queues and threads it runs steps from (none for a scheduler)."""
+    row_id = identity.process_tag() + uuid.uuid4().hex[: 32 - identity.TAG_LENGTH]  # the tag first: release_dead
+    return ProcessIdentity(row_id, role.value, socket.gethostname(), os.getpid(), tuple(queues), threads)
 
 
 class Heartbeat:

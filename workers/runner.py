@@ -35,7 +35,7 @@ from purgekeeper.schema import ledger, retry_policy, steps
 from purgekeeper.schema.db import bound_lock_waits
 from purgekeeper.schema.errors import InfrastructureError, LockTimeout, connection_lost
 from purgekeeper.schema.states import StepKind, StepStatus
-from purgekeeper.workers import grouped
+from purgekeeper.workers import grouped, identity
 from purgekeeper.workers.cleanup import NotProvable, StepContext, Stopping, log_fields
 from purgekeeper.workers.shutdown import STOP_GRACE, STOP_LOCK_WAIT
 
@@ -64,9 +64,11 @@ class Outcome:
 
 
 def worker_identity() -> str:
-    """host:pid:thread:random — unique per attempt, so a late attempt never passes for a new
-    one; its host and pid say whose it is once that process is dead (``heartbeats.release_dead``)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_native_id()}:{uuid.uuid4().hex[:8]}"
+    """host:pid:tag:thread:random — unique per attempt, so a late attempt never passes for a
+    new one; its process's tag (``purgekeeper.workers.identity``) says whose it is once that
+    process is dead (``heartbeats.release_dead``)."""
+    tag = identity.process_tag()
+    return f"{socket.gethostname()}:{os.getpid()}:{tag}:{threading.get_native_id()}:{uuid.uuid4().hex[:8]}"
 
 
 _active: dict[str, StepContext] = {}  # lease owner -> the context its attempt runs with
@@ -168,13 +170,18 @@ def _run_group(ctx: StepContext, members: list[grouped.Member], policy: Policy) 
         if how.how == grouped.STOPPED:  # given back together, below
             outcomes[member.held.step_id] = Outcome(steps.STOPPED)
             return
-        outcome, error = _ended(ctx, member.held, how, policy)
+        try:
+            outcome, error = _ended(ctx, member.held, how, policy)
+        except Exception as exc:  # its end could not be recorded (the database is gone): its lease runs out
+            outcome, error = Outcome("lease_lost"), f"the attempt's end could not be recorded: {_describe(exc)}"
         outcomes[member.held.step_id] = outcome
         _log_finished(member.held, outcome, error, time.monotonic() - started)
 
     group = grouped.Group(list(members), on_end=ended)
     try:
-        _with_transient_retries(lambda: grouped.work(ctx, group), patience=policy.lease)
+        # patience counts from the group's last committed batch: its leases were renewed then
+        since = lambda: time.monotonic() - group.progressed_at  # noqa: E731
+        _with_transient_retries(lambda: grouped.work(ctx, group), patience=policy.lease, since=since)
     except Exception as exc:  # a fault of the whole batch: each member still in it ends its attempt with it
         group.fail_all(exc)
     stopped = [m for m in members if outcomes[m.held.step_id].status == steps.STOPPED]
@@ -313,15 +320,18 @@ def _claim(
     return held, entry, [grouped.Member(claim, entries[claim.purge_id]) for claim in more]
 
 
-def _with_transient_retries(work: Callable[[], T], *, patience: dt.timedelta) -> T:
+def _with_transient_retries(
+    work: Callable[[], T], *, patience: dt.timedelta, since: Callable[[], float] | None = None
+) -> T:
     """tenacity, for transient faults (``purgekeeper.schema.retry_policy``, faults 2 and 3). A lost
-    database connection is retried for as long as the attempt's lease (``patience``): a
-    step whose database comes back within its lease goes on in the same attempt. Another
-    transient fault is retried a few times. A lock that stayed held past the step's whole
-    lock budget is not transient."""
+    database connection is retried for as long as the attempt's lease (``patience``), counted
+    from the start or from ``since()`` seconds ago (a group's last committed batch, which
+    renewed its leases): a step whose database comes back within its lease goes on in the
+    same attempt. Another transient fault is retried a few times. A lock that stayed held
+    past the step's whole lock budget is not transient."""
     for attempt in Retrying(
         retry=retry_if_exception(_transient),
-        stop=functools.partial(_give_up, patience=patience.total_seconds()),
+        stop=functools.partial(_give_up, patience=patience.total_seconds(), since=since),
         wait=wait_exponential(multiplier=0.05, max=retry_policy.TRANSIENT_WAIT_MAX_S),
         reraise=True,
     ):
@@ -334,8 +344,9 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(exc, InfrastructureError) and not isinstance(exc, LockTimeout)
 
 
-def _give_up(state: RetryCallState, *, patience: float) -> bool:
-    if (state.seconds_since_start or 0.0) >= patience:
+def _give_up(state: RetryCallState, *, patience: float, since: Callable[[], float] | None) -> bool:
+    waited = since() if since is not None else (state.seconds_since_start or 0.0)
+    if waited >= patience:
         return True
     failed = state.outcome.exception() if state.outcome is not None else None
     return (
