@@ -7,9 +7,9 @@ one placement. Every event and blob of a conversation that is purged names a key
 (``key_id``), made in the handle's key store at seeding, so that the steps destroy keys as
 they do for sealed content (the bodies stay plain text: nothing here opens them).
 Every fifth event (20%) carries one attachment of 4 KiB (``--file-bytes``), its
-bytes written to disk at the path its blob row names: CAS blobs (``ab/cd/<sha256>-<blob id>``
-under the blob root) and real files (``ab/cd/<blob id>`` under the file root),
-alternately. The 1,000 conversations have these roles:
+bytes written to disk at the path its blob row names, in the layout new blobs get: CAS blobs
+(``ab/<sha256>-<blob id>`` under the blob root) and real files (``ab/<blob id>`` under the
+file root), alternately. The 1,000 conversations have these roles:
 
 - 100 per run (``--per-run``) for the library, 100 per run for the plain baselines and 100
   per run for the same-work bodies baseline (900 in all);
@@ -331,8 +331,8 @@ SEED_BLOBS = f"""
 INSERT INTO blobs (id, kind, sha256, size, path, key_id)
 SELECT b.id, b.kind, b.sha, %(file_bytes)s::int,
        CASE WHEN b.kind = 'cas'
-            THEN substr(b.sha, 1, 2) || '/' || substr(b.sha, 3, 2) || '/' || b.sha || '-' || b.id
-            ELSE substr(b.id, 1, 2) || '/' || substr(b.id, 3, 2) || '/' || b.id END,
+            THEN substr(b.sha, 1, 2) || '/' || b.sha || '-' || b.id
+            ELSE substr(b.id, 1, 2) || '/' || b.id END,
        {KEY_OF.format("b.i", "b.id")}
   FROM (SELECT o.i, o.id, o.kind, o.name,
                encode(sha256(convert_to(left(repeat(o.id, %(file_bytes)s::int / 32 + 1), %(file_bytes)s::int), 'UTF8')),

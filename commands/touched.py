@@ -142,9 +142,8 @@ class FailurePlaces:
         kind = BlobKind(row.kind)
         root, setting = ROOTS[kind]
         directory = (self.file_root if kind is BlobKind.FILE else self.blob_root).name
-        canonical = blobstore.file_path(row.id) if kind is BlobKind.FILE else blobstore.cas_path(row.sha256, row.id)
-        if row.path == canonical:
-            return FailurePlace(row.id, root, setting, directory, canonical)
+        if row.path in blobstore.canonical_paths(row.id, kind, row.sha256):
+            return FailurePlace(row.id, root, setting, directory, row.path)
         return FailurePlace(row.id, root, setting, directory, "/".join(row.path.split("/")[:2]) + "/", complete=False)
 
 

@@ -360,13 +360,23 @@ def live_referenced(conn: Connection, blob_ids: Sequence[str]) -> set[str]:
     return {row.value for row in result if row.via is not None}
 
 
-def canonical_path(kind: Any, sha256: Any, blob_id: Any) -> Any:
-    """A blob's canonical path as SQL, the layout the blobs trigger requires (0006)."""
-    cas = func.substr(sha256, 1, 2) + "/" + func.substr(sha256, 3, 2) + "/" + sha256 + "-" + blob_id
-    return case(
-        (kind == BlobKind.CAS.value, cas),
+def canonical_path(kind: Any, sha256: Any, blob_id: Any, path: Any) -> Any:
+    """A deleted blob's path as SQL: its own, if it is the two-level one of the layout that
+    0006 to 0020 wrote (canonical still, 0021); otherwise the one-level canonical path of new
+    blobs (the path it has already, or, for a row of the layout before 0005, the one that
+    drops the attachment's name)."""
+    one_level = case(
+        (kind == BlobKind.CAS.value, func.substr(sha256, 1, 2) + "/" + sha256 + "-" + blob_id),
+        else_=func.substr(blob_id, 1, 2) + "/" + blob_id,
+    )
+    two_levels = case(
+        (
+            kind == BlobKind.CAS.value,
+            func.substr(sha256, 1, 2) + "/" + func.substr(sha256, 3, 2) + "/" + sha256 + "-" + blob_id,
+        ),
         else_=func.substr(blob_id, 1, 2) + "/" + func.substr(blob_id, 3, 2) + "/" + blob_id,
     )
+    return case((path == two_levels, path), else_=one_level)
 
 
 _MARK_DELETING = (
@@ -379,7 +389,7 @@ _MARK_DELETING = (
 _MARK_DELETED = (
     update(blobs)
     .where(among(blobs.c.id, IDS), blobs.c.state == BlobState.DELETING.value)
-    .values(state=BlobState.DELETED.value, path=canonical_path(blobs.c.kind, blobs.c.sha256, blobs.c.id))
+    .values(state=BlobState.DELETED.value, path=canonical_path(blobs.c.kind, blobs.c.sha256, blobs.c.id, blobs.c.path))
 )
 
 

@@ -2,18 +2,21 @@
 file root. Every blob row has its own path, so a re-upload of the same bytes never lands on
 the path of a blob that is being deleted.
 
-Layouts: a CAS blob at ``ab/cd/<sha256>-<blob id>`` (docs/design.md); a real file at
-``ab/cd/<blob id>`` (sharded by its id). A real file's name is its attachment's ``name``
-column, not a file name on disk: an attachment name is content, and a purge should not find
-it in the immutable ``blobs.path`` of a deleted blob; and one file per blob, with no directory
-of its own, is one unlink to delete. Rows written by earlier versions keep their own path
-(``<id[:2]>/<blob id>/<name>``) until their bytes are deleted; deleting one of those also
-removes its emptied directory.
+Layouts: a CAS blob at ``ab/<sha256>-<blob id>`` (docs/design.md); a real file at
+``ab/<blob id>`` (sharded by its id). One level of 256 shard directories, so that a batch of
+unlinks shares its directory fsyncs: a batch of 2,000 files fsyncs at most 256 directories,
+where two levels (65,536) gave nearly every file a directory of its own. A real file's name
+is its attachment's ``name`` column, not a file name on disk: an attachment name is content,
+and a purge should not find it in the immutable ``blobs.path`` of a deleted blob; and one
+file per blob, with no directory of its own, is one unlink to delete. Rows written by
+earlier versions keep their own path: ``ab/cd/<sha256>-<blob id>`` and ``ab/cd/<blob id>``
+(migrations 0006 to 0020), which stay canonical, and ``<id[:2]>/<blob id>/<name>`` (before
+0005) until their bytes are deleted; deleting one of those also removes its emptied directory.
 
 The store trusts no path (issue 11):
 
-- A path is used only if it is the canonical one for its blob's kind and id (or, for a row of
-  the earlier layout, that layout's form with the blob's own id); anything else is refused
+- A path is used only if it is a canonical one for its blob's kind and id (or, for a row of
+  the layout before 0005, that layout's form with the blob's own id); anything else is refused
   before the file system is touched. The database's blobs trigger enforces the same.
 - Below a root, nothing is resolved by the kernel's path walk: every directory is opened
   from its parent's descriptor with ``O_NOFOLLOW``, and the file is opened, unlinked or
@@ -54,7 +57,8 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _OLD_LAYOUT_ID = re.compile(r"[0-9a-f]{32}")  # the uuid4 hex ids that earlier versions wrote
 MAX_BATCH_DIRECTORIES = 256  # a batch holds at most about twice this many descriptors; more is done in parts
 # A batch's fsyncs are issued this many at a time, whatever its unlink threads: each waits on
-# the disk's cache flush (nearly every file has a directory of its own), and flushes issued
+# the disk's cache flush (a batch's files spread over up to 256 directories, and over nearly
+# as many directories as files in the two-level layout of earlier rows), and flushes issued
 # together coalesce.
 SYNCS_AT_A_TIME = 16
 Doomed = tuple[str, str, str]  # a blob's id, kind and path
@@ -238,36 +242,50 @@ def _each_of(work: Callable[[_T], list[_F]], items: Sequence[_T]) -> list[_F]:
 
 
 def cas_path(sha256: str, blob_id: str) -> str:
-    """``ab/cd/<sha256>-<blob id>``: sharded by hash, unique by blob."""
-    return f"{sha256[:2]}/{sha256[2:4]}/{sha256}-{blob_id}"
+    """``ab/<sha256>-<blob id>``: sharded by hash into 256 directories, unique by blob."""
+    return f"{sha256[:2]}/{sha256}-{blob_id}"
 
 
 def file_path(blob_id: str) -> str:
-    """``ab/cd/<blob id>``: sharded by id; the attachment's name is not on disk."""
-    return f"{blob_id[:2]}/{blob_id[2:4]}/{blob_id}"
+    """``ab/<blob id>``: sharded by id into 256 directories; the attachment's name is not on disk."""
+    return f"{blob_id[:2]}/{blob_id}"
+
+
+def canonical_paths(blob_id: str, kind: BlobKind | str, sha256: str) -> tuple[str, str]:
+    """The blob's canonical path (:func:`cas_path` or :func:`file_path`), then the one of the
+    layout before migration 0021 (``ab/cd/``), which the rows written then keep: either is
+    the blob's own, and neither holds an attachment name."""
+    if BlobKind(kind) is BlobKind.CAS:
+        return cas_path(sha256, blob_id), f"{sha256[:2]}/{sha256[2:4]}/{sha256}-{blob_id}"
+    return file_path(blob_id), f"{blob_id[:2]}/{blob_id[2:4]}/{blob_id}"
 
 
 def check_path(blob_id: str, kind: BlobKind | str, relative: str) -> None:
-    """The path must be the blob's own canonical one (the database's blobs trigger says the
-    same), or for a real file written by an earlier version, ``<id[:2]>/<id>/<name>``.
-    Anything else (another spelling of some path, another blob's path) raises ValueError."""
+    """The path must be one of the blob's own canonical ones (:func:`canonical_paths`; the
+    database's blobs trigger says the same), or for a real file written before migration
+    0005, ``<id[:2]>/<id>/<name>``. Anything else (another spelling of some path, another
+    blob's path) raises ValueError."""
     if not _BLOB_ID.fullmatch(blob_id):
         raise ValueError("the blob id cannot name a canonical path")
     if BlobKind(kind) is BlobKind.FILE:
-        parts = relative.split("/")
-        old_layout = (
-            len(parts) == 3
-            and _OLD_LAYOUT_ID.fullmatch(blob_id) is not None
-            and parts[:2] == [blob_id[:2], blob_id]
-            and parts[2] not in ("", ".", "..")
-            and "\x00" not in parts[2]
-        )
-        if relative != file_path(blob_id) and not old_layout:
+        if relative not in canonical_paths(blob_id, kind, "") and not _old_layout(blob_id, relative):
             raise ValueError("the path is not the blob's canonical one")
         return
     sha256 = relative.rsplit("/", 1)[-1].removesuffix(f"-{blob_id}")
-    if not _SHA256.fullmatch(sha256) or relative != cas_path(sha256, blob_id):
+    if not _SHA256.fullmatch(sha256) or relative not in canonical_paths(blob_id, kind, sha256):
         raise ValueError("the path is not the blob's canonical one")
+
+
+def _old_layout(blob_id: str, relative: str) -> bool:
+    """``<id[:2]>/<id>/<name>``: a real file of a version before migration 0005."""
+    parts = relative.split("/")
+    return (
+        len(parts) == 3
+        and _OLD_LAYOUT_ID.fullmatch(blob_id) is not None
+        and parts[:2] == [blob_id[:2], blob_id]
+        and parts[2] not in ("", ".", "..")
+        and "\x00" not in parts[2]
+    )
 
 
 def discard_failed(blob_id: str, exc: OSError | ValueError) -> OSError:

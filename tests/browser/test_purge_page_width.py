@@ -156,7 +156,7 @@ def test_a_purge_page_fits_1024_px_with_its_error_and_where_to_act_in_view(
     fits(browser)
     [where] = browser.find_elements(By.CSS_SELECTOR, ".where")  # once, not under each of 5 attempts
     blob = prepared.blob_id
-    assert where.text == f"attachments: the file root (PURGEKEEPER_FILE_ROOT), files/{blob[:2]}/{blob[2:4]}/{blob}"
+    assert where.text == f"attachments: the file root (PURGEKEEPER_FILE_ROOT), files/{blob[:2]}/{blob}"
     assert inside(browser, where) and inside(browser, where.find_element(By.CSS_SELECTOR, "code.place"))
     error = browser.find_element(By.CSS_SELECTOR, "tr.step-error.incomplete .error-text")
     assert error.text.startswith("IsADirectoryError: ") and blob in error.text and inside(browser, error)

@@ -283,7 +283,7 @@ def test_an_operator_signs_in_filters_opens_retries_and_sees_the_audit_row(
     assert touched == {"Conversations": "c-broken", "Events": "1 fenced so far", "Attachments": "1 on those events"}
     [where] = browser.find_elements(By.CSS_SELECTOR, ".where")  # once, above the steps (issue 34)
     blob = prepared.blob_id
-    assert where.text == f"attachments: the file root (PURGEKEEPER_FILE_ROOT), files/{blob[:2]}/{blob[2:4]}/{blob}"
+    assert where.text == f"attachments: the file root (PURGEKEEPER_FILE_ROOT), files/{blob[:2]}/{blob}"
     assert browser.find_element(By.ID, "where-to-act").find_element(By.TAG_NAME, "h3").text == "Where to act"
     assert "onerror" not in browser.page_source  # the attachment's name is nowhere on the page
     assert by_id(browser, "purge-status").text == "incomplete"

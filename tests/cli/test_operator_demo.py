@@ -107,7 +107,7 @@ def test_list_status_retrying_shows_the_steps_waiting_for_their_next_attempt(pk:
 def test_status_says_where_to_act_on_a_failed_unlink_once(pk: Pk, purgectl: Purgectl) -> None:
     purge_id = incomplete_purge(pk, "c1", message=HOSTILE)
     [blob_id] = [row.blob_id for row in rows(pk, "SELECT blob_id FROM attachments")]
-    place = f"files/{blob_id[:2]}/{blob_id[2:4]}/{blob_id}"
+    place = f"files/{blob_id[:2]}/{blob_id}"
     found, shown = concurrently(
         lambda: purgectl.json("status", purge_id[:8]),
         lambda: purgectl.text("status", purge_id).stdout,

@@ -107,19 +107,19 @@ def test_a_symlinked_shard_directory_is_never_followed(store: BlobStore, tmp_pat
     asking whether it exists do not follow the link either; a write below it is refused."""
     blob_id = "ab" + "7" * 30
     outside = tmp_path / "outside"
-    (outside / blob_id[2:4]).mkdir(parents=True)
-    (outside / blob_id[2:4] / blob_id).write_bytes(b"not purgekeeper's")
+    outside.mkdir(parents=True)
+    (outside / blob_id).write_bytes(b"not purgekeeper's")
     store.file_root.joinpath("ab").symlink_to(outside, target_is_directory=True)
     with pytest.raises(OSError) as info:
         store.discard_all([(blob_id, "file", file_path(blob_id))], threads=1)
     assert blob_id in str(info.value) and "symlink" in str(info.value) and str(outside) not in str(info.value)
-    assert (outside / blob_id[2:4] / blob_id).read_bytes() == b"not purgekeeper's"
+    assert (outside / blob_id).read_bytes() == b"not purgekeeper's"
     with pytest.raises(OSError, match="symlink"):
         store.open(blob_id, "file", file_path(blob_id))
     assert not store.exists("file", file_path(blob_id))
     with pytest.raises(OSError, match="symlink"):
         store.write("file", file_path("ab" + "8" * 30), b"new bytes")
-    assert sorted(p.name for p in outside.rglob("*")) == sorted([blob_id[2:4], blob_id])
+    assert sorted(p.name for p in outside.rglob("*")) == [blob_id]
 
 
 def test_a_file_swapped_for_a_symlink_is_not_opened(store: BlobStore) -> None:
@@ -158,8 +158,8 @@ def test_a_second_spelling_of_a_live_file_is_never_unlinked(store: BlobStore, sp
 
 def test_the_canonical_paths(store: BlobStore) -> None:
     blob_id, sha = "0a1b" + "c" * 28, "f" * 64
-    assert file_path(blob_id) == f"0a/1b/{blob_id}"
-    assert cas_path(sha, blob_id) == f"ff/ff/{sha}-{blob_id}"
+    assert file_path(blob_id) == f"0a/{blob_id}"
+    assert cas_path(sha, blob_id) == f"ff/{sha}-{blob_id}"
     for kind, relative in (("file", file_path(blob_id)), ("cas", cas_path(sha, blob_id))):
         put(store, kind, relative)
         assert store.discard(blob_id, kind, relative)

@@ -286,14 +286,14 @@ def test_cas_bytes_land_under_blob_root_by_hash_and_blob_id(pk: Pk, roots: dict[
     sha = hashlib.sha256(data).hexdigest()
     row = blob(pk, attachment.blob_id)
     assert (row.kind, row.sha256, row.size, row.state) == ("cas", sha, len(data), "present")
-    assert row.path == f"{sha[:2]}/{sha[2:4]}/{sha}-{attachment.blob_id}"
+    assert row.path == f"{sha[:2]}/{sha}-{attachment.blob_id}"
     assert blob_bytes(pk, row.id, roots["blob_root"] / row.path) == data
     assert files_under(roots["file_root"]) == []
     assert read_bytes(pk, attachment.id) == data
 
 
 def test_a_real_file_lands_under_file_root_named_by_its_blob(pk: Pk, roots: dict[str, Path]) -> None:
-    """The name is the attachment's; on disk the file is ``ab/cd/<blob id>``, so a purged
+    """The name is the attachment's; on disk the file is ``ab/<blob id>``, so a purged
     attachment's name is not left in the blob's immutable path."""
     pk.create_conversation("c1")
     data = b"%PDF-1.7 pretend"
@@ -303,7 +303,7 @@ def test_a_real_file_lands_under_file_root_named_by_its_blob(pk: Pk, roots: dict
     row = blob(pk, attachment.blob_id)
     assert (row.kind, row.state) == ("file", "present")
     stored = roots["file_root"] / row.path
-    assert row.path == f"{row.id[:2]}/{row.id[2:4]}/{row.id}" and "report" not in row.path
+    assert row.path == f"{row.id[:2]}/{row.id}" and "report" not in row.path
     assert roots["file_root"] in stored.parents
     assert blob_bytes(pk, row.id, stored) == data
     assert files_under(roots["blob_root"]) == []

@@ -251,7 +251,7 @@ def test_an_upgrade_from_0004_with_data_purges_what_0004_wrote(empty_database_ur
             # 0006: the old layout's path held the attachment's name; deleted, the row takes
             # the canonical path, and the bodies step NULLed the name itself
             path = conn.scalar(text(f"SELECT path FROM blobs WHERE id = '{blob_id}'"))
-            assert path == f"{blob_id[:2]}/{blob_id[2:4]}/{blob_id}"
+            assert path == f"{blob_id[:2]}/{blob_id}"
             assert conn.scalar(text("SELECT name FROM attachments WHERE id = 'a-old'")) is None
         pk.create_conversation("c-new")
         with pytest.raises(purgekeeper.ContentPurged):

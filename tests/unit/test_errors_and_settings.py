@@ -381,12 +381,12 @@ def test_from_env_does_not_read_os_environ_when_given_a_mapping(monkeypatch: pyt
 
 
 def test_cas_path_is_sharded_by_hash_and_unique_by_blob() -> None:
-    assert cas_path(SHA, "blob1") == f"ab/cd/{SHA}-blob1"
+    assert cas_path(SHA, "blob1") == f"ab/{SHA}-blob1"
     assert cas_path(SHA, "blob1") != cas_path(SHA, "blob2")
 
 
 def test_file_path_is_sharded_by_blob_id_and_holds_no_attachment_name() -> None:
-    assert file_path("9f8e7d6c") == "9f/8e/9f8e7d6c"
+    assert file_path("9f8e7d6c") == "9f/9f8e7d6c"
     assert file_path("9f8e7d6c") != file_path("9f8e7d6d")
 
 

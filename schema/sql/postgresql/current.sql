@@ -220,9 +220,20 @@ END $$;
 CREATE FUNCTION pk_blob_canonical_path(kind text, sha256 text, id text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE kind
-        WHEN 'cas' THEN substr(sha256, 1, 2) || '/' || substr(sha256, 3, 2) || '/' || sha256 || '-' || id
-        ELSE substr(id, 1, 2) || '/' || substr(id, 3, 2) || '/' || id
+        WHEN 'cas' THEN substr(sha256, 1, 2) || '/' || sha256 || '-' || id
+        ELSE substr(id, 1, 2) || '/' || id
     END;
+$$;
+-- ;;
+-- A blob's own path: the one-level path of new blobs, or the two-level one of 0006 to 0020.
+CREATE FUNCTION pk_blob_path_is_canonical(kind text, sha256 text, id text, path text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT path IS NOT NULL AND path IN (
+        pk_blob_canonical_path(kind, sha256, id),
+        CASE kind
+            WHEN 'cas' THEN substr(sha256, 1, 2) || '/' || substr(sha256, 3, 2) || '/' || sha256 || '-' || id
+            ELSE substr(id, 1, 2) || '/' || substr(id, 3, 2) || '/' || id
+        END);
 $$;
 -- ;;
 -- ================================================================================================
@@ -1126,8 +1137,9 @@ CREATE TRIGGER pk_attachments_no_truncate BEFORE TRUNCATE ON attachments FOR EAC
 -- ;;
 -- ================================================================================================
 -- blobs
--- A new blob's path is the canonical one for its kind and id; afterwards only its state changes,
--- forward (present, deleting, deleted), and a deleted blob's path may become the canonical one.
+-- A new blob's path is a canonical one for its kind and id (one level of shards, or the two of
+-- 0006 to 0020); afterwards only its state changes, forward (present, deleting, deleted), and a
+-- deleted blob's path may become a canonical one.
 -- ================================================================================================
 CREATE FUNCTION pk_blobs_before_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -1137,7 +1149,7 @@ BEGIN
     IF NEW.sha256 !~ '^[0-9a-f]{64}$' THEN
         RAISE EXCEPTION 'purgekeeper:invalid_change: blob % needs the lowercase hex SHA-256 of its bytes', NEW.id;
     END IF;
-    IF NEW.path IS DISTINCT FROM pk_blob_canonical_path(NEW.kind, NEW.sha256, NEW.id) THEN
+    IF NOT pk_blob_path_is_canonical(NEW.kind, NEW.sha256, NEW.id, NEW.path) THEN
         RAISE EXCEPTION 'purgekeeper:invalid_change: blob % must live at its canonical path %', NEW.id,
             pk_blob_canonical_path(NEW.kind, NEW.sha256, NEW.id);
     END IF;
@@ -1156,7 +1168,7 @@ BEGIN
         RAISE EXCEPTION 'purgekeeper:invalid_change: a blob only changes state';
     END IF;
     IF NEW.path <> OLD.path
-       AND NOT (NEW.state = 'deleted' AND NEW.path = pk_blob_canonical_path(NEW.kind, NEW.sha256, NEW.id)) THEN
+       AND NOT (NEW.state = 'deleted' AND pk_blob_path_is_canonical(NEW.kind, NEW.sha256, NEW.id, NEW.path)) THEN
         RAISE EXCEPTION 'purgekeeper:invalid_change: a blob path changes only to its canonical one, once its bytes are deleted';
     END IF;
     IF NEW.state <> OLD.state AND NOT (
@@ -1171,7 +1183,7 @@ CREATE TRIGGER pk_blobs_before_update BEFORE UPDATE ON blobs
 FOR EACH ROW WHEN (
     NEW.id <> OLD.id OR NEW.kind <> OLD.kind OR NEW.sha256 <> OLD.sha256 OR NEW.size <> OLD.size
     OR (NEW.path <> OLD.path
-        AND NOT (NEW.state = 'deleted' AND NEW.path = pk_blob_canonical_path(NEW.kind, NEW.sha256, NEW.id)))
+        AND NOT (NEW.state = 'deleted' AND pk_blob_path_is_canonical(NEW.kind, NEW.sha256, NEW.id, NEW.path)))
     OR (NEW.state <> OLD.state AND NOT (
         (OLD.state = 'present' AND NEW.state = 'deleting')
         OR (OLD.state = 'deleting' AND NEW.state = 'deleted')))

@@ -704,8 +704,9 @@ END;
 -- ;;
 -- ================================================================================================
 -- blobs
--- A new blob's path is the canonical one for its kind and id; afterwards only its state changes,
--- forward (present, deleting, deleted), and a deleted blob's path may become the canonical one.
+-- A new blob's path is a canonical one for its kind and id (one level of shards, or the two of
+-- 0006 to 0020); afterwards only its state changes, forward (present, deleting, deleted), and a
+-- deleted blob's path may become a canonical one.
 -- ================================================================================================
 CREATE TRIGGER pk_blobs_before_insert BEFORE INSERT ON blobs
 BEGIN
@@ -714,9 +715,13 @@ BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a blob needs the lowercase hex SHA-256 of its bytes')
      WHERE length(NEW.sha256) <> 64 OR NEW.sha256 GLOB '*[^0-9a-f]*';
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a blob must live at its canonical path')
-     WHERE NEW.path IS NOT (CASE NEW.kind
-        WHEN 'cas' THEN substr(NEW.sha256, 1, 2) || '/' || substr(NEW.sha256, 3, 2) || '/' || NEW.sha256 || '-' || NEW.id
-        ELSE substr(NEW.id, 1, 2) || '/' || substr(NEW.id, 3, 2) || '/' || NEW.id END);
+     WHERE NEW.path IS NULL OR NEW.path NOT IN (
+        CASE NEW.kind
+            WHEN 'cas' THEN substr(NEW.sha256, 1, 2) || '/' || NEW.sha256 || '-' || NEW.id
+            ELSE substr(NEW.id, 1, 2) || '/' || NEW.id END,
+        CASE NEW.kind
+            WHEN 'cas' THEN substr(NEW.sha256, 1, 2) || '/' || substr(NEW.sha256, 3, 2) || '/' || NEW.sha256 || '-' || NEW.id
+            ELSE substr(NEW.id, 1, 2) || '/' || substr(NEW.id, 3, 2) || '/' || NEW.id END);
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a blob is created present') WHERE NEW.state <> 'present';
 END;
 -- ;;
@@ -724,9 +729,13 @@ CREATE TRIGGER pk_blobs_before_update BEFORE UPDATE ON blobs
 BEGIN
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a blob only changes state') WHERE NEW.id <> OLD.id OR NEW.kind <> OLD.kind OR NEW.sha256 <> OLD.sha256 OR NEW.size <> OLD.size;
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a blob path changes only to its canonical one, once its bytes are deleted')
-     WHERE NEW.path <> OLD.path AND NOT (NEW.state = 'deleted' AND NEW.path = (CASE NEW.kind
-        WHEN 'cas' THEN substr(NEW.sha256, 1, 2) || '/' || substr(NEW.sha256, 3, 2) || '/' || NEW.sha256 || '-' || NEW.id
-        ELSE substr(NEW.id, 1, 2) || '/' || substr(NEW.id, 3, 2) || '/' || NEW.id END));
+     WHERE NEW.path <> OLD.path AND NOT (NEW.state = 'deleted' AND NEW.path IN (
+        CASE NEW.kind
+            WHEN 'cas' THEN substr(NEW.sha256, 1, 2) || '/' || NEW.sha256 || '-' || NEW.id
+            ELSE substr(NEW.id, 1, 2) || '/' || NEW.id END,
+        CASE NEW.kind
+            WHEN 'cas' THEN substr(NEW.sha256, 1, 2) || '/' || substr(NEW.sha256, 3, 2) || '/' || NEW.sha256 || '-' || NEW.id
+            ELSE substr(NEW.id, 1, 2) || '/' || substr(NEW.id, 3, 2) || '/' || NEW.id END));
     SELECT RAISE(ABORT, 'purgekeeper:invalid_change: a blob state only moves forward') WHERE NEW.state <> OLD.state AND NOT ((OLD.state = 'present' AND NEW.state = 'deleting') OR (OLD.state = 'deleting' AND NEW.state = 'deleted'));
 END;
 -- ;;
