@@ -224,23 +224,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch.stop()
 
 
-def release_steps_of(pid: int) -> None:
-    """A worker process of this group exited: the steps it held are due again now
-    (``heartbeats.release_dead``), for the next sweep to send, rather than when their leases run
-    out. After a clean stop it held none. The database is opened for this only (the worker
-    processes are forked from this one: it keeps no connection)."""
+def release_steps_of(pids: Sequence[int]) -> None:
+    """Worker processes of this group exited: the steps they held are due again now
+    (``heartbeats.release_dead``, by each one's tag), for the next sweep to send, rather than
+    when their leases run out. After a clean stop they held none. The database is opened for
+    this only (the worker processes are forked from this one: it keeps no connection)."""
     db = Settings.from_env().open_database(role="worker")
     try:
-        released = db.transact(functools.partial(heartbeats.release_dead, tag=identity.process_tag(pid)))
+        for pid in pids:
+            released = db.transact(functools.partial(heartbeats.release_dead, tag=identity.process_tag(pid)))
+            if released:
+                log.warning(
+                    "worker process %d exited holding %d step(s); they are due again: %s",
+                    pid,
+                    len(released),
+                    ", ".join(released[:10]),
+                )
     finally:
         db.dispose()
-    if released:
-        log.warning(
-            "worker process %d exited holding %d step(s); they are due again: %s",
-            pid,
-            len(released),
-            ", ".join(released[:10]),
-        )
 
 
 if __name__ == "__main__":

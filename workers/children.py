@@ -38,12 +38,18 @@ def living_children(parent: int, proc: Path = PROC) -> set[int]:
 
 
 class ChildWatch:
-    """Calls ``on_exit(pid)`` once for each child of this process that exits while it runs
-    (one it saw alive at least once). A failure of ``on_exit`` is logged, and the watch goes on."""
+    """Calls ``on_exit(pids)`` with the children of this process that exited (each one it saw
+    alive at least once) since the last call, every ``interval_s`` while it runs, and once more
+    when it stops (:meth:`stop` waits for that last call, up to ``join_s``: a main process
+    that ends right after its worker processes must not lose the release of one that died).
+    A failure of ``on_exit`` is logged, and the watch goes on."""
 
-    def __init__(self, on_exit: Callable[[int], object], *, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+    def __init__(
+        self, on_exit: Callable[[list[int]], object], *, interval_s: float = DEFAULT_INTERVAL_S, join_s: float = 5.0
+    ) -> None:
         self.on_exit = on_exit
         self.interval_s = interval_s
+        self.join_s = join_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="purgekeeper-child-watch", daemon=True)
 
@@ -52,14 +58,20 @@ class ChildWatch:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self.join_s)
 
     def _run(self) -> None:
         known: set[int] = set()
-        while not self._stop.wait(self.interval_s):
+        while True:
+            stopping = self._stop.wait(self.interval_s)
             alive = living_children(os.getpid())
-            for pid in sorted(known - alive):
+            exited = sorted(known - alive)
+            if exited:
                 try:
-                    self.on_exit(pid)
+                    self.on_exit(exited)
                 except Exception:  # the database is down: the heartbeat sweep or the lease covers it
-                    log.warning("could not release the steps of worker process %d", pid, exc_info=True)
+                    log.warning("could not release the steps of worker processes %s", exited, exc_info=True)
             known = alive
+            if stopping:
+                return

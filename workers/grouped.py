@@ -179,21 +179,24 @@ def work(ctx: StepContext, group: Group) -> None:
 
 
 class _Refused(Exception):
-    """Members a batch cannot go on with (a key of theirs the store never held): the batch's
-    transaction rolls back, they end with their error, and the batch runs again without them."""
+    """Members a batch cannot go on with (a lease found lost, a key the store never held): the
+    batch's transaction rolls back, they end as they must, and the batch runs again without
+    them."""
 
-    def __init__(self, failed: dict[str, BaseException]) -> None:
-        self.failed = failed
-        super().__init__(f"{len(failed)} member(s) refused")
+    def __init__(self, ended: dict[str, Ended]) -> None:
+        self.ended = ended
+        super().__init__(f"{len(ended)} member(s) refused")
 
 
 def _batch(ctx: StepContext, group: Group) -> None:
-    """One transaction: each member's part and its progress in a SAVEPOINT of its own (a
-    member whose progress finds its lease lost is rolled back alone), the waiting members'
-    leases renewed, the batch's keys destroyed before the commit. Step rows are locked by the
-    progress UPDATEs only, as a step alone locks its row only at the end of a batch."""
+    """One transaction: each member's part in a SAVEPOINT of its own, the batch's keys
+    destroyed, then each member's progress (its own counts; which renews its lease), the
+    waiting members' leases renewed, and the commit. As for a step alone, step rows are
+    locked only at the end of the batch; a lease found lost there rolls the batch back, and it
+    runs again without that member."""
     attachments = group.active[0].held.kind == StepKind.ATTACHMENTS.value
     part = _attachments_part if attachments else _bodies_part
+    kind = group.active[0].held.kind
     parts: dict[str, dict[str, Any]] = {}
     failed: dict[str, BaseException] = {}
     lost: set[str] = set()
@@ -208,21 +211,19 @@ def _batch(ctx: StepContext, group: Group) -> None:
         shreds: dict[str, list[str]] = {}
         budget = ctx.batch_size
         for member in group.active:
-            if budget < max(ctx.batch_size // MIN_PART_SHARE, 1) and (parts or failed or lost):
+            if budget < max(ctx.batch_size // MIN_PART_SHARE, 1) and (parts or failed):
                 break  # too little left to be worth a part: the others go first next batch
-            work = functools.partial(_with_progress, ctx, part, member=member, limit=budget)
-            done, error, keys = _in_savepoint(conn, work)
-            if isinstance(error, steps.LeaseLost):
-                lost.add(member.held.step_id)
-            elif error is not None:
+            done, error, keys = _in_savepoint(conn, functools.partial(part, ctx, member=member, limit=budget))
+            if error is not None:
                 failed[member.held.step_id] = error
-            else:
-                parts[member.held.step_id], shreds[member.held.step_id] = done, keys
-                budget -= max(int(done.get("cost", 0)), 1)
-        waiting = [m.held.step_id for m in group.active if m.held.step_id not in parts and m.held.step_id not in lost]
+                continue
+            parts[member.held.step_id], shreds[member.held.step_id] = done, keys
+            budget -= max(int(done.get("cost", 0)), 1)
+        _destroy(ctx, shreds, after=f"{kind}.shredded")
+        failpoints.hit(f"{kind}.batch")
+        _record(ctx, conn, group, parts)
+        waiting = [m.held.step_id for m in group.active if m.held.step_id not in parts]
         lost.update(set(waiting) - steps.renew(conn, group.active[0].held.owner, waiting, lease=ctx.lease))
-        _destroy(ctx, shreds, after=f"{group.active[0].held.kind}.shredded")
-        failpoints.hit(f"{group.active[0].held.kind}.batch")
         finishing = any(done.get("done") for done in parts.values())
         if not (attachments or finishing):
             commit_without_flush(conn)
@@ -232,8 +233,8 @@ def _batch(ctx: StepContext, group: Group) -> None:
     try:
         ctx.db.transact(transaction)
     except _Refused as refused:
-        for member in [m for m in group.active if m.held.step_id in refused.failed]:
-            group.end(member, Ended(FAILED, refused.failed[member.held.step_id]))
+        for member in [m for m in group.active if m.held.step_id in refused.ended]:
+            group.end(member, refused.ended[member.held.step_id])
         return
     group.progressed_at = time.monotonic()
     _settle(ctx, group, parts, failed, lost, attachments=attachments)
@@ -241,14 +242,21 @@ def _batch(ctx: StepContext, group: Group) -> None:
         cleanup.pause(ctx, time.monotonic() - began)
 
 
-def _with_progress(
-    ctx: StepContext, part: Callable[..., dict[str, Any]], conn: Connection, *, member: Member, limit: int
-) -> dict[str, Any]:
-    """The member's part, then its progress (which renews its lease: LeaseLost if it was lost)."""
-    done = part(ctx, conn, member=member, limit=limit)
-    fields = {k: v for k, v in done.items() if k in PROGRESS_FIELDS}
-    steps.progress(conn, member.held, lease=ctx.lease, **fields)
-    return done
+def _record(ctx: StepContext, conn: Connection, group: Group, parts: dict[str, dict[str, Any]]) -> None:
+    """Each member's progress, which renews its lease; :class:`_Refused` for the members whose
+    lease was lost (their parts must not commit)."""
+    lost: dict[str, Ended] = {}
+    for member in group.active:
+        done = parts.get(member.held.step_id)
+        if done is None:
+            continue
+        fields = {k: v for k, v in done.items() if k in PROGRESS_FIELDS}
+        try:
+            steps.progress(conn, member.held, lease=ctx.lease, **fields)
+        except steps.LeaseLost:
+            lost[member.held.step_id] = Ended(LEASE_LOST)
+    if lost:
+        raise _Refused(lost)
 
 
 def _in_savepoint(
@@ -268,7 +276,7 @@ def _in_savepoint(
     try:
         done = part(conn)
     except Exception as exc:
-        own = exc if isinstance(exc, steps.LeaseLost) else _own_failure(exc)
+        own = _own_failure(exc)
         if own is None:
             raise  # as it is: the whole transaction rolls back, and runs again or fails the attempt
         conn.exec_driver_sql(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
@@ -300,7 +308,7 @@ def _destroy(ctx: StepContext, shreds: dict[str, list[str]], *, after: str) -> N
         return
     refused = _destroy_each_or_refuse(ctx, shreds)
     if refused:
-        raise _Refused(refused)
+        raise _Refused({step_id: Ended(FAILED, error) for step_id, error in refused.items()})
     failpoints.hit(after)
 
 

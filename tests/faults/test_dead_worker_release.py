@@ -45,7 +45,10 @@ def test_a_killed_worker_process_has_its_steps_released_by_its_main_process(pk: 
     [child] = living_children(hung.pid)
     os.kill(child, signal.SIGKILL)
     released = f"worker process {child} exited holding 1 step(s)"
-    wait_until(lambda: released in hung.output(), "its main process to release its step")
+    try:
+        wait_until(lambda: released in hung.output(), "its main process to release its step", timeout=15)
+    except AssertionError:
+        raise AssertionError(hung.tail(40)) from None
 
     worker = processes.worker()
     scheduler = processes.scheduler()
