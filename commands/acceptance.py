@@ -121,6 +121,23 @@ class Acceptor:
             self.db.transact(lambda conn: purges.save_preview(conn, digest, remembered, keep_for=PREVIEW_RETENTION))
         return report
 
+    def preview_read_once(self, kind: Any, args: Any) -> Any:
+        """The preview of a kind that checks the gate itself, on the head its report's own
+        statement read (``kind.preview_read``: the content kind's, one statement on
+        PostgreSQL), and says whether content not sealed yet is left. What a confirmation
+        checks it against is written without waiting for the WAL flush: only a stale
+        confirmation reads it, to name what changed, and one lost to a crash of the server
+        makes that message "preview it again" (the confirmation checks the digest against
+        the database, never against this)."""
+        with self.db.read() as conn:
+            report, remembered, plain = kind.preview_read(conn, self.env, args)
+        report = with_plain_content_disclosed(report, plain)
+        digest = report.scope_digest
+        self.db.transact(
+            lambda conn: purges.save_preview(conn, digest, remembered, keep_for=PREVIEW_RETENTION), durable=False
+        )
+        return report
+
     def accept(self, kind: Kind, args: Any, request: dict[str, Any], causal: Causal) -> Acceptance:
         """Commit, then copy the ledger row out (flushed), then wake the steps; the call
         returns only once the row is in the checkpoint directory."""

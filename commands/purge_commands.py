@@ -43,7 +43,7 @@ class PurgeCommands:
     def preview_purge(self, scope: EventScope) -> PurgePreview:
         """The dependency report of a content purge, and the ``scope_digest`` to confirm."""
         _check_scope(scope)
-        return self.acceptance.preview(kinds.CONTENT, scope)
+        return self.acceptance.preview_read_once(kinds.CONTENT, scope)
 
     def confirm_purge(
         self,

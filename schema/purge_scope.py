@@ -24,27 +24,34 @@ from sqlalchemy import (
     and_,
     bindparam,
     cast,
+    exists,
     func,
     literal,
     literal_column,
     null,
     or_,
     select,
+    text,
     union_all,
 )
 
 from purgekeeper.schema import holds
 from purgekeeper.schema.content_queries import author_erased, live_event
+from purgekeeper.schema.content_tables import PLAIN_CONTENT
+from purgekeeper.schema.conversation_read import utc_from_text
 from purgekeeper.schema.driver import DriverStatement
 from purgekeeper.schema.idlists import IdList, Ids, among_many
+from purgekeeper.schema.ledger import HEAD_GATE
 from purgekeeper.schema.states import ACTIVE_RUN_STATUSES, TombstoneKind
 from purgekeeper.schema.tables import (
+    UtcDateTime,
     admissions,
     attachments,
     blobs,
     derivative_sources,
     derivatives,
     events,
+    ledger_head,
     placements,
     runs,
     tombstones,
@@ -91,16 +98,12 @@ def events_in_conversation(
 EVENT_IDS: Any = bindparam("event_ids", type_=IdList())
 CONVERSATION_IDS: Any = bindparam("conversation_ids", type_=IdList())
 _fence = tombstones.alias("fence")
+_FENCED = or_(_fence.c.id.is_not(None), author_erased(events.c.author, events.c.occurred_at))
+# An outer join on the tombstone key: bounded by the scope whatever the statistics say.
+_EVENTS_FENCED = events.outerjoin(_fence, and_(_fence.c.kind == TombstoneKind.EVENT.value, _fence.c.id == events.c.id))
 _EVENT_ROWS = (
-    select(
-        events.c.id,
-        events.c.provider_event_id,
-        events.c.author,
-        events.c.occurred_at,
-        or_(_fence.c.id.is_not(None), author_erased(events.c.author, events.c.occurred_at)).label("fenced"),
-    )
-    # An outer join on the tombstone key: bounded by the scope whatever the statistics say.
-    .outerjoin(_fence, and_(_fence.c.kind == TombstoneKind.EVENT.value, _fence.c.id == events.c.id))
+    select(events.c.id, events.c.provider_event_id, events.c.author, events.c.occurred_at, _FENCED.label("fenced"))
+    .select_from(_EVENTS_FENCED)
     .where(among_many(events.c.id, EVENT_IDS))
     .order_by(events.c.id)
 )
@@ -146,14 +149,19 @@ _ATTACHMENTS = (
 )
 
 
-_EVENT_ROWS_ON_DRIVER = DriverStatement(_EVENT_ROWS, named=True)
-_EVENT_ROWS_LOCKED_ON_DRIVER = DriverStatement(_EVENT_ROWS_LOCKED, named=True)
+# The rows as the driver gives them, the timestamp made UTC here (``_utc``): a thousand rows'
+# conversions cost more than their reading.
+_EVENT_ROWS_ON_DRIVER = {
+    False: DriverStatement(_EVENT_ROWS, convert=False),
+    True: DriverStatement(_EVENT_ROWS_LOCKED, convert=False),
+}
 
 
 def event_rows(conn: Connection, event_ids: Sequence[str], *, lock: bool = False) -> list[Any]:
-    """The events with a flag for an existing fence, by id; with ``lock``, locked FOR UPDATE."""
-    statement = _EVENT_ROWS_LOCKED_ON_DRIVER if lock else _EVENT_ROWS_ON_DRIVER
-    return statement.rows(conn, {"event_ids": _ids(event_ids)})
+    """The events as ``(id, provider_event_id, author, occurred_at, fenced)``, by id, the
+    flag set for an existing fence; with ``lock``, locked FOR UPDATE."""
+    rows = _EVENT_ROWS_ON_DRIVER[lock].rows(conn, {"event_ids": _ids(event_ids)})
+    return [(r[0], r[1], r[2], _utc(r[3]), r[4]) for r in rows]
 
 
 def placements_of(conn: Connection, event_ids: Sequence[str]) -> list[Any]:
@@ -202,7 +210,9 @@ def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: 
 # The whole report of a content purge in ONE statement on PostgreSQL: every part in the same
 # columns, tagged by ``part``, in each part's own order (a confirmation's round trips and
 # statement executions cost more than the reads themselves). SQLite, in process, has no
-# round trips to save; it runs the parts one by one.
+# round trips to save; it runs the parts one by one. A preview reads, in the same statement,
+# the ledger head (for the gate), the events and the probe of content not sealed yet
+# (``_PREVIEW``): one snapshot, one round trip.
 #   part  1 placement   2 admission   3 active run   4 derivative     5 attachment   6 other reference  7 hold
 #   t1    event_id      id            id             id               id             blob_id            event_id
 #   t2    conv. id      event_id                     source event_id  event_id       id                 hold_id
@@ -212,6 +222,14 @@ def other_live_references(conn: Connection, blob_ids: Sequence[str], event_ids: 
 #   t6                  status        status
 #   b                   has_output    has_output
 #   n                                                                 size
+# and the preview's own parts:
+#   part  -1 head       0 event            8 content not sealed yet
+#   t1    head_hash     id
+#   t2    gate_reason   provider_event_id
+#   t3                  author
+#   at                  occurred_at
+#   b                   fenced             whether any is left
+#   n     seq
 Placement = namedtuple("Placement", "event_id conversation_id")
 AdmissionRow = namedtuple("AdmissionRow", "id event_id run_id conversation_id bot_id status has_output")
 RunRow = namedtuple("RunRow", "id conversation_id bot_id status has_output")
@@ -235,14 +253,29 @@ class ReportRows:
     holds: Sequence[tuple[str, str]] = ()  # (event_id, hold_id): the legal holds that cover an event
 
 
-def _part(number: int, *columns: Any, flag: Any = None, size: Any = None) -> Any:
-    """``columns`` as the report's text columns t1 .. t6, then ``flag`` as b and ``size`` as
-    n; NULL where absent."""
+@dataclass(frozen=True)
+class PreviewRows:
+    """A content purge's preview as one snapshot saw it: the ledger head (for the gate), the
+    events (``event_rows``' columns, by id), the report's rows, and whether content written
+    before sealing is left (``content_queries.holds_plain_content``)."""
+
+    seq: int
+    head_hash: str
+    gate_reason: str | None
+    events: Sequence[Any]
+    report: ReportRows
+    plain_content: bool
+
+
+def _part(number: int, *columns: Any, at: Any = None, flag: Any = None, size: Any = None) -> Any:
+    """``columns`` as the report's text columns t1 .. t6, then ``at`` (a time), ``flag`` as
+    b and ``size`` as n; NULL where absent."""
     texts = [cast(c if c is not None else null(), Text()) for c in columns]
     texts += [cast(null(), Text())] * (6 - len(texts))
     return select(
         literal(number).label("part"),
         *(t.label(f"t{i + 1}") for i, t in enumerate(texts)),
+        (at if at is not None else cast(null(), UtcDateTime())).label("at"),
         (flag if flag is not None else cast(null(), Boolean())).label("b"),
         (cast(size, BigInteger()) if size is not None else cast(null(), BigInteger())).label("n"),
     )
@@ -250,7 +283,7 @@ def _part(number: int, *columns: Any, flag: Any = None, size: Any = None) -> Any
 
 _SELECTED_CONVERSATIONS = select(placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS))
 _SELECTED_BLOBS = select(attachments.c.blob_id).where(among_many(attachments.c.event_id, EVENT_IDS))
-_REPORT_PARTS = union_all(
+_REPORT_SELECTS = (
     _part(1, placements.c.event_id, placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS)),
     _part(
         2,
@@ -292,10 +325,30 @@ _REPORT_PARTS = union_all(
     .where(attachments.c.event_id.not_in(select(func.unnest(EVENT_IDS))))
     .where(live_event(attachments.c.event_id)),
     *(_part(7, held.c.event_id, held.c.hold_id) for held in holds.holds_of_events_parts(EVENT_IDS)),
-).subquery("report")
-_REPORT = DriverStatement(
-    select(*_REPORT_PARTS.c).order_by(_REPORT_PARTS.c.part, _REPORT_PARTS.c.t1, _REPORT_PARTS.c.t2)
 )
+_HEAD_PART = _part(-1, ledger_head.c.head_hash, ledger_head.c.gate_reason, size=ledger_head.c.seq).where(
+    ledger_head.c.id == 1
+)
+_EVENTS_PART = (
+    _part(0, events.c.id, events.c.provider_event_id, events.c.author, at=events.c.occurred_at, flag=_FENCED)
+    .select_from(_EVENTS_FENCED)
+    .where(among_many(events.c.id, EVENT_IDS))
+)
+_PLAIN_PART = _part(
+    8, flag=or_(*(exists().where(text(predicate)).select_from(table) for table, predicate in PLAIN_CONTENT.items()))
+)
+
+
+def _ordered(*selects: Any) -> DriverStatement:
+    """The parts as one statement, each part in its order (by t1, then t2). The rows as the
+    driver gives them: only the events' ``at`` needs a processor, and a row's conversion
+    costs more than its reading (``_utc``)."""
+    parts = union_all(*selects).subquery("parts")
+    return DriverStatement(select(*parts.c).order_by(parts.c.part, parts.c.t1, parts.c.t2), convert=False)
+
+
+_REPORT = _ordered(*_REPORT_SELECTS)
+_PREVIEW = _ordered(_HEAD_PART, _EVENTS_PART, *_REPORT_SELECTS, _PLAIN_PART)
 
 
 def report_rows(conn: Connection, event_ids: Sequence[str]) -> ReportRows:
@@ -314,15 +367,48 @@ def report_rows(conn: Connection, event_ids: Sequence[str]) -> ReportRows:
             other_references=other_live_references(conn, blob_ids, bound) if blob_ids else [],
             holds=[(e, h) for e, ids in holds.holds_of_events(conn, bound).items() for h in ids],
         )
-    parts: dict[int, list[Any]] = {number: [] for number in range(1, 8)}
-    for part, t1, t2, t3, t4, t5, t6, b, n in _REPORT.rows(conn, {"event_ids": bound}):
-        parts[part].append((t1, t2, t3, t4, t5, t6, b, n))
+    return _report_of(_by_part(_REPORT.rows(conn, {"event_ids": bound})))
+
+
+def preview_rows(conn: Connection, event_ids: Sequence[str]) -> PreviewRows:
+    """What a content purge's preview of these events reads (see ``_PREVIEW``): on PostgreSQL
+    one statement, on SQLite the head, the events, the report and the probe one by one in the
+    read transaction the caller began."""
+    bound = _ids(event_ids)
+    if conn.dialect.name != "postgresql":
+        head = conn.execute(HEAD_GATE).one()
+        found = event_rows(conn, bound)
+        plain = bool(conn.scalar(select(_PLAIN_PART.selected_columns.b)))
+        return PreviewRows(int(head.seq), head.head_hash, head.gate_reason, found, report_rows(conn, bound), plain)
+    parts = _by_part(_PREVIEW.rows(conn, {"event_ids": bound}))
+    (head,), (plain,) = parts[-1], parts[8]
+    found = [(r[0], r[1], r[2], _utc(r[6]), r[7]) for r in parts[0]]  # event_rows' columns
+    return PreviewRows(int(head[8]), head[0], head[1], found, _report_of(parts), bool(plain[7]))
+
+
+def _utc(moment: Any) -> dt.datetime:
+    """A timestamp as ``UtcDateTime`` reads it: aware, in UTC (SQLite gives its stored text)."""
+    if moment.__class__ is str:
+        return utc_from_text(moment)
+    return moment if moment.tzinfo is dt.UTC else moment.astimezone(dt.UTC)
+
+
+def _by_part(rows: Sequence[Any]) -> dict[int, list[Any]]:
+    """The rows of a union of parts, without their ``part``, by part (-1 .. 8)."""
+    parts: dict[int, list[Any]] = {number: [] for number in range(-1, 9)}
+    for row in rows:
+        parts[row[0]].append(row[1:])
+    return parts
+
+
+def _report_of(parts: dict[int, list[Any]]) -> ReportRows:
+    """The report's parts (1 .. 7) in the columns of their own queries."""
     return ReportRows(
         placements=[Placement(r[0], r[1]) for r in parts[1]],
-        admissions=[AdmissionRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6]) for r in parts[2]],
-        active_runs=[RunRow(r[0], r[3], r[4], r[5], r[6]) for r in parts[3]],
+        admissions=[AdmissionRow(r[0], r[1], r[2], r[3], r[4], r[5], r[7]) for r in parts[2]],
+        active_runs=[RunRow(r[0], r[3], r[4], r[5], r[7]) for r in parts[3]],
         derivatives=[DerivativeRow(r[0], r[2], r[3], r[1]) for r in parts[4]],
-        attachments=[AttachmentRow(r[0], r[1], r[2], r[3], r[4], r[7]) for r in parts[5]],
+        attachments=[AttachmentRow(r[0], r[1], r[2], r[3], r[4], r[8]) for r in parts[5]],
         other_references=[ReferenceRow(r[0], r[1], r[2], r[3]) for r in parts[6]],
         holds=[(r[0], r[1]) for r in parts[7]],
     )

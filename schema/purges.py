@@ -43,6 +43,7 @@ from purgekeeper.schema.purge_scope import (
     AttachmentRow,
     DerivativeRow,
     Placement,
+    PreviewRows,
     ReferenceRow,
     ReportRows,
     RunRow,
@@ -56,6 +57,7 @@ from purgekeeper.schema.purge_scope import (
     events_in_conversation,
     other_live_references,
     placements_of,
+    preview_rows,
     report_rows,
 )
 from purgekeeper.schema.states import StepKind, StepStatus, TombstoneKind
@@ -387,6 +389,7 @@ __all__ = [
     "DerivativeRow",
     "LedgerFilter",
     "Placement",
+    "PreviewRows",
     "ReferenceRow",
     "ReportRows",
     "RunRow",
@@ -416,6 +419,7 @@ __all__ = [
     "mark_memory_erasure",
     "other_live_references",
     "placements_of",
+    "preview_rows",
     "record_audit",
     "record_conversations",
     "report_rows",

@@ -13,7 +13,8 @@ import dataclasses
 import datetime as dt
 import functools
 import operator
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,7 +39,7 @@ from purgekeeper.commands.scope import (
     Reference,
     require_purgeable_conversation,
 )
-from purgekeeper.schema import authors, cleanup_queries, content_queries, ledger, purges, restore, steps
+from purgekeeper.schema import authors, cleanup_queries, content_queries, ledger, purge_scope, purges, restore, steps
 from purgekeeper.schema.errors import NotFound, StaleConfirmation, ValidationError
 from purgekeeper.schema.idlists import Ids
 from purgekeeper.schema.ledger import canonical_json, sha256_hex, utc_text
@@ -81,8 +82,23 @@ class ContentKind(Kind[ScopeConfirmation, PurgePreview]):
     bodies = staticmethod(null_fenced_content)
 
     def preview(self, conn: Connection, env: Env, scope: EventScope) -> tuple[PurgePreview, dict[str, Any]]:
-        report = _names_opened(conn, build_report(conn, scope), env.keys)
-        return report, report.id_summary()  # a stale confirmation names what changed
+        report, remembered, _plain = self.preview_read(conn, env, scope)
+        return report, remembered
+
+    def preview_read(self, conn: Connection, env: Env, scope: EventScope) -> tuple[PurgePreview, dict[str, Any], bool]:
+        """The preview, the gate checked on the head that the report's own statement read
+        (``purge_scope.preview_rows``: one statement on PostgreSQL), what to remember of it
+        (a stale confirmation names what changed), and whether content not sealed yet is left."""
+        if scope.event_ids is None:
+            env.gate.require_open(conn)  # before a conversation's filter says what it holds
+        event_ids = _resolved(conn, scope)
+        read = purge_scope.preview_rows(conn, event_ids)
+        env.gate.check_values(conn, read.seq, read.head_hash, read.gate_reason)  # before anything is returned
+        _require_found(event_ids, read.events)
+        report = report_of(scope, read.events, read.report)
+        PREVIEWED.remember(report, read.events, read.report)
+        report = _names_opened(conn, report, env.keys)
+        return report, report.id_summary(), read.plain_content
 
     def conversations(self, conn: Connection, selectors: Mapping[str, Any]) -> list[str]:
         """Where its events are placed, as accepted (``conversation_ids``); a row from before
@@ -100,7 +116,12 @@ class ContentKind(Kind[ScopeConfirmation, PurgePreview]):
         selector_fields.ids(selectors, "conversation_ids")
 
     def lock(self, conn: Connection, env: Env, args: ScopeConfirmation) -> PurgePreview:
-        return build_report(conn, args.scope, lock=True)
+        """The report, read under the locks; its digest is recomputed from what they read,
+        or is the digest this process's preview computed from the very same rows
+        (``PREVIEWED``: the report is a function of the scope and the rows alone)."""
+        event_ids, rows = _select_events(conn, args.scope, lock=True)
+        found = purges.report_rows(conn, event_ids)
+        return PREVIEWED.report_of(args.scope_digest, args.scope, rows, found) or report_of(args.scope, rows, found)
 
     def decide(self, conn: Connection, env: Env, args: ScopeConfirmation, locked: PurgePreview) -> Decision | Already:
         """Nothing left to fence is ``already_purged`` before anything else is looked at: it
@@ -159,12 +180,52 @@ def _covering(conn: Connection, event_ids: Sequence[str]) -> Already:
 # -- the preview: the dependency report -----------------------------------------------------
 
 
+class Previewed:
+    """The last few reports this process's previews built, each with the rows it was built
+    from. A confirmation whose rows, read under its locks, equal those its digest's preview
+    read gets that report as it is: ``report_of`` is a function of the scope and the rows
+    alone, so recomputing it would give the same report and the same digest (a thousand
+    events' report costs milliseconds to build; comparing the rows, microseconds). Rows that
+    differ in anything, a fence's mark included, or a preview made by another process, and the
+    report is built from the rows the confirmation read."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._reports: OrderedDict[str, tuple[Any, PurgePreview]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, report: PurgePreview, rows: Sequence[Any], found: purge_scope.ReportRows) -> None:
+        with self._lock:
+            self._reports[report.scope_digest] = ((report.scope, list(rows), found), report)
+            self._reports.move_to_end(report.scope_digest)
+            while len(self._reports) > self.keep:
+                self._reports.popitem(last=False)
+
+    def report_of(
+        self, digest: str, scope: EventScope, rows: Sequence[Any], found: purge_scope.ReportRows
+    ) -> PurgePreview | None:
+        """The report of ``scope`` and these rows, if a preview of this process built it."""
+        with self._lock:
+            remembered = self._reports.get(digest)
+        if remembered is None or remembered[0] != (scope, list(rows), found):
+            return None
+        return remembered[1]
+
+
+PREVIEWED = Previewed()
+
+
 def build_report(conn: Connection, scope: EventScope, *, lock: bool = False) -> PurgePreview:
     """Resolve the scope now and report everything the purge would touch. With ``lock``
     (confirmation), the conversations and then the events are locked exclusively first, in id
     order, and the report is read under those locks."""
     event_ids, rows = _select_events(conn, scope, lock=lock)
-    found = purges.report_rows(conn, event_ids)
+    return report_of(scope, rows, purges.report_rows(conn, event_ids))
+
+
+def report_of(scope: EventScope, rows: Sequence[Any], found: purge_scope.ReportRows) -> PurgePreview:
+    """The report of the scope's events (``rows``: ``purges.event_rows``' columns) and of what
+    depends on them (``found``), with its digest."""
     placements = _group(found.placements, "event_id", "conversation_id")
     events = []
     hashed_events = []  # what _hashable makes of each event, made here in the same pass
@@ -193,15 +254,27 @@ def build_report(conn: Connection, scope: EventScope, *, lock: bool = False) -> 
     )
 
 
+def _resolved(conn: Connection, scope: EventScope) -> Ids:
+    """The scope's event ids, sorted (bound to every statement of the report, encoded once)."""
+    if scope.event_ids is not None:
+        return Ids(sorted(scope.event_ids))
+    require_purgeable_conversation(conn, scope.conversation_id or "")
+    return Ids(_events_in_scope(conn, scope))
+
+
+def _require_found(chosen: Sequence[str], rows: Sequence[Any]) -> None:
+    missing = sorted(set(chosen) - {row[0] for row in rows})
+    if missing:
+        raise NotFound(f"no event {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+
+
 def _select_events(conn: Connection, scope: EventScope, *, lock: bool) -> tuple[list[str], list[Any]]:
     if scope.event_ids is not None:
         chosen = Ids(sorted(scope.event_ids))  # bound to every statement of the report, encoded once
         if lock:
             purges.lock_conversations_of(conn, chosen)
         rows = purges.event_rows(conn, chosen, lock=lock)
-        missing = sorted(set(chosen) - {r.id for r in rows})
-        if missing:
-            raise NotFound(f"no event {missing[0]}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        _require_found(chosen, rows)
         return chosen, rows
     conversation_id = scope.conversation_id or ""
     require_purgeable_conversation(conn, conversation_id)
