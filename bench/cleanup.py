@@ -156,6 +156,7 @@ import purgekeeper
 from purgekeeper.commands.handle import Purgekeeper
 from purgekeeper.schema import migrate
 from purgekeeper.schema.db import Database
+from purgekeeper.storage import blobstore
 from purgekeeper.storage.blobstore import SYNCS_AT_A_TIME
 from purgekeeper.storage.content_keys import ContentKeys
 from purgekeeper.workers import runner
@@ -327,12 +328,16 @@ SELECT s.i, {CONVERSATION_ID.format("s.i")} AS c, s.k,
           FROM generate_series(%(lo)s::int, %(hi)s::int - 1) AS i, generate_series(0, %(slots)s::int - 1) AS k) AS s
 """
 
+# New blobs' layout in the purgekeeper under test (an --against tree's may be the older
+# two-level one, ab/cd/...): the seeded rows must pass its blobs trigger.
+TWO_LEVEL = blobstore.file_path("0" * 32).count("/") == 2
+SHARD_OF = "substr({0}, 3, 2) || '/' || " if TWO_LEVEL else ""
 SEED_BLOBS = f"""
 INSERT INTO blobs (id, kind, sha256, size, path, key_id)
 SELECT b.id, b.kind, b.sha, %(file_bytes)s::int,
        CASE WHEN b.kind = 'cas'
-            THEN substr(b.sha, 1, 2) || '/' || b.sha || '-' || b.id
-            ELSE substr(b.id, 1, 2) || '/' || b.id END,
+            THEN substr(b.sha, 1, 2) || '/' || {SHARD_OF.format("b.sha")}b.sha || '-' || b.id
+            ELSE substr(b.id, 1, 2) || '/' || {SHARD_OF.format("b.id")}b.id END,
        {KEY_OF.format("b.i", "b.id")}
   FROM (SELECT o.i, o.id, o.kind, o.name,
                encode(sha256(convert_to(left(repeat(o.id, %(file_bytes)s::int / 32 + 1), %(file_bytes)s::int), 'UTF8')),
