@@ -13,6 +13,7 @@ writes nothing and gets the event stored first, unless that one is purged
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,11 @@ class StoredRow:
     body: str | None
     key_id: str
 
+    def columns(self) -> dict[str, Any]:
+        """The row's columns, as the schema's insert functions take them (a subclass's own
+        fields are not columns)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(StoredRow)}
+
 
 def store_event(conn: Connection, gate: Gate, keys: ContentKeys, row: StoredRow, conversation_id: str) -> Event | None:
     """Write the event's row and its placement, the gate checked before anything is
@@ -50,16 +56,7 @@ def store_event(conn: Connection, gate: Gate, keys: ContentKeys, row: StoredRow,
     written), else None."""
     if conn.dialect.name != "postgresql":
         return _store_in_steps(conn, gate, keys, row, conversation_id)
-    stored = content_queries.ingest_placed(
-        conn,
-        event_id=row.event_id,
-        provider_event_id=row.provider_event_id,
-        author=row.author,
-        occurred_at=row.occurred_at,
-        body=row.body,
-        key_id=row.key_id,
-        conversation_id=conversation_id,
-    )
+    stored = content_queries.ingest_placed(conn, **row.columns(), conversation_id=conversation_id)
     gate.check_values(conn, stored.seq, stored.head_hash, stored.gate_reason)
     if not stored.placed and row.provider_event_id is not None:
         duplicate = duplicate_delivery(conn, row.provider_event_id)
@@ -81,15 +78,7 @@ def _store_in_steps(
             return sealed_content.stored_event(conn, keys, duplicate)
     if not head.conversation_known:  # the triggers refuse a purged or deleted one
         raise NotFound(f"no conversation {conversation_id}")
-    inserted = content_queries.insert_event(
-        conn,
-        event_id=row.event_id,
-        provider_event_id=row.provider_event_id,
-        author=row.author,
-        occurred_at=row.occurred_at,
-        body=row.body,
-        key_id=row.key_id,
-    )
+    inserted = content_queries.insert_event(conn, **row.columns())
     if not inserted:  # a concurrent delivery of the same provider event won
         return sealed_content.stored_event(conn, keys, duplicate_delivery(conn, row.provider_event_id or ""))
     content_queries.insert_placement(conn, row.event_id, conversation_id)

@@ -126,19 +126,25 @@ def claim_or_end(conn: Connection, step_id: str, *, owner: str, lease: dt.timede
     row = conn.execute(
         update(cleanup_steps)
         .where(unlocked, lifecycle.due_clause(now))
-        .values(
-            status=StepStatus.RUNNING.value,
-            attempts=c.attempts + 1,
-            lease_owner=owner,
-            lease_expires_at=clock(conn, plus=lease),
-            updated_at=now,
-        )
+        .values(**_taking(conn, owner, lease, now))
         .returning(c.id, c.purge_id, c.kind, c.attempts, c.max_attempts)
     ).first()
     if row is None:
         return None
     _close_attempts(conn, step_id, outcome=LEASE_LOST, error=LEASE_EXPIRED)  # an earlier attempt's lease ran out
     return _started(conn, [row], owner=owner, now=now)[0]
+
+
+def _taking(conn: Connection, owner: str, lease: dt.timedelta, now: Any) -> dict[str, Any]:
+    """What a claim writes on its step: running, one attempt more, leased to ``owner``."""
+    c = cleanup_steps.c
+    return {
+        "status": StepStatus.RUNNING.value,
+        "attempts": c.attempts + 1,
+        "lease_owner": owner,
+        "lease_expires_at": clock(conn, plus=lease),
+        "updated_at": now,
+    }
 
 
 def _started(conn: Connection, rows: Sequence[Any], *, owner: str, now: Any) -> list[Claim]:
@@ -185,13 +191,7 @@ def claim_more(
     rows = conn.execute(
         update(cleanup_steps)
         .where(c.id.in_(candidates.scalar_subquery()), lifecycle.waiting_due_clause(now))
-        .values(
-            status=StepStatus.RUNNING.value,
-            attempts=c.attempts + 1,
-            lease_owner=owner,
-            lease_expires_at=clock(conn, plus=lease),
-            updated_at=now,
-        )
+        .values(**_taking(conn, owner, lease, now))
         .returning(c.id, c.purge_id, c.kind, c.attempts, c.max_attempts)
     ).all()
     return _started(conn, sorted(rows, key=lambda row: row.id), owner=owner, now=now) if rows else []
