@@ -140,10 +140,15 @@ def _shred(conn: Connection) -> list[str]:
     return shred
 
 
+# Ordered as ix_placements_conversation_id is (conversation, event), which so serves the
+# order and the LIMIT: ordered by event id alone, PostgreSQL may walk the primary key in
+# event order instead, filtering by conversation, and a conversation's last batch (fewer
+# rows than the limit) then read the whole index, dead entries and all (the soak's most
+# active cleanup statement).
 _PLACED = (
     select(placements.c.event_id)
     .where(placements.c.conversation_id == _CONVERSATION)
-    .order_by(placements.c.event_id)
+    .order_by(placements.c.conversation_id, placements.c.event_id)
     .limit(bindparam("limit"))
 )
 # The batch's events placed in another conversation too: an index search by the batch's ids
