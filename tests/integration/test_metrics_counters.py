@@ -90,8 +90,10 @@ def test_the_histogram_counts_every_attempt_and_the_failures_by_kind_survive_a_r
     failing = purge_with_files(pk, "c-failing", files=2)
     with pk.db.write() as conn:
         conn.execute(text("UPDATE cleanup_steps SET max_attempts = 2 WHERE purge_id = :p"), {"p": failing})
-    broken = dataclasses.replace(pk.step_context(), blobs=FailingStore(pk.blobs.blob_root, pk.blobs.file_root))
-    assert settle(pk, complete).status == "complete"
+    # each purge's steps alone: grouped, the first settle would clean the failing purge's too
+    alone = dataclasses.replace(pk.step_context(), group_steps=1)
+    broken = dataclasses.replace(alone, blobs=FailingStore(pk.blobs.blob_root, pk.blobs.file_root))
+    assert settle(pk, complete, alone).status == "complete"
     assert settle(pk, failing, broken).status == "incomplete"
 
     samples = scrape(pk)
