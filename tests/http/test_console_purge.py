@@ -108,8 +108,7 @@ def test_an_incomplete_purge_shows_its_steps_attempts_and_the_retry_form(pk: Pk,
         [blob_id] = conn.execute(text("SELECT blob_id FROM attachments")).scalars().all()
     [where] = shown.by_id("where-to-act").find_all("div", cls="where")  # once, above the steps
     assert where.text == (
-        f"attachments: the file root (PURGEKEEPER_FILE_ROOT), {pk.settings.file_root.name}/"
-        f"{blob_id[:2]}/{blob_id}"
+        f"attachments: the file root (PURGEKEEPER_FILE_ROOT), {pk.settings.file_root.name}/{blob_id[:2]}/{blob_id}"
     )  # issue 26: the root by name and the path below it, which holds no attachment name
     assert where.attrs["data-step"] == "attachments" and len(shown.find_all("div", cls="where")) == 1
     assert str(pk.settings.file_root) not in html
