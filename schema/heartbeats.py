@@ -35,7 +35,6 @@ PRUNE_AFTER = dt.timedelta(days=1)
 ROLES = values(WorkerRole)
 
 _c = worker_processes.c
-_HEX = re.compile(r"[0-9a-f]{16}")
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,8 @@ def presence(conn: Connection, now: dt.datetime) -> Presence:
     return Presence(seen=seen, alive=alive)
 
 
-TAG_LENGTH = 16  # a process's tag leads its row's id (purgekeeper.workers.identity)
+TAG_LENGTH = 16  # hex digits: a process's tag leads its row's id (purgekeeper.workers.identity)
+_TAG = re.compile(f"[0-9a-f]{{{TAG_LENGTH}}}")
 
 
 def release_dead(conn: Connection, *, tag: str | None = None) -> list[str]:
@@ -144,7 +144,7 @@ def release_dead(conn: Connection, *, tag: str | None = None) -> list[str]:
     now = database_now(conn)
     c = cleanup_steps.c
     if tag is not None:
-        if not _HEX.fullmatch(tag):
+        if not _TAG.fullmatch(tag):
             raise ValueError(f"not a process tag: {tag!r}")
         held = c.lease_owner.contains(f":{tag}:", autoescape=True)
     else:

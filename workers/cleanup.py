@@ -22,7 +22,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,17 +196,25 @@ def _shredding(
     """``work`` in the batch's transaction, then the keys of the content it NULLed destroyed,
     durably, before the batch commits: a crash between the two leaves ciphertext whose key
     is gone."""
-    shred: list[str] = []
-    info = conn.info  # read once: on a connection the server ended, reading it again raises
-    info[cleanup_queries.SHRED] = shred
-    try:
+    with collecting_keys(conn) as shred:
         done = work(conn)
-    finally:
-        del info[cleanup_queries.SHRED]  # the DBAPI connection's: it outlives the batch
     if shred:
         ctx.keys.destroy(shred)
         failpoints.hit(f"{held.kind}.shredded")
     return done
+
+
+@contextlib.contextmanager
+def collecting_keys(conn: Connection) -> Iterator[list[str]]:
+    """The list the content removed meanwhile adds its keys to (``cleanup_queries.null_content_of``
+    and the deletes read ``conn.info[SHRED]``), for the caller to destroy before the commit."""
+    keys: list[str] = []
+    info = conn.info  # read once: on a connection the server ended, reading it again raises
+    info[cleanup_queries.SHRED] = keys
+    try:
+        yield keys
+    finally:
+        del info[cleanup_queries.SHRED]  # the DBAPI connection's: it outlives the batch
 
 
 def pause(ctx: StepContext, batch_s: float) -> None:

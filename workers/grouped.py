@@ -8,23 +8,25 @@ bodies step of a kind made of :class:`~purgekeeper.workers.cleanup.Batched` batc
 up to ``ctx.group_steps - 1`` more waiting, due steps of the same kind in the same
 transaction (``purgekeeper.schema.steps.claim_more``), and works them together:
 
-- Each batch is one transaction for the group. It renews the members' leases first
-  (``steps.renew``, which also locks their step rows until the commit); a member whose lease
-  was lost meanwhile drops out, and nothing is written for it. Then each member's part runs
-  inside a SAVEPOINT of its own, the members taking turns, up to ``ctx.batch_size`` rows or
-  files for the whole batch (a member that had its part goes to the back). Then each
-  member's progress is recorded, exactly its own: its counts, retained reasons and remaining,
-  and ``done`` for a member whose last batch this was, in the same commit.
-- The keys of the content the batch NULLed are destroyed in one durable write of the key
-  store, before the commit. An attachments batch destroys its blobs' keys after its commit
-  and unlinks the files of every member at once, fsyncing each directory once for all.
-- A member's part that raises is rolled back to its savepoint, and that member alone ends its
-  attempt with the error (retrying, or incomplete at its maximum: ``purgekeeper.workers.runner``).
-  A file that cannot be unlinked fails the member whose blob it is, and no other. A row lock
-  that does not come is waited for again at the next batch, up to ``ctx.max_lock_wait`` per member.
-- A fault that is the whole batch's (the database gone, the key store failing) is retried
-  as a step's is, and past that ends the attempt of each member still in the group, each
-  recorded on its own step.
+- Each batch is one transaction for the group. Each member's part runs inside a SAVEPOINT
+  of its own, the members taking turns, up to ``ctx.batch_size`` rows or files for the whole
+  batch (a member that had its part goes to the back). The keys of the content the batch
+  NULLed are destroyed in one durable write of the key store. Then, as for a step alone,
+  each member's progress is recorded, exactly its own (its counts, retained reasons and
+  remaining, and ``done`` for a member whose last batch this was), and the waiting members'
+  leases are renewed, so step rows are locked only at the end of the batch. A lease found
+  lost there rolls the batch back, and it runs again without that member.
+- An attachments batch destroys its blobs' keys after its commit and unlinks the files of
+  every member at once, fsyncing each directory once for all of them; a committed batch's
+  files go before anything else, so an attempt retried after a fault counts nothing twice.
+- A member's part that raises its own error is rolled back to its savepoint, and that member
+  alone ends its attempt (retrying, or incomplete at its maximum: ``purgekeeper.workers.runner``).
+  A row lock that does not come is waited for again at the next batch, up to
+  ``ctx.max_lock_wait`` per member. A file that cannot be unlinked fails each member whose
+  blob it is (two members may share one), and a key the store never held fails its member.
+- A fault of the whole transaction (a deadlock, a lost connection, a key store that cannot
+  be written) runs it again or is retried as a step's is, and past that ends the attempt of
+  each member still in the group, each recorded on its own step.
 
 Each step keeps its own attempts, counts, status and log lines: the group is only how they
 share their commits. A step alone is a group of one (:func:`run`).
@@ -267,22 +269,18 @@ def _in_savepoint(
     a serialization failure, a lost connection) is raised: the transaction runs again, or the
     attempt retries it. A row lock that did not come is the member's (it waits for it again at
     the next batch), and so is any other error (a trigger's refusal), as its domain error."""
-    mine: list[str] = []
-    info = conn.info  # read once: on a connection the server ended, reading it again raises
-    info[cleanup_queries.SHRED] = mine
     # Plain SQL, not SQLAlchemy's nested transaction: on a connection the server ended, its
     # savepoint could not be rolled back and would hide the error the retries must see.
     conn.exec_driver_sql(f"SAVEPOINT {SAVEPOINT}")
-    try:
-        done = part(conn)
-    except Exception as exc:
-        own = _own_failure(exc)
-        if own is None:
-            raise  # as it is: the whole transaction rolls back, and runs again or fails the attempt
-        conn.exec_driver_sql(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
-        return {}, own, []
-    finally:
-        del info[cleanup_queries.SHRED]  # the DBAPI connection's: it outlives the batch
+    with cleanup.collecting_keys(conn) as mine:
+        try:
+            done = part(conn)
+        except Exception as exc:
+            own = _own_failure(exc)
+            if own is None:
+                raise  # as it is: the whole transaction rolls back, and runs again or fails the attempt
+            conn.exec_driver_sql(f"ROLLBACK TO SAVEPOINT {SAVEPOINT}")
+            return {}, own, []
     conn.exec_driver_sql(f"RELEASE SAVEPOINT {SAVEPOINT}")
     return done, None, mine
 

@@ -17,8 +17,9 @@ import hashlib
 import os
 import secrets
 
+from purgekeeper.schema.heartbeats import TAG_LENGTH
+
 GROUP_VARIABLE = "PURGEKEEPER_WORKER_GROUP"
-TAG_LENGTH = 16  # hex digits
 
 _tags: dict[int, str] = {}
 

@@ -42,6 +42,7 @@ from purgekeeper.workers.shutdown import STOP_GRACE, STOP_LOCK_WAIT
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+LEASE_LOST_ERROR = "the lease was lost; this attempt's writes were rejected"
 DEFAULT_LEASE = retry_policy.LEASE
 DEFAULT_BACKOFF_BASE = retry_policy.BACKOFF_BASE
 DEFAULT_BACKOFF_CAP = retry_policy.BACKOFF_CAP
@@ -198,7 +199,7 @@ def _ended(ctx: StepContext, held: steps.Claim, ended: grouped.Ended, policy: Po
     if ended.how == grouped.DONE:  # its last batch set it done, in the same commit
         return Outcome(StepStatus.DONE.value, ended.wake), None
     if ended.how == grouped.LEASE_LOST:
-        return Outcome("lease_lost"), "the lease was lost; this attempt's writes were rejected"
+        return Outcome(steps.LEASE_LOST), LEASE_LOST_ERROR
     if ended.how == grouped.STOPPED:
         return Outcome(steps.STOPPED), None
     assert ended.error is not None
@@ -221,7 +222,7 @@ def _attempt(
     try:
         ran = _with_transient_retries(lambda: grouped.run(ctx, held, entry), patience=policy.lease)
     except steps.LeaseLost:
-        return Outcome("lease_lost"), "the lease was lost; this attempt's writes were rejected"
+        return Outcome(steps.LEASE_LOST), LEASE_LOST_ERROR
     except Stopping:
         _give_back(ctx, held.owner)
         return Outcome(steps.STOPPED), None
