@@ -34,12 +34,13 @@ attempts are left to it; the bare ``dramatiq`` command waits its own 10 minutes,
 ``--worker-shutdown-timeout``). The process exits within ``shutdown.STOP_BOUND`` of the SIGTERM.
 
 **A worker process that dies** (kill -9, the OOM killer) is seen by the main process of
-``python -m purgekeeper.commands.worker`` within 0.2 s (``purgekeeper.workers.children``): the steps
-it held are made due again at once (:func:`release_steps_of`), for the scheduler's next sweep
-to send. dramatiq's main process then stops the group, as it does whenever a worker process
-dies; the process manager starts it again. Without a main process that saw it (the bare
-``dramatiq`` command, or the whole group killed), the scheduler releases them once the dead
-process's heartbeat row has missed three beats.
+``python -m purgekeeper.commands.worker`` within 0.2 s (``purgekeeper.workers.supervisor``): the
+steps it held are made due again at once (:func:`release_steps_of`), for the scheduler's next
+sweep to send, and that one process is started again while the others go on. One that cannot
+start, or that dies more than 5 times in a minute, stops the group for the process manager to
+see. The bare ``dramatiq`` command keeps dramatiq's own behaviour: the whole group stops when
+one process dies, and the scheduler releases the dead process's steps once its heartbeat row
+has missed three beats (as it does when the whole group is killed).
 """
 
 from __future__ import annotations
@@ -65,8 +66,7 @@ from purgekeeper.schema.states import WorkerRole
 from purgekeeper.storage import failpoints
 from purgekeeper.storage.blobstore import BlobStore
 from purgekeeper.storage.content_keys import ContentKeys
-from purgekeeper.workers import broker, identity, runner
-from purgekeeper.workers.children import ChildWatch
+from purgekeeper.workers import broker, identity, runner, supervisor
 from purgekeeper.workers.cleanup import StepContext
 from purgekeeper.workers.heartbeat import Heartbeat, this_process
 from purgekeeper.workers.shutdown import StopSignals
@@ -198,10 +198,12 @@ def configure() -> Database:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m purgekeeper.commands.worker [dramatiq options]``: the dramatiq CLI on this module, its
-    main process logging in purgekeeper's format (``--skip-logging``: dramatiq sets up no
-    format of its own, in any of its processes). Nothing else is set up here: the worker
-    processes import this module and set themselves up."""
+    """``python -m purgekeeper.commands.worker [dramatiq options]``: the dramatiq CLI's worker
+    processes on this module, supervised one by one (``purgekeeper.workers.supervisor``; with
+    ``--watch``, a development option, dramatiq's own main process), all logging in purgekeeper's
+    format (``--skip-logging``: dramatiq sets up no format of its own, in any of its
+    processes). Nothing else is set up here: the worker processes import this module and set
+    themselves up."""
     from dramatiq import cli
 
     given = list(sys.argv[1:] if argv is None else argv)
@@ -216,12 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.worker_shutdown_timeout = JOIN_AFTER_WIND_DOWN_MS
     sys.argv = [sys.executable, "-m", MODULE, *given]  # what a reload on SIGHUP runs again
     identity.new_group()  # its worker processes' tags: derived from it and their pids
-    watch = ChildWatch(release_steps_of)
-    watch.start()
-    try:
+    if args.watch:
         return int(cli.main(args))
-    finally:
-        watch.stop()
+    return supervisor.supervise(args, lambda pid: release_steps_of([pid]))
 
 
 def release_steps_of(pids: Sequence[int]) -> None:

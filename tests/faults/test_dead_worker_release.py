@@ -49,6 +49,7 @@ def test_a_killed_worker_process_has_its_steps_released_by_its_main_process(pk: 
         wait_until(lambda: released in hung.output(), "its main process to release its step", timeout=15)
     except AssertionError:
         raise AssertionError(hung.tail(40)) from None
+    processes.kill(hung)  # its restarted process would hang in the same batch
 
     worker = processes.worker()
     scheduler = processes.scheduler()
