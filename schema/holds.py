@@ -23,7 +23,7 @@ from sqlalchemy import Connection, bindparam, exists, func, literal_column, or_,
 from purgekeeper.schema.content_queries import event_erased
 from purgekeeper.schema.driver import DriverStatement
 from purgekeeper.schema.expiry import placement_expired
-from purgekeeper.schema.idlists import IdList, among_many
+from purgekeeper.schema.idlists import IdList, among
 from purgekeeper.schema.locks import AdvisoryLock
 from purgekeeper.schema.states import HoldSubject, TombstoneKind
 from purgekeeper.schema.tables import (
@@ -86,14 +86,14 @@ def holds_of_events_parts(event_ids: Any) -> tuple[Any, Any]:
                 legal_holds, _HOLD
             )
         )
-        .where(among_many(events.c.id, event_ids), legal_hold_subjects.c.kind == _AUTHOR, _IN_FORCE)
+        .where(among(events.c.id, event_ids), legal_hold_subjects.c.kind == _AUTHOR, _IN_FORCE)
         .subquery("held_by_author")
     )
     subject_is_placed = legal_hold_subjects.c.subject_id == placements.c.conversation_id
     by_conversation = (
         select(placements.c.event_id, legal_hold_subjects.c.hold_id)
         .select_from(placements.join(legal_hold_subjects, subject_is_placed).join(legal_holds, _HOLD))
-        .where(among_many(placements.c.event_id, event_ids), legal_hold_subjects.c.kind == _CONVERSATION, _IN_FORCE)
+        .where(among(placements.c.event_id, event_ids), legal_hold_subjects.c.kind == _CONVERSATION, _IN_FORCE)
         .subquery("held_by_conversation")
     )
     return by_author, by_conversation

@@ -1,7 +1,8 @@
 """A list of ids as ONE bound parameter, on both backends.
 
-``among(column, bindparam("ids", type_=IdList()))`` renders as ``column = ANY(CAST(:ids AS
-TEXT[]))`` on PostgreSQL and as ``column IN (SELECT value FROM json_each(:ids))`` on SQLite.
+``among(column, bindparam("ids", type_=IdList()))`` renders as ``column IN (SELECT
+unnest(CAST(:ids AS TEXT[])))`` on PostgreSQL and as ``column IN (SELECT value FROM
+json_each(:ids))`` on SQLite: on both, the ids are a table joined to the column.
 Unlike an expanding ``IN`` list, the SQL text does not change with the number of ids, so the
 statement is compiled once, prepared once by the server, and a batch of 500 ids costs one
 parameter instead of 500.
@@ -92,9 +93,19 @@ def _id_array_default(element: _id_array, compiler: SQLCompiler, **kw: Any) -> s
 
 
 class among(FunctionElement[Any]):
-    """``column`` is one of the ids in the bound ``IdList`` parameter. Deliberately not
-    Boolean-typed: SQLite would compile a Boolean function in WHERE as ``... = 1``, which
-    hides the IN from its planner and scans the table instead of searching the index."""
+    """``column`` is one of the ids in the bound ``IdList`` parameter: the ids as a table of
+    their own, joined to the column (a semi-join the planner sizes by the list).
+
+    Never ``column = ANY(:ids)`` on PostgreSQL. As a filter on a table the planner chose to
+    scan (a small table by its statistics, or one full of dead rows that autovacuum has not
+    reached yet: a cleaned conversation's placements), ``= ANY`` compares every row with
+    every id, rows x ids comparisons; the soak (``bench/soak.py``) found 850 s of cleanup time
+    in three minutes in one such statement, placements x 500 ids a batch. Joined, a scan
+    costs rows + ids.
+
+    Deliberately not Boolean-typed: SQLite would compile a Boolean function in WHERE as
+    ``... = 1``, which hides the IN from its planner and scans the table instead of searching
+    the index."""
 
     type = NullType()
     inherit_cache = True
@@ -108,25 +119,10 @@ IDS: BindParameter[list[str]] = bindparam("ids", type_=IdList())
 @compiles(among, "postgresql")
 def _among_postgresql(element: among, compiler: SQLCompiler, **kw: Any) -> str:
     column, ids = list(element.clauses)
-    return f"{compiler.process(column, **kw)} = ANY({compiler.process(ids, **kw)})"
+    return f"{compiler.process(column, **kw)} IN (SELECT unnest({compiler.process(ids, **kw)}))"
 
 
 @compiles(among)
 def _among_default(element: among, compiler: SQLCompiler, **kw: Any) -> str:
     column, ids = list(element.clauses)
     return f"{compiler.process(column, **kw)} IN (SELECT value FROM json_each({compiler.process(ids, **kw)}))"
-
-
-class among_many(among):
-    """``among`` for lists of any length (a purge's thousand selected events): on PostgreSQL
-    ``column IN (SELECT unnest(...))``, a join the planner sizes by the list, where ``= ANY``
-    of a long array would be tested row by row against every element of a sequential scan."""
-
-    inherit_cache = True
-    name = "among_many"
-
-
-@compiles(among_many, "postgresql")
-def _among_many_postgresql(element: among_many, compiler: SQLCompiler, **kw: Any) -> str:
-    column, ids = list(element.clauses)
-    return f"{compiler.process(column, **kw)} IN (SELECT unnest({compiler.process(ids, **kw)}))"

@@ -40,7 +40,7 @@ from purgekeeper.schema.content_queries import author_erased, live_event
 from purgekeeper.schema.content_tables import PLAIN_CONTENT
 from purgekeeper.schema.conversation_read import utc_from_text
 from purgekeeper.schema.driver import DriverStatement
-from purgekeeper.schema.idlists import IdList, Ids, among_many
+from purgekeeper.schema.idlists import IdList, Ids, among
 from purgekeeper.schema.ledger import HEAD_GATE
 from purgekeeper.schema.states import ACTIVE_RUN_STATUSES, TombstoneKind
 from purgekeeper.schema.tables import (
@@ -104,32 +104,32 @@ _EVENTS_FENCED = events.outerjoin(_fence, and_(_fence.c.kind == TombstoneKind.EV
 _EVENT_ROWS = (
     select(events.c.id, events.c.provider_event_id, events.c.author, events.c.occurred_at, _FENCED.label("fenced"))
     .select_from(_EVENTS_FENCED)
-    .where(among_many(events.c.id, EVENT_IDS))
+    .where(among(events.c.id, EVENT_IDS))
     .order_by(events.c.id)
 )
 _EVENT_ROWS_LOCKED = _EVENT_ROWS.with_for_update(of=events)
 _PLACEMENTS = (
     select(placements.c.event_id, placements.c.conversation_id)
-    .where(among_many(placements.c.event_id, EVENT_IDS))
+    .where(among(placements.c.event_id, EVENT_IDS))
     .order_by(placements.c.event_id, placements.c.conversation_id)
 )
-_CONVERSATIONS_OF = select(placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS)).distinct()
+_CONVERSATIONS_OF = select(placements.c.conversation_id).where(among(placements.c.event_id, EVENT_IDS)).distinct()
 _RUN_COLUMNS = (runs.c.conversation_id, runs.c.bot_id, runs.c.status, runs.c.output.is_not(None).label("has_output"))
 _ADMISSIONS = (
     select(admissions.c.id, admissions.c.event_id, admissions.c.run_id, *_RUN_COLUMNS)
     .join(runs, runs.c.id == admissions.c.run_id)
-    .where(among_many(admissions.c.event_id, EVENT_IDS))
+    .where(among(admissions.c.event_id, EVENT_IDS))
     .order_by(admissions.c.id)
 )
 _ACTIVE_RUNS = select(runs.c.id, *_RUN_COLUMNS).where(runs.c.status.in_(ACTIVE_RUN_STATUSES)).order_by(runs.c.id)
-_ACTIVE_RUNS_IN = _ACTIVE_RUNS.where(among_many(runs.c.conversation_id, CONVERSATION_IDS))
+_ACTIVE_RUNS_IN = _ACTIVE_RUNS.where(among(runs.c.conversation_id, CONVERSATION_IDS))
 _ACTIVE_RUNS_OF_BOT = _ACTIVE_RUNS.where(runs.c.bot_id == bindparam("bot_id"))
 _DERIVATIVES = (
     select(derivatives.c.id, derivatives.c.conversation_id, derivatives.c.kind, derivative_sources.c.event_id)
     .join(derivative_sources, derivative_sources.c.derivative_id == derivatives.c.id)
     .where(
         derivatives.c.id.in_(
-            select(derivative_sources.c.derivative_id).where(among_many(derivative_sources.c.event_id, EVENT_IDS))
+            select(derivative_sources.c.derivative_id).where(among(derivative_sources.c.event_id, EVENT_IDS))
         )
     )
     .order_by(derivatives.c.id, derivative_sources.c.event_id)
@@ -144,7 +144,7 @@ _ATTACHMENTS = (
         blobs.c.size,
     )
     .join(blobs, blobs.c.id == attachments.c.blob_id)
-    .where(among_many(attachments.c.event_id, EVENT_IDS))
+    .where(among(attachments.c.event_id, EVENT_IDS))
     .order_by(attachments.c.id)
 )
 
@@ -281,10 +281,10 @@ def _part(number: int, *columns: Any, at: Any = None, flag: Any = None, size: An
     )
 
 
-_SELECTED_CONVERSATIONS = select(placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS))
-_SELECTED_BLOBS = select(attachments.c.blob_id).where(among_many(attachments.c.event_id, EVENT_IDS))
+_SELECTED_CONVERSATIONS = select(placements.c.conversation_id).where(among(placements.c.event_id, EVENT_IDS))
+_SELECTED_BLOBS = select(attachments.c.blob_id).where(among(attachments.c.event_id, EVENT_IDS))
 _REPORT_SELECTS = (
-    _part(1, placements.c.event_id, placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS)),
+    _part(1, placements.c.event_id, placements.c.conversation_id).where(among(placements.c.event_id, EVENT_IDS)),
     _part(
         2,
         admissions.c.id,
@@ -296,7 +296,7 @@ _REPORT_SELECTS = (
         flag=runs.c.output.is_not(None),
     )
     .select_from(admissions.join(runs, runs.c.id == admissions.c.run_id))
-    .where(among_many(admissions.c.event_id, EVENT_IDS)),
+    .where(among(admissions.c.event_id, EVENT_IDS)),
     _part(
         3, runs.c.id, None, None, runs.c.conversation_id, runs.c.bot_id, runs.c.status, flag=runs.c.output.is_not(None)
     )
@@ -306,7 +306,7 @@ _REPORT_SELECTS = (
     .select_from(derivatives.join(derivative_sources, derivative_sources.c.derivative_id == derivatives.c.id))
     .where(
         derivatives.c.id.in_(
-            select(derivative_sources.c.derivative_id).where(among_many(derivative_sources.c.event_id, EVENT_IDS))
+            select(derivative_sources.c.derivative_id).where(among(derivative_sources.c.event_id, EVENT_IDS))
         )
     ),
     _part(
@@ -319,7 +319,7 @@ _REPORT_SELECTS = (
         size=blobs.c.size,
     )
     .select_from(attachments.join(blobs, blobs.c.id == attachments.c.blob_id))
-    .where(among_many(attachments.c.event_id, EVENT_IDS)),
+    .where(among(attachments.c.event_id, EVENT_IDS)),
     _part(6, attachments.c.blob_id, attachments.c.id, attachments.c.event_id, attachments.c.binding)
     .where(attachments.c.blob_id.in_(_SELECTED_BLOBS))
     .where(attachments.c.event_id.not_in(select(func.unnest(EVENT_IDS))))
@@ -332,7 +332,7 @@ _HEAD_PART = _part(-1, ledger_head.c.head_hash, ledger_head.c.gate_reason, size=
 _EVENTS_PART = (
     _part(0, events.c.id, events.c.provider_event_id, events.c.author, at=events.c.occurred_at, flag=_FENCED)
     .select_from(_EVENTS_FENCED)
-    .where(among_many(events.c.id, EVENT_IDS))
+    .where(among(events.c.id, EVENT_IDS))
 )
 _PLAIN_PART = _part(
     8, flag=or_(*(exists().where(text(predicate)).select_from(table) for table, predicate in PLAIN_CONTENT.items()))

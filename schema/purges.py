@@ -33,7 +33,7 @@ from sqlalchemy import (
 from purgekeeper.schema import lifecycle
 from purgekeeper.schema.content_queries import upsert_insert
 from purgekeeper.schema.driver import DriverStatement
-from purgekeeper.schema.idlists import among_many, array_literal
+from purgekeeper.schema.idlists import among, array_literal
 from purgekeeper.schema.ledger import database_now
 from purgekeeper.schema.purge_scope import (
     _CONVERSATIONS_OF,
@@ -87,15 +87,13 @@ def ids_list(values: Iterable[str]) -> list[str]:
 
 _LOCK_CONVERSATIONS = (
     select(conversations.c.id)
-    .where(among_many(conversations.c.id, CONVERSATION_IDS))
+    .where(among(conversations.c.id, CONVERSATION_IDS))
     .order_by(conversations.c.id)
     .with_for_update()
 )
 _LOCK_CONVERSATIONS_OF_EVENTS = (
     select(conversations.c.id)
-    .where(
-        conversations.c.id.in_(select(placements.c.conversation_id).where(among_many(placements.c.event_id, EVENT_IDS)))
-    )
+    .where(conversations.c.id.in_(select(placements.c.conversation_id).where(among(placements.c.event_id, EVENT_IDS))))
     .order_by(conversations.c.id)
     .with_for_update()
 )
@@ -202,7 +200,7 @@ def insert_tombstones(conn: Connection, purge_id: str, by_kind: Mapping[Tombston
 
 _BUMP_VERSIONS = (
     update(conversations)
-    .where(among_many(conversations.c.id, CONVERSATION_IDS), conversations.c.state == "active")
+    .where(among(conversations.c.id, CONVERSATION_IDS), conversations.c.state == "active")
     .values(version=conversations.c.version + 1)
 )
 

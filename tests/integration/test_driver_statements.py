@@ -13,7 +13,7 @@ from sqlalchemy import Connection, bindparam, insert, select
 from purgekeeper.schema import ledger
 from purgekeeper.schema.db import Database
 from purgekeeper.schema.driver import DriverStatement
-from purgekeeper.schema.idlists import IdList, among_many
+from purgekeeper.schema.idlists import IdList, among
 from purgekeeper.schema.tables import events, tombstones
 
 WHEN = dt.datetime(2026, 12, 1, 12, 30, 15, 123456, tzinfo=dt.timezone(dt.timedelta(hours=2)))
@@ -27,7 +27,7 @@ _INSERT_EVENT = DriverStatement(
 )
 _EVENTS_AMONG = DriverStatement(
     select(events.c.id, events.c.occurred_at)
-    .where(among_many(events.c.id, bindparam("ids", type_=IdList())))
+    .where(among(events.c.id, bindparam("ids", type_=IdList())))
     .order_by(events.c.id),
     named=True,
 )
