@@ -438,7 +438,6 @@ class Faults(threading.Thread):
         self.log: list[dict[str, Any]] = []
         self.failures: list[str] = []
         self.rng = random.Random("faults")
-        self.killed_generation = 0  # the worker group whose process was killed last
 
     def run(self) -> None:
         began = time.monotonic()
@@ -456,21 +455,35 @@ class Faults(threading.Thread):
             print(f"    fault at {started - began:5.1f} s: {fault} {detail}", flush=True)
 
     def worker_process(self) -> int:
-        """A living worker process of a group started after the last one killed."""
+        """A living worker process of the group, once the group is ready."""
         worker = self.processes["worker"]
-        worker.wait_started_after(self.killed_generation)
+        if not worker.ready.wait(READY_WAIT_S):
+            raise RuntimeError(f"the worker group was not ready within {READY_WAIT_S:g} s")
         children = sorted(living_children(worker.pid()))
         if not children:
             raise RuntimeError("the worker group has no living worker process")
         return self.rng.choice(children)
 
     def kill_worker(self) -> dict[str, Any]:
-        """The group's main process then stops the group, and the manager starts it again."""
+        """The group's main process starts another worker process in its place (the time to
+        the new one's ready line is ``replaced_s``); were the whole group to stop instead (a
+        bare ``dramatiq`` main process), the manager starts it again and this waits for that."""
+        worker = self.processes["worker"]
         victim = self.worker_process()
-        self.killed_generation = self.processes["worker"].generation
-        self.processes["worker"].killed_at = time.monotonic()
+        generation, current = worker.generation, worker.current
+        assert current is not None
+        ready_lines = current.output().count(WORKER_READY)
+        killed = worker.killed_at = time.monotonic()
         os.kill(victim, signal.SIGKILL)
-        return {"pid": victim}
+        while current.output().count(WORKER_READY) <= ready_lines:
+            if worker.generation > generation or current.popen.poll() is not None:
+                worker.wait_started_after(generation)
+                return {"pid": victim, "group_restarted": True}
+            if time.monotonic() - killed > READY_WAIT_S:
+                raise RuntimeError(f"no worker process took {victim}'s place within {READY_WAIT_S:g} s")
+            time.sleep(0.05)
+        worker.killed_at = None
+        return {"pid": victim, "replaced_s": round(time.monotonic() - killed, 2)}
 
     def stop_worker(self) -> dict[str, Any]:
         victim = self.worker_process()
@@ -513,6 +526,7 @@ def plan(seconds: float, kill_every: float) -> list[tuple[float, str]]:
 ACTIVITY = """SELECT pid, coalesce(application_name, ''), state, coalesce(query, ''),
                      coalesce(wait_event_type || ':' || wait_event, 'CPU')
                 FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"""
+TEXT_CHARS = 400  # of a statement's text, for the most active ones
 STATEMENT = re.compile(r"^\s*(\w+)\b.*?\b(?:FROM|INTO|UPDATE)\s+\"?(\w+)", re.IGNORECASE | re.DOTALL)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -547,6 +561,7 @@ class Profiler(threading.Thread):
         self.done = threading.Event()
         self.cpu: dict[tuple[str, int], list[float]] = {}  # (role, pid or tid) -> [first, last]
         self.active: collections.defaultdict[str, float] = collections.defaultdict(float)
+        self.texts: collections.defaultdict[str, float] = collections.defaultdict(float)  # by statement text
         self.machine_start = machine_ticks()
         self.machine_end = self.machine_start
         self.began = time.monotonic()
@@ -585,6 +600,7 @@ class Profiler(threading.Thread):
             self.note(f"postgres {application or '?'}", pid, Path(f"/proc/{pid}/stat"), False)
             if state == "active":  # running or waiting (a lock, the WAL flush): which, in brackets
                 self.active[f"{application}: {statement_kind(query)} [{waiting}]"] += SAMPLE_S
+                self.texts[f"{application}: {' '.join(query.split())[:TEXT_CHARS]}"] += SAMPLE_S
 
     def close(self) -> None:
         self.done.set()
@@ -626,6 +642,7 @@ def profile(profiler: Profiler, url: str, yield_share: float) -> dict[str, Any]:
         "cpu_s_by_role": cpu,
         "machine": machine,
         "postgres_active_s": dict(sorted(profiler.active.items(), key=lambda s: -s[1])[:15]),
+        "postgres_active_texts_s": dict(sorted(profiler.texts.items(), key=lambda s: -s[1])[:6]),
         "tables": tables,
         "step_attempts": {kind: {"attempts": n, "seconds": round(s, 1)} for kind, (n, s) in attempts.items()},
         "cleanup_cpu_s": round(cleanup_cpu, 1),
@@ -644,6 +661,9 @@ def print_profile(name: str, found: dict[str, Any]) -> None:
     print("    CPU seconds by role: " + ", ".join(f"{role} {s}" for role, s in found["cpu_s_by_role"].items()))
     print("    PostgreSQL, seconds seen active by statement:")
     for statement, seconds in found["postgres_active_s"].items():
+        print(f"      {seconds:7.1f}  {statement}")
+    print("    PostgreSQL, the most active statements' texts:")
+    for statement, seconds in found["postgres_active_texts_s"].items():
         print(f"      {seconds:7.1f}  {statement}")
     print("    tables (reads and writes): " + "; ".join(
         f"{t} seq {v['seq_tup_read']:,} idx {v['idx_tup_fetch']:,} ins {v['ins']:,} upd {v['upd']:,}"
