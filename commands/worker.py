@@ -220,7 +220,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     identity.new_group()  # its worker processes' tags: derived from it and their pids
     if args.watch:
         return int(cli.main(args))
-    return supervisor.supervise(args, lambda pid: release_steps_of([pid]))
+    metrics = Settings.from_env().worker_metrics_port is not None
+    return supervisor.supervise(args, functools.partial(worker_exited, metrics=metrics))
+
+
+def worker_exited(pid: int, *, metrics: bool) -> None:
+    """A worker process of the group exited: its steps are released, and with metrics on, its
+    Prometheus files are marked dead (dramatiq's middleware does that only at a clean stop:
+    a killed process's in-progress messages would be counted for as long as the group
+    lives)."""
+    try:
+        release_steps_of([pid])
+    finally:
+        if metrics:
+            from dramatiq.middleware import prometheus
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(pid, prometheus.DB_PATH)
 
 
 def release_steps_of(pids: Sequence[int]) -> None:

@@ -8,7 +8,9 @@ purgekeeper.commands.worker --processes 2``), PostgreSQL and Redis:
   and finished by the group's other processes, with no other worker and within 60 s;
 - a worker process that cannot start (the database is not migrated): the group stops with its
   exit code instead of restarting it for ever;
-- a SIGTERM to the whole process group after a restart: every process stops, none is restarted.
+- a SIGTERM to the whole process group, or to the main process alone, after a restart: every
+  process stops cleanly, none is restarted;
+- six deaths by signals within a minute (one a real-time signal): the sixth stops the group.
 
 dramatiq's own main process stopped the whole group at the first of these (the first test
 fails on the commit before the supervisor: the main process exits)."""
@@ -19,6 +21,8 @@ import os
 import signal
 import subprocess
 import sys
+
+import pytest
 
 import purgekeeper
 from purgekeeper.workers.children import living_children
@@ -36,28 +40,31 @@ def _group(processes: Processes, failpoints: str = "") -> tuple[Proc, set[int]]:
     return worker, children
 
 
-def _replaced(worker: Proc, victim: int, others: set[int]) -> int:
-    """Waits for the process that takes ``victim``'s place, ready; returns its pid."""
+def _kill_and_replace(worker: Proc, victim: int, others: set[int], signum: int = signal.SIGKILL) -> int:
+    """Kills ``victim`` with ``signum`` and waits for the process that takes its place, ready;
+    returns its pid."""
+    ready_before = worker.output().count("Worker process is ready")
+    os.kill(victim, signum)
 
     def replacement() -> int | None:
         assert worker.alive(), worker.tail()
         new = living_children(worker.pid) - others - {victim}
-        if len(new) == 1 and worker.output().count("Worker process is ready") >= 3:
+        if len(new) == 1 and worker.output().count("Worker process is ready") > ready_before:
             return new.pop()
         return None
 
     try:
-        return wait_until(replacement, "a process in the dead one's place", timeout=30)
+        found = wait_until(replacement, "a process in the dead one's place", timeout=30)
     except AssertionError:
         raise AssertionError(worker.tail(40)) from None
+    assert found is not None
+    return found
 
 
 def test_a_killed_worker_process_is_restarted_alone(pk: Pk, processes: Processes) -> None:
     worker, children = _group(processes)
     victim, survivor = sorted(children)
-    os.kill(victim, signal.SIGKILL)
-
-    fresh = _replaced(worker, victim, {survivor})
+    fresh = _kill_and_replace(worker, victim, {survivor})
     assert living_children(worker.pid) == {survivor, fresh}
     assert REPLACED in worker.output()
 
@@ -121,17 +128,41 @@ def test_a_worker_process_that_cannot_start_stops_the_group(processes: Processes
     assert "stopping the group" in done.stderr, done.stderr[-3000:]
 
 
-def test_a_group_sigterm_after_a_restart_stops_every_process(processes: Processes) -> None:
+@pytest.mark.parametrize("to", ["the process group", "the main process only"])
+def test_a_sigterm_after_a_restart_stops_every_process_cleanly(processes: Processes, to: str) -> None:
+    """killpg (docker stop, honcho) and the main process alone (systemd's KillMode=mixed): the
+    restarted process stops too, cleanly, and nothing is started again."""
     worker, children = _group(processes)
     victim, survivor = sorted(children)
-    os.kill(victim, signal.SIGKILL)
-    fresh = _replaced(worker, victim, {survivor})
+    fresh = _kill_and_replace(worker, victim, {survivor})
 
-    os.killpg(worker.pid, signal.SIGTERM)
+    if to == "the process group":
+        os.killpg(worker.pid, signal.SIGTERM)
+    else:
+        os.kill(worker.pid, signal.SIGTERM)
     assert worker.popen.wait(timeout=30) == 0, worker.tail(40)
-    assert worker.output().count("starting another") == 1
-    for pid in (survivor, fresh):
-        assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split(")")[1][:3]
+    output = worker.output()
+    assert output.count("starting another") == 1, output
+    assert "Killing worker process" not in output, output
+    assert not {survivor, fresh} & living_children(worker.pid)
+
+
+def test_a_crash_loop_stops_the_group(processes: Processes) -> None:
+    """Six deaths by a signal within the minute, one of them by a real-time signal (which has
+    no name): five are restarted, the sixth stops the group with a failure's exit code."""
+    worker, children = _group(processes)
+    others = set(children)
+    signals = [signal.SIGKILL, signal.SIGRTMIN + 1, signal.SIGKILL, signal.SIGSEGV, signal.SIGKILL]
+    for number in signals:
+        victim = min(others)
+        others.discard(victim)
+        others.add(_kill_and_replace(worker, victim, others, number))
+    os.kill(min(others), signal.SIGKILL)
+    assert worker.popen.wait(timeout=30) == 1, worker.tail(40)
+    output = worker.output()
+    assert output.count("starting another") == 5, output
+    assert f"killed by signal {int(signal.SIGRTMIN) + 1}" in output, output
+    assert "more than 5 restarts in 60 s; stopping the group" in output, output
 
 
 def test_restarts_are_counted_in_their_window() -> None:
