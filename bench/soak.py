@@ -16,8 +16,9 @@ for short runs) on a fresh scratch database and a fresh data directory, with:
   ``--attachment-every`` (10) with a 4 KiB attachment of its own (CAS and real files in turn);
   2 purge threads, one purging a whole conversation and one a content purge (the events of one
   author, read from a conversation that has grown) every ``--purge-every`` (1.5) seconds;
-  and 1 reader, reading live and recently purged conversations in a loop and checking that
-  nothing was read whose purge's acceptance had returned before the read began.
+  and 1 reader (none with ``--no-reader``), reading live and recently purged conversations in
+  a loop and checking that nothing was read whose purge's acceptance had returned before the
+  read began.
 
 The faults phase adds, at staggered times: a SIGSTOP of one worker process for
 ``--stop-seconds`` (20) then SIGCONT, at 15% of the phase; a kill -9 of one worker process (a
@@ -323,7 +324,8 @@ class Load:
                         for n in range(options.ingest_threads)]  # fmt: skip
         self.threads.append(threading.Thread(target=self.purge_conversations, name="purge-conversations", daemon=True))
         self.threads.append(threading.Thread(target=self.purge_content, name="purge-content", daemon=True))
-        self.threads.append(threading.Thread(target=self.read, name="reader", daemon=True))
+        if options.reader:
+            self.threads.append(threading.Thread(target=self.read, name="reader", daemon=True))
 
     def __enter__(self) -> Load:
         for thread in self.threads:
@@ -864,6 +866,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--ingest-threads", type=int, default=4)
     parser.add_argument("--conversations-per-thread", type=int, default=4)
     parser.add_argument("--attachment-every", type=int, default=10)
+    parser.add_argument(
+        "--no-reader", dest="reader", action="store_false", help="no reader thread (what reads cost ingest)"
+    )
     parser.add_argument("--purge-every", type=float, default=1.5, help="seconds between two purges of a purge thread")
     parser.add_argument("--worker-processes", type=int, default=2)
     parser.add_argument("--worker-threads", type=int, default=2)
