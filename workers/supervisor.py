@@ -172,6 +172,7 @@ class Supervisor:
         self.children: list[_Child] = []
         self.forks: list[Any] = []
         self.pump = _Pump(args.log_file)
+        self.pumping = threading.Thread(target=self.pump.run, name="purgekeeper-worker-logs")
         self.running = True
         self.stopped_at = 0.0
         self.stop_signal = signal.SIGTERM
@@ -277,7 +278,7 @@ class Supervisor:
                 if child.process.is_alive() and not child.ready.wait(self.args.worker_fork_timeout / 1000):
                     break
             self._start_forks()
-            threading.Thread(target=self.pump.run, name="purgekeeper-worker-logs").start()
+            self.pumping.start()
             for handled in cli.HANDLED_SIGNALS:
                 signal.signal(handled, self._on_signal)
             log.info(
@@ -309,6 +310,7 @@ class Supervisor:
             self.retcode = cli.RET_KILLED
         finally:
             self.pump.stop.set()
+            self.pumping.join(timeout=5)  # the processes' last lines are out before an exit or a reload
         if self.reload:  # SIGHUP: the same command again, as dramatiq's main process does
             for fork in self.forks:
                 fork.join(timeout=5)
