@@ -29,6 +29,7 @@ from purgekeeper.schema import migrate
 from purgekeeper.schema.db import Database
 from purgekeeper.workers import broker
 from tests.helpers.processes import WAIT_S, Cluster, Processes, free_port, seed_conversation, wait_until
+from tests.helpers.stopping import slow_first_batch
 
 Pk = purgekeeper.Purgekeeper
 EVENTS = 3000
@@ -185,11 +186,14 @@ def test_a_postgres_restart_mid_group_heals_every_purge_of_the_group(
 ) -> None:
     """Four conversation purges accepted before the worker starts: their steps run in groups
     (``purgekeeper.workers.grouped``) when the server restarts; every purge completes, and no
-    process is restarted."""
+    process is restarted. The group's first batch sleeps 1 s first (its first UPDATE of
+    events), so the group is caught mid-batch: without it, a group that finished between two
+    polls was once never seen running."""
     on_cluster.env = {**on_cluster.env, **LONG_LEASE}
     names = [f"g{i}" for i in range(4)]
     for name in names:
         seed_conversation(handle, name, EVENTS)
+    slow_first_batch(handle, names[0], events="g")
     purged = [handle.purge_conversation(name, actor="op", reason="restart test").purge_id for name in names]
     worker = on_cluster.worker()
     scheduler = on_cluster.scheduler()

@@ -69,12 +69,15 @@ def ended(proc: Proc, sent: float, *, timeout: float) -> tuple[int, float]:
     return code, time.monotonic() - sent
 
 
-def slow_first_batch(pk: purgekeeper.Purgekeeper, conversation_id: str, seconds: float = SLOW_STATEMENT_S) -> None:
-    """An UPDATE of events sleeps ``seconds`` first while no event of the conversation has lost
-    its body yet: the first bodies batch of its purge can be caught in the middle, and the
-    ones after it run at full speed."""
+def slow_first_batch(
+    pk: purgekeeper.Purgekeeper, conversation_id: str, seconds: float = SLOW_STATEMENT_S, *, events: str | None = None
+) -> None:
+    """An UPDATE of events sleeps ``seconds`` first while no event of the conversation (or
+    whose id starts with ``events``) has lost its body yet: the first bodies batch of its
+    purge can be caught in the middle, and the ones after it run at full speed."""
+    prefix = events if events is not None else f"{conversation_id}-e"
     with pk.db.write() as conn:
-        conn.exec_driver_sql(_SLOW_FIRST_UPDATE.format(prefix=f"{conversation_id}-e", seconds=float(seconds)))
+        conn.exec_driver_sql(_SLOW_FIRST_UPDATE.format(prefix=prefix, seconds=float(seconds)))
 
 
 def sleeping_sessions(pk: purgekeeper.Purgekeeper) -> int:
