@@ -61,23 +61,15 @@ _NULL_BODIES = update(events).where(among(events.c.id, IDS), events.c.body.is_no
 
 
 # Which dependents these events have, one EXISTS each; only the UPDATEs that have rows to
-# change run (a batch of chat messages usually has attachments and nothing else). Each EXISTS
-# joins the id list as a table: with `event_id = ANY(:ids)` as a filter, PostgreSQL chose to
-# scan a small table and compare each row with the whole list (264 ms for 2,000 ids against
+# change run (a batch of chat messages usually has attachments and nothing else). ``among``
+# joins the id list as a table: with ``event_id = ANY(:ids)`` as the filter, PostgreSQL chose
+# to scan a small table and compare each row with the whole list (264 ms for 2,000 ids against
 # 2,000 attachments, the bodies step's costliest statement at 10,000 events a conversation).
-@functools.cache
-def _dependents_statement(dialect: str) -> Any:
-    def probe(column: Any, *also: Any) -> Any:
-        listed = _listed_ids(dialect)
-        return exists().select_from(listed).where(column == listed.c.value, *also)
-
-    return select(
-        probe(admissions.c.event_id).label("admitted"),
-        probe(derivative_sources.c.event_id).label("derived"),
-        probe(attachments.c.event_id, attachments.c.name.is_not(None)).label("attached"),
-    )
-
-
+_DEPENDENTS = select(
+    exists().where(among(admissions.c.event_id, IDS)).label("admitted"),
+    exists().where(among(derivative_sources.c.event_id, IDS)).label("derived"),
+    exists().where(among(attachments.c.event_id, IDS), attachments.c.name.is_not(None)).label("attached"),
+)
 # the keys of the dependents' own content, by the same probes: their admissions' payloads,
 # the outputs of the runs that admitted them, the payloads derived from them
 _ADMITTED_KEYS = (
@@ -135,7 +127,7 @@ def null_content_of(conn: Connection, event_ids: Sequence[str]) -> int:
     params = {"ids": event_ids}
     shred.extend(conn.scalars(_KEYS_OF, params))
     changed = int(conn.execute(_NULL_BODIES, params).rowcount or 0)
-    found = conn.execute(_dependents_statement(conn.dialect.name), params).one()
+    found = conn.execute(_DEPENDENTS, params).one()
     keys_of = (_ADMITTED_KEYS, _DERIVED_KEYS, ())  # an attachment's name is sealed under its event's key
     for present, statements, keys in zip(found, (_NULL_ADMITTED, _NULL_DERIVED, _NULL_ATTACHED), keys_of, strict=True):
         if present:
