@@ -208,7 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     given = list(sys.argv[1:] if argv is None else argv)
     try:
-        logs.configure(Settings.from_env(), process="worker")
+        settings = Settings.from_env()
+        logs.configure(settings, process="worker")
     except PurgekeeperError as error:
         print(f"error: {error.detail} ({error.code})", file=sys.stderr)
         return 2
@@ -220,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     identity.new_group()  # its worker processes' tags: derived from it and their pids
     if args.watch:
         return int(cli.main(args))
-    metrics = Settings.from_env().worker_metrics_port is not None
+    metrics = settings.worker_metrics_port is not None
     return supervisor.supervise(args, functools.partial(worker_exited, metrics=metrics))
 
 

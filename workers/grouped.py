@@ -196,9 +196,9 @@ def _batch(ctx: StepContext, group: Group) -> None:
     waiting members' leases renewed, and the commit. As for a step alone, step rows are
     locked only at the end of the batch; a lease found lost there rolls the batch back, and it
     runs again without that member."""
-    attachments = group.active[0].held.kind == StepKind.ATTACHMENTS.value
-    part = _attachments_part if attachments else _bodies_part
     kind = group.active[0].held.kind
+    attachments = kind == StepKind.ATTACHMENTS.value
+    part = _attachments_part if attachments else _bodies_part
     parts: dict[str, dict[str, Any]] = {}
     failed: dict[str, BaseException] = {}
     lost: set[str] = set()
